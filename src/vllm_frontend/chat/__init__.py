@@ -1,0 +1,1 @@
+"""Chat templates and chat message handling."""

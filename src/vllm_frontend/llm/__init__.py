@@ -1,0 +1,1 @@
+"""Token-in / token-out generation over the engine client."""

@@ -1,0 +1,1 @@
+"""Mock EngineCore for load-testing frontends without a GPU."""

@@ -1,0 +1,1 @@
+"""Tokenizer, incremental detokenization, stop strings, logprobs and sampling-parameter lowering."""

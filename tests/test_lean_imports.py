@@ -1,0 +1,18 @@
+"""The frontend must stay lean: importing it never loads vllm, torch or transformers."""
+
+import subprocess
+import sys
+
+HEAVY = ("vllm", "torch", "transformers")
+
+
+def test_importing_the_frontend_and_its_cli_loads_no_heavy_framework() -> None:
+    code = (
+        "import sys, importlib, pkgutil, vllm_frontend, vllm_frontend.cli\n"
+        "for m in pkgutil.walk_packages(vllm_frontend.__path__, 'vllm_frontend.'):\n"
+        "    if m.name != 'vllm_frontend.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        f"print(sorted({{k.split('.')[0] for k in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
