@@ -1,0 +1,1 @@
+"""Process startup: argument parsing for the subcommands, inherited sockets, managed engines."""

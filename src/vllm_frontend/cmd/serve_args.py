@@ -1,0 +1,216 @@
+"""Arguments of ``vllm-frontend serve``: our flags, and everything else forwarded to the engines.
+
+Flags and defaults follow ``vllm-rs serve`` where a flag exists in both. Before an explicit
+``--``, the arguments are cut into chunks at each option-like token; a chunk whose flag we know
+stays with us, every other chunk is forwarded to the managed ``vllm serve --headless`` launcher.
+Everything after ``--`` is forwarded verbatim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_frontend.cmd.managed_engine import split_passthrough
+
+# vLLM's multi-character short aliases (vllm/engine/arg_utils.py, launchers/cli_args.py).
+SHORT_ALIASES: dict[str, str] = {
+    "-asc": "--api-server-count",
+    "-pp": "--pipeline-parallel-size",
+    "-tp": "--tensor-parallel-size",
+    "-dcp": "--decode-context-parallel-size",
+    "-pcp": "--prefill-context-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-dpn": "--data-parallel-rank",
+    "-dpr": "--data-parallel-start-rank",
+    "-dpl": "--data-parallel-size-local",
+    "-dpa": "--data-parallel-address",
+    "-dpp": "--data-parallel-rpc-port",
+    "-dpb": "--data-parallel-backend",
+    "-dph": "--data-parallel-hybrid-lb",
+    "-dpe": "--data-parallel-external-lb",
+    "-dpm": "--data-parallel-multi-port-external-lb",
+    "-ep": "--enable-expert-parallel",
+    "-sc": "--speculative-config",
+    "-cc": "--compilation-config",
+    "-ac": "--attention-config",
+}
+
+_NUMBER = re.compile(r"^-\d")
+
+
+def _bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return obj
+
+
+def _json_list(value: str) -> list[str]:
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+    if not isinstance(obj, list):
+        raise argparse.ArgumentTypeError("expected a JSON array")
+    return [str(x) for x in obj]
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the ``serve`` flags on ``p``."""
+    opt_bool: dict[str, Any] = {"nargs": "?", "const": True, "default": False, "type": _bool}
+    p.add_argument("model", help="local model directory or hub name (resolved in the HF cache)")
+    p.add_argument("--headless", action="store_true", help="only start the managed engines")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind host")
+    p.add_argument("--port", type=int, default=8000, help="HTTP bind port")
+    p.add_argument("--uds", default=None, help="serve HTTP on this Unix socket instead")
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--revision", default=None)
+    p.add_argument("--tokenizer-revision", default=None)
+    p.add_argument("--hf-config-path", default=None)
+    p.add_argument("--generation-config", default="auto")
+    p.add_argument(
+        "--engine-ready-timeout-secs",
+        type=float,
+        default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", "600")),
+    )
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--shutdown-timeout", type=float, default=0.0)
+    p.add_argument(
+        "--http-timeout-keep-alive",
+        type=float,
+        default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5")),
+    )
+    p.add_argument("--chat-template", default=None)
+    p.add_argument("--default-chat-template-kwargs", type=_json_object, default=None)
+    p.add_argument("--trust-request-chat-template", **opt_bool)
+    p.add_argument("--exclude-tools-when-tool-choice-none", **opt_bool)
+    p.add_argument(
+        "--chat-template-content-format", choices=["auto", "string", "openai"], default="auto"
+    )
+    p.add_argument("--response-role", default="assistant")
+    p.add_argument("--max-logprobs", type=int, default=20)
+    p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--return-tokens-as-token-ids", **opt_bool)
+    p.add_argument("--enable-prompt-tokens-details", **opt_bool)
+    p.add_argument("--enable-force-include-usage", **opt_bool)
+    p.add_argument("--enable-request-id-headers", **opt_bool)
+    p.add_argument("--enable-server-load-tracking", **opt_bool)
+    p.add_argument("--enable-log-requests", action="store_true")
+    p.add_argument("--disable-log-stats", action="store_true")
+    p.add_argument("--structured-outputs-config", type=_json_object, default=None)
+    p.add_argument("--api-key", nargs="+", default=None)
+    p.add_argument("--allowed-origins", type=_json_list, default=None)
+    p.add_argument("--allowed-methods", type=_json_list, default=None)
+    p.add_argument("--allowed-headers", type=_json_list, default=None)
+    p.add_argument("--allow-credentials", **opt_bool)
+    p.add_argument("--api-server-count", type=int, default=1)
+    p.add_argument("--python", default=None, help="interpreter for the managed engines")
+    p.add_argument(
+        "--data-parallel-address", "--handshake-host", dest="data_parallel_address",
+        default="127.0.0.1",
+    )  # fmt: skip
+    p.add_argument(
+        "--data-parallel-rpc-port", "--handshake-port", dest="data_parallel_rpc_port",
+        type=int, default=None,
+    )  # fmt: skip
+    p.add_argument("--data-parallel-size", type=int, default=1)
+    p.add_argument("--data-parallel-size-local", type=int, default=None)
+
+
+# `serve` flags that only concern launching/joining engines, not the frontend's behaviour.
+_LAUNCH_ONLY = frozenset(
+    {
+        "model",
+        "headless",
+        "python",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+        "data_parallel_size",
+        "data_parallel_size_local",
+    }
+)
+
+
+@dataclass
+class ServeArgs:
+    """Parsed ``serve`` arguments plus the arguments forwarded to the engines."""
+
+    ns: argparse.Namespace
+    engine_args: list[str]
+
+    def frontend_args(self) -> dict[str, Any]:
+        """The ``vllm serve``-style argument dict (``--args-json`` vocabulary) for the config."""
+        out: dict[str, Any] = {"model_tag": self.ns.model}
+        for key, value in vars(self.ns).items():
+            if key not in _LAUNCH_ONLY and value is not None:
+                out[key] = value
+        return out
+
+
+def _known_flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings}
+
+
+def partition(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``serve`` arguments into (ours, forwarded to the engines)."""
+    before, verbatim = split_passthrough(argv)
+    if not before:
+        return [], verbatim
+    known = _known_flags(parser)
+    ours: list[str] = [before[0]]  # the model
+    forwarded: list[str] = []
+    chunk: list[str] = []
+
+    def flush() -> None:
+        if not chunk:
+            return
+        flag = chunk[0].split("=", 1)[0]
+        if flag in known:
+            ours.extend(chunk)  # --max-model-len/-size-local are re-forwarded by the launcher
+        else:
+            forwarded.extend(chunk)
+        chunk.clear()
+
+    for tok in before[1:]:
+        if tok.startswith("-") and not _NUMBER.match(tok):
+            flush()
+            head, sep, rest = tok.partition("=")
+            tok = SHORT_ALIASES.get(head, head) + sep + rest
+        chunk.append(tok)
+    flush()
+    return ours, forwarded + verbatim
+
+
+def parse_serve_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> ServeArgs:
+    """Parse ``serve`` arguments with ``parser`` (built by ``add_serve_arguments``)."""
+    argv = list(argv)
+    if not argv or argv[0].startswith("-"):
+        parser.error("the model must appear immediately after the command: serve MODEL [options]")
+    ours, engine = partition(parser, argv)
+    ns = parser.parse_args(ours)
+    if ns.data_parallel_size < 1:
+        parser.error("--data-parallel-size must be at least 1")
+    if ns.data_parallel_size_local is not None and ns.data_parallel_size_local < 0:
+        parser.error("--data-parallel-size-local must not be negative")
+    if ns.headless and ns.data_parallel_size_local == 0:
+        parser.error("--headless cannot be combined with --data-parallel-size-local 0")
+    return ServeArgs(ns=ns, engine_args=engine)

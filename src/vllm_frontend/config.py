@@ -1,0 +1,238 @@
+"""The frontend's configuration: one typed object built once at startup.
+
+It is built either from ``--args-json`` (what ``vllm serve`` passes to a Rust-style frontend: the
+non-default ``vllm serve`` options keyed by their argparse destination names) or from the flags of
+``vllm-frontend serve``. Keys are vLLM's names so that both paths share one vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid or asks for behaviour this frontend does not implement."""
+
+
+@dataclass
+class FrontendConfig:
+    """Everything the frontend needs to know, with vLLM 0.32's defaults."""
+
+    model: str
+    """The model (``model_tag``): a local directory or a hub name resolved in the HF cache."""
+    served_model_name: list[str] = field(default_factory=list)
+    """Public model names; the first is echoed in responses. Empty means ``[model]``."""
+    tokenizer: str | None = None
+    revision: str | None = None
+    tokenizer_revision: str | None = None
+    hf_config_path: str | None = None
+    generation_config: str = "auto"
+    """``auto`` (model's generation_config.json), ``vllm`` (neutral defaults) or a folder."""
+    override_generation_config: dict[str, Any] = field(default_factory=dict)
+    max_model_len: int | None = None
+    max_logprobs: int = 20
+    """Cap on requested logprobs (vLLM's ModelConfig default); -1 means no cap."""
+    chat_template: str | None = None
+    chat_template_content_format: str = "auto"
+    trust_request_chat_template: bool = False
+    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    exclude_tools_when_tool_choice_none: bool = False
+    enable_prompt_tokens_details: bool = False
+    enable_force_include_usage: bool = False
+    enable_request_id_headers: bool = False
+    enable_server_load_tracking: bool = False
+    enable_log_requests: bool = False
+    disable_log_stats: bool = False
+    api_key: list[str] = field(default_factory=list)
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    host: str | None = None
+    port: int = 8000
+    uds: str | None = None
+    http_timeout_keep_alive: float = 5.0
+    engine_ready_timeout_secs: float = 600.0
+    shutdown_timeout: float = 0.0
+    stream_interval: int = 1
+    api_server_count: int = 1
+    structured_outputs_backend: str = "auto"
+    seed: int | None = None
+
+    @property
+    def served_model_names(self) -> list[str]:
+        """The public model names (``--served-model-name`` or the model itself)."""
+        return list(self.served_model_name) or [self.model]
+
+
+# Keys of `vllm serve` that change what the *frontend* does and that we do not implement yet:
+# starting with one of them must fail loudly rather than silently behave differently.
+UNSUPPORTED_KEYS: frozenset[str] = frozenset(
+    {
+        "lora_modules",
+        "enable_auto_tool_choice",
+        "tool_call_parser",
+        "tool_parser_plugin",
+        "tool_server",
+        "reasoning_parser",
+        "reasoning_parser_plugin",
+        "skip_tokenizer_init",
+        "tokens_only",
+        "enable_scale_out",
+        "enable_prompt_embeds",
+        "root_path",
+        "middleware",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_ca_certs",
+        "ssl_cert_reqs",
+        "ssl_ciphers",
+        "enable_ssl_refresh",
+        "io_processor_plugin",
+        "trust_request_mm_kwargs",
+        "enable_log_outputs",
+        "grpc",
+        "grpc_port",
+        "tokenizer_mode",
+        "hf_overrides",
+        "enable_tokenizer_info_endpoint",
+        "enable_per_request_metrics",
+        "sse_keep_alive_interval",
+        "fingerprint_mode",
+        "fingerprint_value",
+        "config",
+    }
+)
+
+# Keys that only tune logging or the old HTTP stack: accepted, logged and ignored.
+HARMLESS_KEYS: frozenset[str] = frozenset(
+    {
+        "uvicorn_log_level",
+        "disable_uvicorn_access_log",
+        "disable_access_log_for_endpoints",
+        "disable_fastapi_docs",
+        "enable_offline_docs",
+        "max_log_len",
+        "log_error_stack",
+        "log_config_file",
+        "h11_max_incomplete_event_size",
+        "h11_max_header_count",
+        "enable_log_deltas",
+        "aggregate_engine_logging",
+        "disable_log_requests",
+        "data_parallel_supervisor_port",
+        "dp_supervisor_probe_interval_s",
+        "dp_supervisor_probe_timeout_s",
+        "dp_supervisor_probe_failure_threshold",
+    }
+)
+
+# Values that are the same as vLLM's default are harmless even for an unsupported key.
+_NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
+    "tokenizer_mode": ("auto", "hf"),
+    "enable_prompt_embeds": (False,),
+    "enable_auto_tool_choice": (False,),
+    "tool_call_parser": (None, "none"),
+    "reasoning_parser": (None, "", "none"),
+    "hf_overrides": (None, {}),
+    "lora_modules": (None, []),
+    "middleware": ([],),
+    "sse_keep_alive_interval": (0,),
+    "fingerprint_mode": ("full",),
+    "grpc_port": (None,),
+}
+
+_FIELD_NAMES = {f.name for f in fields(FrontendConfig)}
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _as_dict(key: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{key}: not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def config_from_args(args: dict[str, Any]) -> FrontendConfig:
+    """Build the configuration from ``vllm serve``-style arguments (``--args-json``).
+
+    Unsupported keys that would change behaviour raise ``ConfigError`` naming them; harmless ones
+    are logged; every other key is an engine argument and is ignored by the frontend.
+    """
+    model = args.get("model_tag") or args.get("model")
+    if not model:
+        raise ConfigError("no model given: --args-json needs `model_tag`")
+    unsupported = sorted(
+        k for k in args if k in UNSUPPORTED_KEYS and args[k] not in _NEUTRAL_VALUES.get(k, ())
+    )
+    if unsupported:
+        raise ConfigError(
+            "these vllm serve options are not supported by vllm-frontend yet: "
+            + ", ".join(f"--{k.replace('_', '-')}" for k in unsupported)
+        )
+    for k in sorted(args):
+        if k in HARMLESS_KEYS:
+            logger.info("ignoring option %s (no effect on this frontend)", k)
+    kwargs: dict[str, Any] = {"model": str(model)}
+    for key, value in args.items():
+        if key in ("model_tag", "model") or value is None:
+            continue
+        if key == "structured_outputs_config":
+            backend = _as_dict(key, value).get("backend")
+            if backend:
+                kwargs["structured_outputs_backend"] = str(backend)
+            continue
+        if key not in _FIELD_NAMES:
+            continue
+        if key in ("served_model_name", "api_key", "allowed_origins"):
+            kwargs[key] = _as_list(value)
+        elif key in ("allowed_methods", "allowed_headers"):
+            kwargs[key] = _as_list(json.loads(value) if isinstance(value, str) else value)
+        elif key in ("default_chat_template_kwargs", "override_generation_config"):
+            kwargs[key] = _as_dict(key, value)
+        else:
+            kwargs[key] = value
+    if "api_key" not in kwargs and os.environ.get("VLLM_API_KEY"):
+        kwargs["api_key"] = [os.environ["VLLM_API_KEY"]]
+    config = FrontendConfig(**kwargs)
+    _validate(config)
+    return config
+
+
+def _validate(config: FrontendConfig) -> None:
+    if config.chat_template_content_format not in ("auto", "string", "openai"):
+        raise ConfigError(
+            "chat_template_content_format must be one of auto, string, openai; got "
+            f"{config.chat_template_content_format!r}"
+        )
+    if config.generation_config not in ("auto", "vllm") and not os.path.isdir(
+        config.generation_config
+    ):
+        raise ConfigError(
+            f"generation_config must be 'auto', 'vllm' or a folder: {config.generation_config!r}"
+        )
+    if config.stream_interval < 1:
+        raise ConfigError("stream_interval must be at least 1")
+    if config.api_server_count < 1:
+        raise ConfigError("api_server_count must be at least 1")

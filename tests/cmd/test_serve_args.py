@@ -1,0 +1,104 @@
+"""`vllm-frontend serve` splits its command line like vllm-rs and reads flags like `vllm serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vllm_frontend.cmd.serve_args import add_serve_arguments, parse_serve_args
+from vllm_frontend.config import ConfigError, config_from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm-frontend serve")
+    add_serve_arguments(p)
+    return p
+
+
+def test_unknown_flags_are_forwarded_to_the_engine_with_their_values() -> None:
+    args = parse_serve_args(
+        _parser(),
+        [
+            "m",
+            "--port", "9000",
+            "-tp", "2",
+            "--enforce-eager",
+            "--max-logprobs", "-1",
+            "--kv-cache-dtype=fp8",
+            "--served-model-name", "a", "b",
+            "--", "--port", "7",
+        ],
+    )  # fmt: skip
+    assert args.ns.port == 9000
+    assert args.ns.max_logprobs == -1
+    assert args.ns.served_model_name == ["a", "b"]
+    assert args.engine_args == [
+        "--tensor-parallel-size", "2", "--enforce-eager", "--kv-cache-dtype=fp8", "--port", "7",
+    ]  # fmt: skip
+
+
+def test_model_must_come_first() -> None:
+    with pytest.raises(SystemExit):
+        parse_serve_args(_parser(), ["--port", "1", "m"])
+
+
+def test_headless_and_external_engines_conflict() -> None:
+    with pytest.raises(SystemExit):
+        parse_serve_args(_parser(), ["m", "--headless", "--data-parallel-size-local", "0"])
+
+
+def test_unsupported_option_fails_startup_naming_it() -> None:
+    with pytest.raises(ConfigError, match="--lora-modules"):
+        config_from_args({"model_tag": "m", "lora_modules": ["a=b"]})
+
+
+def test_engine_only_and_harmless_options_are_accepted() -> None:
+    cfg = config_from_args(
+        {"model_tag": "m", "tensor_parallel_size": 2, "uvicorn_log_level": "debug", "port": 1}
+    )
+    assert cfg.port == 1 and cfg.served_model_names == ["m"]
+
+
+# The values our parser gives must be the ones vLLM's own `vllm serve` parser gives for the same
+# command line (run in a subprocess: the frontend itself never imports vllm).
+_VLLM_PARSE = """
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = make_arg_parser(FlexibleArgumentParser())
+ns = p.parse_args(sys.argv[1:])
+keys = json.loads(sys.stdin.read())
+print(json.dumps({k: getattr(ns, k) for k in keys}, default=repr))
+"""
+
+
+def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
+    cmd = [
+        "--served-model-name", "x", "y", "--max-logprobs", "5", "--api-key", "k1",
+        "--chat-template-content-format", "openai", "--default-chat-template-kwargs",
+        '{"enable_thinking": false}', "--trust-request-chat-template",
+        "--return-tokens-as-token-ids", "--enable-request-id-headers", "--response-role", "bot",
+        "--allowed-origins", '["http://a"]', "--stream-interval", "3",
+        "--enable-prompt-tokens-details", "--enable-force-include-usage",
+    ]  # fmt: skip
+    ours = parse_serve_args(_parser(), ["/m", *cmd]).frontend_args()
+    keys = ["served_model_name", "max_logprobs", "api_key", "chat_template_content_format",
+            "default_chat_template_kwargs", "trust_request_chat_template",
+            "return_tokens_as_token_ids", "enable_request_id_headers", "response_role",
+            "allowed_origins", "stream_interval", "enable_prompt_tokens_details",
+            "enable_force_include_usage"]  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _VLLM_PARSE, "--model", "/m", *cmd],
+        input=json.dumps(keys),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    for k in keys:
+        assert ours[k] == theirs[k], k
