@@ -1,1 +1,34 @@
-"""Token-in / token-out generation over the engine client."""
+"""Token-in / token-out generation over the engine client: ids, n>1 fan-out, request metrics."""
+
+from vllm_frontend.llm.generate import (
+    FINISH_REASONS,
+    LLM,
+    EngineClientLike,
+    GenerateRequest,
+    GenerationStream,
+    OutputKind,
+    SampleOutput,
+)
+from vllm_frontend.llm.ids import (
+    base_request_id,
+    child_request_id,
+    engine_request_id,
+    public_request_id,
+)
+from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
+
+__all__ = [
+    "FINISH_REASONS",
+    "LLM",
+    "EngineClientLike",
+    "FrontendMetrics",
+    "GenerateRequest",
+    "GenerationStream",
+    "OutputKind",
+    "RequestStats",
+    "SampleOutput",
+    "base_request_id",
+    "child_request_id",
+    "engine_request_id",
+    "public_request_id",
+]

@@ -1,0 +1,398 @@
+"""Token-in / token-out generation over the engine client.
+
+One call to :meth:`LLM.generate` is one client request: it becomes ``n`` engine requests (vLLM's
+parallel sampling, ``vllm/v1/engine/parallel_sampling.py``: child ``i`` gets ``seed + i`` when
+seeded and the id ``<i>_<parent engine id>``), all aborted together when the consumer stops early.
+The stream yields :class:`SampleOutput` values: each engine output as it comes (``DELTA``) or one
+merged output per sample when it finishes (``FINAL_ONLY``). Text, stop strings and logprob
+rendering live above this layer; a caller that decides a sample is done (a stop string matched)
+calls :meth:`GenerationStream.finish_sample`, which aborts that engine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from vllm_frontend.llm.ids import child_request_id, engine_request_id
+from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
+
+__all__ = [
+    "FINISH_REASONS",
+    "LLM",
+    "EngineClientLike",
+    "GenerateRequest",
+    "GenerationStream",
+    "OutputKind",
+    "SampleOutput",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Engine FinishReason codes (engine-protocol.md §5.5) as OpenAI strings.
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
+
+
+class OutputKind(enum.IntEnum):
+    """When the stream yields (vLLM's ``RequestOutputKind`` values)."""
+
+    DELTA = 1
+    """Every engine output, as new tokens."""
+    FINAL_ONLY = 2
+    """One output per sample, with all its tokens, when it finishes."""
+
+
+class EngineClientLike(Protocol):
+    """What the llm layer needs from ``vllm_frontend.engine.client.EngineCoreClient``."""
+
+    def add_request(self, request: Any) -> AsyncIterator[Any]:
+        """Submit an ``EngineCoreRequest``; iterate its ``EngineCoreOutput`` values."""
+        ...
+
+    def abort_requests(self, request_ids: Sequence[str]) -> Any:
+        """Abort engine requests by id (a coroutine or a plain call)."""
+        ...
+
+
+class GenerateRequest(msgspec.Struct, kw_only=True):
+    """A token-level request: prompt ids, engine sampling parameters, ``n`` samples."""
+
+    request_id: str
+    """The public id (``cmpl-…``); engine ids are derived from it."""
+    prompt_token_ids: list[int]
+    sampling_params: Any
+    """The engine ``SamplingParams`` struct, already validated and lowered."""
+    n: int = 1
+    output_kind: OutputKind = OutputKind.DELTA
+    arrival_time: float | None = None
+    priority: int = 0
+    data_parallel_rank: int | None = None
+    cache_salt: str | None = None
+    trace_headers: dict[str, str] | None = None
+
+
+class SampleOutput(msgspec.Struct):
+    """New tokens of one sample (DELTA) or all of them (FINAL_ONLY)."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[Any]
+    """The engine's ``LogprobsLists`` for ``token_ids``, one per engine output, in order."""
+    prompt_logprobs: Any | None = None
+    """The engine's prompt ``LogprobsTensors`` (on the output that completed the prefill)."""
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_cached_tokens: int | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether this is the sample's last output."""
+        return self.finish_reason is not None
+
+
+def _finish_reason(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    code = int(value)
+    return FINISH_REASONS[code] if 0 <= code < len(FINISH_REASONS) else "error"
+
+
+def _num_cached_tokens(output: Any) -> int | None:
+    stats = getattr(output, "prefill_stats", None)
+    if stats is None:
+        return None
+    if isinstance(stats, dict):
+        value = stats.get("num_cached_tokens")
+    else:
+        value = getattr(stats, "num_cached_tokens", None)
+    return int(value) if value is not None else None
+
+
+class _Sample:
+    """State of one engine request (one sample)."""
+
+    __slots__ = ("acc", "done", "engine_id", "index", "stats")
+
+    def __init__(self, index: int, engine_id: str, stats: RequestStats) -> None:
+        self.index = index
+        self.engine_id = engine_id
+        self.stats = stats
+        self.done = False
+        self.acc: SampleOutput | None = None
+
+
+class GenerationStream:
+    """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``.
+
+    Leaving the ``async with`` block (normally, by an exception, or by cancellation on client
+    disconnect) aborts every sample that has not finished, exactly once.
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        request: GenerateRequest,
+        samples: list[_Sample],
+        engine_requests: list[Any],
+    ) -> None:
+        self._llm = llm
+        self._request = request
+        self._samples = samples
+        self._engine_requests = engine_requests
+        self._queue: asyncio.Queue[tuple[int, Any] | BaseException] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._iters: list[AsyncIterator[Any]] = []
+        self._remaining = len(samples)
+        self._closed = False
+        self._prefilled = False
+
+    @property
+    def request_id(self) -> str:
+        """The public request id."""
+        return self._request.request_id
+
+    @property
+    def engine_request_ids(self) -> list[str]:
+        """The engine ids of the samples, by sample index."""
+        return [s.engine_id for s in self._samples]
+
+    async def __aenter__(self) -> GenerationStream:
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _start(self) -> None:
+        client = self._llm.client
+        try:
+            for engine_request in self._engine_requests:
+                self._iters.append(client.add_request(engine_request))
+        except BaseException:
+            self._abort_unfinished_nowait()
+            raise
+        if len(self._iters) > 1:
+            for i, it in enumerate(self._iters):
+                self._tasks.append(asyncio.create_task(self._pump(i, it)))
+
+    async def _pump(self, index: int, it: AsyncIterator[Any]) -> None:
+        try:
+            async for output in it:
+                self._queue.put_nowait((index, output))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # surfaces in the consumer, not as a lost task error
+            self._queue.put_nowait(e)
+
+    def __aiter__(self) -> AsyncIterator[SampleOutput]:
+        return self._iterate()
+
+    async def _next_engine_output(self) -> tuple[int, Any] | None:
+        if len(self._iters) == 1:
+            try:
+                return 0, await anext(self._iters[0])
+            except StopAsyncIteration:
+                return None
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def _iterate(self) -> AsyncIterator[SampleOutput]:
+        if not self._iters:
+            self._start()
+        final_only = self._request.output_kind == OutputKind.FINAL_ONLY
+        while self._remaining > 0:
+            nxt = await self._next_engine_output()
+            if nxt is None:
+                # The engine client ended a stream without a finish: treat as an abort.
+                for s in self._samples:
+                    if not s.done:
+                        yield self._close_sample(s, "abort")
+                return
+            index, output = nxt
+            sample = self._samples[index]
+            if sample.done:
+                continue
+            out = self._to_sample_output(sample, output)
+            if out.finish_reason is not None:
+                self._mark_done(sample, out.finish_reason)
+            if final_only:
+                out = self._accumulate(sample, out)
+                if out.finish_reason is None:
+                    continue
+            yield out
+
+    def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
+        token_ids = list(output.new_token_ids)
+        logprobs = [output.new_logprobs] if output.new_logprobs is not None else []
+        metrics = self._llm.metrics
+        if metrics is not None:
+            if sample.stats.num_generation_tokens == 0 and token_ids:
+                metrics.observe_prefill(sample.stats, len(self._request.prompt_token_ids))
+            metrics.observe_output(sample.stats, len(token_ids), getattr(output, "events", None))
+        return SampleOutput(
+            index=sample.index,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            prompt_logprobs=getattr(output, "new_prompt_logprobs_tensors", None),
+            finish_reason=_finish_reason(output.finish_reason),
+            stop_reason=output.stop_reason,
+            num_cached_tokens=_num_cached_tokens(output),
+            kv_transfer_params=getattr(output, "kv_transfer_params", None),
+        )
+
+    def _accumulate(self, sample: _Sample, out: SampleOutput) -> SampleOutput:
+        acc = sample.acc
+        if acc is None:
+            sample.acc = out
+            return out
+        acc.token_ids.extend(out.token_ids)
+        acc.logprobs.extend(out.logprobs)
+        if out.prompt_logprobs is not None:
+            acc.prompt_logprobs = out.prompt_logprobs
+        if out.num_cached_tokens is not None:
+            acc.num_cached_tokens = out.num_cached_tokens
+        acc.finish_reason = out.finish_reason
+        acc.stop_reason = out.stop_reason
+        if out.kv_transfer_params is not None:
+            acc.kv_transfer_params = out.kv_transfer_params
+        return acc
+
+    def _close_sample(self, sample: _Sample, reason: str) -> SampleOutput:
+        self._mark_done(sample, reason)
+        if sample.acc is not None:
+            sample.acc.finish_reason = reason
+            return sample.acc
+        return SampleOutput(index=sample.index, token_ids=[], logprobs=[], finish_reason=reason)
+
+    def _mark_done(self, sample: _Sample, reason: str) -> None:
+        if sample.done:
+            return
+        sample.done = True
+        self._remaining -= 1
+        metrics = self._llm.metrics
+        if metrics is not None:
+            metrics.observe_finished(
+                sample.stats,
+                reason,
+                len(self._request.prompt_token_ids),
+                getattr(self._request.sampling_params, "max_tokens", None),
+            )
+            if self._remaining == 0:
+                metrics.observe_parent_finished(
+                    self._request.n,
+                    max(s.stats.num_generation_tokens for s in self._samples),
+                    self._samples[0].stats.engine_index,
+                )
+
+    async def finish_sample(self, index: int, reason: str = "stop") -> None:
+        """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""
+        sample = self._samples[index]
+        if sample.done:
+            return
+        self._mark_done(sample, reason)
+        await self._llm._abort([sample.engine_id])
+
+    def _abort_unfinished_nowait(self) -> list[str]:
+        ids = [s.engine_id for s in self._samples if not s.done]
+        for s in self._samples:
+            if not s.done:
+                self._mark_done(s, "abort")
+        return ids
+
+    async def aclose(self) -> None:
+        """Abort whatever has not finished and release the per-sample tasks (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        ids = self._abort_unfinished_nowait()
+        for it in self._iters:
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:  # closing a broken stream must not mask the real error
+                    logger.debug("error closing engine stream", exc_info=True)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if ids:
+            # Shielded: a disconnect cancels the handler, and the abort must still reach the
+            # engine or the request would keep running there.
+            await asyncio.shield(self._llm._abort(ids))
+
+
+class LLM:
+    """The token-level generation facade over an ``EngineCoreClient``."""
+
+    def __init__(
+        self,
+        client: EngineClientLike,
+        request_factory: Callable[..., Any],
+        metrics: FrontendMetrics | None = None,
+    ) -> None:
+        """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py)."""
+        self.client = client
+        self.metrics = metrics
+        self._request_factory = request_factory
+
+    async def _abort(self, engine_ids: list[str]) -> None:
+        try:
+            result = self.client.abort_requests(engine_ids)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # a dead engine cannot be aborted; its requests are gone anyway
+            logger.debug("abort of %s failed", engine_ids, exc_info=True)
+
+    def generate(self, request: GenerateRequest) -> GenerationStream:
+        """Start a request; returns its stream (use ``async with`` to guarantee cleanup)."""
+        arrival = request.arrival_time if request.arrival_time is not None else time.time()
+        parent_id = engine_request_id(request.request_id)
+        params = request.sampling_params
+        samples: list[_Sample] = []
+        engine_requests: list[Any] = []
+        for i in range(request.n):
+            if request.n == 1:
+                engine_id = parent_id
+                child_params = params
+            else:
+                engine_id = child_request_id(parent_id, i)
+                child_params = msgspec.structs.replace(params, n=1)
+                seed = getattr(params, "seed", None)
+                if seed is not None:
+                    child_params = msgspec.structs.replace(child_params, seed=seed + i)
+            stats = RequestStats(
+                arrival_time=arrival,
+                arrival_monotonic=time.monotonic() - max(0.0, time.time() - arrival),
+                engine_index=request.data_parallel_rank or 0,
+            )
+            samples.append(_Sample(i, engine_id, stats))
+            engine_requests.append(
+                self._request_factory(
+                    request_id=engine_id,
+                    prompt_token_ids=request.prompt_token_ids,
+                    mm_features=None,
+                    sampling_params=child_params,
+                    pooling_params=None,
+                    arrival_time=arrival,
+                    lora_request=None,
+                    cache_salt=request.cache_salt,
+                    data_parallel_rank=request.data_parallel_rank,
+                    priority=request.priority,
+                    trace_headers=request.trace_headers,
+                    external_req_id=request.request_id,
+                )
+            )
+        return GenerationStream(self, request, samples, engine_requests)
