@@ -1,0 +1,229 @@
+"""Array and tensor triples of the wire protocol (engine-protocol.md §6).
+
+vLLM writes every ``numpy.ndarray`` and ``torch.Tensor`` as ``[dtype, shape, data]``; the two
+differ only in how ``dtype`` is spelled (``"<f4"`` for numpy fields, ``"float32"`` for torch
+fields, §6.3), and the engine rejects the wrong spelling. So each kind gets its own struct:
+:class:`NdArray` for numpy-typed fields and :class:`Tensor` for torch-typed fields.
+
+``data`` holds the raw C-order element bytes as a buffer (a ``memoryview`` into the received
+frame, or the caller's ``numpy`` array when building a message); the codec decides inline (ext
+type 3) versus out-of-band aux frame when encoding, and resolves aux indices when decoding.
+Nothing here copies element bytes except :meth:`Tensor.numpy` for ``bfloat16``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from vllm_frontend.engine.errors import ProtocolError
+
+__all__ = ["NdArray", "Tensor", "numpy_dtype_for_torch", "torch_dtype_for_numpy"]
+
+# torch dtype names (without the "torch." prefix) that have an exact numpy equivalent.
+_TORCH_TO_NUMPY: dict[str, str] = {
+    "float32": "<f4",
+    "float": "<f4",
+    "float64": "<f8",
+    "double": "<f8",
+    "float16": "<f2",
+    "half": "<f2",
+    "int64": "<i8",
+    "long": "<i8",
+    "int32": "<i4",
+    "int": "<i4",
+    "int16": "<i2",
+    "short": "<i2",
+    "int8": "|i1",
+    "uint8": "|u1",
+    "uint16": "<u2",
+    "uint32": "<u4",
+    "uint64": "<u8",
+    "bool": "|b1",
+    "complex64": "<c8",
+    "complex128": "<c16",
+}
+# torch dtypes without a numpy equivalent, with their item sizes (for length validation).
+_TORCH_ONLY_ITEMSIZE: dict[str, int] = {
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1,
+}
+# The canonical torch spelling for each numpy dtype (what vLLM writes for a torch tensor).
+_NUMPY_TO_TORCH: dict[str, str] = {
+    "<f4": "float32",
+    "<f8": "float64",
+    "<f2": "float16",
+    "<i8": "int64",
+    "<i4": "int32",
+    "<i2": "int16",
+    "|i1": "int8",
+    "|u1": "uint8",
+    "<u2": "uint16",
+    "<u4": "uint32",
+    "<u8": "uint64",
+    "|b1": "bool",
+    "<c8": "complex64",
+    "<c16": "complex128",
+}
+_NUMERIC_KINDS = frozenset("biufc")
+# Parsed numpy dtypes by wire string; only valid numeric dtypes are cached, so it stays small.
+_numpy_dtype_cache: dict[str, np.dtype[Any]] = {}
+
+
+def _parse_numpy_dtype(name: object) -> np.dtype[Any]:
+    if isinstance(name, str):
+        cached = _numpy_dtype_cache.get(name)
+        if cached is not None:
+            return cached
+        try:
+            dt = np.dtype(name)
+        except Exception:
+            dt = None
+        if dt is not None and dt.kind in _NUMERIC_KINDS and dt.fields is None and dt.shape == ():
+            _numpy_dtype_cache[name] = dt
+            return dt
+    raise ProtocolError(f"unsupported numpy dtype {name!r} in array triple")
+
+
+def numpy_dtype_for_torch(name: str) -> np.dtype[Any] | None:
+    """The numpy dtype with the same layout as torch dtype ``name``, or None (e.g. bfloat16)."""
+    spelled = _TORCH_TO_NUMPY.get(name)
+    return None if spelled is None else _parse_numpy_dtype(spelled)
+
+
+def torch_dtype_for_numpy(dtype: np.dtype[Any] | str) -> str:
+    """The torch dtype name vLLM writes for a tensor of numpy dtype ``dtype``."""
+    name = _NUMPY_TO_TORCH.get(np.dtype(dtype).str)
+    if name is None:
+        raise ValueError(f"numpy dtype {dtype!r} has no torch equivalent")
+    return name
+
+
+def _buffer_view(data: object, dtype: np.dtype[Any], shape: object) -> np.ndarray:
+    """View ``data`` (raw element bytes) as an array, validating length against ``shape``."""
+    if isinstance(data, bool) or not isinstance(data, (memoryview, bytes, bytearray, np.ndarray)):
+        if isinstance(data, int):
+            raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
+        raise ProtocolError(f"array data must be raw bytes, got {type(data).__name__}")
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ProtocolError(f"invalid array shape {shape!r}")
+    count = math.prod(shape)
+    try:
+        raw = memoryview(data)  # type: ignore[arg-type]  # ndarray is a buffer
+        nbytes = raw.nbytes
+    except (TypeError, ValueError) as exc:  # e.g. a non-contiguous caller array
+        raise ProtocolError(f"array data is not a contiguous buffer: {exc}") from None
+    if nbytes != count * dtype.itemsize:
+        raise ProtocolError(
+            f"array data has {nbytes} bytes, expected {count} x {dtype.itemsize} "
+            f"for shape {list(shape)}"
+        )
+    if raw.format != "B" or raw.ndim != 1:
+        raw = raw.cast("B")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _as_raw(array: np.ndarray) -> np.ndarray:
+    """``array`` as a C-contiguous array (copied once only if it is not contiguous already)."""
+    return np.ascontiguousarray(array)
+
+
+class NdArray(msgspec.Struct, array_like=True, gc=False):
+    """A numpy-typed array on the wire: ``[dtype.str, shape, data]`` (e.g. ``"<i4"``).
+
+    Used for ``LogprobsLists`` members, ``routed_experts``, ``SamplingMaskLists`` members and
+    ``SamplingParams.prompt_logprob_token_ids``. ``data`` is the raw element buffer (see the
+    module docstring); use :meth:`numpy` to get a zero-copy, read-only view.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> NdArray:
+        """Wrap a numpy array without copying (a non-contiguous array is made contiguous)."""
+        array = _as_raw(array)
+        return cls(array.dtype.str, tuple(array.shape), array)
+
+    def numpy(self) -> np.ndarray:
+        """The array as a read-only numpy view of the received bytes; ProtocolError if garbled."""
+        return _buffer_view(self.data, _parse_numpy_dtype(self.dtype), self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the raw element buffer in bytes."""
+        return _nbytes(self.data)
+
+
+class Tensor(msgspec.Struct, array_like=True, gc=False):
+    """A torch-typed tensor on the wire: ``[torch dtype name, shape, data]`` (e.g. ``"float32"``).
+
+    Used for ``prompt_embeds``, ``PlaceholderRange.is_embed``, multimodal kwargs,
+    ``pooling_output``, ``LogprobsTensors`` members and ``prompt_token_id_logprobs``.
+    ``bfloat16`` and float8 tensors are carried as raw bytes (numpy has no such dtype).
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, dtype: str | None = None) -> Tensor:
+        """Wrap a numpy array without copying.
+
+        ``dtype`` overrides the torch dtype name, e.g. ``"bfloat16"`` for an array of raw
+        16-bit words; its item size must match the array's.
+        """
+        array = _as_raw(array)
+        name = torch_dtype_for_numpy(array.dtype) if dtype is None else dtype
+        if dtype is not None and _torch_itemsize(name) != array.dtype.itemsize:
+            raise ValueError(f"torch dtype {name!r} does not match array dtype {array.dtype}")
+        return cls(name, tuple(array.shape), array)
+
+    def numpy(self) -> np.ndarray:
+        """The tensor as a numpy array: a zero-copy read-only view of the received bytes.
+
+        ``bfloat16`` is widened to float32 (a copy, exact). Other dtypes without a numpy
+        equivalent (float8) and garbled triples raise ProtocolError.
+        """
+        spelled = _TORCH_TO_NUMPY.get(self.dtype)
+        if spelled is not None:
+            return _buffer_view(self.data, _parse_numpy_dtype(spelled), self.shape)
+        if self.dtype == "bfloat16":
+            words = _buffer_view(self.data, np.dtype("<u2"), self.shape)
+            return (words.astype("<u4") << 16).view("<f4")
+        raise ProtocolError(f"unsupported torch dtype {self.dtype!r} in tensor triple")
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the raw element buffer in bytes."""
+        return _nbytes(self.data)
+
+
+def _torch_itemsize(name: str) -> int:
+    spelled = _TORCH_TO_NUMPY.get(name)
+    if spelled is not None:
+        return np.dtype(spelled).itemsize
+    size = _TORCH_ONLY_ITEMSIZE.get(name)
+    if size is None:
+        raise ValueError(f"unknown torch dtype {name!r}")
+    return size
+
+
+def _nbytes(data: object) -> int:
+    if isinstance(data, np.ndarray):
+        return int(data.nbytes)
+    try:
+        return memoryview(data).nbytes  # type: ignore[arg-type]
+    except TypeError:
+        return 0
