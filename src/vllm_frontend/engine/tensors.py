@@ -5,23 +5,47 @@ differ only in how ``dtype`` is spelled (``"<f4"`` for numpy fields, ``"float32"
 fields, §6.3), and the engine rejects the wrong spelling. So each kind gets its own struct:
 :class:`NdArray` for numpy-typed fields and :class:`Tensor` for torch-typed fields.
 
-``data`` holds the raw C-order element bytes as a buffer (a ``memoryview`` into the received
-frame, or the caller's ``numpy`` array when building a message); the codec decides inline (ext
-type 3) versus out-of-band aux frame when encoding, and resolves aux indices when decoding.
-Nothing here copies element bytes except :meth:`Tensor.numpy` for ``bfloat16``.
+``data`` holds the raw C-order element bytes: a ``msgspec.msgpack.Ext`` (code 3) for bytes that
+travel inline in the payload, an int aux-frame index on the wire, or a numpy array (the caller's
+array when building a message, or a view of the received aux frame after decoding). When
+encoding, a numpy ``data`` goes inline below 256 bytes and out-of-band otherwise (vLLM's rule,
+§6.4); an ``Ext`` is always written inline. ``numpy()`` returns zero-copy read-only views, except
+for ``bfloat16`` which is widened.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from vllm_frontend.engine.errors import ProtocolError
 
-__all__ = ["NdArray", "Tensor", "numpy_dtype_for_torch", "torch_dtype_for_numpy"]
+__all__ = [
+    "RAW_VIEW_EXT_CODE",
+    "NdArray",
+    "Tensor",
+    "numpy_dtype_for_torch",
+    "raw_bytes",
+    "torch_dtype_for_numpy",
+]
+
+RAW_VIEW_EXT_CODE = 3
+"""msgpack extension code of inline raw array bytes (vLLM ``CUSTOM_TYPE_RAW_VIEW``)."""
+
+_Ext = msgspec.msgpack.Ext
+
+# What a triple's ``data`` holds. msgspec decodes the wire form (``Ext`` for inline bytes, int for
+# an aux-frame index) natively, without a Python hook per array: that is what keeps decoding 256
+# outputs with logprobs cheap. At runtime the codec and the constructors may also store a numpy
+# array (raw element buffer, encoded inline or out-of-band by size), which only the type checker
+# needs to know about.
+if TYPE_CHECKING:
+    TripleData = _Ext | int | np.ndarray
+else:
+    TripleData = _Ext | int
 
 # torch dtype names (without the "torch." prefix) that have an exact numpy equivalent.
 _TORCH_TO_NUMPY: dict[str, str] = {
@@ -106,8 +130,21 @@ def torch_dtype_for_numpy(dtype: np.dtype[Any] | str) -> str:
     return name
 
 
+def raw_bytes(array: np.ndarray) -> memoryview:
+    """The element bytes of ``array`` as a flat byte memoryview, copying only if not contiguous."""
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    if array.size == 0:
+        return memoryview(b"")
+    return memoryview(array).cast("B")  # type: ignore[arg-type]  # ndarray is a buffer
+
+
 def _buffer_view(data: object, dtype: np.dtype[Any], shape: object) -> np.ndarray:
     """View ``data`` (raw element bytes) as an array, validating length against ``shape``."""
+    if isinstance(data, _Ext):
+        if data.code != RAW_VIEW_EXT_CODE:
+            raise ProtocolError(f"array data uses msgpack extension {data.code}, expected 3")
+        data = data.data
     if isinstance(data, bool) or not isinstance(data, (memoryview, bytes, bytearray, np.ndarray)):
         if isinstance(data, int):
             raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
@@ -127,6 +164,8 @@ def _buffer_view(data: object, dtype: np.dtype[Any], shape: object) -> np.ndarra
             f"array data has {nbytes} bytes, expected {count} x {dtype.itemsize} "
             f"for shape {list(shape)}"
         )
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
     if raw.format != "B" or raw.ndim != 1:
         raw = raw.cast("B")
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
@@ -147,7 +186,7 @@ class NdArray(msgspec.Struct, array_like=True, gc=False):
 
     dtype: str
     shape: tuple[int, ...]
-    data: Any
+    data: TripleData
 
     @classmethod
     def from_numpy(cls, array: np.ndarray) -> NdArray:
@@ -175,7 +214,7 @@ class Tensor(msgspec.Struct, array_like=True, gc=False):
 
     dtype: str
     shape: tuple[int, ...]
-    data: Any
+    data: TripleData
 
     @classmethod
     def from_numpy(cls, array: np.ndarray, dtype: str | None = None) -> Tensor:
@@ -223,6 +262,8 @@ def _torch_itemsize(name: str) -> int:
 def _nbytes(data: object) -> int:
     if isinstance(data, np.ndarray):
         return int(data.nbytes)
+    if isinstance(data, _Ext):
+        data = data.data
     try:
         return memoryview(data).nbytes  # type: ignore[arg-type]
     except TypeError:
