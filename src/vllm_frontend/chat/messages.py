@@ -1,0 +1,365 @@
+"""OpenAI chat messages and tools turned into what a chat template sees, as vLLM 0.32 does.
+
+The input is JSON-decoded request data (dicts, lists, strings). The output is vLLM's
+"conversation": one dict per message with ``role``, ``content`` (a string, or a list of
+``{"type": "text", "text": ...}`` parts in the "openai" content format), and, where present,
+``tool_calls`` (arguments parsed into objects), ``reasoning``/``reasoning_content``,
+``tool_call_id``, ``name``, ``task`` and a developer message's ``tools``.
+References: vLLM ``entrypoints/openai/chat_completion/protocol.py`` (request validators) and
+``renderers/chat_utils.py`` (``_parse_chat_message_content``, ``_postprocess_messages``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.template import ContentFormat
+
+Conversation = list[dict[str, Any]]
+"""Messages as the chat template receives them."""
+
+# Content part types whose payload is text (vLLM's TEXT_PART_TYPES) and the key holding it.
+_TEXT_PART_KEYS = {
+    "text": "text",
+    "input_text": "text",
+    "output_text": "text",
+    "refusal": "refusal",
+    "thinking": "thinking",
+}
+# Parts of these types with no payload are skipped rather than rejected.
+_SKIP_WHEN_EMPTY = ("text", "refusal")
+# Keys vLLM knows on some content part type; the others are passed through to "openai"-format
+# parts so templates can read them (e.g. ``cache_control``).
+_KNOWN_PART_FIELDS = frozenset(
+    {
+        "audio_embeds",
+        "audio_url",
+        "closed",
+        "data",
+        "file",
+        "image_embeds",
+        "image_pil",
+        "image_url",
+        "input_audio",
+        "name",
+        "prompt_cache_breakpoint",
+        "refusal",
+        "text",
+        "thinking",
+        "type",
+        "uuid",
+        "video_embeds",
+        "video_url",
+    }
+)
+_MEDIA_PART_TYPES = frozenset(
+    {
+        "image_url",
+        "input_image",
+        "image_pil",
+        "image_embeds",
+        "audio_url",
+        "input_audio",
+        "audio_embeds",
+        "video_url",
+        "video_embeds",
+        "prompt_embeds",
+        "file",
+    }
+)
+_CLAUDE_BILLING_HEADER = "x-anthropic-billing-header"
+
+
+def normalize_messages(messages: Any, content_format: ContentFormat) -> Conversation:
+    """The conversation vLLM renders for the request's ``messages``.
+
+    Raises :class:`ChatError` (HTTP 400) for malformed messages.
+    """
+    if not isinstance(messages, list):
+        raise ChatError("messages must be a list of message objects.", param="messages")
+    conversation = [
+        _normalize_message(i, message, content_format) for i, message in enumerate(messages)
+    ]
+    for message in conversation:
+        _parse_tool_call_arguments(message)
+    return conversation
+
+
+def normalize_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Request ``tools`` as vLLM hands them to the template (``ChatCompletionToolsParam.
+    model_dump()``): ``{"type", "function": {"name", "description", "parameters"[, "strict"]
+    [, "defer_loading"]}[, "defer_loading"]}`` with unknown keys dropped and absent optional
+    fields as ``None``.
+    """
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ChatError("tools must be a list of tool objects.", param="tools")
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        where = f"tools.{i}"
+        if not isinstance(tool, dict):
+            raise ChatError(f"{where} must be an object.", param=where)
+        kind = tool.get("type", "function")
+        if kind != "function":
+            raise ChatError(f"{where}.type must be 'function'.", param=f"{where}.type")
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise ChatError(f"{where}.function must be an object.", param=f"{where}.function")
+        name = function.get("name")
+        if not isinstance(name, str):
+            raise ChatError(f"{where}.function.name must be a string.", param=f"{where}.function")
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise ChatError(
+                f"{where}.function.description must be a string.", param=f"{where}.function"
+            )
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise ChatError(
+                f"{where}.function.parameters must be an object.", param=f"{where}.function"
+            )
+        tool_defer = _optional_bool(tool, "defer_loading", where)
+        fn_defer = _optional_bool(function, "defer_loading", f"{where}.function")
+        strict = _optional_bool(function, "strict", f"{where}.function")
+        if fn_defer is None:
+            fn_defer = tool_defer
+        fn: dict[str, Any] = {"name": name, "description": description, "parameters": parameters}
+        if strict is not None:
+            fn["strict"] = strict
+        if fn_defer is not None:
+            fn["defer_loading"] = fn_defer
+        entry: dict[str, Any] = {"type": "function", "function": fn}
+        if tool_defer is not None:
+            entry["defer_loading"] = tool_defer
+        out.append(entry)
+    return out
+
+
+def _optional_bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ChatError(f"{where}.{key} must be a boolean.", param=f"{where}.{key}")
+    return value
+
+
+def _normalize_message(index: int, message: Any, content_format: ContentFormat) -> dict[str, Any]:
+    where = f"messages.{index}"
+    if not isinstance(message, dict):
+        raise ChatError(f"{where} must be an object.", param=where)
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise ChatError(f"{where}.role is required and must be a string.", param=f"{where}.role")
+    content = message.get("content")
+    # vLLM renames the deprecated ``reasoning_content`` before validation; ``reasoning`` wins.
+    reasoning = message.get("reasoning")
+    if reasoning is None:
+        reasoning = message.get("reasoning_content")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise ChatError(f"{where}.reasoning must be a string.", param=f"{where}.reasoning")
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ChatError(f"{where}.name must be a string.", param=f"{where}.name")
+
+    if content is None:
+        parts: list[Any] = []
+    elif isinstance(content, str):
+        parts = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        parts = content
+    else:
+        raise ChatError(
+            f"{where}.content must be a string, a list of content parts or null.",
+            param=f"{where}.content",
+        )
+    if role == "system":
+        parts = _strip_billing_header(parts)
+
+    texts = [p for p in (_parse_part(f"{where}.content.{i}", part) for i, part in enumerate(parts))]
+    kept = [p for p in texts if p is not None]
+    result: dict[str, Any] = {"role": role}
+    if content_format == "openai":
+        result["content"] = kept
+    else:
+        result["content"] = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
+
+    if role == "assistant":
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None:
+            result["tool_calls"] = _validate_tool_calls(where, tool_calls)
+        if reasoning is not None:
+            result["reasoning"] = reasoning
+            result["reasoning_content"] = reasoning
+    elif role == "tool":
+        if "tool_call_id" in message:
+            tool_call_id = message["tool_call_id"]
+            if tool_call_id is not None and not isinstance(tool_call_id, str):
+                raise ChatError(
+                    f"{where}.tool_call_id must be a string.", param=f"{where}.tool_call_id"
+                )
+            result["tool_call_id"] = tool_call_id
+        body = result["content"]
+        # Most templates expect a tool result as a string: vLLM joins text-only part lists.
+        if isinstance(body, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" for p in body
+        ):
+            result["content"] = "\n".join(p.get("text", "") for p in body)
+    if isinstance(name, str):
+        result["name"] = name
+    task = message.get("task")
+    if isinstance(task, str):
+        result["task"] = task
+    if role == "developer":
+        result["tools"] = _developer_tools(where, message.get("tools"))
+    return result
+
+
+def _parse_part(where: str, part: Any) -> dict[str, Any] | None:
+    """One content part as an "openai"-format part (text or tool_reference), or ``None`` when
+    vLLM skips it."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        raise ChatError(f"{where} must be a string or an object.", param=where)
+    kind = part.get("type")
+    if kind is None:
+        if any(key in part for key in _MEDIA_PART_TYPES):
+            kind = next(key for key in _MEDIA_PART_TYPES if key in part)
+        elif "tool_reference" in part:
+            kind = "tool_reference"
+        else:
+            raise ChatError("Missing 'type' field in multimodal part.", param="type")
+    if not isinstance(kind, str):
+        raise ChatError("Invalid 'type' field in multimodal part.", param="type")
+    if kind in _TEXT_PART_KEYS:
+        text = part.get(_TEXT_PART_KEYS[kind])
+        if text is None and kind in _SKIP_WHEN_EMPTY:
+            return None
+        if not isinstance(text, str):
+            raise ChatError(
+                f"{where}.{_TEXT_PART_KEYS[kind]} must be a string.", param=f"{where}.{kind}"
+            )
+        out: dict[str, Any] = {"type": "text", "text": text}
+        out.update((k, v) for k, v in part.items() if k not in _KNOWN_PART_FIELDS)
+        return out
+    if kind == "tool_reference":
+        ref = part.get("name")
+        if not isinstance(ref, str):
+            raise ChatError(f"{where}.name must be a string.", param=f"{where}.name")
+        return {"type": "tool_reference", "name": ref}
+    if kind in _MEDIA_PART_TYPES:
+        raise ChatError(
+            f"Content part type {kind!r} is not supported: this frontend serves text-only models.",
+            param="type",
+        )
+    supported = sorted((_MEDIA_PART_TYPES - {"file"}) | set(_TEXT_PART_KEYS) | {"tool_reference"})
+    raise ChatError(
+        f"Unsupported chat content part type: {kind!r}. Supported types: {', '.join(supported)}.",
+        param="type",
+    )
+
+
+def _strip_billing_header(parts: list[Any]) -> list[Any]:
+    # Claude Code puts a per-request attribution line in the system prompt; vLLM drops it so
+    # prefix caching works from the header on.
+    out: list[Any] = []
+    for part in parts:
+        if isinstance(part, str):
+            text: Any = part
+        elif isinstance(part, dict) and part.get("type") == "text":
+            text = part.get("text")
+        else:
+            text = None
+        if not (isinstance(text, str) and text.startswith(_CLAUDE_BILLING_HEADER)):
+            out.append(part)
+            continue
+        rest = text.partition("\n")[2]
+        if rest:
+            out.append(rest if isinstance(part, str) else {**part, "text": rest})
+    return out
+
+
+def _validate_tool_calls(where: str, tool_calls: Any) -> list[dict[str, Any]]:
+    if not isinstance(tool_calls, list):
+        raise ChatError(f"{where}.tool_calls must be a list.", param=f"{where}.tool_calls")
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(tool_calls):
+        at = f"{where}.tool_calls.{i}"
+        if not isinstance(call, dict):
+            raise ChatError("assistant tool_calls entries must be objects.", param="tool_calls")
+        if call.get("type", "function") != "function" or not isinstance(call.get("function"), dict):
+            raise ChatError(
+                "chat completions only support assistant tool_calls of type 'function'.",
+                param="tool_calls",
+            )
+        call_id = call.get("id")
+        if not isinstance(call_id, str):
+            raise ChatError(f"{at}.id is required and must be a string.", param=f"{at}.id")
+        function = call["function"]
+        fn_name = function.get("name")
+        arguments = function.get("arguments")
+        if not isinstance(fn_name, str):
+            raise ChatError(
+                f"{at}.function.name is required and must be a string.", param=f"{at}.function"
+            )
+        if not isinstance(arguments, str):
+            raise ChatError(
+                f"{at}.function.arguments is required and must be a string.",
+                param=f"{at}.function",
+            )
+        # Key order as vLLM's validated TypedDicts produce it (id, function, type, extras).
+        fn = {"arguments": arguments, "name": fn_name}
+        fn.update((k, v) for k, v in function.items() if k not in fn)
+        entry: dict[str, Any] = {"id": call_id, "function": fn, "type": "function"}
+        entry.update((k, v) for k, v in call.items() if k not in entry)
+        out.append(entry)
+    return out
+
+
+def _parse_tool_call_arguments(message: dict[str, Any]) -> None:
+    # Templates expect tool-call arguments as a mapping (transformers' convention): vLLM parses
+    # the JSON string, and turns anything that is not a JSON object into {}.
+    if message["role"] != "assistant" or "tool_calls" not in message:
+        return
+    calls = message["tool_calls"]
+    if not calls:
+        del message["tool_calls"]
+        return
+    for call in calls:
+        function = call["function"]
+        raw = function.get("arguments")
+        parsed: Any = None
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = None
+        function["arguments"] = parsed if isinstance(parsed, dict) else {}
+
+
+def _developer_tools(where: str, tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ChatError(f"{where}.tools must be a list.", param=f"{where}.tools")
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        at = f"{where}.tools.{i}"
+        if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
+            raise ChatError(f"{at} must be a function tool object.", param=at)
+        function = tool["function"]
+        if not isinstance(function.get("name"), str):
+            raise ChatError(f"{at}.function.name must be a string.", param=at)
+        # Order of the validated TypedDict: function (name, description, parameters, strict),
+        # then type.
+        fn = {
+            k: function[k] for k in ("name", "description", "parameters", "strict") if k in function
+        }
+        fn.update((k, v) for k, v in function.items() if k not in fn)
+        entry: dict[str, Any] = {"function": fn, "type": tool.get("type", "function")}
+        entry.update((k, v) for k, v in tool.items() if k not in entry)
+        out.append(entry)
+    return out

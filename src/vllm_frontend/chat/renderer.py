@@ -1,0 +1,304 @@
+"""A chat request rendered into a prompt string, following vLLM 0.32's HF renderer step by step.
+
+Order of work (and so of errors), as in vLLM's ``OnlineRenderer.render_chat`` →
+``HfRenderer.render_messages`` → ``safe_apply_chat_template`` → transformers'
+``apply_chat_template``: request-template trust check; template kwargs merged (server defaults
+< tools < request ``chat_template_kwargs`` < request fields); content format resolved; messages
+normalised; template resolved; developer messages folded into ``system`` for templates without
+that role; kwargs filtered to what the template reads; template rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.messages import Conversation, normalize_messages, normalize_tools
+from vllm_frontend.chat.sources import (
+    NO_TEMPLATE_MESSAGE,
+    UNTRUSTED_TEMPLATE_MESSAGE,
+    ModelChatTemplates,
+)
+from vllm_frontend.chat.template import ContentFormat, compile_template, render_template
+
+ContentFormatOption = Literal["auto", "string", "openai"]
+"""``--chat-template-content-format``."""
+
+# Parameters of transformers' ``apply_chat_template``: vLLM lets request kwargs with these
+# names through whatever the template reads, and transformers consumes them itself.
+_APPLY_PARAMS = frozenset(
+    {
+        "self",
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+_UNSET = (None, "auto")
+
+_SPECIAL_TOKEN_ATTRS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+def special_tokens_map(
+    tokenizer_config: Mapping[str, Any], special_tokens_file: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The named special tokens a transformers tokenizer puts into the template context
+    (``special_tokens_map``): ``bos_token`` … ``mask_token`` and model-specific ``*_token``
+    entries, from ``tokenizer_config.json`` (``special_tokens_map.json`` fills gaps).
+    """
+    merged: dict[str, Any] = dict(special_tokens_file or {})
+    merged.update({k: v for k, v in tokenizer_config.items() if v is not None})
+    out: dict[str, str] = {}
+    for key in _SPECIAL_TOKEN_ATTRS:
+        text = _token_text(merged.get(key))
+        if text is not None:
+            out[key] = text
+    for key, value in merged.items():
+        if key.endswith("_token") and key not in _SPECIAL_TOKEN_ATTRS:
+            text = _token_text(value)
+            if text is not None:
+                out[key] = text
+    extra = merged.get("extra_special_tokens")
+    if isinstance(extra, Mapping):
+        for key, value in extra.items():
+            text = _token_text(value)
+            if text is not None:
+                out[str(key)] = text
+    return out
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+@dataclass(frozen=True)
+class ChatTemplateOptions:
+    """Server-wide chat template settings (vLLM's frontend flags of the same names).
+
+    ``chat_template`` is the *text* of ``--chat-template`` (see ``load_chat_template_option``).
+    """
+
+    chat_template: str | None = None
+    content_format: ContentFormatOption = "auto"
+    trust_request_chat_template: bool = False
+    default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    exclude_tools_when_tool_choice_none: bool = False
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """A rendered chat prompt and the normalised conversation it came from (for ``echo``)."""
+
+    prompt: str
+    conversation: Conversation
+    content_format: ContentFormat
+
+
+class ChatRenderer:
+    """Renders chat requests for one model; build once at startup, share across requests."""
+
+    def __init__(
+        self,
+        templates: ModelChatTemplates,
+        special_tokens: Mapping[str, str],
+        options: ChatTemplateOptions | None = None,
+    ) -> None:
+        self.templates = templates
+        self.special_tokens = dict(special_tokens)
+        self.options = options or ChatTemplateOptions()
+
+    def render(
+        self,
+        messages: Any,
+        *,
+        tools: Any = None,
+        tool_choice: Any = None,
+        documents: Any = None,
+        add_generation_prompt: bool | None = None,
+        continue_final_message: bool = False,
+        chat_template: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        reasoning_effort: str | None = None,
+    ) -> RenderedChat:
+        """Render a chat completion request's ``messages`` into the prompt string.
+
+        Arguments are the request fields of the same names, as JSON-decoded values;
+        ``add_generation_prompt=None`` means the field was absent (vLLM's default is true).
+        Raises :class:`ChatError` (HTTP 400) with vLLM's message for every client mistake.
+        """
+        opts = self.options
+        if continue_final_message and add_generation_prompt:
+            raise ChatError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+            raise ChatError("chat_template_kwargs must be an object.", param="chat_template_kwargs")
+        if not opts.trust_request_chat_template and (
+            chat_template is not None
+            or (chat_template_kwargs and chat_template_kwargs.get("chat_template") is not None)
+        ):
+            raise ChatError(UNTRUSTED_TEMPLATE_MESSAGE)
+
+        tool_dicts = None
+        if tools is not None and not (
+            tool_choice == "none" and opts.exclude_tools_when_tool_choice_none
+        ):
+            tool_dicts = normalize_tools(tools)
+        kwargs = self._merged_kwargs(
+            tool_dicts,
+            request_kwargs=dict(chat_template_kwargs or {}),
+            fields={
+                "add_generation_prompt": True
+                if add_generation_prompt is None
+                else add_generation_prompt,
+                "continue_final_message": continue_final_message,
+                "documents": documents,
+                "reasoning_effort": reasoning_effort,
+            },
+        )
+        tools_for_template = kwargs.pop("tools", None)
+        has_tools = tools_for_template is not None
+        # vLLM detects the content format on the request/server template, but renders with the
+        # one the merged kwargs name (they differ only for a trusted kwargs template).
+        requested = chat_template if chat_template is not None else opts.chat_template
+        content_format = self._content_format(requested, has_tools)
+        conversation = normalize_messages(messages, content_format)
+
+        render_source = requested if requested is not None else kwargs.get("chat_template")
+        kwargs.pop("chat_template", None)
+        kwargs.pop("tokenize", None)
+        source = self.templates.select(render_source, has_tools=has_tools)
+        if source is None:
+            raise ChatError(NO_TEMPLATE_MESSAGE)
+        template = compile_template(source)
+
+        template_conversation: Conversation = conversation
+        if not template.supports_developer_role and any(
+            m["role"] == "developer" for m in conversation
+        ):
+            template_conversation = _fold_developer_messages(conversation)
+
+        accepted = _APPLY_PARAMS | template.variables
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+        for name in ("self", "conversation"):
+            if name in kwargs:
+                raise ChatError(
+                    "PreTrainedTokenizerBase.apply_chat_template() got multiple values for "
+                    f"argument '{name}'"
+                )
+        if kwargs.pop("return_assistant_tokens_mask", False):
+            raise ChatError(
+                "`return_assistant_tokens_mask=True` requires `return_dict=True` and "
+                "`tokenize=True`"
+            )
+        for unused in ("padding", "truncation", "max_length", "return_tensors", "return_dict"):
+            kwargs.pop(unused, None)
+        kwargs.pop("tokenizer_kwargs", None)
+        prompt = render_template(
+            template,
+            template_conversation,
+            tools=tools_for_template,
+            documents=kwargs.pop("documents", None),
+            add_generation_prompt=bool(kwargs.pop("add_generation_prompt", False)),
+            continue_final_message=bool(kwargs.pop("continue_final_message", False)),
+            extra_context=kwargs,
+            special_tokens=self.special_tokens,
+        )
+        return RenderedChat(prompt=prompt, conversation=conversation, content_format=content_format)
+
+    def _merged_kwargs(
+        self,
+        tool_dicts: list[dict[str, Any]] | None,
+        *,
+        request_kwargs: dict[str, Any],
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
+        # vLLM: ChatCompletionRequest.build_chat_params(...).with_defaults(...) with
+        # merge_kwargs, which skips override values that are None or "auto".
+        if fields["reasoning_effort"] is not None and "enable_thinking" not in request_kwargs:
+            fields["enable_thinking"] = fields["reasoning_effort"] != "none"
+        per_request = _merge(request_kwargs, fields)
+        defaults = _merge(
+            dict(self.options.default_chat_template_kwargs),
+            {"tools": tool_dicts, "tokenize": False},
+        )
+        return _merge(defaults, per_request)
+
+    def _content_format(self, requested: str | None, has_tools: bool) -> ContentFormat:
+        option = self.options.content_format
+        if option != "auto":
+            return option
+        source = self.templates.select(requested, has_tools=has_tools)
+        if source is None:
+            return "string"
+        try:
+            return compile_template(source).content_format
+        except ChatError:
+            return "string"
+
+
+def _merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    out.update((k, v) for k, v in overrides.items() if not _is_unset(v))
+    return out
+
+
+def _is_unset(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value == "auto")
+
+
+def _fold_developer_messages(conversation: Conversation) -> Conversation:
+    # vLLM (renderers/hf.py): a template that never names the developer role gets developer
+    # messages as system messages, all system messages then merged into one at the front.
+    converted: Conversation = []
+    for message in conversation:
+        if message["role"] == "developer":
+            message = {k: v for k, v in message.items() if k != "tools"}
+            message["role"] = "system"
+        converted.append(message)
+    system_texts: list[str] = []
+    others: Conversation = []
+    needs_merge = False
+    for i, message in enumerate(converted):
+        if message["role"] != "system":
+            others.append(message)
+            continue
+        if i > 0 or system_texts:
+            needs_merge = True
+        content = message.get("content", "")
+        if isinstance(content, list):
+            content = "\n".join(
+                p["text"] if isinstance(p, dict) else p
+                for p in content
+                if (isinstance(p, dict) and "text" in p) or isinstance(p, str)
+            )
+        if content:
+            system_texts.append(content)
+    if not needs_merge:
+        return converted
+    return [{"role": "system", "content": "\n\n".join(system_texts)}, *others]

@@ -1,0 +1,381 @@
+"""Hugging Face chat templates: compiled once, rendered exactly as ``transformers`` renders them.
+
+The Jinja environment reproduces the one in transformers' ``utils/chat_template_utils.py``
+(a sandboxed, immutable environment with ``trim_blocks``/``lstrip_blocks``, loop controls, a
+``{% generation %}`` tag, HF's ``tojson``, ``raise_exception`` and ``strftime_now``), and
+:func:`render_template` follows ``apply_chat_template(tokenize=False)`` step by step, including
+its ``continue_final_message`` trimming. Content-format detection follows vLLM's
+``renderers/hf.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from threading import Lock
+from typing import Any, Literal
+
+import jinja2
+import jinja2.ext
+import jinja2.meta
+import jinja2.nodes
+import jinja2.parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from vllm_frontend.chat.errors import ChatError
+
+ContentFormat = Literal["string", "openai"]
+"""How message content reaches the template: one string, or a list of OpenAI-style parts."""
+
+# transformers appends this marker to the message being continued, renders, and cuts the
+# prompt at the marker (render_jinja_template in chat_template_utils.py).
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _now() -> datetime:
+    # A module-level hook so tests can freeze the clock seen by strftime_now.
+    return datetime.now()
+
+
+def _raise_exception(message: Any) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # HF replaces Jinja's tojson: no HTML escaping, non-ASCII kept, and json.dumps' options
+    # exposed in this positional order.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:
+    return _now().strftime(format)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}…{% endgeneration %}`` marks assistant text for training masks; a
+    prompt renderer only needs its body."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja's extension protocol)
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        block = jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body)
+        return block.set_lineno(lineno)
+
+    def _body(self, caller: Any) -> str:
+        return str(caller())
+
+
+def _make_environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _make_environment()
+
+
+class CompiledTemplate:
+    """A chat template compiled once, with what vLLM derives from its source.
+
+    ``variables`` are the names the template reads from its context (vLLM passes only those
+    request kwargs through); ``content_format`` is vLLM's ``auto`` detection result;
+    ``supports_developer_role`` says whether the source mentions the ``developer`` role.
+    """
+
+    __slots__ = ("_template", "content_format", "source", "supports_developer_role", "variables")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        try:
+            ast = _ENV.parse(source)
+            self._template = _ENV.from_string(source)
+        except jinja2.TemplateError as exc:
+            raise ChatError(str(exc)) from exc
+        self.variables: frozenset[str] = frozenset(jinja2.meta.find_undeclared_variables(ast))
+        self.content_format: ContentFormat = detect_content_format(ast)
+        self.supports_developer_role = '"developer"' in source or "'developer'" in source
+
+    def render_raw(self, context: Mapping[str, Any]) -> str:
+        """Render with exactly ``context`` (no chat semantics); Jinja errors propagate."""
+        return self._template.render(**context)
+
+
+_CACHE_SIZE = 64
+_cache: OrderedDict[str, CompiledTemplate] = OrderedDict()
+_cache_lock = Lock()
+
+
+def compile_template(source: str) -> CompiledTemplate:
+    """Compile ``source`` (cached by source text; request templates share a bounded cache).
+
+    Raises :class:`ChatError` with Jinja's message when the template does not parse.
+    """
+    with _cache_lock:
+        hit = _cache.get(source)
+        if hit is not None:
+            _cache.move_to_end(source)
+            return hit
+    compiled = CompiledTemplate(source)
+    with _cache_lock:
+        _cache[source] = compiled
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return compiled
+
+
+# --------------------------------------------------------------------------------------------
+# Content format detection (vLLM renderers/hf.py, ``_detect_content_format``): a template is in
+# "openai" format when it loops over a message's ``content`` (directly, through variables
+# assigned from ``messages`` or its items, or through a macro parameter fed ``message.content``).
+
+
+class _DetectionFailed(Exception):
+    """The AST has a shape vLLM's detector rejects (it then falls back to "string")."""
+
+
+def _loads_name(node: jinja2.nodes.Node, name: str) -> bool:
+    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == name
+
+
+def _reads_key(node: jinja2.nodes.Node, name: str, key: str) -> bool:
+    if isinstance(node, jinja2.nodes.Getitem):
+        return (
+            _loads_name(node.node, name)
+            and isinstance(node.arg, jinja2.nodes.Const)
+            and node.arg.value == key
+        )
+    if isinstance(node, jinja2.nodes.Getattr):
+        return _loads_name(node.node, name) and node.attr == key
+    return False
+
+
+def _reads(node: jinja2.nodes.Node, name: str, key: str | None = None) -> bool:
+    """``name`` (or ``name[key]``), possibly through filters, tests or a slice."""
+    if isinstance(node, jinja2.nodes.Filter):
+        return node.node is not None and _reads(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Test):
+        return _reads(node.node, name, key)
+    if isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+        return _reads(node.node, name, key)
+    return _reads_key(node, name, key) if key else _loads_name(node, name)
+
+
+def _target_name(node: jinja2.nodes.Node) -> str:
+    if not isinstance(node, jinja2.nodes.Name):
+        raise _DetectionFailed
+    return node.name
+
+
+def _aliases_of_messages(root: jinja2.nodes.Template) -> list[str]:
+    names = ["messages"]
+    seen = {"messages"}
+    pending = deque(["messages"])
+    while pending:
+        current = pending.popleft()
+        for assign in root.find_all(jinja2.nodes.Assign):
+            if _reads(assign.node, current):
+                target = _target_name(assign.target)
+                names.append(target)
+                # vLLM only guards self-assignment; tracking visited names also stops cycles.
+                if target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+    return names
+
+
+def _message_loop_variables(root: jinja2.nodes.Template) -> list[str]:
+    aliases = _aliases_of_messages(root)
+    found: list[str] = []
+    for loop in root.find_all(jinja2.nodes.For):
+        if any(_reads(loop.iter, alias) for alias in aliases):
+            found.append(_target_name(loop.target))
+    return found
+
+
+def _content_loops(root: jinja2.nodes.Template) -> Iterator[str]:
+    message_vars = _message_loop_variables(root)
+
+    def reads_content(node: jinja2.nodes.Node) -> bool:
+        return any(_reads(node, var, "content") for var in message_vars)
+
+    content_params_by_loop: dict[int, set[str]] = {}
+    loops_in_macros: set[int] = set()
+    for macro in root.find_all(jinja2.nodes.Macro):
+        param_names = {arg.name for arg in macro.args}
+        content_params: set[str] = set()
+        for call in root.find_all(jinja2.nodes.Call):
+            if not (isinstance(call.node, jinja2.nodes.Name) and call.node.name == macro.name):
+                continue
+            for i, arg in enumerate(call.args):
+                if i < len(macro.args) and reads_content(arg):
+                    content_params.add(macro.args[i].name)
+            for kwarg in call.kwargs:
+                if kwarg.key in param_names and reads_content(kwarg.value):
+                    content_params.add(kwarg.key)
+        for loop in macro.find_all(jinja2.nodes.For):
+            loops_in_macros.add(id(loop))
+            if content_params:
+                content_params_by_loop[id(loop)] = content_params
+
+    for loop in root.find_all(jinja2.nodes.For):
+        if reads_content(loop.iter):
+            yield _target_name(loop.target)
+            continue
+        params = content_params_by_loop.get(id(loop))
+        if isinstance(loop.iter, jinja2.nodes.Name) and (
+            (params is not None and loop.iter.name in params)
+            or (id(loop) not in loops_in_macros and loop.iter.name == "content")
+        ):
+            yield _target_name(loop.target)
+
+
+def detect_content_format(ast: jinja2.nodes.Template) -> ContentFormat:
+    """vLLM's ``auto`` content-format detection on a parsed template."""
+    try:
+        next(_content_loops(ast))
+    except StopIteration:
+        return "string"
+    except _DetectionFailed:
+        return "string"
+    return "openai"
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering (transformers ``apply_chat_template(tokenize=False)`` + ``render_jinja_template``).
+
+
+def render_template(
+    template: CompiledTemplate,
+    conversation: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Any] | None = None,
+    documents: Sequence[Any] | None = None,
+    add_generation_prompt: bool = False,
+    continue_final_message: bool = False,
+    extra_context: Mapping[str, Any] | None = None,
+    special_tokens: Mapping[str, str] | None = None,
+) -> str:
+    """Render ``conversation`` as ``tokenizer.apply_chat_template(..., tokenize=False)`` does.
+
+    ``extra_context`` holds the template kwargs (already filtered, see ``renderer``);
+    ``special_tokens`` is the tokenizer's ``special_tokens_map`` (kwargs override it).
+    Raises :class:`ChatError` with the message transformers or the template raised.
+    """
+    if len(conversation) == 0:
+        raise ChatError(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+        )
+    if continue_final_message and add_generation_prompt:
+        raise ChatError(
+            "continue_final_message and add_generation_prompt are not compatible. Use "
+            "continue_final_message when you want the model to continue the final message, and "
+            "add_generation_prompt when you want to add a header that will prompt it to start a "
+            "new assistant message instead."
+        )
+    context: dict[str, Any] = dict(special_tokens or {})
+    context.update(extra_context or {})
+    if "messages" in context:
+        raise ChatError(
+            "jinja2.environment.Template.render() got multiple values for keyword argument "
+            "'messages'"
+        )
+    if tools is not None:
+        for tool in tools:
+            if not isinstance(tool, dict):
+                raise ChatError(
+                    "Tools should either be a JSON schema, or a callable function with type hints "
+                    "and a docstring suitable for auto-conversion to a schema."
+                )
+    if documents is not None:
+        for document in documents:
+            if not isinstance(document, dict):
+                raise ChatError("Documents should be a list of dicts with 'title' and 'text' keys!")
+
+    chat: Sequence[Mapping[str, Any]] = conversation
+    final_text = ""
+    if continue_final_message:
+        chat, final_text = _tag_final_message(conversation, template.source)
+
+    context["messages"] = chat
+    context["tools"] = None if tools is None else list(tools)
+    context["documents"] = documents
+    context["add_generation_prompt"] = add_generation_prompt
+    try:
+        rendered = template.render_raw(context)
+    except jinja2.TemplateError as exc:
+        raise ChatError(str(exc)) from exc
+    except Exception as exc:
+        # vLLM turns any failure inside the template into a 400 carrying its message
+        # (safe_apply_chat_template in renderers/hf.py).
+        raise ChatError(str(exc)) from exc
+
+    if continue_final_message:
+        rendered = _cut_at_tag(rendered, final_text)
+    return rendered
+
+
+def _tag_final_message(
+    conversation: Sequence[Mapping[str, Any]], source: str
+) -> tuple[list[dict[str, Any]], str]:
+    chat = [copy.deepcopy(dict(message)) for message in conversation]
+    final = chat[-1].get("content")
+    if final is None:
+        raise ChatError(
+            'continue_final_message is set but the final message has no "content" to continue!'
+        )
+    if "content" not in source:
+        raise ChatError(
+            'continue_final_message is set to "content" but this is not an accepted field in '
+            "the chat_template"
+        )
+    if isinstance(final, list | tuple):
+        for block in reversed(final):
+            if "text" in block:
+                final_text = block["text"]
+                block["text"] = block["text"] + _CONTINUE_TAG
+                return chat, final_text
+        raise ChatError(
+            "continue_final_message is set but we could not find any text to continue in the "
+            "final message!"
+        )
+    try:
+        chat[-1]["content"] = final + _CONTINUE_TAG
+    except TypeError as exc:
+        raise ChatError(str(exc)) from exc
+    return chat, final
+
+
+def _cut_at_tag(rendered: str, final_text: str) -> str:
+    tag = _CONTINUE_TAG.strip()
+    if final_text.strip() not in rendered or tag not in rendered:
+        raise ChatError(
+            "continue_final_message is set but the final message does not appear in the chat after "
+            "applying the chat template! This can happen if the chat template deletes portions of "
+            "the final message. Please verify the chat template and final message in your chat to "
+            "ensure they are compatible."
+            f"Final message to continue: {final_text.strip()}\nRendered chat:\n{rendered}"
+        )
+    at = rendered.rindex(tag)
+    if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return rendered[:at]
+    # The template trimmed the space after the marker, so it trims trailing space too.
+    return rendered[:at].rstrip()

@@ -1,0 +1,33 @@
+"""Fixtures for chat-template tests: the shared template fixtures and a frozen clock."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+SHARED_FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+TEMPLATES_DIR = SHARED_FIXTURES / "chat-templates"
+TEMPLATE_FILES = sorted(TEMPLATES_DIR.glob("*.jinja"))
+
+FROZEN_NOW = _dt.datetime(2024, 2, 29, 13, 5, 9)
+
+
+class _FrozenDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz: _dt.tzinfo | None = None) -> _FrozenDatetime:  # type: ignore[override]
+        return cls.fromtimestamp(FROZEN_NOW.timestamp(), tz)
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[_dt.datetime]:
+    """Both renderers see the same fixed "now" in ``strftime_now``."""
+    import transformers.utils.chat_template_utils as hf_utils
+
+    from vllm_frontend.chat import template as ours
+
+    monkeypatch.setattr(ours, "_now", lambda: FROZEN_NOW)
+    monkeypatch.setattr(hf_utils, "datetime", _FrozenDatetime)
+    yield FROZEN_NOW
