@@ -1,0 +1,276 @@
+"""Per-sequence output processing: engine token outputs in, text deltas and finish state out.
+
+One `SequenceProcessor` per engine request (one per choice when n > 1). It follows vLLM's
+`RequestState` + `OutputProcessor.process_outputs` (vllm/v1/engine/output_processor.py):
+
+* a STOP finish from the engine (EOS or a `stop_token_ids` id) leaves its last token out of the
+  text unless `include_stop_str_in_output` (the token stays in `token_ids` and usage);
+* a stop string found in the text turns the output into a STOP finish with the string as
+  `stop_reason`, trims tokens (and their logprobs) after the one completing it, and asks the
+  caller to abort the engine request if the engine had not finished it;
+* DELTA mode returns each update's new text/tokens/logprobs (prompt logprobs once);
+  FINAL_ONLY mode returns nothing until the sequence finishes, then everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from vllm_frontend.text.detokenizer import IncrementalDetokenizer
+from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs, TokenStrings
+from vllm_frontend.text.stop import TextAccumulator
+from vllm_frontend.text.tokenizer import Tokenizer
+
+__all__ = [
+    "FINISH_REASONS",
+    "OutputOptions",
+    "SequenceOutput",
+    "SequenceProcessor",
+]
+
+# The engine's FinishReason codes, as vLLM renders them (`str(FinishReason.X)`).
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+_STOP = 0
+_ABORT = 2
+# RequestOutputKind values.
+_DELTA = 1
+_FINAL_ONLY = 2
+
+
+class OutputOptions(Protocol):
+    """The sampling fields that shape output text (the engine `SamplingParams` has them all)."""
+
+    @property
+    def stop(self) -> Sequence[str] | str | None: ...
+    @property
+    def include_stop_str_in_output(self) -> bool: ...
+    @property
+    def min_tokens(self) -> int: ...
+    @property
+    def skip_special_tokens(self) -> bool: ...
+    @property
+    def spaces_between_special_tokens(self) -> bool: ...
+    @property
+    def logprobs(self) -> int | None: ...
+    @property
+    def prompt_logprobs(self) -> int | None: ...
+    @property
+    def output_kind(self) -> int: ...
+
+
+class SequenceOutput:
+    """What one engine update produced for one sequence."""
+
+    __slots__ = (
+        "abort_engine",
+        "cumulative_logprob",
+        "finish_reason",
+        "logprobs",
+        "num_output_tokens",
+        "prompt_logprobs",
+        "stop_reason",
+        "text",
+        "token_ids",
+    )
+
+    def __init__(
+        self,
+        text: str,
+        token_ids: list[int],
+        logprobs: list[PositionLogprobs] | None,
+        prompt_logprobs: list[PositionLogprobs | None] | None,
+        cumulative_logprob: float | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        num_output_tokens: int,
+        abort_engine: bool,
+    ) -> None:
+        self.text = text
+        """New text (DELTA) or the whole text (FINAL_ONLY)."""
+        self.token_ids = token_ids
+        """New token ids (DELTA) or all output token ids (FINAL_ONLY)."""
+        self.logprobs = logprobs
+        """Per-position logprob maps matching `token_ids`, or None if not requested."""
+        self.prompt_logprobs = prompt_logprobs
+        """Prompt logprobs (first entry None), sent once; None if not requested/already sent."""
+        self.cumulative_logprob = cumulative_logprob
+        """Sum of sampled-token logprobs so far (None without logprobs)."""
+        self.finish_reason = finish_reason
+        """"stop", "length", "abort", "error", "repetition" or None while running."""
+        self.stop_reason = stop_reason
+        """The stop token id or stop string that ended the sequence, if any."""
+        self.num_output_tokens = num_output_tokens
+        """Output tokens generated so far (after stop-string trimming): usage.completion_tokens."""
+        self.abort_engine = abort_engine
+        """True when a stop string ended the sequence before the engine did: abort it."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether this is the sequence's last output."""
+        return self.finish_reason is not None
+
+    def __repr__(self) -> str:
+        return (
+            f"SequenceOutput(text={self.text!r}, token_ids={self.token_ids!r}, "
+            f"finish_reason={self.finish_reason!r}, stop_reason={self.stop_reason!r})"
+        )
+
+
+class SequenceProcessor:
+    """Detokenizes one sequence, applies stop strings and collects logprobs, update by update."""
+
+    __slots__ = (
+        "_delta",
+        "_detok",
+        "_final_only",
+        "_include_stop",
+        "_logprobs",
+        "_output_ids",
+        "_text",
+        "finished",
+    )
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        options: OutputOptions,
+        *,
+        token_strings: TokenStrings | None = None,
+        request_id: str = "",
+    ) -> None:
+        stop = options.stop
+        stops = [stop] if isinstance(stop, str) else list(stop or ())
+        self._final_only = options.output_kind == _FINAL_ONLY
+        self._delta = options.output_kind == _DELTA
+        self._include_stop = options.include_stop_str_in_output
+        self._detok = IncrementalDetokenizer(
+            tokenizer,
+            prompt_token_ids,
+            skip_special_tokens=options.skip_special_tokens,
+            spaces_between_special_tokens=options.spaces_between_special_tokens,
+            request_id=request_id,
+        )
+        self._text = TextAccumulator(
+            stops,
+            include_stop_str_in_output=options.include_stop_str_in_output,
+            min_tokens=options.min_tokens,
+            keep_released=not self._delta,
+        )
+        self._output_ids: list[int] = []
+        if options.logprobs is not None or options.prompt_logprobs is not None:
+            strings = token_strings if token_strings is not None else TokenStrings(tokenizer)
+            self._logprobs: LogprobsAccumulator | None = LogprobsAccumulator(
+                strings, options.logprobs, options.prompt_logprobs
+            )
+        else:
+            self._logprobs = None
+        self.finished = False
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """All output token ids so far."""
+        return self._output_ids
+
+    def process(
+        self,
+        new_token_ids: Sequence[int],
+        finish_reason: int | None = None,
+        stop_reason: int | str | None = None,
+        *,
+        new_logprobs: tuple[Any, Any, Any] | None = None,
+        new_prompt_logprobs: tuple[Any, Any, Any] | None = None,
+    ) -> SequenceOutput | None:
+        """Handle one engine output for this sequence; None when nothing is to be sent.
+
+        `new_logprobs` / `new_prompt_logprobs` are `(token_ids, logprobs, ranks)` arrays as
+        the engine sends them (LogprobsLists / LogprobsTensors fields 0..2).
+        """
+        if self.finished:
+            return None
+        new_ids = list(new_token_ids)
+        engine_finished = finish_reason is not None
+        reason = FINISH_REASONS[finish_reason] if finish_reason is not None else None
+        num_prev = len(self._output_ids)
+        if new_ids:
+            matched = self._detokenize(new_ids, finish_reason == _STOP)
+            if matched is not None:
+                stop_string, kept = matched
+                reason, stop_reason = "stop", stop_string
+                if kept < len(new_ids):
+                    del new_ids[kept:]
+                    del self._output_ids[num_prev + kept :]
+                    if new_logprobs is not None:
+                        new_logprobs = (
+                            new_logprobs[0][:kept],
+                            new_logprobs[1][:kept],
+                            new_logprobs[2][:kept],
+                        )
+        lp = self._logprobs
+        if lp is not None:
+            if new_logprobs is not None:
+                lp.add_sample(*new_logprobs)
+            if new_prompt_logprobs is not None:
+                lp.add_prompt(*new_prompt_logprobs)
+        finished = reason is not None
+        if finished:
+            self.finished = True
+        if self._final_only and not finished:
+            return None
+        return self._make_output(
+            new_ids, reason, stop_reason if finished else None, finished and not engine_finished
+        )
+
+    def abort(self) -> SequenceOutput:
+        """The final output for a request aborted by the frontend (client gone, shutdown)."""
+        self.finished = True
+        return self._make_output([], FINISH_REASONS[_ABORT], None, False)
+
+    def _detokenize(self, new_ids: list[int], stop_terminated: bool) -> tuple[str, int] | None:
+        decode = self._detok.decode_next
+        self._output_ids.extend(new_ids)
+        if stop_terminated and not self._include_stop:
+            # The EOS / stop token is kept as a token but contributes no text.
+            texts = [decode(t) for t in new_ids[:-1]]
+            texts.append("")
+        else:
+            texts = [decode(t) for t in new_ids]
+        match = self._text.add(texts)
+        if match is None:
+            return None
+        return match.stop_string, match.num_new_tokens_kept
+
+    def _make_output(
+        self,
+        new_ids: list[int],
+        reason: str | None,
+        stop_reason: int | str | None,
+        abort_engine: bool,
+    ) -> SequenceOutput:
+        finished = reason is not None
+        lp = self._logprobs
+        if self._delta:
+            text = self._text.release(finished)
+            token_ids = new_ids
+            logprobs = None
+            if lp is not None and lp.sample is not None:
+                logprobs = lp.sample[len(lp.sample) - len(new_ids) :] if new_ids else []
+            prompt_logprobs = lp.pop_prompt() if lp is not None else None
+        else:
+            self._text.release(True)
+            text = self._text.text()
+            token_ids = list(self._output_ids)
+            logprobs = list(lp.sample) if lp is not None and lp.sample is not None else None
+            prompt_logprobs = lp.prompt if lp is not None else None
+        return SequenceOutput(
+            text=text,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+            cumulative_logprob=lp.cumulative_logprob if lp is not None else None,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            num_output_tokens=len(self._output_ids),
+            abort_engine=abort_engine,
+        )

@@ -1,0 +1,264 @@
+"""A model's tokenizer: the Rust `tokenizers` library configured the way transformers does it.
+
+vLLM loads tokenizers with `transformers.AutoTokenizer`, which (in transformers 5) reads
+`tokenizer.json` and then adjusts the Rust tokenizer from `tokenizer_config.json`: named special
+tokens that are missing become special added tokens (`add_bos_token`/`add_eos_token` are ignored
+when a `tokenizer.json` exists: its post-processor decides), and `clean_up_tokenization_spaces`
+post-processes decoded text for non-BPE models. We apply the same adjustments so that
+encode/decode agree with vLLM's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import AddedToken
+
+__all__ = ["Tokenizer", "TokenizerError"]
+
+# The named special-token slots of transformers' tokenizers, in its order.
+_SPECIAL_SLOTS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+class TokenizerError(Exception):
+    """The tokenizer files are missing or cannot be loaded."""
+
+
+def _token_content(value: Any) -> str | None:
+    """The text of a special-token entry, which may be a string or an AddedToken-like dict."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _as_added_token(value: Any) -> AddedToken | None:
+    if isinstance(value, str):
+        return AddedToken(value, special=True, normalized=False)
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return AddedToken(
+            value["content"],
+            single_word=bool(value.get("single_word", False)),
+            lstrip=bool(value.get("lstrip", False)),
+            rstrip=bool(value.get("rstrip", False)),
+            normalized=bool(value.get("normalized", False)),
+            special=True,
+        )
+    return None
+
+
+def _clean_up_tokenization(text: str) -> str:
+    # The same replacements as transformers' `clean_up_tokenization` (WordPiece-era cleanup).
+    return (
+        text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
+    )
+
+
+class Tokenizer:
+    """Encode text to token ids and decode ids to text, matching vLLM's HF fast tokenizer."""
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        tokenizer_config: Mapping[str, Any] | None = None,
+        special_tokens_map: Mapping[str, Any] | None = None,
+    ) -> None:
+        config: dict[str, Any] = dict(tokenizer_config or {})
+        if "added_tokens_decoder" not in config:
+            # transformers reads the legacy special_tokens_map.json only in this case, and lets
+            # it override tokenizer_config.json.
+            config.update(special_tokens_map or {})
+        self._backend = backend
+        self._special: dict[str, str] = {}
+        for slot in _SPECIAL_SLOTS:
+            content = _token_content(config.get(slot))
+            if content is not None:
+                self._special[slot] = content
+        self._add_missing_special_tokens(config)
+        self._clean_up_spaces = bool(config.get("clean_up_tokenization_spaces", False)) and (
+            type(backend.model).__name__ != "BPE"
+        )
+        self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        self._added_tokens: dict[int, str] = {
+            token_id: token.content
+            for token_id, token in backend.get_added_tokens_decoder().items()
+        }
+        self._special_added_ids = frozenset(
+            token_id
+            for token_id, token in backend.get_added_tokens_decoder().items()
+            if token.special
+        )
+        vocab = backend.get_vocab(with_added_tokens=True)
+        self._max_token_id = max(vocab.values(), default=-1)
+        self._max_chars_per_token = max((len(t) for t in vocab), default=0)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> Tokenizer:
+        """Load `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`)."""
+        directory = Path(model_dir)
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"no tokenizer.json in {directory}")
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # the Rust library raises a bare Exception on bad files
+            raise TokenizerError(f"cannot load {path}: {e}") from e
+        return cls(
+            backend,
+            _read_json(directory / "tokenizer_config.json"),
+            _read_json(directory / "special_tokens_map.json"),
+        )
+
+    def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> None:
+        # transformers adds every named and extra special token that the vocabulary lacks as a
+        # special added token, and marks existing named ones special.
+        entries: list[Any] = [config.get(slot) for slot in _SPECIAL_SLOTS]
+        for key in ("additional_special_tokens", "extra_special_tokens"):
+            extra = config.get(key)
+            if isinstance(extra, list):
+                entries.extend(extra)
+        existing = {t.content: t for t in self._backend.get_added_tokens_decoder().values()}
+        to_add: list[AddedToken] = []
+        for entry in entries:
+            token = _as_added_token(entry)
+            if token is None:
+                continue
+            current = existing.get(token.content)
+            if current is not None and current.special:
+                continue
+            if current is not None:
+                token = AddedToken(
+                    current.content,
+                    single_word=current.single_word,
+                    lstrip=current.lstrip,
+                    rstrip=current.rstrip,
+                    normalized=current.normalized,
+                    special=True,
+                )
+            to_add.append(token)
+        if to_add:
+            self._backend.add_special_tokens(to_add)
+
+    def _id_or_unk(self, token: str) -> int:
+        token_id = self._backend.token_to_id(token)
+        if token_id is None:
+            unk = self._special.get("unk_token")
+            token_id = self._backend.token_to_id(unk) if unk is not None else None
+        return -1 if token_id is None else token_id
+
+    @property
+    def backend(self) -> tokenizers.Tokenizer:
+        """The configured Rust tokenizer (used by the incremental detokenizer)."""
+        return self._backend
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
+        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        """Token ids of several texts, encoded in parallel by the Rust library."""
+        return [
+            e.ids
+            for e in self._backend.encode_batch_fast(
+                list(texts), add_special_tokens=add_special_tokens
+            )
+        ]
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of `token_ids` (transformers' `decode`, including its space clean-up)."""
+        text = self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+        return _clean_up_tokenization(text) if self._clean_up_spaces else text
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary piece of one id (None when out of range)."""
+        return self._backend.id_to_token(token_id)
+
+    def convert_ids_to_tokens(self, token_ids: Sequence[int]) -> list[str | None]:
+        """Vocabulary pieces of several ids."""
+        to_token = self._backend.id_to_token
+        return [to_token(i) for i in token_ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary piece or added token, if any."""
+        return self._backend.token_to_id(token)
+
+    def special_token(self, slot: str) -> str | None:
+        """The configured text of a named special token (`"eos_token"`, `"bos_token"`, ...)."""
+        return self._special.get(slot)
+
+    def special_token_id(self, slot: str) -> int | None:
+        """The id of a named special token, as transformers' `<slot>_id` (unk id if unknown)."""
+        token = self._special.get(slot)
+        if token is None:
+            return None
+        token_id = self._id_or_unk(token)
+        return None if token_id < 0 else token_id
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The primary end-of-sequence id (tokenizer_config `eos_token`)."""
+        return self.special_token_id("eos_token")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The beginning-of-sequence id (tokenizer_config `bos_token`)."""
+        return self.special_token_id("bos_token")
+
+    @property
+    def added_tokens(self) -> Mapping[int, str]:
+        """Added tokens (special or not) by id."""
+        return self._added_tokens
+
+    @property
+    def special_added_token_ids(self) -> frozenset[int]:
+        """Ids of added tokens flagged special (what `skip_special_tokens` removes)."""
+        return self._special_added_ids
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens including added tokens (transformers' `len(tokenizer)`)."""
+        return self._vocab_size
+
+    @property
+    def max_token_id(self) -> int:
+        """The largest token id in the vocabulary."""
+        return self._max_token_id
+
+    @property
+    def max_chars_per_token(self) -> int:
+        """Length of the longest vocabulary piece (bounds characters per token)."""
+        return self._max_chars_per_token
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}") from e
+    return data if isinstance(data, dict) else {}
