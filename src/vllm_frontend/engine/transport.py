@@ -1,0 +1,523 @@
+"""The ZMQ side of the engine client: sockets, the startup handshake loop, connection liveness.
+
+A thin pyzmq adapter around the sans-IO pieces (:mod:`~vllm_frontend.engine.handshake`, the
+codec): it binds or adopts the frontend's sockets (engine protocol §2-§3), feeds received frames to
+the handshake state machine, and watches the engines' TCP/IPC connections with socket monitors so
+that an engine that vanishes (SIGKILL, lost host) is noticed at once instead of hanging every
+request (§9.1). All sockets are plain (non-asyncio) pyzmq sockets used without blocking on the
+event loop's thread; :func:`wait_readable` parks a coroutine until one has input, which works the
+same under asyncio and uvloop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+
+import zmq
+
+from vllm_frontend.engine.handshake import (
+    EngineHandshake,
+    EngineState,
+    HandshakeError,
+    engine_index_of,
+)
+from vllm_frontend.engine.protocol import (
+    COORDINATOR_SUBSCRIBE,
+    EngineCoreReadyResponse,
+    EngineZmqAddresses,
+)
+
+__all__ = [
+    "EngineSockets",
+    "SocketOptions",
+    "adopt_listeners",
+    "bind_and_handshake",
+    "listener_endpoint",
+    "recv_nowait",
+    "wait_readable",
+]
+
+logger = logging.getLogger(__name__)
+
+_MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
+_EVENT_HEADER = struct.Struct("=HI")
+
+
+@dataclass(frozen=True, slots=True)
+class SocketOptions:
+    """Socket tuning; heartbeats make a silently lost engine host visible as a disconnect."""
+
+    heartbeat_interval_ms: int = 5_000
+    heartbeat_timeout_ms: int = 30_000
+
+
+# -- asyncio glue -----------------------------------------------------------------------------
+
+
+async def wait_readable(sock: zmq.Socket[bytes]) -> None:
+    """Return once ``sock`` has a message to receive.
+
+    libzmq's notification fd is edge-triggered (it signals changes, not readiness), so the
+    socket's EVENTS are checked first and after every wake-up.
+    """
+    while not int(sock.get(zmq.EVENTS)) & zmq.POLLIN:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        fd = int(sock.get(zmq.FD))
+        loop.add_reader(fd, _wake, fut)
+        try:
+            await fut
+        finally:
+            loop.remove_reader(fd)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def recv_nowait(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
+    """One multipart message as zero-copy frames, or None when nothing is queued."""
+    try:
+        return sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
+
+
+# -- connection liveness ----------------------------------------------------------------------
+
+
+class _ConnectionWatch:
+    """Maps a socket's peer connections to engines and reports engines whose connection closed.
+
+    The monitor reports ACCEPTED/DISCONNECTED per connection file descriptor; a received message
+    names the descriptor it came in on (ZMQ_SRCFD), which ties the engine to its connection.
+    """
+
+    def __init__(self, sock: zmq.Socket[bytes], name: str) -> None:
+        self.name = name
+        self.monitor: zmq.Socket[bytes] = sock.get_monitor_socket(_MONITOR_EVENTS)
+        self._open: set[int] = set()
+        self._engine_by_fd: dict[int, int] = {}
+        self._mapped: set[int] = set()
+        self._gone: list[int] = []
+
+    def is_mapped(self, engine_index: int) -> bool:
+        return engine_index in self._mapped
+
+    def note(self, frame: zmq.Frame, engine_index: int) -> None:
+        """Record that ``frame`` (just received) came from ``engine_index``."""
+        if engine_index in self._mapped:
+            return
+        fd = frame.get(zmq.SRCFD)
+        self.poll()
+        self._mapped.add(engine_index)
+        if fd in self._open:
+            self._engine_by_fd[fd] = engine_index
+        else:
+            # The connection closed before we got here (the ACCEPTED event always precedes the
+            # first message, so an unknown descriptor is one already disconnected).
+            self._gone.append(engine_index)
+
+    def poll(self) -> list[int]:
+        """Apply queued monitor events; return engines whose connection closed since last time."""
+        while True:
+            try:
+                header, _endpoint = self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            event, fd = _EVENT_HEADER.unpack(header)
+            if event == zmq.EVENT_ACCEPTED:
+                self._open.add(fd)
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._open.discard(fd)
+                engine = self._engine_by_fd.pop(fd, None)
+                if engine is not None:
+                    self._gone.append(engine)
+        gone, self._gone = self._gone, []
+        return gone
+
+    def close(self) -> None:
+        self.monitor.close(linger=0)
+
+
+# -- the sockets ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class EngineSockets:
+    """The frontend's connected sockets and what the engines reported at registration."""
+
+    context: zmq.Context[zmq.Socket[bytes]]
+    input: zmq.Socket[bytes]
+    """ROUTER: requests to engines (frames prefixed with the engine identity)."""
+    output: zmq.Socket[bytes]
+    """PULL: outputs from all engines."""
+    engine_indices: list[int]
+    registrations: dict[int, EngineCoreReadyResponse | None]
+    coordinator: zmq.Socket[bytes] | None = None
+    """XSUB connected to the DP coordinator's frontend publisher, if any."""
+    _input_watch: _ConnectionWatch | None = None
+    _output_watch: _ConnectionWatch | None = None
+    _tmpdir: str | None = None
+    _closed: bool = field(default=False)
+
+    @property
+    def monitors(self) -> list[zmq.Socket[bytes]]:
+        """Monitor sockets to wait on (see :meth:`disconnected_engines`)."""
+        return [w.monitor for w in (self._input_watch, self._output_watch) if w is not None]
+
+    def disconnected_engines(self) -> list[tuple[int, str]]:
+        """Engines whose input or output connection closed, with the socket that noticed."""
+        out: list[tuple[int, str]] = []
+        for watch in (self._input_watch, self._output_watch):
+            if watch is not None:
+                out.extend((index, watch.name) for index in watch.poll())
+        return out
+
+    def note_output_source(self, frame: zmq.Frame, engine_index: int) -> None:
+        """Tie the output connection a message came in on to its engine (first message only)."""
+        if self._output_watch is not None:
+            self._output_watch.note(frame, engine_index)
+
+    def output_sources_known(self) -> bool:
+        """Whether every engine's output connection is already tied to it."""
+        watch = self._output_watch
+        return watch is None or all(watch.is_mapped(i) for i in self.engine_indices)
+
+    def close(self) -> None:
+        """Close everything at once (linger 0); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for watch in (self._input_watch, self._output_watch):
+            if watch is not None:
+                watch.close()
+        for sock in (self.input, self.output, self.coordinator):
+            if sock is not None:
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.disable_monitor()
+                sock.close(linger=0)
+        self.context.destroy(linger=0)
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+
+def _tune(sock: zmq.Socket[bytes], options: SocketOptions) -> None:
+    # Unbounded queues as vLLM uses (§2.1): a full HWM would drop or block requests.
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.LINGER, 0)
+    if options.heartbeat_interval_ms > 0:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, options.heartbeat_interval_ms)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, options.heartbeat_timeout_ms)
+
+
+def _is_ipv6_endpoint(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://[")
+
+
+def listener_endpoint(fd: int) -> str:
+    """The ZMQ endpoint a bound, listening stream socket ``fd`` serves (§3.2.1)."""
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        family = sock.family
+        name = sock.getsockname()
+    finally:
+        sock.close()
+    if family == socket.AF_UNIX:
+        path = name.decode() if isinstance(name, bytes) else name
+        if not path:
+            raise ValueError(f"listener fd {fd} is an unnamed unix socket")
+        return f"ipc://{path}"
+    if family == socket.AF_INET:
+        return f"tcp://{name[0]}:{name[1]}"
+    if family == socket.AF_INET6:
+        return f"tcp://[{name[0]}]:{name[1]}"
+    raise ValueError(f"listener fd {fd} has unsupported address family {family!r}")
+
+
+def _make(
+    ctx: zmq.Context[zmq.Socket[bytes]], kind: int, options: SocketOptions
+) -> zmq.Socket[bytes]:
+    sock = ctx.socket(kind)
+    _tune(sock, options)
+    return sock
+
+
+def _adopt(sock: zmq.Socket[bytes], fd: int) -> str:
+    endpoint = listener_endpoint(fd)
+    if _is_ipv6_endpoint(endpoint):
+        sock.setsockopt(zmq.IPV6, 1)
+    sock.setsockopt(zmq.USE_FD, fd)
+    sock.bind(endpoint)
+    return endpoint
+
+
+def _connect_coordinator(
+    ctx: zmq.Context[zmq.Socket[bytes]], address: str, options: SocketOptions
+) -> zmq.Socket[bytes]:
+    sock = _make(ctx, zmq.XSUB, options)
+    if _is_ipv6_endpoint(address):
+        sock.setsockopt(zmq.IPV6, 1)
+    sock.connect(address)
+    sock.send(COORDINATOR_SUBSCRIBE)
+    return sock
+
+
+async def _first(awaitable: Awaitable[None], abort: Awaitable[str] | None, what: str) -> None:
+    """Await ``awaitable`` unless ``abort`` (a process watcher) finishes first."""
+    if abort is None:
+        await awaitable
+        return
+    main = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(abort)
+    try:
+        done, _ = await asyncio.wait({main, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if main in done:
+            main.result()
+            return
+        raise HandshakeError(f"{what}: {watcher.result()}")
+    finally:
+        for task in (main, watcher):
+            task.cancel()
+        await asyncio.gather(main, watcher, return_exceptions=True)
+
+
+async def _run_handshake(
+    hs: EngineHandshake,
+    handshake_sock: zmq.Socket[bytes] | None,
+    input_sock: zmq.Socket[bytes],
+    input_watch: _ConnectionWatch,
+    handshake_watch: _ConnectionWatch | None,
+    timeout_s: float,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    socks = [input_sock, input_watch.monitor]
+    if handshake_sock is not None and handshake_watch is not None:
+        socks += [handshake_sock, handshake_watch.monitor]
+    while not hs.complete:
+        progressed = False
+        if handshake_sock is not None and handshake_watch is not None:
+            while (frames := recv_nowait(handshake_sock)) is not None:
+                progressed = True
+                if len(frames) != 2:
+                    raise HandshakeError(f"handshake message with {len(frames)} frames")
+                identity = frames[0].bytes
+                reply = hs.receive_handshake(identity, frames[1].bytes)
+                handshake_watch.note(frames[1], engine_index_of(identity))
+                if reply is not None:
+                    handshake_sock.send_multipart([identity, reply])
+        while (frames := recv_nowait(input_sock)) is not None:
+            progressed = True
+            if len(frames) != 2:
+                raise HandshakeError(f"registration with {len(frames)} frames")
+            index = hs.receive_registration(frames[0].bytes, frames[1].bytes)
+            input_watch.note(frames[1], index)
+        gone = input_watch.poll()
+        if handshake_watch is not None and handshake_sock is not None:
+            # An engine closes its handshake socket right after READY; a READY still queued
+            # behind the disconnect event is read before judging.
+            closed = handshake_watch.poll()
+            if closed:
+                while (frames := recv_nowait(handshake_sock)) is not None and len(frames) == 2:
+                    hs.receive_handshake(frames[0].bytes, frames[1].bytes)
+                gone += [i for i in closed if hs.state(i) is not EngineState.READY]
+        if gone:
+            raise HandshakeError(
+                "engine(s) "
+                + ", ".join(map(str, sorted(set(gone))))
+                + " disconnected during startup (crashed or killed?)"
+            )
+        if hs.complete or progressed:
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise hs.timeout_error(timeout_s)
+        waiters = [asyncio.ensure_future(wait_readable(s)) for s in socks]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def bind_and_handshake(
+    handshake_address: str,
+    engine_indices: Sequence[int],
+    *,
+    local: bool = True,
+    advertise_host: str | None = None,
+    parallel_config: dict[str, object] | None = None,
+    coordinator: EngineZmqAddresses | None = None,
+    timeout_s: float = 600.0,
+    options: SocketOptions | None = None,
+    abort: Awaitable[str] | None = None,
+) -> EngineSockets:
+    """Mode A (§3.1): bind input/output, then the handshake ROUTER, and bring up every engine.
+
+    ``local`` engines (on this host) get ``ipc://`` addresses in a private temporary directory;
+    otherwise the input/output sockets bind TCP ports on ``advertise_host`` (default: the
+    handshake host). ``coordinator`` supplies the coordinator fields of INIT, if one runs.
+    ``abort`` (e.g. "a managed engine process exited") ends the wait early with an error.
+    Raises HandshakeError / HandshakeTimeoutError (naming the engines still missing).
+    """
+    options = options or SocketOptions()
+    host, port = _split_tcp(handshake_address)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    tmpdir = None
+    input_sock = _make(ctx, zmq.ROUTER, options)
+    output_sock = _make(ctx, zmq.PULL, options)
+    handshake_sock = _make(ctx, zmq.ROUTER, options)
+    input_watch = _ConnectionWatch(input_sock, "input")
+    output_watch = _ConnectionWatch(output_sock, "output")
+    handshake_watch = _ConnectionWatch(handshake_sock, "handshake")
+    sockets = EngineSockets(
+        ctx,
+        input_sock,
+        output_sock,
+        list(engine_indices),
+        {},
+        _input_watch=input_watch,
+        _output_watch=output_watch,
+    )
+    try:
+        if local:
+            tmpdir = sockets._tmpdir = tempfile.mkdtemp(prefix="vllm-fe-")
+            input_sock.bind(f"ipc://{tmpdir}/input")
+            output_sock.bind(f"ipc://{tmpdir}/output")
+        else:
+            bind_host = advertise_host or host
+            if _is_wildcard(bind_host):
+                raise ValueError(
+                    f"cannot tell remote engines to connect to {bind_host!r}; "
+                    "pass an advertise_host they can reach"
+                )
+            for sock in (input_sock, output_sock):
+                if ":" in bind_host:
+                    sock.setsockopt(zmq.IPV6, 1)
+                sock.bind(f"tcp://{_bracket(bind_host)}:*")
+        addresses = EngineZmqAddresses(
+            inputs=[_last_endpoint(input_sock)],
+            outputs=[_last_endpoint(output_sock)],
+            coordinator_input=coordinator.coordinator_input if coordinator else None,
+            coordinator_output=coordinator.coordinator_output if coordinator else None,
+            frontend_stats_publish_address=(
+                coordinator.frontend_stats_publish_address if coordinator else None
+            ),
+        )
+        hs = EngineHandshake(engine_indices, addresses=addresses, parallel_config=parallel_config)
+        if ":" in host:
+            handshake_sock.setsockopt(zmq.IPV6, 1)
+        handshake_sock.bind(f"tcp://{_bracket(host)}:{port}")
+        logger.info(
+            "waiting for engines %s on %s (inputs %s, outputs %s)",
+            list(engine_indices),
+            handshake_address,
+            addresses.inputs,
+            addresses.outputs,
+        )
+        await _first(
+            _run_handshake(hs, handshake_sock, input_sock, input_watch, handshake_watch, timeout_s),
+            abort,
+            "engine startup aborted",
+        )
+        sockets.registrations = {i: hs.registration(i) for i in engine_indices}
+        if coordinator is not None and coordinator.frontend_stats_publish_address:
+            sockets.coordinator = _connect_coordinator(
+                ctx, coordinator.frontend_stats_publish_address, options
+            )
+    except BaseException:
+        handshake_watch.close()
+        handshake_sock.close(linger=0)
+        sockets.close()
+        raise
+    handshake_watch.close()
+    handshake_sock.disable_monitor()
+    handshake_sock.close(linger=0)
+    return sockets
+
+
+async def adopt_listeners(
+    input_listener_fd: int,
+    output_listener_fd: int,
+    engine_indices: Sequence[int],
+    *,
+    coordinator_address: str | None = None,
+    timeout_s: float = 600.0,
+    options: SocketOptions | None = None,
+    abort: Awaitable[str] | None = None,
+) -> EngineSockets:
+    """Mode B (§3.2): adopt the supervisor's listeners and wait for every registration."""
+    options = options or SocketOptions()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    input_sock = _make(ctx, zmq.ROUTER, options)
+    output_sock = _make(ctx, zmq.PULL, options)
+    input_watch = _ConnectionWatch(input_sock, "input")
+    output_watch = _ConnectionWatch(output_sock, "output")
+    sockets = EngineSockets(
+        ctx,
+        input_sock,
+        output_sock,
+        list(engine_indices),
+        {},
+        _input_watch=input_watch,
+        _output_watch=output_watch,
+    )
+    try:
+        _adopt(input_sock, input_listener_fd)
+        _adopt(output_sock, output_listener_fd)
+        if coordinator_address:
+            sockets.coordinator = _connect_coordinator(ctx, coordinator_address, options)
+        hs = EngineHandshake(engine_indices)
+        await _first(
+            _run_handshake(hs, None, input_sock, input_watch, None, timeout_s),
+            abort,
+            "engine startup aborted",
+        )
+        sockets.registrations = {i: hs.registration(i) for i in engine_indices}
+    except BaseException:
+        sockets.close()
+        raise
+    return sockets
+
+
+def _split_tcp(address: str) -> tuple[str, int]:
+    if not address.startswith("tcp://"):
+        raise ValueError(f"handshake address must be tcp://HOST:PORT, got {address!r}")
+    rest = address[len("tcp://") :]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"handshake address must be tcp://HOST:PORT, got {address!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host, int(port)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _is_wildcard(host: str) -> bool:
+    if host in ("", "*"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def _last_endpoint(sock: zmq.Socket[bytes]) -> str:
+    endpoint = sock.getsockopt(zmq.LAST_ENDPOINT)
+    return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)
