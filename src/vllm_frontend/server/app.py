@@ -1,0 +1,261 @@
+"""The application seam: settings built once, a route table, and vLLM's middleware behaviour.
+
+A route handler is ``async def handler(request: Request) -> Response | StreamingResponse``; it
+raises (see ``errors.py``) instead of building error responses. :class:`App` is the callable the
+:class:`~vllm_frontend.server.http.HttpServer` runs for every request. In order, like vLLM's
+middleware stack (vllm/entrypoints/serve/middleware/register.py, outermost first):
+X-Request-Id header, API-key check on guarded prefixes, CORS, routing (404/405 in FastAPI's
+shape), load tracking for inference routes, error mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import errors
+from .http import (
+    DEFAULT_MAX_BODY_SIZE,
+    Headers,
+    Request,
+    Response,
+    StreamingResponse,
+)
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
+
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+"""Paths that need the API key when one is configured (vLLM's AuthenticationMiddleware)."""
+
+LOAD_TRACKED_PATHS = frozenset(
+    {
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/embeddings",
+        "/pooling",
+        "/classify",
+        "/score",
+        "/v1/score",
+        "/rerank",
+        "/v1/rerank",
+        "/v2/rerank",
+        "/inference/v1/generate",
+    }
+)
+"""Inference routes counted by ``GET /load`` (vLLM's list)."""
+
+_CORS_ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
+_CORS_SAFELISTED_HEADERS = {"Accept", "Accept-Language", "Content-Language", "Content-Type"}
+
+
+@dataclass
+class ServerSettings:
+    """HTTP-level settings, with vLLM 0.32's defaults and argument names."""
+
+    served_model_names: list[str] = field(default_factory=lambda: ["model"])
+    max_model_len: int | None = None
+    api_key: list[str] = field(default_factory=list)
+    """Accepted bearer tokens; empty disables the check (vLLM also reads ``VLLM_API_KEY``,
+    which the CLI layer resolves)."""
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    enable_request_id_headers: bool = False
+    http_timeout_keep_alive: float = 5.0
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+
+
+class _Cors:
+    """Starlette's CORSMiddleware behaviour (which vLLM installs), precomputed as bytes."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        origins = settings.allowed_origins
+        methods: Sequence[str] = settings.allowed_methods
+        if "*" in methods:
+            methods = _CORS_ALL_METHODS
+        self.allow_all_origins = "*" in origins
+        self.allow_all_headers = "*" in settings.allowed_headers
+        self.credentials = settings.allow_credentials
+        self.origins = set(origins)
+        self.methods = set(methods)
+        allow_headers = sorted(_CORS_SAFELISTED_HEADERS | set(settings.allowed_headers))
+        self.allow_headers = {h.lower() for h in allow_headers}
+        self.explicit_preflight_origin = not self.allow_all_origins or self.credentials
+        simple: Headers = []
+        if self.allow_all_origins:
+            simple.append((b"access-control-allow-origin", b"*"))
+        if self.credentials:
+            simple.append((b"access-control-allow-credentials", b"true"))
+        self.simple = simple
+        pre: Headers = [
+            (
+                b"vary",
+                b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers, "
+                b"Access-Control-Request-Private-Network",
+            )
+        ]
+        if not self.explicit_preflight_origin:
+            pre.append((b"access-control-allow-origin", b"*"))
+        pre.append((b"access-control-allow-methods", ", ".join(methods).encode()))
+        pre.append((b"access-control-max-age", b"600"))
+        if allow_headers and not self.allow_all_headers:
+            pre.append((b"access-control-allow-headers", ", ".join(allow_headers).encode()))
+        if self.credentials:
+            pre.append((b"access-control-allow-credentials", b"true"))
+        self.preflight = pre
+
+    def allowed_origin(self, origin: str) -> bool:
+        return self.allow_all_origins or origin in self.origins
+
+    def preflight_response(self, request: Request, origin: str) -> Response:
+        headers = list(self.preflight)
+        failures = []
+        if self.allowed_origin(origin):
+            if self.explicit_preflight_origin:
+                headers.append((b"access-control-allow-origin", origin.encode("latin-1")))
+        else:
+            failures.append("origin")
+        if request.header(b"access-control-request-method") not in self.methods:
+            failures.append("method")
+        requested = request.headers.get(b"access-control-request-headers")
+        if self.allow_all_headers and requested is not None:
+            headers.append((b"access-control-allow-headers", requested))
+        elif requested is not None:
+            for h in requested.decode("latin-1").split(","):
+                if h.lower().strip() not in self.allow_headers:
+                    failures.append("headers")
+                    break
+        if request.headers.get(b"access-control-request-private-network") is not None:
+            failures.append("private-network")
+        ctype = b"text/plain; charset=utf-8"
+        if failures:
+            body = ("Disallowed CORS " + ", ".join(failures)).encode()
+            return Response(body, 400, ctype, headers)
+        return Response(b"OK", 200, ctype, headers)
+
+    def decorate(self, headers: Headers, origin: str | None) -> None:
+        """Add the simple-response headers (Starlette also adds ``vary: Origin`` when it does
+        not mirror the origin, i.e. on every request without an ``Origin`` header)."""
+        if origin is not None:
+            headers.extend(self.simple)
+            if (self.allow_all_origins and self.credentials) or (
+                not self.allow_all_origins and origin in self.origins
+            ):
+                headers.append((b"access-control-allow-origin", origin.encode("latin-1")))
+        _append_vary_origin(headers)
+
+
+def _append_vary_origin(headers: Headers) -> None:
+    for i, (name, value) in enumerate(headers):
+        if name == b"vary":
+            headers[i] = (b"vary", value + b", Origin")
+            return
+    headers.append((b"vary", b"Origin"))
+
+
+class App:
+    """Routes requests to handlers with vLLM's middleware semantics; the HTTP server's app."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.server_load = 0
+        """In-flight requests on inference routes (``GET /load``)."""
+        self._routes: dict[str, dict[str, Handler]] = {}
+        self._allow: dict[str, str] = {}
+        self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
+        self._cors = _Cors(settings)
+
+    def route(self, method: str, path: str, handler: Handler) -> None:
+        """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``."""
+        self._routes.setdefault(path, {})[method] = handler
+        self._allow[path] = ", ".join(self._routes[path])
+
+    def _authorized(self, request: Request) -> bool:
+        value = request.header(b"authorization")
+        if not value:
+            return False
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode()).digest()
+        ok = False
+        for expected in self._api_tokens:
+            ok |= hmac.compare_digest(digest, expected)
+        return ok
+
+    async def __call__(self, request: Request) -> Response | StreamingResponse:
+        response = await self._dispatch(request)
+        if self.settings.enable_request_id_headers:
+            rid = request.headers.get(b"x-request-id")
+            response.headers.append((b"x-request-id", rid if rid else uuid.uuid4().hex.encode()))
+        return response
+
+    async def _dispatch(self, request: Request) -> Response | StreamingResponse:
+        path = request.path
+        if (
+            self._api_tokens
+            and request.method != "OPTIONS"
+            and path.startswith(GUARDED_PREFIXES)
+            and not self._authorized(request)
+        ):
+            return Response(errors.UNAUTHORIZED_BODY, 401)
+        origin = request.header(b"origin")
+        if (
+            origin is not None
+            and request.method == "OPTIONS"
+            and b"access-control-request-method" in request.headers
+        ):
+            return self._cors.preflight_response(request, origin)
+        response = await self._route(request, path)
+        self._cors.decorate(response.headers, origin)
+        return response
+
+    async def _route(self, request: Request, path: str) -> Response | StreamingResponse:
+        methods = self._routes.get(path)
+        if methods is None:
+            return errors.not_found()
+        handler = methods.get(request.method)
+        if handler is None:
+            return errors.method_not_allowed(self._allow[path])
+        tracked = path in LOAD_TRACKED_PATHS
+        if tracked:
+            self.server_load += 1
+        try:
+            response = await handler(request)
+        except BaseException as exc:
+            if tracked:
+                self.server_load -= 1
+            if not isinstance(exc, Exception):
+                raise  # cancellation: the client is gone
+            if not isinstance(exc, errors.ApiError):
+                logger.debug("Request failed", exc_info=exc)
+            return errors.error_response(exc)
+        if tracked:
+            previous = response.background
+            if previous is None:
+                response.background = self._release_load
+            else:
+
+                def release() -> None:
+                    try:
+                        previous()
+                    finally:
+                        self._release_load()
+
+                response.background = release
+        return response
+
+    def _release_load(self) -> None:
+        self.server_load -= 1

@@ -1,0 +1,316 @@
+"""The HTTP transport: keep-alive, pipelining, chunked SSE framing, limits, disconnects, sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.http import (
+    Request,
+    Response,
+    StreamingResponse,
+    bind_unix,
+    json_response,
+    socket_from_fd,
+)
+
+from .support import RunningServer, raw_exchange
+
+EVENTS = [f'data: {{"i": {i}, "text": "é{i}"}}\n\n'.encode() for i in range(50)]
+
+
+class Probe:
+    """Thread-safe signals from handlers running on the server loop."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+        self.release: asyncio.Event | None = None
+
+
+def make_app(probe: Probe) -> App:
+    app = App(ServerSettings())
+
+    async def echo(request: Request) -> Response:
+        return json_response(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query.decode(),
+                "body": request.body.decode(),
+                "ctype": request.header(b"content-type"),
+            }
+        )
+
+    async def sse(request: Request) -> StreamingResponse:
+        async def gen() -> AsyncIterator[bytes]:
+            for i, ev in enumerate(EVENTS):
+                if i % 7 == 0:
+                    await asyncio.sleep(0)  # some events in their own loop iteration
+                yield ev
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(gen())
+
+    async def hang_stream(request: Request) -> StreamingResponse:
+        async def gen() -> AsyncIterator[bytes]:
+            try:
+                yield b"data: first\n\n"
+                probe.started.set()
+                await asyncio.Event().wait()
+                yield b"never"
+            except asyncio.CancelledError:
+                probe.cancelled.set()
+                raise
+            finally:
+                probe.cancelled.set()
+
+        return StreamingResponse(gen())
+
+    async def hang(request: Request) -> Response:
+        probe.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            probe.cancelled.set()
+        return Response()
+
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("kaboom at /home/user/secret.py")
+
+    app.route("POST", "/echo", echo)
+    app.route("GET", "/echo", echo)
+    app.route("GET", "/sse", sse)
+    app.route("GET", "/hang_stream", hang_stream)
+    app.route("POST", "/hang", hang)
+    app.route("GET", "/boom", boom)
+    return app
+
+
+@pytest.fixture
+def probe() -> Probe:
+    return Probe()
+
+
+@pytest.fixture
+def server(probe: Probe) -> Iterator[RunningServer]:
+    srv = RunningServer(make_app(probe), keep_alive_timeout=5.0, max_body_size=4096)
+    yield srv
+    srv.stop()
+
+
+def test_json_request_and_response_round_trip(server: RunningServer) -> None:
+    r = httpx.post(server.url + "/echo?x=1&y=%20", json={"a": "ü"})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {
+        "method": "POST",
+        "path": "/echo",
+        "query": "x=1&y=%20",
+        "body": '{"a":"ü"}',
+        "ctype": "application/json",
+    }
+
+
+def test_many_requests_reuse_one_keep_alive_connection(server: RunningServer) -> None:
+    with httpx.Client(base_url=server.url) as client:
+        for i in range(20):
+            assert client.post("/echo", content=str(i)).json()["body"] == str(i)
+        assert server.server.open_connections == 1
+
+
+def test_pipelined_requests_are_answered_in_order(server: RunningServer) -> None:
+    reqs = b"".join(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(b), b)
+        for b in (b"one", b"two", b"three")
+    )
+    out = raw_exchange(server.port, reqs, until=b'"three"')
+    assert out.count(b"HTTP/1.1 200 OK") == 3
+    assert out.index(b'"one"') < out.index(b'"two"') < out.index(b'"three"')
+
+
+def test_sse_stream_delivers_every_event_in_order(server: RunningServer) -> None:
+    with httpx.stream("GET", server.url + "/sse") as r:
+        assert r.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert r.headers["transfer-encoding"] == "chunked"
+        body = b"".join(r.iter_bytes())
+    assert body == b"".join(EVENTS) + b"data: [DONE]\n\n"
+
+
+def test_sse_stream_uses_valid_chunked_framing(server: RunningServer) -> None:
+    raw = raw_exchange(server.port, b"GET /sse HTTP/1.1\r\nHost: x\r\n\r\n", until=b"\r\n0\r\n\r\n")
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    # decode the chunked body by hand
+    decoded = b""
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert rest == b"\r\n"
+            break
+        decoded += rest[:size]
+        assert rest[size : size + 2] == b"\r\n"
+        rest = rest[size + 2 :]
+    assert decoded == b"".join(EVENTS) + b"data: [DONE]\n\n"
+
+
+def test_client_disconnect_during_stream_cancels_the_handler(
+    server: RunningServer, probe: Probe
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"GET /hang_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert probe.started.wait(10)
+        got = b""
+        while b"data: first" not in got:
+            got += s.recv(4096)
+    assert probe.cancelled.wait(10)
+    # the server is still healthy
+    assert httpx.get(server.url + "/echo").status_code == 200
+
+
+def test_client_disconnect_before_a_response_cancels_the_handler(
+    server: RunningServer, probe: Probe
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /hang HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        assert probe.started.wait(10)
+    assert probe.cancelled.wait(10)
+
+
+def test_oversized_body_gets_413_in_vllm_error_shape(server: RunningServer) -> None:
+    r = httpx.post(server.url + "/echo", content=b"x" * 5000)
+    assert r.status_code == 413
+    assert r.json() == {
+        "error": {
+            "message": "Request body too large.",
+            "type": "Request Entity Too Large",
+            "param": None,
+            "code": 413,
+        }
+    }
+
+
+def test_oversized_chunked_body_gets_413(server: RunningServer) -> None:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(10):
+            yield b"y" * 1000
+
+    r = httpx.post(server.url + "/echo", content=chunks())
+    assert r.status_code == 413
+
+
+def test_garbage_request_line_gets_400_and_close(server: RunningServer) -> None:
+    out = raw_exchange(server.port, b"NOT HTTP AT ALL\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 400 ")
+    assert b"connection: close" in out.lower()
+
+
+def test_unhandled_handler_error_is_a_500_without_paths(server: RunningServer) -> None:
+    r = httpx.get(server.url + "/boom")
+    assert r.status_code == 500
+    err = r.json()["error"]
+    assert err["type"] == "InternalServerError" and err["code"] == 500
+    assert "/home" not in err["message"] and "kaboom" in err["message"]
+
+
+def test_idle_keep_alive_connection_is_closed_after_the_timeout(probe: Probe) -> None:
+    srv = RunningServer(make_app(probe), keep_alive_timeout=0.2)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while True:  # the server closes the idle connection: recv returns b""
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200 OK")
+        assert b"connection: close" not in data.lower()
+    finally:
+        srv.stop()
+
+
+def test_http_1_0_request_without_keep_alive_is_closed(server: RunningServer) -> None:
+    out = raw_exchange(server.port, b"GET /echo HTTP/1.0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200 OK")
+    assert b"connection: close" in out.lower()
+
+
+def test_expect_100_continue_is_honoured(server: RunningServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(b"hi")
+        out = b""
+        while b'"hi"' not in out:
+            out += s.recv(4096)
+    assert b"HTTP/1.1 200 OK" in out
+
+
+def test_serves_a_unix_socket(probe: Probe) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "api.sock")
+        srv = RunningServer(make_app(probe), sockets=[bind_unix(path)])
+        try:
+            transport = httpx.HTTPTransport(uds=path)
+            with httpx.Client(transport=transport) as client:
+                r = client.get("http://localhost/echo")
+            assert r.status_code == 200 and r.json()["path"] == "/echo"
+        finally:
+            srv.stop()
+
+
+def test_serves_an_inherited_bound_socket_and_listens_on_it(probe: Probe) -> None:
+    # what `vllm serve` hands over: a bound, not yet listening socket, by fd number
+    parent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    parent.bind(("127.0.0.1", 0))
+    port = parent.getsockname()[1]
+    fd = os.dup(parent.fileno())
+    parent.close()
+    sock = socket_from_fd(fd)
+    srv = RunningServer(make_app(probe), sockets=[sock])
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/echo").json()["method"] == "GET"
+    finally:
+        srv.stop()
+
+
+def test_shutdown_stops_accepting_and_cancels_streams_in_flight(probe: Probe) -> None:
+    srv = RunningServer(make_app(probe))
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    try:
+        s.sendall(b"GET /hang_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert probe.started.wait(10)
+        srv.stop(timeout=0.0)
+        assert probe.cancelled.wait(10)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+    finally:
+        s.close()
+
+
+def test_concurrent_streams_are_independent(server: RunningServer) -> None:
+    async def one(client: httpx.AsyncClient) -> bytes:
+        async with client.stream("GET", "/sse") as r:
+            return b"".join([c async for c in r.aiter_bytes()])
+
+    async def main() -> list[bytes]:
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            return await asyncio.gather(*(one(client) for _ in range(16)))
+
+    results = asyncio.run(main())
+    expected = b"".join(EVENTS) + b"data: [DONE]\n\n"
+    assert all(r == expected for r in results)
+    assert json.loads(EVENTS[1][6:]) == {"i": 1, "text": "é1"}
