@@ -149,26 +149,28 @@ def _buffer_view(data: object, dtype: np.dtype[Any], shape: object) -> np.ndarra
         if isinstance(data, int):
             raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
         raise ProtocolError(f"array data must be raw bytes, got {type(data).__name__}")
-    if not isinstance(shape, (tuple, list)) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
+    # msgspec already checked that shape holds ints; reject what numpy would misread.
+    if not isinstance(shape, (tuple, list)) or (shape and min(shape) < 0):
         raise ProtocolError(f"invalid array shape {shape!r}")
     count = math.prod(shape)
     try:
         raw = memoryview(data)  # type: ignore[arg-type]  # ndarray is a buffer
         nbytes = raw.nbytes
-    except (TypeError, ValueError) as exc:  # e.g. a non-contiguous caller array
-        raise ProtocolError(f"array data is not a contiguous buffer: {exc}") from None
-    if nbytes != count * dtype.itemsize:
-        raise ProtocolError(
-            f"array data has {nbytes} bytes, expected {count} x {dtype.itemsize} "
-            f"for shape {list(shape)}"
-        )
-    if count == 0:
-        return np.empty(shape, dtype=dtype)
-    if raw.format != "B" or raw.ndim != 1:
-        raw = raw.cast("B")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+        if nbytes != count * dtype.itemsize:
+            raise ProtocolError(
+                f"array data has {nbytes} bytes, expected {count} x {dtype.itemsize} "
+                f"for shape {list(shape)}"
+            )
+        if count == 0:
+            return np.empty(shape, dtype=dtype)
+        if raw.format != "B" or raw.ndim != 1:
+            raw = raw.cast("B")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, OverflowError, MemoryError) as exc:
+        # e.g. a non-contiguous caller buffer, or dimensions too large for numpy
+        raise ProtocolError(f"cannot view array data as {dtype} {list(shape)}: {exc}") from None
 
 
 def _as_raw(array: np.ndarray) -> np.ndarray:
