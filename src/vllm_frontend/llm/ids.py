@@ -2,8 +2,8 @@
 
 Follows vLLM 0.32 (``vllm/entrypoints/serve/engine/serving.py`` ``_base_request_id`` and
 ``vllm/v1/engine/input_processor.py``): the base id is the ``X-Request-Id`` header, else the body's
-``request_id``, else a random uuid4 hex; the public id is ``<prefix>-<base>``; the engine id appends
-``-<8 random hex>`` so that two concurrent requests carrying the same client id never clash on the
+``request_id``, else 16 random hex digits (vLLM's ``random_uuid``); the public id is
+``<prefix>-<base>``; the engine id appends ``-<8 random hex>`` so that two concurrent requests carrying the same client id never clash on the
 engine (a duplicate live id is fatal to an engine).
 """
 
@@ -21,7 +21,7 @@ def base_request_id(header_value: str | None, body_value: str | None) -> str:
         return header_value
     if body_value is not None:
         return body_value
-    return uuid.uuid4().hex
+    return f"{uuid.uuid4().int & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
 
 def public_request_id(prefix: str, header_value: str | None, body_value: str | None) -> str:

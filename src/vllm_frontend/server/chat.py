@@ -1,0 +1,502 @@
+"""``POST /v1/chat/completions`` with vLLM 0.32's behaviour (entrypoints/openai/chat_completion/).
+
+Order of work as in ``OpenAIServingChat._create_chat_completion``: model check (404), template
+rendering and tokenization with the prompt-length checks (400), ``max_tokens`` (or
+``max_completion_tokens``) resolved against the context, sampling lowering, one engine request
+per sample. No tool or reasoning parser is active (unsupported options are refused at startup),
+so assistant output is plain ``content``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import msgspec
+
+from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
+from vllm_frontend.text.output import SequenceOutput
+
+from . import errors
+from .completions import PromptLogprob, prompt_logprobs_json
+from .generation import (
+    DONE,
+    GenerationFailed,
+    PreparedPrompt,
+    ServingContext,
+    Usage,
+    UsageChunk,
+    data_parallel_rank,
+    finite,
+    generate_sequences,
+    include_usage_flags,
+    request_id_for,
+    sse,
+    usage,
+    usage_chunk,
+)
+from .http import Request, Response, StreamingResponse
+
+__all__ = ["ChatHandler"]
+
+_encode = msgspec.json.Encoder().encode
+
+
+class TopLogprob(msgspec.Struct):
+    """One ``top_logprobs`` entry."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | None
+
+
+class ContentLogprob(msgspec.Struct):
+    """One ``logprobs.content`` entry."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(msgspec.Struct):
+    """The chat ``logprobs`` object."""
+
+    content: list[ContentLogprob] | None
+
+
+class ChatMessage(msgspec.Struct):
+    """The assistant message as vLLM dumps it (empty ``tool_calls`` dropped)."""
+
+    role: str
+    content: str | None
+    refusal: None = None
+    annotations: None = None
+    audio: None = None
+    function_call: None = None
+    reasoning: str | None = None
+
+
+class ChatChoice(msgspec.Struct):
+    """A choice of a full chat response."""
+
+    index: int
+    message: ChatMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+    token_ids: list[int] | None
+    routed_experts: None = None
+
+
+class ChatResponse(msgspec.Struct):
+    """``chat.completion`` as vLLM's ``ChatCompletionResponse.model_dump()``."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    service_tier: None
+    system_fingerprint: str | None
+    usage: Usage
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None
+    prompt_token_ids: list[int] | None
+    prompt_text: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: None = None
+    metrics: None = None
+
+
+class RoleDelta(msgspec.Struct):
+    """The first delta of a choice."""
+
+    role: str
+    content: str
+
+
+class ContentDelta(msgspec.Struct, omit_defaults=True):
+    """A content delta (``{}`` when empty, as vLLM's bare ``DeltaMessage()``)."""
+
+    content: str | None = None
+
+
+class RoleChoice(msgspec.Struct):
+    """Role (and echo) chunk choice: vLLM sets index, delta, logprobs and finish_reason."""
+
+    index: int
+    delta: RoleDelta | ContentDelta
+    logprobs: None
+    finish_reason: None
+
+
+class DeltaChoice(msgspec.Struct):
+    """A content chunk choice (no ``stop_reason`` key until the finish)."""
+
+    index: int
+    delta: ContentDelta
+    logprobs: ChatLogprobs | None
+    finish_reason: None
+    token_ids: list[int] | None
+
+
+class FinishChoice(msgspec.Struct):
+    """The choice of the chunk carrying the finish reason."""
+
+    index: int
+    delta: ContentDelta
+    logprobs: ChatLogprobs | None
+    finish_reason: str
+    stop_reason: int | str | None
+    token_ids: list[int] | None
+
+
+class FirstChunk(msgspec.Struct):
+    """The role chunk: vLLM also sets ``prompt_token_ids`` and ``prompt_text`` (``null``)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[RoleChoice]
+    usage: UsageChunk | msgspec.UnsetType = msgspec.UNSET
+    prompt_token_ids: list[int] | None = None
+    prompt_text: str | None = None
+
+
+class Chunk(msgspec.Struct, omit_defaults=True):
+    """A content or finish chunk."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[DeltaChoice | FinishChoice | RoleChoice]
+    usage: UsageChunk | msgspec.UnsetType = msgspec.UNSET
+    system_fingerprint: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class UsageOnlyChunk(msgspec.Struct, omit_defaults=True):
+    """The trailing usage chunk."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[DeltaChoice]
+    usage: UsageChunk
+    system_fingerprint: str | None = None
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8", errors="replace"))
+
+
+def chat_logprobs(
+    token_ids: Sequence[int],
+    positions: Sequence[PositionLogprobs | None],
+    num_top: int | None,
+    token_text: Any,
+    as_token_ids: bool = False,
+) -> ChatLogprobs:
+    """vLLM's ``_create_chat_logprobs``: each sampled token with its bytes and the first
+    ``top_logprobs`` candidates (in insertion order: sampled token first, then the top-k)."""
+    content: list[ContentLogprob] = []
+    for i, tid in enumerate(token_ids):
+        step = positions[i] if i < len(positions) else None
+        lp = step.get(tid) if step is not None else None
+        if step is None or lp is None:
+            token = token_id_placeholder(tid) if as_token_ids else token_text(tid)
+            content.append(ContentLogprob(token, -9999.0, _bytes(token), []))
+            continue
+        decoded = lp.decoded_token
+        token = token_id_placeholder(tid) if as_token_ids else (decoded or token_text(tid))
+        tops: list[TopLogprob] = []
+        for j, (cid, clp) in enumerate(step.items()):
+            if num_top == -1 or (num_top is not None and j < num_top):
+                if as_token_ids:
+                    ctoken = token_id_placeholder(cid)
+                else:
+                    ctoken = clp.decoded_token if clp.decoded_token is not None else token_text(cid)
+                tops.append(TopLogprob(ctoken, finite(clp.logprob), _bytes(ctoken)))
+        content.append(
+            ContentLogprob(
+                token,
+                finite(lp.logprob),
+                None if decoded is None else _bytes(decoded),
+                tops,
+            )
+        )
+    return ChatLogprobs(content)
+
+
+class ChatHandler:
+    """The ``/v1/chat/completions`` route handler."""
+
+    def __init__(self, ctx: ServingContext, parse: Any) -> None:
+        """``parse(body: bytes)`` returns the decoded ``ChatCompletionRequest``."""
+        self.ctx = ctx
+        self._parse = parse
+
+    async def __call__(self, request: Request) -> Response | StreamingResponse:
+        """Handle one request (errors are raised, the app maps them)."""
+        ctx = self.ctx
+        req = self._parse(request.body)
+        ctx.check_model(req.model)
+        if getattr(req, "use_beam_search", False):
+            raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
+        rendered = self._render(req)
+        prompt = PreparedPrompt(
+            ctx.tokenizer.encode(
+                rendered.prompt, add_special_tokens=bool(getattr(req, "add_special_tokens", False))
+            ),
+            rendered.prompt,
+        )
+        ctx.check_prompt_length(len(prompt.token_ids))
+        request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
+        requested = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
+        max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
+        params = ctx.lower_sampling(req, max_tokens=max_tokens, prompt_len=len(prompt.token_ids))
+        role = ctx.response_role if req.add_generation_prompt is not False else None
+        if role is None:
+            role = rendered.conversation[-1]["role"]
+        echo_text = self._echo_text(req, rendered.conversation, role)
+        dp_rank = data_parallel_rank(request)
+        if req.stream:
+            return StreamingResponse(
+                self._stream(req, request_id, prompt, params, role, echo_text, dp_rank)
+            )
+        body = await self._full(req, request_id, prompt, params, role, echo_text, dp_rank)
+        return Response(body)
+
+    def _render(self, req: Any) -> Any:
+        ctx = self.ctx
+        if req.max_completion_tokens is not None:
+            ctx.check_max_tokens_param(req.max_completion_tokens, "max_completion_tokens")
+        else:
+            ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
+        renderer = ctx.chat_renderer
+        if renderer is None:
+            raise errors.InternalError("no chat renderer configured")
+        return renderer.render(
+            _plain(req.messages),
+            tools=_plain(getattr(req, "tools", None)),
+            tool_choice=_plain(getattr(req, "tool_choice", None)),
+            documents=_plain(getattr(req, "documents", None)),
+            add_generation_prompt=getattr(req, "add_generation_prompt", None),
+            continue_final_message=bool(getattr(req, "continue_final_message", False)),
+            chat_template=getattr(req, "chat_template", None),
+            chat_template_kwargs=_plain(getattr(req, "chat_template_kwargs", None)),
+            reasoning_effort=getattr(req, "reasoning_effort", None),
+        )
+
+    @staticmethod
+    def _echo_text(req: Any, conversation: Sequence[Any], role: str) -> str | None:
+        if not req.echo:
+            return None
+        content: Any = ""
+        if conversation and "content" in conversation[-1] and conversation[-1].get("role") == role:
+            content = conversation[-1]["content"] or ""
+        if isinstance(content, list):
+            content = "\n".join(part["text"] for part in content)
+        return str(content)
+
+    def _as_token_ids(self, req: Any) -> bool:
+        value = getattr(req, "return_tokens_as_token_ids", None)
+        return self.ctx.return_tokens_as_token_ids if value is None else bool(value)
+
+    def _logprobs(self, req: Any, seq: SequenceOutput) -> ChatLogprobs | None:
+        if not req.logprobs:
+            return None
+        return chat_logprobs(
+            seq.token_ids,
+            seq.logprobs or [],
+            req.top_logprobs,
+            self.ctx.strings().token,
+            self._as_token_ids(req),
+        )
+
+    def _gen(
+        self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
+    ) -> AsyncIterator[tuple[int, SequenceOutput, int | None]]:
+        return generate_sequences(
+            self.ctx,
+            request_id=request_id,
+            prompt=prompt,
+            params=params,
+            n=req.n or 1,
+            priority=getattr(req, "priority", 0) or 0,
+            data_parallel_rank=dp_rank,
+            cache_salt=getattr(req, "cache_salt", None),
+        )
+
+    async def _full(
+        self,
+        req: Any,
+        request_id: str,
+        prompt: PreparedPrompt,
+        params: Any,
+        role: str,
+        echo_text: str | None,
+        dp_rank: int | None,
+    ) -> bytes:
+        ctx = self.ctx
+        created = int(time.time())
+        n = req.n or 1
+        finals: list[SequenceOutput | None] = [None] * n
+        cached: int | None = None
+        async for idx, seq, num_cached in self._gen(req, request_id, prompt, params, dp_rank):
+            if num_cached is not None:
+                cached = num_cached
+            if seq.finished:
+                finals[idx] = seq
+        return_ids = bool(getattr(req, "return_token_ids", False))
+        choices: list[ChatChoice] = []
+        prompt_lps = None
+        for idx, final in enumerate(finals):
+            assert final is not None
+            seq = final
+            if seq.finish_reason == "error":
+                raise GenerationFailed()
+            if seq.prompt_logprobs is not None:
+                prompt_lps = seq.prompt_logprobs
+            content: str | None = seq.text
+            if echo_text is not None:
+                content = echo_text + (content or "")
+            choices.append(
+                ChatChoice(
+                    index=idx,
+                    message=ChatMessage(role=role, content=content),
+                    logprobs=self._logprobs(req, seq),
+                    finish_reason=seq.finish_reason or "stop",
+                    stop_reason=seq.stop_reason,
+                    token_ids=list(seq.token_ids) if return_ids else None,
+                )
+            )
+        num_gen = sum(s.num_output_tokens for s in finals if s is not None)
+        response = ChatResponse(
+            id=request_id,
+            object="chat.completion",
+            created=created,
+            model=ctx.model_name,
+            choices=choices,
+            service_tier=None,
+            system_fingerprint=ctx.system_fingerprint,
+            usage=usage(
+                len(prompt.token_ids),
+                num_gen,
+                cached if ctx.enable_prompt_tokens_details else None,
+            ),
+            prompt_logprobs=prompt_logprobs_json(prompt_lps),
+            prompt_token_ids=list(prompt.token_ids) if return_ids else None,
+        )
+        return _encode(response)
+
+    async def _stream(
+        self,
+        req: Any,
+        request_id: str,
+        prompt: PreparedPrompt,
+        params: Any,
+        role: str,
+        echo_text: str | None,
+        dp_rank: int | None,
+    ) -> AsyncIterator[bytes]:
+        ctx = self.ctx
+        created = int(time.time())
+        model = ctx.model_name
+        n = req.n or 1
+        include_usage, continuous = include_usage_flags(
+            getattr(req, "stream_options", None), ctx.enable_force_include_usage
+        )
+        return_ids = bool(getattr(req, "return_token_ids", False))
+        num_prompt = len(prompt.token_ids)
+        num_tokens = [0] * n
+        finish_sent = [False] * n
+        cached: int | None = None
+        first = True
+        obj = "chat.completion.chunk"
+        try:
+            async for idx, seq, num_cached in self._gen(req, request_id, prompt, params, dp_rank):
+                if first:
+                    cached = num_cached
+                    first = False
+                    for i in range(n):
+                        head = FirstChunk(
+                            id=request_id,
+                            object=obj,
+                            created=created,
+                            model=model,
+                            choices=[RoleChoice(i, RoleDelta(role, ""), None, None)],
+                            prompt_token_ids=list(prompt.token_ids) if return_ids else None,
+                        )
+                        if continuous:
+                            head.usage = usage_chunk(num_prompt, 0)
+                        yield sse(head)
+                    if echo_text:
+                        for i in range(n):
+                            echo_chunk = Chunk(
+                                id=request_id,
+                                object=obj,
+                                created=created,
+                                model=model,
+                                choices=[RoleChoice(i, ContentDelta(echo_text), None, None)],
+                            )
+                            if continuous:
+                                echo_chunk.usage = usage_chunk(num_prompt, 0)
+                            yield sse(echo_chunk)
+                if finish_sent[idx]:
+                    continue
+                if seq.finish_reason == "error":
+                    raise GenerationFailed()
+                logprobs = self._logprobs(req, seq)
+                if not seq.text and not seq.token_ids and not num_tokens[idx]:
+                    continue  # vLLM: no empty chunks before the first token
+                num_tokens[idx] += len(seq.token_ids)
+                delta = ContentDelta(seq.text)
+                token_ids = list(seq.token_ids) if return_ids else None
+                choice: DeltaChoice | FinishChoice
+                if seq.finish_reason is None:
+                    choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
+                else:
+                    choice = FinishChoice(
+                        idx, delta, logprobs, seq.finish_reason, seq.stop_reason, token_ids
+                    )
+                    finish_sent[idx] = True
+                chunk = Chunk(id=request_id, object=obj, created=created, model=model,
+                              choices=[choice])  # fmt: skip
+                if (
+                    not include_usage
+                    and ctx.system_fingerprint is not None
+                    and seq.finish_reason is not None
+                ):
+                    chunk.system_fingerprint = ctx.system_fingerprint
+                if continuous:
+                    chunk.usage = usage_chunk(num_prompt, num_tokens[idx])
+                yield sse(chunk)
+            if include_usage:
+                details = cached if ctx.enable_prompt_tokens_details else None
+                yield sse(
+                    UsageOnlyChunk(
+                        id=request_id,
+                        object=obj,
+                        created=created,
+                        model=model,
+                        choices=[],
+                        usage=usage_chunk(num_prompt, sum(num_tokens), details),
+                        system_fingerprint=ctx.system_fingerprint,
+                    )
+                )
+        except Exception as e:
+            yield errors.error_sse_event(e)
+        yield DONE
+
+
+def _plain(value: Any) -> Any:
+    """A request sub-object as plain JSON values (msgspec structs become dicts)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return msgspec.to_builtins(value)

@@ -1,0 +1,580 @@
+"""``POST /v1/completions`` with vLLM 0.32's behaviour (vllm/entrypoints/openai/completion/).
+
+Order of work as in ``OpenAIServingCompletion._create_completion``: model check (404), prompt
+rendering and its length checks (400), ``max_tokens`` resolved against the context, sampling
+lowering (400 on invalid values), then one engine request per prompt and sample. Response and
+chunk shapes reproduce vLLM's pydantic output: full responses dump every field (``null`` when
+unset); stream chunks dump only the fields vLLM sets explicitly, which are the ones built below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import msgspec
+
+from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
+from vllm_frontend.text.output import SequenceOutput
+
+from . import errors
+from .generation import (
+    DONE,
+    GenerationFailed,
+    PreparedPrompt,
+    ServingContext,
+    Usage,
+    UsageChunk,
+    data_parallel_rank,
+    finite,
+    generate_sequences,
+    include_usage_flags,
+    request_id_for,
+    sse,
+    usage,
+    usage_chunk,
+)
+from .http import Request, Response, StreamingResponse
+
+__all__ = ["CompletionsHandler"]
+
+_encode = msgspec.json.Encoder().encode
+
+
+class CompletionLogProbs(msgspec.Struct):
+    """The legacy OpenAI completions ``logprobs`` object."""
+
+    text_offset: list[int]
+    token_logprobs: list[float | None]
+    tokens: list[str]
+    top_logprobs: list[dict[str, float | None] | None]
+
+
+class PromptLogprob(msgspec.Struct):
+    """One entry of ``prompt_logprobs`` (vLLM's ``Logprob`` dataclass)."""
+
+    logprob: float | None
+    rank: int | None
+    decoded_token: str | None
+
+
+class CompletionChoice(msgspec.Struct):
+    """A choice of a full response (every field, as ``model_dump()``)."""
+
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+    token_ids: list[int] | None
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None
+    prompt_token_ids: list[int] | None
+    routed_experts: None = None
+
+
+class CompletionResponse(msgspec.Struct):
+    """``text_completion`` as vLLM's ``CompletionResponse.model_dump()``."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    service_tier: None
+    system_fingerprint: str | None
+    usage: Usage
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: None = None
+    metrics: None = None
+
+
+class StreamChoice(msgspec.Struct):
+    """A stream choice: vLLM sets all seven fields explicitly, so all are written."""
+
+    index: int
+    text: str
+    logprobs: CompletionLogProbs | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+    prompt_token_ids: list[int] | None
+    token_ids: list[int] | None
+
+
+class StreamChunk(msgspec.Struct, omit_defaults=True):
+    """A stream chunk; ``usage`` only with continuous usage stats."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[StreamChoice]
+    usage: UsageChunk | msgspec.UnsetType = msgspec.UNSET
+    system_fingerprint: str | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class UsageStreamChunk(msgspec.Struct, omit_defaults=True):
+    """The trailing usage chunk (vLLM dumps it with ``exclude_none``)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[StreamChoice]
+    usage: UsageChunk
+    system_fingerprint: str | None = None
+
+
+def prompt_logprobs_json(
+    entries: Sequence[PositionLogprobs | None] | None,
+) -> list[dict[str, PromptLogprob] | None] | None:
+    """``prompt_logprobs`` as vLLM dumps ``list[dict[int, Logprob] | None]`` (-inf → -9999)."""
+    if entries is None:
+        return None
+    out: list[dict[str, PromptLogprob] | None] = []
+    for entry in entries:
+        if entry is None:
+            out.append(None)
+            continue
+        out.append(
+            {
+                str(tid): PromptLogprob(finite(lp.logprob), lp.rank, lp.decoded_token)
+                for tid, lp in entry.items()
+            }
+        )
+    return out
+
+
+def completion_logprobs(
+    token_ids: Sequence[int],
+    positions: Sequence[PositionLogprobs | None],
+    num_top: int,
+    token_text: Any,
+    initial_offset: int = 0,
+    as_token_ids: bool = False,
+) -> CompletionLogProbs:
+    """vLLM's ``_create_completion_logprobs``: per token its string, logprob, the top
+    ``num_top + 1`` candidates (by insertion order: sampled first, then top-k) and its offset.
+    ``text_offset`` advances by the length of each token string, not the emitted text."""
+    offsets: list[int] = []
+    token_lps: list[float | None] = []
+    tokens: list[str] = []
+    tops: list[dict[str, float | None] | None] = []
+    last_len = 0
+    for i, tid in enumerate(token_ids):
+        step = positions[i] if i < len(positions) else None
+        if step is None:
+            token = token_id_placeholder(tid) if as_token_ids else token_text(tid)
+            tokens.append(token)
+            token_lps.append(None)
+            tops.append(None)
+        else:
+            lp = step.get(tid)
+            if lp is None:
+                token = token_id_placeholder(tid) if as_token_ids else token_text(tid)
+                token_lps.append(None)
+            else:
+                token = _decoded(lp.decoded_token, tid, token_text, as_token_ids)
+                token_lps.append(finite(lp.logprob))
+            tokens.append(token)
+            top: dict[str, float | None] = {}
+            for j, (cid, clp) in enumerate(step.items()):
+                if num_top == -1 or num_top >= j:
+                    top[_decoded(clp.decoded_token, cid, token_text, as_token_ids)] = finite(
+                        clp.logprob
+                    )
+            tops.append(top)
+        offsets.append(initial_offset if not offsets else offsets[-1] + last_len)
+        last_len = len(token)
+    return CompletionLogProbs(offsets, token_lps, tokens, tops)
+
+
+def _decoded(decoded: str | None, tid: int, token_text: Any, as_token_ids: bool) -> str:
+    if as_token_ids:
+        return token_id_placeholder(tid)
+    if decoded is not None:
+        return decoded
+    return str(token_text(tid))
+
+
+class _Prompt(msgspec.Struct):
+    token_ids: list[int]
+    text: str | None
+
+
+class CompletionsHandler:
+    """The ``/v1/completions`` route handler."""
+
+    def __init__(self, ctx: ServingContext, parse: Any) -> None:
+        """``parse(body: bytes)`` returns the decoded ``CompletionRequest`` (server/protocol)."""
+        self.ctx = ctx
+        self._parse = parse
+
+    async def __call__(self, request: Request) -> Response | StreamingResponse:
+        """Handle one request (errors are raised, the app maps them)."""
+        ctx = self.ctx
+        req = self._parse(request.body)
+        if req.stream and getattr(req, "use_beam_search", False):
+            raise errors.BadRequest("Streaming is not currently supported with beam search")
+        ctx.check_model(req.model)
+        if getattr(req, "use_beam_search", False):
+            raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
+        if getattr(req, "suffix", None) is not None:
+            raise errors.BadRequest(
+                "suffix is not currently supported"
+            )  # vLLM: only FIM-capable models accept it
+        prompts = self._render(req)
+        request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
+        created = int(time.time())
+        prepared: list[tuple[PreparedPrompt, Any]] = []
+        for prompt in prompts:
+            max_tokens = ctx.resolve_max_tokens(req.max_tokens, len(prompt.token_ids))
+            params = ctx.lower_sampling(
+                req,
+                max_tokens=max_tokens,
+                prompt_len=len(prompt.token_ids),
+            )
+            prepared.append((prompt, params))
+        dp_rank = data_parallel_rank(request)
+        if req.stream:
+            return StreamingResponse(self._stream(req, request_id, created, prepared, dp_rank))
+        body = await self._full(req, request_id, created, prepared, dp_rank)
+        return Response(body)
+
+    def _render(self, req: Any) -> list[PreparedPrompt]:
+        ctx = self.ctx
+        prompt = req.prompt
+        add_special = getattr(req, "add_special_tokens", True)
+        if prompt is None or prompt == "":
+            raise errors.InvalidParameter(
+                "Either prompt or prompt_embeds must be provided and non-empty.",
+                parameter="prompt",
+            )
+        items: list[str | list[int]]
+        if isinstance(prompt, str):
+            items = [prompt]
+        elif prompt and all(isinstance(t, int) for t in prompt):
+            items = [list(prompt)]
+        else:
+            items = list(prompt)
+        ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
+        out: list[PreparedPrompt] = []
+        for item in items:
+            if isinstance(item, str):
+                self._check_text_length(item)
+                ids = ctx.tokenizer.encode(item, add_special_tokens=add_special)
+                text: str | None = item
+            else:
+                ids = list(item)
+                text = None
+            ctx.check_prompt_length(len(ids))
+            out.append(PreparedPrompt(ids, text))
+        return out
+
+    def _check_text_length(self, text: str) -> None:
+        ctx = self.ctx
+        limit = ctx.max_model_len * ctx.tokenizer.max_chars_per_token
+        if len(text) > limit:
+            raise errors.InvalidParameter(
+                f"This model's maximum context length is {ctx.max_model_len} tokens. However, "
+                f"your prompt contains {len(text)} characters (more than {limit} characters, "
+                f"which is the upper bound for {ctx.max_model_len} input tokens). Please reduce "
+                "the length of the input prompt.",
+                parameter="input_text",
+                value=len(text),
+            )
+
+    def _prompt_text(self, prompt: PreparedPrompt) -> str:
+        if prompt.text is None:
+            prompt.text = self.ctx.tokenizer.decode(prompt.token_ids, skip_special_tokens=False)
+        return prompt.text
+
+    async def _full(
+        self,
+        req: Any,
+        request_id: str,
+        created: int,
+        prepared: list[tuple[PreparedPrompt, Any]],
+        dp_rank: int | None,
+    ) -> bytes:
+        ctx = self.ctx
+        n = req.n or 1
+        finals: list[list[SequenceOutput | None]] = [[None] * n for _ in prepared]
+        cached: list[int | None] = [None] * len(prepared)
+
+        async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
+            async for idx, seq, num_cached in generate_sequences(
+                ctx,
+                request_id=f"{request_id}-{i}",
+                prompt=prompt,
+                params=params,
+                n=n,
+                priority=getattr(req, "priority", 0) or 0,
+                data_parallel_rank=dp_rank,
+                cache_salt=getattr(req, "cache_salt", None),
+            ):
+                if num_cached is not None:
+                    cached[i] = num_cached
+                if seq.finished:
+                    finals[i][idx] = seq
+
+        if len(prepared) == 1:
+            await run(0, *prepared[0])
+        else:
+            async with asyncio.TaskGroup() as tg:
+                for i, (prompt, params) in enumerate(prepared):
+                    tg.create_task(run(i, prompt, params))
+
+        choices: list[CompletionChoice] = []
+        num_prompt = num_gen = 0
+        echo = bool(req.echo)
+        return_ids = bool(getattr(req, "return_token_ids", False))
+        for i, (prompt, _params) in enumerate(prepared):
+            for seq in finals[i]:
+                assert seq is not None
+                if seq.finish_reason == "error":
+                    raise GenerationFailed()
+                choices.append(self._full_choice(req, len(choices), prompt, seq, echo, return_ids))
+                num_gen += seq.num_output_tokens
+            num_prompt += len(prompt.token_ids)
+        details = cached[-1] if ctx.enable_prompt_tokens_details else None
+        response = CompletionResponse(
+            id=request_id,
+            object="text_completion",
+            created=created,
+            model=ctx.model_name,
+            choices=choices,
+            service_tier=None,
+            system_fingerprint=ctx.system_fingerprint,
+            usage=usage(num_prompt, num_gen, details),
+        )
+        return _encode(response)
+
+    def _full_choice(
+        self,
+        req: Any,
+        index: int,
+        prompt: PreparedPrompt,
+        seq: SequenceOutput,
+        echo: bool,
+        return_ids: bool,
+    ) -> CompletionChoice:
+        ctx = self.ctx
+        prompt_lps = seq.prompt_logprobs
+        out_lps: Sequence[PositionLogprobs | None] | None
+        if echo:
+            prompt_text = "" if return_ids else self._prompt_text(prompt)
+            if req.max_tokens == 0:
+                token_ids: list[int] = list(prompt.token_ids)
+                out_lps = prompt_lps
+                text = prompt_text
+            else:
+                token_ids = [*prompt.token_ids, *seq.token_ids]
+                out_lps = (
+                    None if req.logprobs is None else [*(prompt_lps or []), *(seq.logprobs or [])]
+                )
+                text = prompt_text + seq.text
+        else:
+            token_ids = seq.token_ids
+            out_lps = seq.logprobs
+            text = seq.text
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = completion_logprobs(
+                token_ids,
+                out_lps or [],
+                req.logprobs,
+                ctx.strings().token,
+                as_token_ids=self._as_token_ids(req),
+            )
+        return CompletionChoice(
+            index=index,
+            text=text,
+            logprobs=logprobs,
+            finish_reason=seq.finish_reason,
+            stop_reason=seq.stop_reason,
+            token_ids=seq.token_ids if return_ids else None,
+            prompt_logprobs=prompt_logprobs_json(prompt_lps),
+            prompt_token_ids=list(prompt.token_ids) if return_ids else None,
+        )
+
+    def _as_token_ids(self, req: Any) -> bool:
+        value = getattr(req, "return_tokens_as_token_ids", None)
+        return self.ctx.return_tokens_as_token_ids if value is None else bool(value)
+
+    async def _stream(
+        self,
+        req: Any,
+        request_id: str,
+        created: int,
+        prepared: list[tuple[PreparedPrompt, Any]],
+        dp_rank: int | None,
+    ) -> AsyncIterator[bytes]:
+        ctx = self.ctx
+        n = req.n or 1
+        model = ctx.model_name
+        include_usage, continuous = include_usage_flags(
+            getattr(req, "stream_options", None), ctx.enable_force_include_usage
+        )
+        total = n * len(prepared)
+        next_offsets = [0] * total
+        num_tokens = [0] * total
+        echoed = [False] * total
+        num_prompt = [0] * len(prepared)
+        cached: int | None = None
+        echo = bool(req.echo)
+        return_ids = bool(getattr(req, "return_token_ids", False))
+        as_token_ids = self._as_token_ids(req)
+        queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None]
+        queue = asyncio.Queue()
+
+        async def run(p: int, prompt: PreparedPrompt, params: Any) -> None:
+            try:
+                async for idx, seq, num_cached in generate_sequences(
+                    ctx,
+                    request_id=f"{request_id}-{p}",
+                    prompt=prompt,
+                    params=params,
+                    n=n,
+                    priority=getattr(req, "priority", 0) or 0,
+                    data_parallel_rank=dp_rank,
+                    cache_salt=getattr(req, "cache_salt", None),
+                ):
+                    queue.put_nowait((p, idx, seq, num_cached))
+            except Exception as e:
+                queue.put_nowait(e)
+            finally:
+                queue.put_nowait(None)
+
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            single = len(prepared) == 1
+            source: AsyncIterator[tuple[int, int, SequenceOutput, int | None]]
+            if single:
+                source = self._single(req, request_id, prepared[0], n, dp_rank)
+            else:
+                tasks = [asyncio.create_task(run(p, *pp)) for p, pp in enumerate(prepared)]
+                source = self._drain(queue, len(prepared))
+            first = True
+            async for p, idx, seq, num_cached in source:
+                prompt = prepared[p][0]
+                num_prompt[p] = len(prompt.token_ids)
+                if first:
+                    cached = num_cached
+                    first = False
+                i = idx + p * n
+                prompt_ids_out: list[int] | None = None
+                if echo and not echoed[i]:
+                    prompt_text = "" if return_ids else self._prompt_text(prompt)
+                    if req.max_tokens == 0:
+                        text = prompt_text
+                        delta_ids: list[int] = list(prompt.token_ids)
+                        lps: Sequence[PositionLogprobs | None] | None = seq.prompt_logprobs
+                    else:
+                        text = prompt_text + seq.text
+                        delta_ids = [*prompt.token_ids, *seq.token_ids]
+                        lps = [*(seq.prompt_logprobs or []), *(seq.logprobs or [])]
+                    prompt_ids_out = list(prompt.token_ids)
+                    echoed[i] = True
+                else:
+                    text = seq.text
+                    delta_ids = seq.token_ids
+                    lps = seq.logprobs
+                    if not echoed[i] and return_ids:
+                        prompt_ids_out = list(prompt.token_ids)
+                        echoed[i] = True
+                    if not text and not delta_ids and not num_tokens[i]:
+                        continue  # vLLM: no empty chunks before the first token
+                logprobs = None
+                if req.logprobs is not None:
+                    logprobs = completion_logprobs(
+                        delta_ids,
+                        lps or [],
+                        req.logprobs,
+                        ctx.strings().token,
+                        initial_offset=next_offsets[i],
+                        as_token_ids=as_token_ids,
+                    )
+                    if logprobs.tokens:
+                        next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
+                num_tokens[i] += len(seq.token_ids)
+                chunk = StreamChunk(
+                    id=request_id,
+                    object="text_completion",
+                    created=created,
+                    model=model,
+                    choices=[
+                        StreamChoice(
+                            index=i,
+                            text=text,
+                            logprobs=logprobs,
+                            finish_reason=seq.finish_reason,
+                            stop_reason=seq.stop_reason,
+                            prompt_token_ids=prompt_ids_out,
+                            token_ids=list(seq.token_ids) if return_ids else None,
+                        )
+                    ],
+                )
+                if (
+                    not include_usage
+                    and ctx.system_fingerprint is not None
+                    and seq.finish_reason is not None
+                ):
+                    chunk.system_fingerprint = ctx.system_fingerprint
+                if continuous:
+                    chunk.usage = usage_chunk(num_prompt[p], num_tokens[i])
+                yield sse(chunk)
+            if include_usage:
+                prompt_total = sum(num_prompt)
+                details = cached if ctx.enable_prompt_tokens_details else None
+                yield sse(
+                    UsageStreamChunk(
+                        id=request_id,
+                        object="text_completion",
+                        created=created,
+                        model=model,
+                        choices=[],
+                        usage=usage_chunk(prompt_total, sum(num_tokens), details),
+                        system_fingerprint=ctx.system_fingerprint,
+                    )
+                )
+        except Exception as e:
+            yield errors.error_sse_event(e)
+        finally:
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        yield DONE
+
+    async def _single(
+        self, req: Any, request_id: str, pp: tuple[PreparedPrompt, Any], n: int, dp_rank: int | None
+    ) -> AsyncIterator[tuple[int, int, SequenceOutput, int | None]]:
+        prompt, params = pp
+        async for idx, seq, num_cached in generate_sequences(
+            self.ctx,
+            request_id=f"{request_id}-0",
+            prompt=prompt,
+            params=params,
+            n=n,
+            priority=getattr(req, "priority", 0) or 0,
+            data_parallel_rank=dp_rank,
+            cache_salt=getattr(req, "cache_salt", None),
+        ):
+            yield 0, idx, seq, num_cached
+
+    async def _drain(
+        self,
+        queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None],
+        producers: int,
+    ) -> AsyncIterator[tuple[int, int, SequenceOutput, int | None]]:
+        done = 0
+        while done < producers:
+            item = await queue.get()
+            if item is None:
+                done += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
