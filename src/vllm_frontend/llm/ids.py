@@ -3,8 +3,8 @@
 Follows vLLM 0.32 (``vllm/entrypoints/serve/engine/serving.py`` ``_base_request_id`` and
 ``vllm/v1/engine/input_processor.py``): the base id is the ``X-Request-Id`` header, else the body's
 ``request_id``, else 16 random hex digits (vLLM's ``random_uuid``); the public id is
-``<prefix>-<base>``; the engine id appends ``-<8 random hex>`` so that two concurrent requests carrying the same client id never clash on the
-engine (a duplicate live id is fatal to an engine).
+``<prefix>-<base>``; the engine id appends ``-<8 random hex>`` so that two concurrent requests
+carrying the same client id never clash on the engine (a duplicate live id is fatal to it).
 """
 
 from __future__ import annotations
