@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ChatError(ValueError):
     """A chat request that cannot be rendered; vLLM answers it with 400 ``BadRequestError``.
 
     ``param`` is the request field vLLM names in the error body (``None`` when it names none).
+    ``str(error)`` is the error body's message, formatted like vLLM's ``VLLMValidationError``
+    (``"<message> (parameter=<param>, value=<value>)"`` when those are known).
     """
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, value: Any = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.value = value
 
     def __str__(self) -> str:
-        return self.message
+        extras = []
+        if self.param is not None:
+            extras.append(f"parameter={self.param}")
+        if self.value is not None:
+            extras.append(f"value={self.value}")
+        return f"{self.message} ({', '.join(extras)})" if extras else self.message

@@ -259,6 +259,7 @@ def _parse_part(where: str, part: Any) -> dict[str, Any] | None:
     raise ChatError(
         f"Unsupported chat content part type: {kind!r}. Supported types: {', '.join(supported)}.",
         param="type",
+        value=kind,
     )
 
 
