@@ -442,3 +442,26 @@ def test_unresolvable_aux_index_surfaces_as_protocol_error() -> None:
     assert lp is not None
     with pytest.raises(ProtocolError, match="aux frame 2"):
         lp.logprobs.numpy()
+
+
+@SETTINGS
+@given(
+    st.sampled_from(["<i4", "<i8", "<f4", "<f8", "|u1", "|b1", "<i2"]),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_array_values_survive_the_wire_as_numpy_and_lists(
+    dtype: str, ndim: int, data: st.DataObject
+) -> None:
+    original = data.draw(numpy_arrays(dtype, ndim=max(ndim, 1)))
+    if ndim == 0:
+        original = original.reshape(-1)[:1].reshape(()) if original.size else np.array(0, dtype)
+    message = EngineCoreOutputs(
+        outputs=[EngineCoreOutput("r", [], routed_experts=NdArray.from_numpy(original))]
+    )
+    decoded = codec.decode_outputs([bytes(f) for f in codec.encode_outputs(message)])
+    array = decoded.outputs[0].routed_experts
+    assert array is not None and array.shape == original.shape
+    np.testing.assert_array_equal(array.numpy(), original)
+    assert array.numpy().dtype == original.dtype
+    assert array.tolist() == original.tolist()

@@ -15,7 +15,7 @@ for ``bfloat16`` which is widened.
 
 from __future__ import annotations
 
-import math
+import sys
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -139,43 +139,74 @@ def raw_bytes(array: np.ndarray) -> memoryview:
     return memoryview(array).cast("B")  # type: ignore[arg-type]  # ndarray is a buffer
 
 
-def _buffer_view(data: object, dtype: np.dtype[Any], shape: object) -> np.ndarray:
-    """View ``data`` (raw element bytes) as an array, validating length against ``shape``."""
-    if isinstance(data, _Ext):
+_BUFFER_TYPES = (bytes, np.ndarray, memoryview, bytearray)
+
+
+def _raw_buffer(data: object) -> Any:
+    """The raw element buffer behind a triple's ``data``; ProtocolError if there is none."""
+    if type(data) is _Ext:
         if data.code != RAW_VIEW_EXT_CODE:
             raise ProtocolError(f"array data uses msgpack extension {data.code}, expected 3")
-        data = data.data
-    if isinstance(data, bool) or not isinstance(data, (memoryview, bytes, bytearray, np.ndarray)):
-        if isinstance(data, int):
-            raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
-        raise ProtocolError(f"array data must be raw bytes, got {type(data).__name__}")
-    # msgspec already checked that shape holds ints; reject what numpy would misread.
-    if not isinstance(shape, (tuple, list)) or (shape and min(shape) < 0):
-        raise ProtocolError(f"invalid array shape {shape!r}")
-    count = math.prod(shape)
+        return data.data
+    if isinstance(data, _BUFFER_TYPES):
+        return data
+    if isinstance(data, int) and not isinstance(data, bool):
+        raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
+    raise ProtocolError(f"array data must be raw bytes, got {type(data).__name__}")
+
+
+def _buffer_view(data: object, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    """View ``data`` (raw element bytes) as an array, validating its length against ``shape``."""
+    buf = _raw_buffer(data)
     try:
-        raw = memoryview(data)  # type: ignore[arg-type]  # ndarray is a buffer
-        nbytes = raw.nbytes
-        if nbytes != count * dtype.itemsize:
-            raise ProtocolError(
-                f"array data has {nbytes} bytes, expected {count} x {dtype.itemsize} "
-                f"for shape {list(shape)}"
-            )
-        if count == 0:
-            return np.empty(shape, dtype=dtype)
-        if raw.format != "B" or raw.ndim != 1:
-            raw = raw.cast("B")
-        return np.frombuffer(raw, dtype=dtype).reshape(shape)
-    except ProtocolError:
-        raise
+        # frombuffer rejects a length that is not a multiple of the item size, reshape one
+        # whose element count differs from the shape's.
+        array = np.frombuffer(buf, dtype=dtype).reshape(shape)
     except (TypeError, ValueError, OverflowError, MemoryError) as exc:
-        # e.g. a non-contiguous caller buffer, or dimensions too large for numpy
         raise ProtocolError(f"cannot view array data as {dtype} {list(shape)}: {exc}") from None
+    if array.shape != shape and array.shape != tuple(shape):  # a -1 dimension was inferred
+        raise ProtocolError(f"invalid array shape {list(shape)}")
+    return array
+
+
+# struct-module formats of little-endian numpy dtypes, for numpy-free ``tolist()``.
+_LIST_FORMATS: dict[str, str] = (
+    {
+        "<i4": "i",
+        "<i8": "q",
+        "<f4": "f",
+        "<f8": "d",
+        "<f2": "e",
+        "<i2": "h",
+        "<u2": "H",
+        "<u4": "I",
+        "<u8": "Q",
+        "|i1": "b",
+        "|u1": "B",
+        "|b1": "?",
+    }
+    if sys.byteorder == "little"
+    else {}
+)
+
+
+def _to_list(data: object, spelled: str, shape: tuple[int, ...]) -> Any:
+    fmt = _LIST_FORMATS.get(spelled)
+    if fmt is None or not shape or 0 in shape:
+        return _buffer_view(data, _parse_numpy_dtype(spelled), shape).tolist()
+    view = memoryview(_raw_buffer(data))
+    try:
+        if view.format != "B":
+            view = view.cast("B")
+        return view.cast(fmt, shape).tolist()  # type: ignore[call-overload]
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"cannot view array data as {spelled} {list(shape)}: {exc}") from None
 
 
 def _as_raw(array: np.ndarray) -> np.ndarray:
     """``array`` as a C-contiguous array (copied once only if it is not contiguous already)."""
-    return np.ascontiguousarray(array)
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one.
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
 
 class NdArray(msgspec.Struct, array_like=True, gc=False):
@@ -199,6 +230,11 @@ class NdArray(msgspec.Struct, array_like=True, gc=False):
     def numpy(self) -> np.ndarray:
         """The array as a read-only numpy view of the received bytes; ProtocolError if garbled."""
         return _buffer_view(self.data, _parse_numpy_dtype(self.dtype), self.shape)
+
+    def tolist(self) -> Any:
+        """The elements as nested Python lists (a scalar for 0-d), without creating a numpy
+        array (fast for the small per-output logprobs arrays); ProtocolError if garbled."""
+        return _to_list(self.data, self.dtype, self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -244,6 +280,13 @@ class Tensor(msgspec.Struct, array_like=True, gc=False):
             words = _buffer_view(self.data, np.dtype("<u2"), self.shape)
             return (words.astype("<u4") << 16).view("<f4")
         raise ProtocolError(f"unsupported torch dtype {self.dtype!r} in tensor triple")
+
+    def tolist(self) -> Any:
+        """The elements as nested Python lists (bfloat16 widened); ProtocolError if garbled."""
+        spelled = _TORCH_TO_NUMPY.get(self.dtype)
+        if spelled is None:
+            return self.numpy().tolist()
+        return _to_list(self.data, spelled, self.shape)
 
     @property
     def nbytes(self) -> int:
