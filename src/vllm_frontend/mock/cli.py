@@ -137,12 +137,11 @@ def _report(
         **totals,
         "cpu_us_per_output_token": round(cpu / tokens * 1e6, 3) if tokens else None,
     }
+    per = report["cpu_us_per_output_token"]
     print(
-        "mock-engine cpu: utime={utime:.3f}s stime={stime:.3f}s cpu={cpu:.3f}s "
-        "requests={requests} output_tokens={output_tokens} steps={steps} "
-        "cpu_us_per_output_token={per}{final}".format(
-            **report, cpu=cpu, per=report["cpu_us_per_output_token"], final=" (exit)" * final
-        ),
+        f"mock-engine cpu: utime={utime:.3f}s stime={stime:.3f}s cpu={cpu:.3f}s "
+        f"requests={totals['requests']} output_tokens={tokens} steps={totals['steps']} "
+        f"cpu_us_per_output_token={per}" + (" (exit)" if final else ""),
         file=sys.stderr,
         flush=True,
     )

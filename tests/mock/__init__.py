@@ -1,0 +1,1 @@
+"""Tests of the mock engine against vLLM's own structs, vLLM's frontend and vllm-rs."""
