@@ -71,6 +71,9 @@ def test_sigterm_aborts_in_flight_requests_and_writes_the_cpu_report(tmp_path: P
     assert report["output_tokens"] >= 6
     assert report["cpu_seconds"] == pytest.approx(report["utime"] + report["stime"])
     assert report["cpu_seconds"] > 0
+    assert 0 <= report["cpu_seconds_serving"] <= report["cpu_seconds"]
+    assert report["engines"]["0"]["requests"] == 1
+    assert report["engines"]["1"]["requests"] == 1
     assert "mock-engine cpu:" in stderr and "(exit)" in stderr
 
 

@@ -179,7 +179,7 @@ def test_prompt_logprobs_arrive_once_as_torch_tensors_even_out_of_band() -> None
 def test_invalid_requests_finish_with_error_and_the_engine_keeps_serving() -> None:
     with connected() as (fe, _):
         fe.add(make_request("no-max", [1, 2], max_tokens=None))
-        fe.add(make_request("bad-token", [1, 10**9], max_tokens=3))
+        fe.add(make_request("bad-token", [1, -5], max_tokens=3))
         # An ADD with a readable id but a malformed body (a real engine's input thread dies).
         fe.add_raw([msgspec.msgpack.encode(["garbled", "not a prompt"])])
         fe.add_raw([b"\xc1 not msgpack"])

@@ -16,9 +16,12 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_frontend.mock.core import MockEngineOptions
+
+if TYPE_CHECKING:
+    from vllm_frontend.mock.engine import MockEngineGroup
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -122,11 +125,14 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 def _report(
-    totals: dict[str, int], started: float, stats_file: str | None, final: bool
+    group: MockEngineGroup, started: float, stats_file: str | None, final: bool
 ) -> dict[str, Any]:
     utime, stime = cpu_seconds()
     cpu = utime + stime
+    totals = group.totals()
     tokens = totals["output_tokens"]
+    at_ready = group.cpu_at_ready
+    serving = None if at_ready is None else cpu - at_ready
     report: dict[str, Any] = {
         "pid": os.getpid(),
         "final": final,
@@ -134,12 +140,18 @@ def _report(
         "utime": utime,
         "stime": stime,
         "cpu_seconds": cpu,
+        # CPU spent since every engine completed its handshake (excludes imports and startup).
+        "cpu_seconds_serving": serving,
         **totals,
-        "cpu_us_per_output_token": round(cpu / tokens * 1e6, 3) if tokens else None,
+        "cpu_us_per_output_token": round(serving / tokens * 1e6, 3)
+        if tokens and serving is not None
+        else None,
+        "engines": {str(i): c for i, c in group.per_engine().items()},
     }
     per = report["cpu_us_per_output_token"]
     print(
         f"mock-engine cpu: utime={utime:.3f}s stime={stime:.3f}s cpu={cpu:.3f}s "
+        f"serving={'-' if serving is None else f'{serving:.3f}s'} "
         f"requests={totals['requests']} output_tokens={tokens} steps={totals['steps']} "
         f"cpu_us_per_output_token={per}" + (" (exit)" if final else ""),
         file=sys.stderr,
@@ -183,9 +195,9 @@ def run(args: argparse.Namespace) -> int:
     group.start()
     interval = args.report_interval if args.report_interval > 0 else None
     while not group.wait(interval):
-        _report(group.totals(), started, args.stats_file, final=False)
+        _report(group, started, args.stats_file, final=False)
     group.join(timeout=10.0)
-    _report(group.totals(), started, args.stats_file, final=True)
+    _report(group, started, args.stats_file, final=True)
     if group.died.is_set() or group.errors:
         return 1
     return 0

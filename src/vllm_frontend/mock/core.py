@@ -182,8 +182,9 @@ def _validation_error(req: EngineCoreRequest, options: MockEngineOptions) -> str
         return f"max_tokens must be at least 1, got {sp.max_tokens}"
     if sp.min_tokens < 0 or sp.min_tokens > sp.max_tokens:
         return f"min_tokens must be in [0, max_tokens], got {sp.min_tokens}"
-    if any(t < 0 or t >= options.vocab_size for t in req.prompt_token_ids):
-        return "prompt token id out of vocabulary range"
+    if any(t < 0 for t in req.prompt_token_ids):
+        # The model's vocabulary is unknown here (`vocab_size` only bounds generated ids).
+        return "negative prompt token id"
     return None
 
 

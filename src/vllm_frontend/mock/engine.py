@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import resource
 import threading
 import time
 from collections.abc import Sequence
@@ -95,6 +96,8 @@ class MockEngine:
         self._outputs: list[zmq.Socket[bytes]] = []
         self.ready = threading.Event()
         """Set once READY was sent (the engine is serving)."""
+        self.cpu_at_ready: float | None = None
+        """Process CPU seconds when this engine became ready (to tell startup from serving)."""
 
     def stop(self) -> None:
         """Ask the engine to shut down (in-flight requests finish with ABORT, as in vLLM)."""
@@ -183,6 +186,8 @@ class MockEngine:
             # vLLM reports finished ids on step messages only with internal DP load balancing.
             self.core.track_finished = coord_out is not None
             handshake.send(self._status("READY"))
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            self.cpu_at_ready = usage.ru_utime + usage.ru_stime
             self.ready.set()
             logger.info(
                 "engine %d ready: %d client(s)%s",
@@ -400,3 +405,20 @@ class MockEngineGroup:
             "output_tokens": sum(e.core.output_tokens for e in self.engines),
             "steps": sum(e.core.steps for e in self.engines),
         }
+
+    def per_engine(self) -> dict[int, dict[str, int]]:
+        """The same counters for each engine, by engine index."""
+        return {
+            e.engine_index: {
+                "requests": e.core.requests_added,
+                "output_tokens": e.core.output_tokens,
+                "steps": e.core.steps,
+            }
+            for e in self.engines
+        }
+
+    @property
+    def cpu_at_ready(self) -> float | None:
+        """Process CPU seconds when the last engine became ready; None before that."""
+        marks = [e.cpu_at_ready for e in self.engines]
+        return None if None in marks else max(m for m in marks if m is not None)
