@@ -3,6 +3,7 @@ an identical fresh engine, started once (concurrently) and shared by every test.
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,16 @@ class Frontends:
 
 @pytest.fixture(scope="session")
 def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
-    """Our server and vLLM's server, each with its own fresh engine (same engine arguments)."""
+    """Our server and vLLM's server, each with its own fresh engine (same engine arguments).
+
+    ``E2E_OURS_URL`` + ``E2E_VLLM_URL`` point the tests at servers already running (started with
+    ENGINE_ARGS) instead, to iterate quickly.
+    """
+    if os.environ.get("E2E_OURS_URL") and os.environ.get("E2E_VLLM_URL"):
+        yield Frontends(
+            os.environ["E2E_OURS_URL"], os.environ["E2E_VLLM_URL"], str(tiny_model), MAX_MODEL_LEN
+        )
+        return
     handshake = free_port()
     engines = start_headless_engines(handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS)
     reference = start_vllm_server(model=tiny_model, extra_args=ENGINE_ARGS)

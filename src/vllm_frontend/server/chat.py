@@ -9,8 +9,9 @@ so assistant output is plain ``content``.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from . import errors
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     DONE,
+    ChatUsageChunk,
     GenerationFailed,
     PreparedPrompt,
     ServingContext,
@@ -160,7 +162,7 @@ class FirstChunk(msgspec.Struct):
     created: int
     model: str
     choices: list[RoleChoice]
-    usage: UsageChunk | msgspec.UnsetType = msgspec.UNSET
+    usage: ChatUsageChunk | msgspec.UnsetType = msgspec.UNSET
     prompt_token_ids: list[int] | None = None
     prompt_text: str | None = None
 
@@ -173,7 +175,7 @@ class Chunk(msgspec.Struct, omit_defaults=True):
     created: int
     model: str
     choices: list[DeltaChoice | FinishChoice | RoleChoice]
-    usage: UsageChunk | msgspec.UnsetType = msgspec.UNSET
+    usage: ChatUsageChunk | msgspec.UnsetType = msgspec.UNSET
     system_fingerprint: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
@@ -247,13 +249,14 @@ class ChatHandler:
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
         rendered = self._render(req)
+        ctx.check_text_length(rendered.prompt)
         prompt = PreparedPrompt(
             ctx.tokenizer.encode(
                 rendered.prompt, add_special_tokens=bool(getattr(req, "add_special_tokens", False))
             ),
             rendered.prompt,
         )
-        ctx.check_prompt_length(len(prompt.token_ids))
+        ctx.check_prompt_length(len(prompt.token_ids), from_text=True)
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         requested = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -321,7 +324,7 @@ class ChatHandler:
 
     def _gen(
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
-    ) -> AsyncIterator[tuple[int, SequenceOutput, int | None]]:
+    ) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
         return generate_sequences(
             self.ctx,
             request_id=request_id,
@@ -348,11 +351,14 @@ class ChatHandler:
         n = req.n or 1
         finals: list[SequenceOutput | None] = [None] * n
         cached: int | None = None
-        async for idx, seq, num_cached in self._gen(req, request_id, prompt, params, dp_rank):
-            if num_cached is not None:
-                cached = num_cached
-            if seq.finished:
-                finals[idx] = seq
+        async with contextlib.aclosing(
+            self._gen(req, request_id, prompt, params, dp_rank)
+        ) as outputs:
+            async for idx, seq, num_cached in outputs:
+                if num_cached is not None:
+                    cached = num_cached
+                if seq.finished:
+                    finals[idx] = seq
         return_ids = bool(getattr(req, "return_token_ids", False))
         choices: list[ChatChoice] = []
         prompt_lps = None
@@ -420,63 +426,68 @@ class ChatHandler:
         first = True
         obj = "chat.completion.chunk"
         try:
-            async for idx, seq, num_cached in self._gen(req, request_id, prompt, params, dp_rank):
-                if first:
-                    cached = num_cached
-                    first = False
-                    for i in range(n):
-                        head = FirstChunk(
-                            id=request_id,
-                            object=obj,
-                            created=created,
-                            model=model,
-                            choices=[RoleChoice(i, RoleDelta(role, ""), None, None)],
-                            prompt_token_ids=list(prompt.token_ids) if return_ids else None,
-                        )
-                        if continuous:
-                            head.usage = usage_chunk(num_prompt, 0)
-                        yield sse(head)
-                    if echo_text:
+            async with contextlib.aclosing(
+                self._gen(req, request_id, prompt, params, dp_rank)
+            ) as outputs:
+                async for idx, seq, num_cached in outputs:
+                    if first:
+                        cached = num_cached
+                        first = False
                         for i in range(n):
-                            echo_chunk = Chunk(
+                            head = FirstChunk(
                                 id=request_id,
                                 object=obj,
                                 created=created,
                                 model=model,
-                                choices=[RoleChoice(i, ContentDelta(echo_text), None, None)],
+                                choices=[RoleChoice(i, RoleDelta(role, ""), None, None)],
+                                prompt_token_ids=list(prompt.token_ids) if return_ids else None,
                             )
                             if continuous:
-                                echo_chunk.usage = usage_chunk(num_prompt, 0)
-                            yield sse(echo_chunk)
-                if finish_sent[idx]:
-                    continue
-                if seq.finish_reason == "error":
-                    raise GenerationFailed()
-                logprobs = self._logprobs(req, seq)
-                if not seq.text and not seq.token_ids and not num_tokens[idx]:
-                    continue  # vLLM: no empty chunks before the first token
-                num_tokens[idx] += len(seq.token_ids)
-                delta = ContentDelta(seq.text)
-                token_ids = list(seq.token_ids) if return_ids else None
-                choice: DeltaChoice | FinishChoice
-                if seq.finish_reason is None:
-                    choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
-                else:
-                    choice = FinishChoice(
-                        idx, delta, logprobs, seq.finish_reason, seq.stop_reason, token_ids
-                    )
-                    finish_sent[idx] = True
-                chunk = Chunk(id=request_id, object=obj, created=created, model=model,
-                              choices=[choice])  # fmt: skip
-                if (
-                    not include_usage
-                    and ctx.system_fingerprint is not None
-                    and seq.finish_reason is not None
-                ):
-                    chunk.system_fingerprint = ctx.system_fingerprint
-                if continuous:
-                    chunk.usage = usage_chunk(num_prompt, num_tokens[idx])
-                yield sse(chunk)
+                                head.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+                            yield sse(head)
+                        if echo_text:
+                            for i in range(n):
+                                echo_chunk = Chunk(
+                                    id=request_id,
+                                    object=obj,
+                                    created=created,
+                                    model=model,
+                                    choices=[RoleChoice(i, ContentDelta(echo_text), None, None)],
+                                )
+                                if continuous:
+                                    echo_chunk.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+                                yield sse(echo_chunk)
+                    if finish_sent[idx]:
+                        continue
+                    if seq.finish_reason == "error":
+                        raise GenerationFailed()
+                    logprobs = self._logprobs(req, seq)
+                    if not seq.text and not seq.token_ids and not num_tokens[idx]:
+                        continue  # vLLM: no empty chunks before the first token
+                    num_tokens[idx] += len(seq.token_ids)
+                    delta = ContentDelta(seq.text)
+                    token_ids = list(seq.token_ids) if return_ids else None
+                    choice: DeltaChoice | FinishChoice
+                    if seq.finish_reason is None:
+                        choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
+                    else:
+                        choice = FinishChoice(
+                            idx, delta, logprobs, seq.finish_reason, seq.stop_reason, token_ids
+                        )
+                        finish_sent[idx] = True
+                    chunk = Chunk(id=request_id, object=obj, created=created, model=model,
+                                  choices=[choice])  # fmt: skip
+                    if (
+                        not include_usage
+                        and ctx.system_fingerprint is not None
+                        and seq.finish_reason is not None
+                    ):
+                        chunk.system_fingerprint = ctx.system_fingerprint
+                    if continuous:
+                        chunk.usage = ChatUsageChunk(
+                            num_prompt, num_prompt + num_tokens[idx], num_tokens[idx]
+                        )
+                    yield sse(chunk)
             if include_usage:
                 details = cached if ctx.enable_prompt_tokens_details else None
                 yield sse(

@@ -10,8 +10,9 @@ unset); stream chunks dump only the fields vLLM sets explicitly, which are the o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -262,28 +263,15 @@ class CompletionsHandler:
         out: list[PreparedPrompt] = []
         for item in items:
             if isinstance(item, str):
-                self._check_text_length(item)
+                ctx.check_text_length(item)
                 ids = ctx.tokenizer.encode(item, add_special_tokens=add_special)
                 text: str | None = item
             else:
                 ids = list(item)
                 text = None
-            ctx.check_prompt_length(len(ids))
+            ctx.check_prompt_length(len(ids), from_text=text is not None)
             out.append(PreparedPrompt(ids, text))
         return out
-
-    def _check_text_length(self, text: str) -> None:
-        ctx = self.ctx
-        limit = ctx.max_model_len * ctx.tokenizer.max_chars_per_token
-        if len(text) > limit:
-            raise errors.InvalidParameter(
-                f"This model's maximum context length is {ctx.max_model_len} tokens. However, "
-                f"your prompt contains {len(text)} characters (more than {limit} characters, "
-                f"which is the upper bound for {ctx.max_model_len} input tokens). Please reduce "
-                "the length of the input prompt.",
-                parameter="input_text",
-                value=len(text),
-            )
 
     def _prompt_text(self, prompt: PreparedPrompt) -> str:
         if prompt.text is None:
@@ -304,20 +292,23 @@ class CompletionsHandler:
         cached: list[int | None] = [None] * len(prepared)
 
         async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
-            async for idx, seq, num_cached in generate_sequences(
-                ctx,
-                request_id=f"{request_id}-{i}",
-                prompt=prompt,
-                params=params,
-                n=n,
-                priority=getattr(req, "priority", 0) or 0,
-                data_parallel_rank=dp_rank,
-                cache_salt=getattr(req, "cache_salt", None),
-            ):
-                if num_cached is not None:
-                    cached[i] = num_cached
-                if seq.finished:
-                    finals[i][idx] = seq
+            async with contextlib.aclosing(
+                generate_sequences(
+                    ctx,
+                    request_id=f"{request_id}-{i}",
+                    prompt=prompt,
+                    params=params,
+                    n=n,
+                    priority=getattr(req, "priority", 0) or 0,
+                    data_parallel_rank=dp_rank,
+                    cache_salt=getattr(req, "cache_salt", None),
+                )
+            ) as outputs:
+                async for idx, seq, num_cached in outputs:
+                    if num_cached is not None:
+                        cached[i] = num_cached
+                    if seq.finished:
+                        finals[i][idx] = seq
 
         if len(prepared) == 1:
             await run(0, *prepared[0])
@@ -431,17 +422,20 @@ class CompletionsHandler:
 
         async def run(p: int, prompt: PreparedPrompt, params: Any) -> None:
             try:
-                async for idx, seq, num_cached in generate_sequences(
-                    ctx,
-                    request_id=f"{request_id}-{p}",
-                    prompt=prompt,
-                    params=params,
-                    n=n,
-                    priority=getattr(req, "priority", 0) or 0,
-                    data_parallel_rank=dp_rank,
-                    cache_salt=getattr(req, "cache_salt", None),
-                ):
-                    queue.put_nowait((p, idx, seq, num_cached))
+                async with contextlib.aclosing(
+                    generate_sequences(
+                        ctx,
+                        request_id=f"{request_id}-{p}",
+                        prompt=prompt,
+                        params=params,
+                        n=n,
+                        priority=getattr(req, "priority", 0) or 0,
+                        data_parallel_rank=dp_rank,
+                        cache_salt=getattr(req, "cache_salt", None),
+                    )
+                ) as outputs:
+                    async for idx, seq, num_cached in outputs:
+                        queue.put_nowait((p, idx, seq, num_cached))
             except Exception as e:
                 queue.put_nowait(e)
             finally:
@@ -450,81 +444,82 @@ class CompletionsHandler:
         tasks: list[asyncio.Task[None]] = []
         try:
             single = len(prepared) == 1
-            source: AsyncIterator[tuple[int, int, SequenceOutput, int | None]]
+            source: AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]
             if single:
                 source = self._single(req, request_id, prepared[0], n, dp_rank)
             else:
                 tasks = [asyncio.create_task(run(p, *pp)) for p, pp in enumerate(prepared)]
                 source = self._drain(queue, len(prepared))
             first = True
-            async for p, idx, seq, num_cached in source:
-                prompt = prepared[p][0]
-                num_prompt[p] = len(prompt.token_ids)
-                if first:
-                    cached = num_cached
-                    first = False
-                i = idx + p * n
-                prompt_ids_out: list[int] | None = None
-                if echo and not echoed[i]:
-                    prompt_text = "" if return_ids else self._prompt_text(prompt)
-                    if req.max_tokens == 0:
-                        text = prompt_text
-                        delta_ids: list[int] = list(prompt.token_ids)
-                        lps: Sequence[PositionLogprobs | None] | None = seq.prompt_logprobs
-                    else:
-                        text = prompt_text + seq.text
-                        delta_ids = [*prompt.token_ids, *seq.token_ids]
-                        lps = [*(seq.prompt_logprobs or []), *(seq.logprobs or [])]
-                    prompt_ids_out = list(prompt.token_ids)
-                    echoed[i] = True
-                else:
-                    text = seq.text
-                    delta_ids = seq.token_ids
-                    lps = seq.logprobs
-                    if not echoed[i] and return_ids:
+            async with contextlib.aclosing(source) as outputs:
+                async for p, idx, seq, num_cached in outputs:
+                    prompt = prepared[p][0]
+                    num_prompt[p] = len(prompt.token_ids)
+                    if first:
+                        cached = num_cached
+                        first = False
+                    i = idx + p * n
+                    prompt_ids_out: list[int] | None = None
+                    if echo and not echoed[i]:
+                        prompt_text = "" if return_ids else self._prompt_text(prompt)
+                        if req.max_tokens == 0:
+                            text = prompt_text
+                            delta_ids: list[int] = list(prompt.token_ids)
+                            lps: Sequence[PositionLogprobs | None] | None = seq.prompt_logprobs
+                        else:
+                            text = prompt_text + seq.text
+                            delta_ids = [*prompt.token_ids, *seq.token_ids]
+                            lps = [*(seq.prompt_logprobs or []), *(seq.logprobs or [])]
                         prompt_ids_out = list(prompt.token_ids)
                         echoed[i] = True
-                    if not text and not delta_ids and not num_tokens[i]:
-                        continue  # vLLM: no empty chunks before the first token
-                logprobs = None
-                if req.logprobs is not None:
-                    logprobs = completion_logprobs(
-                        delta_ids,
-                        lps or [],
-                        req.logprobs,
-                        ctx.strings().token,
-                        initial_offset=next_offsets[i],
-                        as_token_ids=as_token_ids,
-                    )
-                    if logprobs.tokens:
-                        next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
-                num_tokens[i] += len(seq.token_ids)
-                chunk = StreamChunk(
-                    id=request_id,
-                    object="text_completion",
-                    created=created,
-                    model=model,
-                    choices=[
-                        StreamChoice(
-                            index=i,
-                            text=text,
-                            logprobs=logprobs,
-                            finish_reason=seq.finish_reason,
-                            stop_reason=seq.stop_reason,
-                            prompt_token_ids=prompt_ids_out,
-                            token_ids=list(seq.token_ids) if return_ids else None,
+                    else:
+                        text = seq.text
+                        delta_ids = seq.token_ids
+                        lps = seq.logprobs
+                        if not echoed[i] and return_ids:
+                            prompt_ids_out = list(prompt.token_ids)
+                            echoed[i] = True
+                        if not text and not delta_ids and not num_tokens[i]:
+                            continue  # vLLM: no empty chunks before the first token
+                    logprobs = None
+                    if req.logprobs is not None:
+                        logprobs = completion_logprobs(
+                            delta_ids,
+                            lps or [],
+                            req.logprobs,
+                            ctx.strings().token,
+                            initial_offset=next_offsets[i],
+                            as_token_ids=as_token_ids,
                         )
-                    ],
-                )
-                if (
-                    not include_usage
-                    and ctx.system_fingerprint is not None
-                    and seq.finish_reason is not None
-                ):
-                    chunk.system_fingerprint = ctx.system_fingerprint
-                if continuous:
-                    chunk.usage = usage_chunk(num_prompt[p], num_tokens[i])
-                yield sse(chunk)
+                        if logprobs.tokens:
+                            next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
+                    num_tokens[i] += len(seq.token_ids)
+                    chunk = StreamChunk(
+                        id=request_id,
+                        object="text_completion",
+                        created=created,
+                        model=model,
+                        choices=[
+                            StreamChoice(
+                                index=i,
+                                text=text,
+                                logprobs=logprobs,
+                                finish_reason=seq.finish_reason,
+                                stop_reason=seq.stop_reason,
+                                prompt_token_ids=prompt_ids_out,
+                                token_ids=list(seq.token_ids) if return_ids else None,
+                            )
+                        ],
+                    )
+                    if (
+                        not include_usage
+                        and ctx.system_fingerprint is not None
+                        and seq.finish_reason is not None
+                    ):
+                        chunk.system_fingerprint = ctx.system_fingerprint
+                    if continuous:
+                        chunk.usage = usage_chunk(num_prompt[p], num_tokens[i])
+                    yield sse(chunk)
             if include_usage:
                 prompt_total = sum(num_prompt)
                 details = cached if ctx.enable_prompt_tokens_details else None
@@ -550,25 +545,28 @@ class CompletionsHandler:
 
     async def _single(
         self, req: Any, request_id: str, pp: tuple[PreparedPrompt, Any], n: int, dp_rank: int | None
-    ) -> AsyncIterator[tuple[int, int, SequenceOutput, int | None]]:
+    ) -> AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]:
         prompt, params = pp
-        async for idx, seq, num_cached in generate_sequences(
-            self.ctx,
-            request_id=f"{request_id}-0",
-            prompt=prompt,
-            params=params,
-            n=n,
-            priority=getattr(req, "priority", 0) or 0,
-            data_parallel_rank=dp_rank,
-            cache_salt=getattr(req, "cache_salt", None),
-        ):
-            yield 0, idx, seq, num_cached
+        async with contextlib.aclosing(
+            generate_sequences(
+                self.ctx,
+                request_id=f"{request_id}-0",
+                prompt=prompt,
+                params=params,
+                n=n,
+                priority=getattr(req, "priority", 0) or 0,
+                data_parallel_rank=dp_rank,
+                cache_salt=getattr(req, "cache_salt", None),
+            )
+        ) as outputs:
+            async for idx, seq, num_cached in outputs:
+                yield 0, idx, seq, num_cached
 
     async def _drain(
         self,
         queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None],
         producers: int,
-    ) -> AsyncIterator[tuple[int, int, SequenceOutput, int | None]]:
+    ) -> AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]:
         done = 0
         while done < producers:
             item = await queue.get()

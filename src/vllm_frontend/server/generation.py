@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,9 @@ class ServingContext:
         if model is None or model in self.served_model_names:
             return
         names = ", ".join(self.served_model_names)
-        raise errors.NotFound(f"The model `{model}` does not exist. Valid aliases: {names}.")
+        raise errors.NotFound(
+            f"The model `{model}` does not exist. Valid aliases: {names}.", param="model"
+        )
 
     def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
         """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
@@ -101,16 +103,36 @@ class ServingContext:
             candidates.append(self.override_max_tokens)
         return min(candidates)
 
-    def check_prompt_length(self, num_tokens: int) -> None:
+    def check_prompt_length(self, num_tokens: int, from_text: bool) -> None:
         """vLLM's renderer check (``TokenizeParams._token_len_check``): 400 when the prompt
-        alone is longer than the context."""
-        if num_tokens > self.max_model_len:
+        alone is longer than the context. vLLM tokenizes text with truncation to one token more
+        than the context, so for text prompts it can only say "at least <limit + 1>"."""
+        limit = self.max_model_len
+        if num_tokens <= limit:
+            return
+        if from_text:
+            num_tokens = limit + 1
+        qualifier = "at least " if num_tokens == limit + 1 else ""
+        raise errors.InvalidParameter(
+            f"This model's maximum context length is {limit} tokens. However, your prompt "
+            f"contains {qualifier}{num_tokens} input tokens, which exceeds this limit even "
+            "without any output tokens. Please reduce the length of the input prompt.",
+            parameter="input_tokens",
+            value=num_tokens,
+        )
+
+    def check_text_length(self, text: str) -> None:
+        """vLLM's ``TokenizeParams._text_len_check``: a text that cannot fit even at the
+        longest token's length is refused before tokenizing."""
+        limit = self.max_model_len * self.tokenizer.max_chars_per_token
+        if len(text) > limit:
             raise errors.InvalidParameter(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                f"your prompt contains {num_tokens} input tokens, which exceeds this limit even "
-                "without any output tokens. Please reduce the length of the input prompt.",
-                parameter="input_tokens",
-                value=num_tokens,
+                f"your prompt contains {len(text)} characters (more than {limit} characters, "
+                f"which is the upper bound for {self.max_model_len} input tokens). Please reduce "
+                "the length of the input prompt.",
+                parameter="input_text",
+                value=len(text),
             )
 
     def check_max_tokens_param(self, max_tokens: int | None, name: str) -> None:
@@ -176,6 +198,15 @@ class UsageChunk(msgspec.Struct, omit_defaults=True):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
+class ChatUsageChunk(msgspec.Struct):
+    """Continuous ``usage`` on chat chunks: vLLM also sets ``completion_tokens_details``."""
+
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int
+    completion_tokens_details: None = None
+
+
 def usage(prompt: int, completion: int, cached: int | None = None) -> Usage:
     """A full-response ``usage`` object."""
     details = PromptTokensDetails(cached) if cached is not None else None
@@ -220,7 +251,7 @@ async def generate_sequences(
     priority: int = 0,
     data_parallel_rank: int | None = None,
     cache_salt: str | None = None,
-) -> AsyncIterator[tuple[int, SequenceOutput, int | None]]:
+) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
     """Run one prompt's ``n`` samples; yield ``(index, output, num_cached_tokens)`` per update.
 
     Detokenization, stop strings and logprobs run incrementally on every engine output (as
@@ -385,11 +416,11 @@ def lower_sampling_params(
         bad_words=list(getattr(req, "bad_words", None) or []),
         skip_reading_prefix_cache=prompt_logprobs is not None,
     )
+    if temperature < _SAMPLING_EPS and params.n > 1:
+        raise ValueError(f"n must be 1 when using greedy sampling, got {params.n}.")
     validate_sampling_params(params)
     if temperature < _SAMPLING_EPS:
         params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
-        if params.n > 1:
-            raise ValueError(f"n must be 1 when using greedy sampling, got {params.n}.")
     # update_from_generation_config: the primary EOS ends generation (unless ignore_eos); the
     # generation config's other EOS ids become stop ids; all of them gate min_tokens.
     all_stop = list(stop_ids)
