@@ -157,6 +157,18 @@ class _Cors:
         _append_vary_origin(headers)
 
 
+def _require_json(handler: Handler) -> Handler:
+    async def checked(request: Request) -> Response | StreamingResponse:
+        ctype = request.headers.get(b"content-type", b"")
+        if ctype.split(b";", 1)[0].strip().lower() != b"application/json":
+            raise errors.RequestValidationFailed(
+                f"1 validation error:\n  {errors.UNSUPPORTED_MEDIA_TYPE}"
+            )
+        return await handler(request)
+
+    return checked
+
+
 def _append_vary_origin(headers: Headers) -> None:
     for i, (name, value) in enumerate(headers):
         if name == b"vary":
@@ -177,8 +189,14 @@ class App:
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
 
-    def route(self, method: str, path: str, handler: Handler) -> None:
-        """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``."""
+    def route(self, method: str, path: str, handler: Handler, json_body: bool = False) -> None:
+        """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``.
+
+        With ``json_body`` the request must declare ``Content-Type: application/json`` (vLLM's
+        ``validate_json_request`` dependency), else it gets vLLM's 400 without reaching the
+        handler."""
+        if json_body:
+            handler = _require_json(handler)
         self._routes.setdefault(path, {})[method] = handler
         self._allow[path] = ", ".join(self._routes[path])
 

@@ -181,5 +181,8 @@ def method_not_allowed(allowed: str) -> Response:
     return Response(b'{"detail":"Method Not Allowed"}', 405, headers=[(b"allow", allowed.encode())])
 
 
+UNSUPPORTED_MEDIA_TYPE = "Unsupported Media Type: Only 'application/json' is allowed"
+"""vLLM's message (inside a validation-error report) for a body that is not declared JSON."""
+
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 """vLLM's AuthenticationMiddleware body for a missing or wrong API key (status 401)."""

@@ -1,0 +1,853 @@
+"""OpenAI request bodies as msgspec Structs, with vLLM 0.32's fields, defaults and validators.
+
+Field names, order and defaults follow vLLM's pydantic models
+(vllm/entrypoints/openai/completion/protocol.py, chat_completion/protocol.py,
+generate/base/protocol.py, serve/tokenize/protocol.py). Unknown fields are accepted and ignored,
+as vLLM does (it only logs them). Fields whose pydantic type msgspec cannot express (several
+list types in one union, TypedDict unions) are typed ``Any`` here and checked by the schema in
+``validation.py``; the chat layer interprets ``messages``.
+
+Use :func:`parse_completion_request`, :func:`parse_chat_request`, :func:`parse_tokenize_request`
+and :func:`parse_detokenize_request` on a request body: they raise ``errors.ApiError``
+subclasses carrying vLLM's status, type, message and param.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import msgspec
+import msgspec.inspect as mi
+
+from .errors import BadRequest, InvalidParameter
+from .validation import (
+    AnyValue,
+    Bool,
+    DictOf,
+    Float,
+    Int,
+    ListOf,
+    Model,
+    Optional,
+    Spec,
+    Str,
+    Union,
+    convert_body,
+    decode_json_object,
+    validation_error,
+)
+from .validation import Literal as LiteralSpec
+
+__all__ = [
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "DetokenizeRequest",
+    "StreamOptions",
+    "TokenizeChatRequest",
+    "TokenizeCompletionRequest",
+    "parse_chat_request",
+    "parse_completion_request",
+    "parse_detokenize_request",
+    "parse_tokenize_request",
+]
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, msgspec.Meta(ge=_INT64_MIN, le=_INT64_MAX)]
+
+MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))
+"""vLLM's ``VLLM_MAX_STOP_STRINGS``: most stop strings one request may carry."""
+MAX_COMPLETION_PROMPTS = int(os.environ.get("VLLM_MAX_COMPLETION_PROMPTS", "1024"))
+"""vLLM's ``VLLM_MAX_COMPLETION_PROMPTS``: most prompts in one completions request."""
+
+StopList = Annotated[list[str], msgspec.Meta(max_length=MAX_STOP_STRINGS)]
+XArgValue = str | int | float | list[str | int | float]
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    """``stream_options``."""
+
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/completions`` body (vLLM's ``CompletionRequest``)."""
+
+    model: str | None = None
+    prompt: Any = None
+    """``list[int] | list[list[int]] | str | list[str] | None`` (validated, not converted)."""
+    echo: bool | None = False
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    presence_penalty: float | None = None
+    seed: Int64 | None = None
+    stop: str | StopList | None = msgspec.field(default_factory=list)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    watermarking: bool | None = None
+    length_penalty: float = 1.0
+    stop_token_ids: list[int] | None = msgspec.field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Annotated[int, msgspec.Meta(ge=-1, le=_INT64_MAX)] | None = None
+    truncation_side: Literal["left", "right"] | None = None
+    allowed_token_ids: list[int] | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    bad_words: list[str] = msgspec.field(default_factory=list)
+    prompt_embeds: Any = None
+    """``bytes | list[bytes] | None`` (base64 strings); prompt embeddings are not supported."""
+    add_special_tokens: bool = True
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    priority: Int64 = 0
+    request_id: str | None = None
+    """vLLM defaults this to a random uuid; None here (the handler picks the id)."""
+    session_id: str | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    routed_experts_prompt_start: Annotated[int, msgspec.Meta(ge=0)] = 0
+    return_token_offsets: bool | None = False
+    mm_payload: Literal["tensors", "none"] = "tensors"
+    return_mm_kwargs: bool | None = None
+    cache_salt: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, XArgValue] | None = None
+    repetition_detection: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None
+    stream_interval: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/chat/completions`` body (vLLM's ``ChatCompletionRequest``)."""
+
+    messages: list[dict[str, Any]]
+    """OpenAI message dicts, interpreted by the chat layer."""
+    model: str | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = False
+    top_logprobs: int = 0
+    """``null`` means 0, as in vLLM."""
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = 1
+    presence_penalty: float | None = None
+    response_format: dict[str, Any] | None = None
+    seed: Int64 | None = None
+    stop: str | StopList | None = msgspec.field(default_factory=list)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = "none"
+    """``"none" | "auto" | "required" | {"type": "function", "function": {"name"}} | None``;
+    vLLM turns a missing value into ``"auto"`` when tools are given."""
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
+        None
+    )
+    thinking_token_budget: int | None = None
+    include_reasoning: bool = True
+    parallel_tool_calls: bool | None = True
+    user: str | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    watermarking: bool | None = None
+    length_penalty: float = 1.0
+    stop_token_ids: list[int] | None = msgspec.field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Annotated[int, msgspec.Meta(ge=-1, le=_INT64_MAX)] | None = None
+    truncation_side: Literal["left", "right"] | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] = msgspec.field(default_factory=list)
+    echo: bool = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    documents: list[dict[str, str]] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    priority: Int64 = 0
+    request_id: str | None = None
+    """vLLM defaults this to a random uuid; None here (the handler picks the id)."""
+    session_id: str | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    routed_experts_prompt_start: Annotated[int, msgspec.Meta(ge=0)] = 0
+    return_token_offsets: bool | None = False
+    return_prompt_text: bool | None = False
+    mm_payload: Literal["tensors", "none"] = "tensors"
+    return_mm_kwargs: bool | None = None
+    cache_salt: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    vllm_xargs: dict[str, XArgValue] | None = None
+    repetition_detection: dict[str, Any] | None = None
+    stream_interval: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class TokenizeCompletionRequest(msgspec.Struct, kw_only=True):
+    """``POST /tokenize`` with a ``prompt``."""
+
+    prompt: str
+    model: str | None = None
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizeChatRequest(msgspec.Struct, kw_only=True):
+    """``POST /tokenize`` with ``messages`` (rendered through the chat template)."""
+
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /detokenize`` body."""
+
+    tokens: list[Annotated[int, msgspec.Meta(ge=0, le=_INT64_MAX)]]
+    model: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# schemas for error reports (derived from the Structs, with pydantic's types where ours are Any)
+
+
+def _spec_of(t: mi.Type) -> Spec:
+    if isinstance(t, mi.IntType):
+        return Int(t.ge, t.le)
+    if isinstance(t, mi.FloatType):
+        return Float()
+    if isinstance(t, mi.BoolType):
+        return Bool()
+    if isinstance(t, mi.StrType):
+        return Str(t.min_length, t.max_length)
+    if isinstance(t, mi.LiteralType):
+        return LiteralSpec(*(str(v) for v in t.values))
+    if isinstance(t, mi.ListType):
+        return ListOf(_spec_of(t.item_type), t.max_length)
+    if isinstance(t, mi.DictType):
+        return DictOf(_spec_of(t.value_type))
+    if isinstance(t, mi.StructType):
+        return _model_of(t)
+    if isinstance(t, mi.UnionType):
+        inner = [x for x in t.types if not isinstance(x, mi.NoneType)]
+        spec = _spec_of(inner[0]) if len(inner) == 1 else Union(*(_spec_of(x) for x in inner))
+        return Optional(spec) if len(inner) < len(t.types) else spec
+    return AnyValue()
+
+
+def _model_of(t: mi.StructType, overrides: dict[str, Spec] | None = None) -> Model:
+    fields: dict[str, Spec] = {}
+    required = []
+    annotations = {f.name: f.type for f in msgspec.structs.fields(t.cls)}
+    for f in t.fields:
+        spec = (overrides or {}).get(f.name) or _spec_of(f.type)
+        fields[f.name] = _literal_order(spec, annotations[f.name])
+        if f.required:
+            required.append(f.name)
+    return Model(t.cls.__name__, fields, required)
+
+
+def _literal_order(spec: Spec, annotation: Any) -> Spec:
+    # msgspec.inspect sorts Literal values; pydantic's message lists them in declared order
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) is Literal:
+            values = [str(v) for v in typing.get_args(arg)]
+            literal = LiteralSpec(*values)
+            return Optional(literal) if isinstance(spec, Optional) else literal
+    return spec
+
+
+def _schema(struct: type, overrides: dict[str, Spec] | None = None) -> Model:
+    info = mi.type_info(struct)
+    assert isinstance(info, mi.StructType)
+    return _model_of(info, overrides)
+
+
+_TOKEN = Int(ge=0)
+_JSON_SCHEMA_FORMAT = Model(
+    "JsonSchemaResponseFormat",
+    {"name": Str(), "description": Optional(Str()), "schema": Optional(DictOf(AnyValue()))},
+    ["name"],
+)
+_RESPONSE_FORMAT = Optional(
+    Union(
+        Model(
+            "ResponseFormat",
+            {
+                "type": LiteralSpec("text", "json_object", "json_schema"),
+                "json_schema": Optional(_JSON_SCHEMA_FORMAT),
+            },
+            ["type"],
+        ),
+        Model(
+            "StructuralTagResponseFormat",
+            {"type": LiteralSpec("structural_tag"), "format": AnyValue()},
+            ["type", "format"],
+        ),
+        Model(
+            "LegacyStructuralTagResponseFormat",
+            {
+                "type": LiteralSpec("structural_tag"),
+                "structures": ListOf(
+                    Model(
+                        "LegacyStructuralTag",
+                        {"begin": Str(), "schema": AnyValue(), "end": Str()},
+                        ["begin", "end"],
+                    )
+                ),
+                "triggers": ListOf(Str()),
+            },
+            ["type", "structures", "triggers"],
+        ),
+    )
+)
+_STRUCTURED_OUTPUTS = Optional(
+    Model(
+        "StructuredOutputsParams",
+        {
+            "json": Optional(Union(Str(), DictOf(AnyValue()))),
+            "regex": Optional(Str()),
+            "choice": Optional(ListOf(Str())),
+            "grammar": Optional(Str()),
+            "json_object": Optional(Bool()),
+            "disable_any_whitespace": Bool(),
+            "disable_additional_properties": Bool(),
+            "whitespace_pattern": Optional(Str()),
+            "structural_tag": Optional(Str()),
+        },
+    )
+)
+_REPETITION_DETECTION = Optional(
+    Model(
+        "RepetitionDetectionParams",
+        {"max_pattern_size": Int(), "min_pattern_size": Int(), "min_count": Int()},
+    )
+)
+_TOOL = Model(
+    "ChatCompletionToolsParam",
+    {
+        "type": LiteralSpec("function"),
+        "function": Model(
+            "FunctionDefinition",
+            {
+                "name": Str(),
+                "description": Optional(Str()),
+                "parameters": Optional(DictOf(AnyValue())),
+                "strict": Optional(Bool()),
+                "defer_loading": Optional(Bool()),
+            },
+            ["name"],
+        ),
+        "defer_loading": Optional(Bool()),
+    },
+    ["function"],
+)
+_MESSAGE = Model("ChatCompletionMessageParam", {"role": Str()}, ["role"])
+"""Simplified: vLLM validates each message against a union of TypedDicts and reports every
+branch; here a message must be an object with a string ``role``."""
+
+_COMPLETION_SCHEMA = _schema(
+    CompletionRequest,
+    {
+        "prompt": Optional(
+            Union(
+                ListOf(_TOKEN),
+                ListOf(ListOf(_TOKEN)),
+                Str(),
+                ListOf(Str()),
+            )
+        ),
+        "prompt_embeds": Optional(Union(Str(), ListOf(Str()))),
+        "response_format": _RESPONSE_FORMAT,
+        "structured_outputs": _STRUCTURED_OUTPUTS,
+        "repetition_detection": _REPETITION_DETECTION,
+    },
+)
+_CHAT_SCHEMA = _schema(
+    ChatCompletionRequest,
+    {
+        "messages": ListOf(_MESSAGE),
+        "tools": Optional(ListOf(_TOOL)),
+        "tool_choice": Optional(
+            Union(
+                LiteralSpec("none"),
+                LiteralSpec("auto"),
+                LiteralSpec("required"),
+                Model(
+                    "ChatCompletionNamedToolChoiceParam",
+                    {
+                        "function": Model("ChatCompletionNamedFunction", {"name": Str()}, ["name"]),
+                        "type": LiteralSpec("function"),
+                    },
+                    ["function"],
+                ),
+            )
+        ),
+        "response_format": _RESPONSE_FORMAT,
+        "structured_outputs": _STRUCTURED_OUTPUTS,
+        "repetition_detection": _REPETITION_DETECTION,
+    },
+)
+_TOKENIZE_COMPLETION_SCHEMA = _schema(TokenizeCompletionRequest)
+_TOKENIZE_CHAT_SCHEMA = _schema(
+    TokenizeChatRequest, {"messages": ListOf(_MESSAGE), "tools": Optional(ListOf(_TOOL))}
+)
+_DETOKENIZE_SCHEMA = _schema(DetokenizeRequest)
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's "before" model validators, on the raw dict. pydantic runs them in reverse definition
+# order, so the lists below are in that (execution) order; each cites its vLLM validator.
+
+
+def _check_cache_salt(data: dict[str, Any]) -> None:
+    # generate/base/protocol.py validate_cache_salt
+    salt = data.get("cache_salt")
+    if salt is None:
+        return
+    if not isinstance(salt, str) or not salt:
+        raise InvalidParameter(
+            "Parameter 'cache_salt' must be a non-empty string if provided.",
+            parameter="cache_salt",
+        )
+    if len(salt) > 128 or any(c in "@/\\\x00" for c in salt):
+        raise InvalidParameter(
+            "Parameter 'cache_salt' must be at most 128 characters and must "
+            "not contain '@', '/', '\\\\', or NUL.",
+            parameter="cache_salt",
+        )
+
+
+def _apply_return_mm_kwargs_alias(data: dict[str, Any]) -> None:
+    if data.get("return_mm_kwargs") is False and "mm_payload" not in data:
+        data["mm_payload"] = "none"
+
+
+def _normalize_null_max_tokens(data: dict[str, Any]) -> None:
+    if data.get("max_tokens") is None:
+        data["max_tokens"] = 16
+
+
+def _validate_response_format(data: dict[str, Any]) -> None:
+    rf = data.get("response_format")
+    if not isinstance(rf, dict):
+        return
+    if rf.get("type") == "json_schema" and rf.get("json_schema") is None:
+        raise InvalidParameter(
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+            parameter="response_format",
+        )
+
+
+def _structured_outputs_count(data: dict[str, Any]) -> int:
+    so = data["structured_outputs"]
+    if not isinstance(so, dict):
+        return 0
+    return sum(so.get(k) is not None for k in ("json", "regex", "choice"))
+
+
+def _check_structured_outputs_count_completion(data: dict[str, Any]) -> None:
+    if data.get("structured_outputs") is None:
+        return
+    if _structured_outputs_count(data) > 1:
+        raise InvalidParameter(
+            "You can only use one kind of constraints for structured "
+            "outputs ('json', 'regex' or 'choice').",
+            parameter="structured_outputs",
+        )
+
+
+def _check_structured_outputs_count_chat(data: dict[str, Any]) -> None:
+    if data.get("structured_outputs") is None:
+        return
+    count = _structured_outputs_count(data)
+    # VLLMValidationError without a parameter: message without a suffix, param null
+    if count > 1:
+        raise BadRequest(
+            "You can only use one kind of constraints for structured "
+            "outputs ('json', 'regex' or 'choice')."
+        )
+    if count > 0 and data.get("tool_choice", "none") not in ("none", "auto", "required"):
+        raise BadRequest(
+            "You can only either use constraints for structured outputs or tools, not both."
+        )
+
+
+def _require_number(data: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        value = data.get(name)
+        if value is not None and not isinstance(value, (int, float)):
+            raise InvalidParameter(f"`{name}` must be an integer.", parameter=name, value=value)
+
+
+def _check_prompt_logprobs(data: dict[str, Any]) -> None:
+    if (prompt_logprobs := data.get("prompt_logprobs")) is not None:
+        if data.get("stream") and (prompt_logprobs > 0 or prompt_logprobs == -1):
+            raise InvalidParameter(
+                "`prompt_logprobs` are not available when `stream=True`.",
+                parameter="prompt_logprobs",
+            )
+        if prompt_logprobs < 0 and prompt_logprobs != -1:
+            raise InvalidParameter(
+                "`prompt_logprobs` must be a positive value or -1.",
+                parameter="prompt_logprobs",
+                value=prompt_logprobs,
+            )
+
+
+def _check_logprobs_completion(data: dict[str, Any]) -> None:
+    if data.get("logprob_token_ids") and data.get("use_beam_search"):
+        raise InvalidParameter(
+            "`logprob_token_ids` is not supported with beam search.",
+            parameter="logprob_token_ids",
+        )
+    if data.get("use_beam_search") and data.get("echo") and data.get("logprobs") is not None:
+        raise InvalidParameter(
+            "`echo` with `logprobs` is not supported with beam search "
+            "because beam search does not compute prompt logprobs.",
+            parameter="echo",
+        )
+    if data.get("logprob_token_ids") and data.get("echo") and data.get("max_tokens") == 0:
+        raise InvalidParameter(
+            "`logprob_token_ids` is not supported when `echo=True` and "
+            "`max_tokens=0` because no output tokens are generated.",
+            parameter="logprob_token_ids",
+        )
+    if data.get("logprob_token_ids") and data.get("logprobs") is None:
+        raise InvalidParameter(
+            "when using `logprob_token_ids`, `logprobs` must be set.",
+            parameter="logprob_token_ids",
+        )
+    _require_number(data, ("prompt_logprobs", "logprobs"))
+    _check_prompt_logprobs(data)
+    if (logprobs := data.get("logprobs")) is not None and logprobs < 0 and logprobs != -1:
+        raise InvalidParameter(
+            "`logprobs` must be a positive value or -1.", parameter="logprobs", value=logprobs
+        )
+
+
+def _check_logprobs_chat(data: dict[str, Any]) -> None:
+    if data.get("logprob_token_ids") and data.get("use_beam_search"):
+        raise InvalidParameter(
+            "`logprob_token_ids` is not supported with beam search.",
+            parameter="logprob_token_ids",
+        )
+    if data.get("logprob_token_ids") and not data.get("logprobs"):
+        raise InvalidParameter(
+            "when using `logprob_token_ids`, `logprobs` must be set to true.",
+            parameter="logprob_token_ids",
+        )
+    _require_number(data, ("prompt_logprobs", "top_logprobs"))
+    _check_prompt_logprobs(data)
+    if (top_logprobs := data.get("top_logprobs")) is not None:
+        if top_logprobs < 0 and top_logprobs != -1:
+            raise InvalidParameter(
+                "`top_logprobs` must be a positive value or -1.",
+                parameter="top_logprobs",
+                value=top_logprobs,
+            )
+        if (top_logprobs == -1 or top_logprobs > 0) and not data.get("logprobs"):
+            raise InvalidParameter(
+                "when using `top_logprobs`, `logprobs` must be set to true.",
+                parameter="top_logprobs",
+            )
+
+
+def _validate_stream_options(data: dict[str, Any]) -> None:
+    if data.get("stream_options") and not data.get("stream"):
+        raise InvalidParameter(
+            "Stream options can only be defined when `stream=True`.",
+            parameter="stream_options",
+        )
+
+
+def _validate_prompt_and_prompt_embeds(data: dict[str, Any]) -> None:
+    prompt = data.get("prompt")
+    embeds = data.get("prompt_embeds")
+    prompt_is_empty = prompt is None or (isinstance(prompt, str) and prompt == "")
+    embeds_is_empty = embeds is None or (isinstance(embeds, list) and len(embeds) == 0)
+    if prompt_is_empty and embeds_is_empty:
+        raise InvalidParameter(
+            "Either prompt or prompt_embeds must be provided and non-empty.", parameter="prompt"
+        )
+
+
+def _validate_prompt_list_length(data: dict[str, Any]) -> None:
+    prompt = data.get("prompt")
+    limit = MAX_COMPLETION_PROMPTS
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and not all(isinstance(p, int) for p in prompt)
+        and len(prompt) > limit
+    ):
+        raise InvalidParameter(
+            f"prompt list length {len(prompt)} exceeds the maximum "
+            f"allowed count of {limit}. To increase this "
+            "limit, set the VLLM_MAX_COMPLETION_PROMPTS "
+            "environment variable.",
+            parameter="prompt",
+        )
+    embeds = data.get("prompt_embeds")
+    if isinstance(embeds, list) and len(embeds) > limit:
+        raise InvalidParameter(
+            f"prompt_embeds list length {len(embeds)} exceeds "
+            f"the maximum allowed count of {limit}. To increase "
+            "this limit, set the VLLM_MAX_COMPLETION_PROMPTS "
+            "environment variable.",
+            parameter="prompt_embeds",
+        )
+
+
+_CORRECT_TOOL_CHOICE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _check_tool_usage(data: dict[str, Any]) -> None:
+    if data.get("tools") == []:
+        raise InvalidParameter(
+            "`tools` must not be an empty array. "
+            "Either provide at least one tool or omit the field entirely.",
+            parameter="tools",
+        )
+    if "tool_choice" not in data and data.get("tools"):
+        data["tool_choice"] = "auto"
+    if "tool_choice" in data and data["tool_choice"] == "none":
+        return
+    if "tool_choice" in data and data["tool_choice"] is not None:
+        choice = data["tool_choice"]
+        if "tools" not in data or data["tools"] is None:
+            raise InvalidParameter(
+                "When using `tool_choice`, `tools` must be set.", parameter="tool_choice"
+            )
+        if choice not in ["auto", "required"] and not isinstance(choice, dict):
+            raise InvalidParameter(
+                f"Invalid value for `tool_choice`: {choice}! "
+                'Only named tools, "none", "auto" or "required" are supported.',
+                parameter="tool_choice",
+            )
+        if isinstance(choice, dict):
+            function = choice.get("function")
+            if not isinstance(function, dict):
+                raise InvalidParameter(
+                    f"Invalid value for `function`: `{function}` in "
+                    f"`tool_choice`! {_CORRECT_TOOL_CHOICE}",
+                    parameter="tool_choice.function",
+                )
+            if "name" not in function:
+                raise InvalidParameter(
+                    f"Expected field `name` in `function` in `tool_choice`! {_CORRECT_TOOL_CHOICE}",
+                    parameter="tool_choice.function.name",
+                )
+            name = function["name"]
+            if not isinstance(name, str) or len(name) == 0:
+                raise InvalidParameter(
+                    f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+                    f"{_CORRECT_TOOL_CHOICE}",
+                    parameter="tool_choice.function.name",
+                )
+            if not any(_tool_name(tool, data) == name for tool in data["tools"]):
+                raise InvalidParameter(
+                    "The tool specified in `tool_choice` does not match any of the specified "
+                    "`tools`",
+                    parameter="tool_choice",
+                )
+
+
+def _tool_name(tool: Any, data: dict[str, Any]) -> Any:
+    try:
+        return tool["function"]["name"]
+    except (TypeError, KeyError, IndexError):
+        # vLLM fails here with a 500 (or a 400 quoting a TypeError); report the tools' schema
+        # errors instead, which is what the client needs to fix
+        errors = _CHAT_SCHEMA.fields["tools"].errors(data["tools"], ("body", "tools"))
+        raise validation_error(errors) from None
+
+
+def _check_generation_prompt(data: dict[str, Any]) -> None:
+    if data.get("continue_final_message") and data.get("add_generation_prompt"):
+        raise BadRequest(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+        )
+
+
+def _normalize_messages(data: dict[str, Any]) -> None:
+    # chat_completion/protocol.py _normalize_messages_before: reasoning_content -> reasoning
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        return
+    for msg in messages:
+        if isinstance(msg, dict) and "reasoning_content" in msg:
+            rc = msg.pop("reasoning_content")
+            if rc is not None and msg.get("reasoning") is None:
+                msg["reasoning"] = rc
+
+
+def _field_before_validators(data: dict[str, Any]) -> None:
+    # Field-level BeforeValidators that raise vLLM errors (not ValueError): pydantic lets those
+    # escape immediately, so they win over type errors of other fields.
+    if "top_logprobs" in data and data["top_logprobs"] is None:
+        data["top_logprobs"] = 0
+    budget = data.get("thinking_token_budget")
+    if budget is not None:
+        if isinstance(budget, (bool, float)) or not isinstance(budget, int) or budget < -1:
+            raise InvalidParameter(
+                "`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
+                parameter="thinking_token_budget",
+                value=budget,
+            )
+        if budget == -1:
+            data["thinking_token_budget"] = None
+
+
+_COMPLETION_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
+    _validate_prompt_list_length,
+    _validate_prompt_and_prompt_embeds,
+    _validate_stream_options,
+    _check_logprobs_completion,
+    _check_structured_outputs_count_completion,
+    _validate_response_format,
+    _normalize_null_max_tokens,
+    _check_cache_salt,
+    _apply_return_mm_kwargs_alias,
+    _field_before_validators,
+]
+
+_CHAT_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
+    _check_generation_prompt,
+    _check_tool_usage,
+    _check_structured_outputs_count_chat,
+    _check_logprobs_chat,
+    _validate_stream_options,
+    _validate_response_format,
+    _normalize_messages,
+    _check_cache_salt,
+    _apply_return_mm_kwargs_alias,
+    _field_before_validators,
+]
+
+
+def _plain_prompt(value: Any) -> bool:
+    # the common valid prompts: a string, or a list of token ids (checked without the schema)
+    if value is None or isinstance(value, str):
+        return True
+    if isinstance(value, list) and value and type(value[0]) is int:
+        return all(type(t) is int and t >= 0 for t in value)
+    return False
+
+
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+_COMPLETION_UNCONVERTED = (
+    ("prompt", _plain_prompt),
+    ("prompt_embeds", _is_none),
+    ("response_format", _is_none),
+    ("structured_outputs", _is_none),
+    ("repetition_detection", _is_none),
+)
+
+
+def _plain_messages(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
+    )
+
+
+_CHAT_UNCONVERTED = (
+    ("messages", _plain_messages),
+    ("tool_choice", lambda v: v in ("none", "auto", "required", None)),
+    ("tools", _is_none),
+    ("response_format", _is_none),
+    ("structured_outputs", _is_none),
+    ("repetition_detection", _is_none),
+)
+
+
+def parse_completion_request(body: bytes) -> CompletionRequest:
+    """Decode and validate a ``/v1/completions`` body like vLLM."""
+    return convert_body(
+        decode_json_object(body),
+        CompletionRequest,
+        _COMPLETION_SCHEMA,
+        _COMPLETION_VALIDATORS,
+        _COMPLETION_UNCONVERTED,
+    )
+
+
+def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+    """Decode and validate a ``/v1/chat/completions`` body like vLLM."""
+    return convert_body(
+        decode_json_object(body),
+        ChatCompletionRequest,
+        _CHAT_SCHEMA,
+        _CHAT_VALIDATORS,
+        _CHAT_UNCONVERTED,
+    )
+
+
+def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeChatRequest:
+    """Decode a ``/tokenize`` body: the prompt form or the messages form (pydantic's union:
+    when neither fits, the errors of both are reported)."""
+    data = decode_json_object(body)
+    if not isinstance(data, dict):
+        raise validation_error(
+            _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
+            + _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
+        )
+    completion_errors = _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
+    if not completion_errors:
+        return convert_body(data, TokenizeCompletionRequest, _TOKENIZE_COMPLETION_SCHEMA)
+    chat_errors = _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
+    if not chat_errors:
+        return convert_body(
+            data, TokenizeChatRequest, _TOKENIZE_CHAT_SCHEMA, [_check_generation_prompt]
+        )
+    raise validation_error(completion_errors + chat_errors)
+
+
+def parse_detokenize_request(body: bytes) -> DetokenizeRequest:
+    """Decode and validate a ``/detokenize`` body."""
+    return convert_body(decode_json_object(body), DetokenizeRequest, _DETOKENIZE_SCHEMA)

@@ -1,0 +1,430 @@
+"""Decoding JSON request bodies into msgspec Structs with vLLM's (pydantic's) error reports.
+
+The happy path is two C passes: ``msgspec.json.decode`` to plain objects (so vLLM's
+"before" model validators can look at the raw dict exactly as pydantic hands it to them), then
+``msgspec.convert(..., strict=False)`` into the Struct (lax coercions like pydantic's: "3" -> 3).
+
+Only when conversion fails do we walk a small schema (:class:`Spec` objects mirroring the
+pydantic field types) to list every error the way pydantic does and render them the way vLLM's
+``validation_exception_handler`` does (vllm/entrypoints/serve/exception_handling/handlers/
+validation.py): ``"N validation errors:\\n  {'type': ..., 'loc': 'body.x', 'msg': ..., 'input':
+...}"`` with ``param`` = the first error's location and ``type`` "Bad Request".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from .errors import RequestValidationFailed, sanitize_message
+
+T = TypeVar("T")
+
+_decode = msgspec.json.decode
+
+# ---------------------------------------------------------------------------------------------
+# schema of pydantic types, used only to describe errors
+
+
+class Spec:
+    """A pydantic field type, able to list the errors pydantic reports for a value."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+def _err(
+    kind: str, loc: tuple[Any, ...], msg: str, value: Any, ctx: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    e: dict[str, Any] = {"type": kind, "loc": loc, "msg": msg, "input": value}
+    if ctx is not None:
+        e["ctx"] = ctx
+    return e
+
+
+class AnyValue(Spec):
+    """``Any``."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return []
+
+
+class Int(Spec):
+    """``int`` with optional ``ge``/``le`` (pydantic lax mode: numeric strings, integral floats
+    and booleans are accepted)."""
+
+    def __init__(self, ge: int | None = None, le: int | None = None) -> None:
+        self.ge, self.le = ge, le
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        v: Any = value
+        if isinstance(value, bool):
+            v = int(value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return [_err("finite_number", loc, "Input should be a finite number", value)]
+            if value != int(value):
+                return [
+                    _err(
+                        "int_from_float",
+                        loc,
+                        "Input should be a valid integer, got a number with a fractional part",
+                        value,
+                    )
+                ]
+            v = int(value)
+        elif isinstance(value, str):
+            try:
+                v = int(value.strip())
+            except ValueError:
+                return [
+                    _err(
+                        "int_parsing",
+                        loc,
+                        "Input should be a valid integer, unable to parse string as an integer",
+                        value,
+                    )
+                ]
+        elif not isinstance(value, int):
+            return [_err("int_type", loc, "Input should be a valid integer", value)]
+        if self.ge is not None and v < self.ge:
+            return [
+                _err(
+                    "greater_than_equal",
+                    loc,
+                    f"Input should be greater than or equal to {self.ge}",
+                    value,
+                    {"ge": self.ge},
+                )
+            ]
+        if self.le is not None and v > self.le:
+            return [
+                _err(
+                    "less_than_equal",
+                    loc,
+                    f"Input should be less than or equal to {self.le}",
+                    value,
+                    {"le": self.le},
+                )
+            ]
+        return []
+
+
+class Float(Spec):
+    """``float`` (lax: ints, booleans and numeric strings accepted)."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, (int, float)):
+            return []
+        if isinstance(value, str):
+            try:
+                float(value.strip())
+                return []
+            except ValueError:
+                return [
+                    _err(
+                        "float_parsing",
+                        loc,
+                        "Input should be a valid number, unable to parse string as a number",
+                        value,
+                    )
+                ]
+        return [_err("float_type", loc, "Input should be a valid number", value)]
+
+
+_BOOL_PARSING = "Input should be a valid boolean, unable to interpret input"
+_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+
+
+class Bool(Spec):
+    """``bool`` (lax: 0/1 and pydantic's true/false words accepted)."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, bool):
+            return []
+        if isinstance(value, (int, float)):
+            if value in (0, 1):
+                return []
+            return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
+        if isinstance(value, str):
+            if value.strip().lower() in _BOOL_STRINGS:
+                return []
+            return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
+        return [_err("bool_type", loc, "Input should be a valid boolean", value)]
+
+
+class Str(Spec):
+    """``str`` with optional length bounds (no coercion from numbers, like pydantic)."""
+
+    def __init__(self, min_length: int | None = None, max_length: int | None = None) -> None:
+        self.min_length, self.max_length = min_length, max_length
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, str):
+            return [_err("string_type", loc, "Input should be a valid string", value)]
+        n = self.min_length
+        if n is not None and len(value) < n:
+            unit = "character" if n == 1 else "characters"
+            return [
+                _err(
+                    "string_too_short",
+                    loc,
+                    f"String should have at least {n} {unit}",
+                    value,
+                    {"min_length": n},
+                )
+            ]
+        n = self.max_length
+        if n is not None and len(value) > n:
+            unit = "character" if n == 1 else "characters"
+            return [
+                _err(
+                    "string_too_long",
+                    loc,
+                    f"String should have at most {n} {unit}",
+                    value,
+                    {"max_length": n},
+                )
+            ]
+        return []
+
+
+class Literal(Spec):
+    """``Literal[...]`` of strings."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = values
+        quoted = [repr(v) for v in values]
+        self.expected = (
+            quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+        )
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, str) and value in self.values:
+            return []
+        return [
+            _err(
+                "literal_error",
+                loc,
+                f"Input should be {self.expected}",
+                value,
+                {"expected": self.expected},
+            )
+        ]
+
+
+class ListOf(Spec):
+    """``list[item]`` with an optional ``max_length``."""
+
+    def __init__(self, item: Spec, max_length: int | None = None) -> None:
+        self.item, self.max_length = item, max_length
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, list):
+            return [_err("list_type", loc, "Input should be a valid list", value)]
+        out: list[dict[str, Any]] = []
+        for i, v in enumerate(value):
+            out.extend(self.item.errors(v, (*loc, i)))
+        if self.max_length is not None and len(value) > self.max_length:
+            out.append(
+                _err(
+                    "too_long",
+                    loc,
+                    f"List should have at most {self.max_length} items after validation, "
+                    f"not {len(value)}",
+                    value,
+                    {
+                        "field_type": "List",
+                        "max_length": self.max_length,
+                        "actual_length": len(value),
+                    },
+                )
+            )
+        return out
+
+
+class DictOf(Spec):
+    """``dict[str, value]``."""
+
+    def __init__(self, value: Spec) -> None:
+        self.value = value
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, dict):
+            return [_err("dict_type", loc, "Input should be a valid dictionary", value)]
+        out: list[dict[str, Any]] = []
+        for k, v in value.items():
+            out.extend(self.value.errors(v, (*loc, k)))
+        return out
+
+
+class Union(Spec):
+    """``A | B | ...`` (pydantic's smart union reports every branch's errors, in order)."""
+
+    def __init__(self, *branches: Spec) -> None:
+        self.branches = branches
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for b in self.branches:
+            errs = b.errors(value, loc)
+            if not errs:
+                return []
+            out.extend(errs)
+        return out
+
+
+class Optional(Spec):
+    """``X | None``."""
+
+    def __init__(self, inner: Spec) -> None:
+        self.inner = inner
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return [] if value is None else self.inner.errors(value, loc)
+
+
+class Model(Spec):
+    """A pydantic model / TypedDict / dataclass: named fields, some required."""
+
+    def __init__(
+        self,
+        name: str,
+        fields: dict[str, Spec],
+        required: Sequence[str] = (),
+    ) -> None:
+        self.name, self.fields, self.required = name, fields, set(required)
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, dict):
+            # FastAPI validates the decoded JSON in python mode: pydantic says this for
+            # nested models too
+            msg = "Input should be a valid dictionary or object to extract fields from"
+            return [_err("model_attributes_type", loc, msg, value)]
+        out: list[dict[str, Any]] = []
+        for name, spec in self.fields.items():
+            if name not in value:
+                if name in self.required:
+                    out.append(_err("missing", (*loc, name), "Field required", value))
+                continue
+            out.extend(spec.errors(value[name], (*loc, name)))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering like vLLM's validation_exception_handler
+
+_MAX_REPORTED_ERRORS = 10
+_MAX_ERROR_INPUT_CHARS = 200
+_MAX_ERROR_CHARS = 1000
+
+
+def _summarize_input(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) > _MAX_ERROR_INPUT_CHARS:
+            return value[:_MAX_ERROR_INPUT_CHARS] + "...[truncated]"
+        return value
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = str(value)
+    if len(text) > _MAX_ERROR_INPUT_CHARS:
+        return text[:_MAX_ERROR_INPUT_CHARS] + "...[truncated]"
+    return text
+
+
+def _loc_str(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def validation_error(errors: list[dict[str, Any]] | list[str]) -> RequestValidationFailed:
+    """The 400 vLLM sends for a FastAPI RequestValidationError with these errors."""
+    param = None
+    if errors and isinstance(errors[0], dict):
+        param = _loc_str(errors[0]["loc"])
+    if not errors:
+        return RequestValidationFailed("Validation error")
+    count = len(errors)
+    label = "error" if count == 1 else "errors"
+    lines = []
+    for err in errors[:_MAX_REPORTED_ERRORS]:
+        if isinstance(err, dict):
+            err = dict(err)
+            err["input"] = _summarize_input(err["input"])
+            err["loc"] = _loc_str(err["loc"])
+        text = str(err)
+        if len(text) > _MAX_ERROR_CHARS:
+            text = text[:_MAX_ERROR_CHARS] + "...[truncated]"
+        lines.append(f"  {text}\n")
+    message = f"{count} validation {label}:\n" + "".join(lines)
+    if count > _MAX_REPORTED_ERRORS:
+        message += f"  ...and {count - _MAX_REPORTED_ERRORS} more {label}\n"
+    return RequestValidationFailed(sanitize_message(message.rstrip()), param=param)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding
+
+
+def decode_json_object(body: bytes) -> Any:
+    """The JSON value of a request body, or FastAPI's error for an empty or malformed body."""
+    if not body:
+        return _raise(validation_error([_err("missing", ("body",), "Field required", None)]))
+    try:
+        return _decode(body)
+    except msgspec.DecodeError:
+        pass
+    # slow path, for the exact message and position Python's json module reports (FastAPI's)
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as e:
+        err = _err("json_invalid", ("body", e.pos), "JSON decode error", {}, {"error": e.msg})
+        raise validation_error([err]) from None
+    except UnicodeDecodeError as e:
+        err = _err("json_invalid", ("body", 0), "JSON decode error", {}, {"error": str(e)})
+        raise validation_error([err]) from None
+
+
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
+Validator = Callable[[dict[str, Any]], None]
+
+
+def convert_body(
+    data: Any,
+    struct: type[T],
+    spec: Model,
+    before: Sequence[Validator] = (),
+    unconverted: Sequence[tuple[str, Callable[[Any], bool]]] = (),
+) -> T:
+    """Validate a decoded body like pydantic would and convert it into ``struct``.
+
+    ``before`` are vLLM's ``mode="before"`` model validators, already in the order pydantic runs
+    them (the reverse of their definition order); they see the raw dict and raise
+    ``InvalidParameter``/``BadRequest``. ``unconverted`` lists fields the Struct types as
+    ``Any``, each with a fast predicate accepting its common valid values; a value it does not
+    accept is checked against the schema.
+    """
+    if not isinstance(data, dict):
+        raise validation_error(spec.errors(data, ("body",)))
+    for check in before:
+        check(data)
+    for name, fast_ok in unconverted:
+        if (
+            name in data
+            and not fast_ok(data[name])
+            and spec.fields[name].errors(data[name], ("body", name))
+        ):
+            raise validation_error(spec.errors(data, ("body",)))
+    try:
+        return msgspec.convert(data, struct, strict=False)
+    except msgspec.ValidationError as exc:
+        errors = spec.errors(data, ("body",))
+        if errors:
+            raise validation_error(errors) from None
+        raise RequestValidationFailed(f"1 validation error:\n  {exc}") from None

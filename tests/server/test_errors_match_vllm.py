@@ -1,0 +1,414 @@
+"""Bad requests get the status, error JSON and headers vLLM's own Python frontend gives.
+
+The peer is vLLM 0.32's real FastAPI app (``build_app``) driven in-process with Starlette's
+TestClient and no engine: routing, middleware (API key, CORS, X-Request-Id) and pydantic body
+validation all happen before a handler needs the engine. When a body is valid, vLLM's handler
+then fails with a 500 about missing app state; our test handlers answer ``{"reached": true}``
+instead, and that pair counts as "both accepted the body".
+
+To be re-verified by the differential tests that run both frontends against real engines
+(handler-level errors such as an unknown model are only reachable there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import httpx
+import pytest
+
+from vllm_frontend.server.app import ServerSettings
+from vllm_frontend.server.http import Request, Response, json_response
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.routes import Services, build_app
+
+from .support import RunningServer
+
+pytest.importorskip("vllm")
+
+M = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+JSON = {"content-type": "application/json"}
+
+
+@cache
+def vllm_client(*cli: str) -> Any:
+    """vLLM's FastAPI app for these CLI flags, behind a Starlette TestClient."""
+    import warnings
+
+    from starlette.testclient import TestClient
+    from vllm.entrypoints.launchers.app import build_app as vllm_build_app
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", "m", *cli])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        app = vllm_build_app(args, supported_tasks=("generate",))
+    return TestClient(app, raise_server_exceptions=False)
+
+
+class FakeTokenizer:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, token_ids: Any, skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in token_ids)
+
+    def convert_ids_to_tokens(self, token_ids: Any) -> list[str | None]:
+        return [chr(i) for i in token_ids]
+
+
+def our_server(settings: ServerSettings) -> RunningServer:
+    async def completions(request: Request) -> Response:
+        parse_completion_request(request.body)
+        return json_response({"reached": True})
+
+    async def chat(request: Request) -> Response:
+        parse_chat_request(request.body)
+        return json_response({"reached": True})
+
+    app = build_app(
+        settings,
+        Services(tokenizer=FakeTokenizer()),
+        {("POST", "/v1/completions"): completions, ("POST", "/v1/chat/completions"): chat},
+    )
+    return RunningServer(app)
+
+
+@pytest.fixture(scope="module")
+def ours() -> Iterator[RunningServer]:
+    srv = our_server(ServerSettings(served_model_names=["m"]))
+    yield srv
+    srv.stop()
+
+
+def exchange(
+    srv: RunningServer, vllm: Any, method: str, path: str, body: Any, headers: dict[str, str]
+) -> tuple[httpx.Response, Any]:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    theirs = vllm.request(method, path, content=content, headers=headers)
+    mine = httpx.request(method, srv.url + path, content=content, headers=headers)
+    return mine, theirs
+
+
+def assert_same_outcome(mine: httpx.Response, theirs: Any) -> None:
+    if theirs.status_code == 500 and "object has no attribute" in theirs.text:
+        # vLLM accepted the request and its handler hit the missing engine state
+        assert mine.status_code == 200, mine.text
+        return
+    assert mine.status_code == theirs.status_code, (mine.text, theirs.text)
+    assert mine.json() == theirs.json()
+    assert mine.headers.get("content-type") == theirs.headers.get("content-type")
+
+
+def case(body: Any, *, ctype: dict[str, str] | None = None, xfail: str | None = None) -> Any:
+    marks = [pytest.mark.xfail(reason=xfail, strict=True)] if xfail else []
+    return pytest.param(body, JSON if ctype is None else ctype, marks=marks)
+
+
+COMPLETION_CASES = [
+    case(b"{not json"),
+    case(b""),
+    case(b'{"prompt": "a",}'),
+    case(b"[1"),
+    case(b"\xff\xfe"),
+    case([1, 2]),
+    case("just a string"),
+    case({"prompt": "a"}, ctype={}),
+    case({"prompt": "a"}, ctype={"content-type": "text/plain"}),
+    case({"prompt": "a"}, ctype={"content-type": "application/json; charset=utf-8"}),
+    case({"prompt": "a", "max_tokens": "abc"}),
+    case({"prompt": "a", "max_tokens": 1.5, "n": "x", "stop": 3}),
+    case({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}),
+    case({"prompt": "a", "seed": 2**70}),
+    case({"prompt": [1, -2]}),
+    case({"prompt": {"a": 1}}),
+    case({"prompt": [[1, 2], ["x"]]}),
+    case({"prompt": "a", "temperature": "hot"}),
+    case({"prompt": "a", "echo": "maybe", "stream": 2}),
+    case({"prompt": "a", "stream": True, "stream_options": {"include_usage": "x"}}),
+    case({"prompt": "a", "stream": True, "stream_options": 5}),
+    case({"max_tokens": 3}),
+    case({"prompt": "", "stream_options": {"include_usage": True}, "logprobs": -5}),
+    case({"prompt": "a", "stream_options": {"include_usage": True}}),
+    case({"prompt": "a", "logprobs": -5}),
+    case({"prompt": "a", "logprobs": "x"}),
+    case({"prompt": "a", "prompt_logprobs": 2, "stream": True}),
+    case({"prompt": "a", "prompt_logprobs": -3}),
+    case({"prompt": "a", "logprob_token_ids": [1]}),
+    case({"prompt": "a", "cache_salt": ""}),
+    case({"prompt": "a", "cache_salt": "a/b"}),
+    case({"prompt": "a", "thinking_token_budget": -3, "max_tokens": "x"}),
+    case({"prompt": "a", "thinking_token_budget": 2.5}),
+    case({"prompt": "a", "response_format": {"type": "json_schema"}}),
+    case({"prompt": "a", "response_format": {"type": "bogus"}}),
+    case({"prompt": "a", "structured_outputs": {"json": {}, "regex": "a"}}),
+    case({"prompt": "a", "truncate_prompt_tokens": -2}),
+    case({"prompt": "a", "truncation_side": "middle"}),
+    case({"prompt": "a", "logit_bias": {"1": "x"}}),
+    case({"prompt": "a", "stream_interval": 0}),
+    case({"prompt": "a", "min_tokens": None}),
+    case({"prompt": "a", "n": None}),
+    case({"prompt": "a", "user": 5}),
+    case({"prompt": "a", "mm_payload": "all"}),
+    case({"prompt": ["a"] * 1025}),
+    case({"prompt": "a", "unknown_field": {"x": 1}, "max_tokens": None}),
+    case({"prompt": [1, 2, 3], "max_tokens": "5", "temperature": "0.5", "echo": "true"}),
+    case({"prompt": ["a", "b"], "stop": "x", "stop_token_ids": [1], "seed": -1}),
+    case({"prompt": [[1], [2, 3]], "logprobs": 2, "echo": True, "max_tokens": 0}),
+    case({"prompt": "a", "max_tokens": True}, xfail="pydantic takes a boolean as an int"),
+]
+
+
+@pytest.mark.parametrize(("body", "headers"), COMPLETION_CASES)
+def test_completions_body_errors_match_vllm(
+    ours: RunningServer, body: Any, headers: dict[str, str]
+) -> None:
+    assert_same_outcome(*exchange(ours, vllm_client(), "POST", "/v1/completions", body, headers))
+
+
+CHAT_CASES = [
+    case({}),
+    case({"messages": "x"}),
+    case({"messages": M, "tools": [], "stream_options": {"include_usage": True}}),
+    case({"messages": M, "reasoning_effort": "huge"}),
+    case({"messages": M, "top_logprobs": None, "logprobs": None, "n": None}),
+    case({"messages": M, "cache_salt": ""}),
+    case({"messages": M, "top_logprobs": 3}),
+    case({"messages": M, "logprobs": True, "top_logprobs": -2}),
+    case({"messages": M, "tool_choice": "auto"}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": "bogus"}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": {"type": "function"}}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": {"function": {}}}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": {"function": {"name": ""}}}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": {"function": {"name": "g"}}}),
+    case({"messages": M, "tools": TOOLS, "tool_choice": {"function": {"name": "f"}}}),
+    case({"messages": M, "tools": TOOLS}),
+    case({"messages": M, "tools": [{"type": "function", "function": {"description": "x"}}]}),
+    case({"messages": M, "continue_final_message": True, "add_generation_prompt": True}),
+    case({"messages": M, "structured_outputs": {"json": {}, "choice": ["a"]}}),
+    case({"messages": M, "max_completion_tokens": "x", "stop": [1]}),
+    case({"messages": M, "response_format": {"type": "json_schema"}}),
+    case({"messages": M, "response_format": {"type": "json_schema", "json_schema": {}}}),
+    case({"messages": M, "thinking_token_budget": 1.5}),
+    case({"messages": M, "stream": True, "stream_options": {"include_usage": True}}),
+    case({"messages": M, "chat_template_kwargs": [1]}),
+    case({"messages": M, "documents": [{"a": 1}]}),
+    case({"messages": M, "max_tokens": None, "frobnicate": True}),
+    case({"messages": [3]}, xfail="messages: vLLM reports every TypedDict branch"),
+]
+
+
+@pytest.mark.parametrize(("body", "headers"), CHAT_CASES)
+def test_chat_body_errors_match_vllm(
+    ours: RunningServer, body: Any, headers: dict[str, str]
+) -> None:
+    client = vllm_client()
+    assert_same_outcome(*exchange(ours, client, "POST", "/v1/chat/completions", body, headers))
+
+
+TOKENIZE_CASES = [
+    ("/tokenize", {"prompt": 3}),
+    ("/tokenize", {}),
+    ("/tokenize", [1]),
+    ("/tokenize", {"prompt": "a", "add_special_tokens": "perhaps"}),
+    ("/tokenize", {"messages": M, "continue_final_message": True, "add_generation_prompt": True}),
+    ("/tokenize", {"prompt": "ab", "return_token_strs": True}),
+    ("/detokenize", {"tokens": "a"}),
+    ("/detokenize", {}),
+    ("/detokenize", {"tokens": [-1]}),
+    ("/detokenize", {"tokens": [104, 105]}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), TOKENIZE_CASES)
+def test_tokenize_body_errors_match_vllm(ours: RunningServer, path: str, body: Any) -> None:
+    assert_same_outcome(*exchange(ours, vllm_client(), "POST", path, body, JSON))
+
+
+def assert_same_routing(mine: httpx.Response, theirs: Any, headers: tuple[str, ...] = ()) -> None:
+    assert mine.status_code == theirs.status_code, (mine.text, theirs.text)
+    assert mine.content == theirs.content
+    for name in headers:
+        assert mine.headers.get(name) == theirs.headers.get(name), name
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/nope"),
+        ("GET", "/v1/nope"),
+        ("POST", "/health"),
+        ("GET", "/v1/completions"),
+        ("DELETE", "/v1/chat/completions"),
+        ("PUT", "/v1/models"),
+        ("GET", "/tokenize"),
+        ("OPTIONS", "/v1/completions"),
+    ],
+)
+def test_unknown_routes_and_wrong_methods_answer_like_fastapi(
+    ours: RunningServer, method: str, path: str
+) -> None:
+    mine, theirs = exchange(ours, vllm_client(), method, path, b"", {})
+    assert_same_routing(mine, theirs, ("allow", "content-type", "vary"))
+
+
+def test_version_matches_vllm(ours: RunningServer) -> None:
+    mine, theirs = exchange(ours, vllm_client(), "GET", "/version", b"", {})
+    assert_same_routing(mine, theirs, ("content-type", "vary"))
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[RunningServer]:
+    srv = our_server(ServerSettings(served_model_names=["m"], api_key=["k1", "k2"]))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "auth"),
+    [
+        ("POST", "/v1/completions", None),
+        ("POST", "/v1/completions", "Bearer nope"),
+        ("POST", "/v1/completions", "Basic k1"),
+        ("POST", "/v1/completions", "Bearer k2"),
+        ("POST", "/v1/completions", "bearer k1"),
+        ("GET", "/v1/models", "Bearer"),
+        ("GET", "/v1", None),
+        ("GET", "/v2/rerank", None),
+        ("POST", "/inference/v1/generate", None),
+        ("GET", "/version", None),
+        ("OPTIONS", "/v1/completions", None),
+    ],
+)
+def test_api_key_is_enforced_like_vllm(
+    guarded: RunningServer, method: str, path: str, auth: str | None
+) -> None:
+    headers = dict(JSON)
+    if auth is not None:
+        headers["authorization"] = auth
+    mine, theirs = exchange(
+        guarded, vllm_client("--api-key", "k1", "k2"), method, path, b"{", headers
+    )
+    assert_same_routing(mine, theirs, ("content-type", "allow"))
+
+
+CORS_FLAGS = (
+    "--allowed-origins",
+    '["https://a.example"]',
+    "--allowed-methods",
+    '["GET", "POST"]',
+    "--allowed-headers",
+    '["x-custom"]',
+    "--allow-credentials",
+)
+
+
+@pytest.fixture(scope="module")
+def cors() -> Iterator[RunningServer]:
+    srv = our_server(
+        ServerSettings(
+            served_model_names=["m"],
+            allowed_origins=["https://a.example"],
+            allowed_methods=["GET", "POST"],
+            allowed_headers=["x-custom"],
+            allow_credentials=True,
+        )
+    )
+    yield srv
+    srv.stop()
+
+
+CORS_HEADERS = (
+    "access-control-allow-origin",
+    "access-control-allow-methods",
+    "access-control-allow-headers",
+    "access-control-allow-credentials",
+    "access-control-max-age",
+    "vary",
+    "content-type",
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        (
+            "OPTIONS",
+            "/v1/completions",
+            {"origin": "https://a.example", "access-control-request-method": "POST"},
+        ),
+        (
+            "OPTIONS",
+            "/v1/completions",
+            {
+                "origin": "https://a.example",
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "X-Custom, content-type",
+            },
+        ),
+        (
+            "OPTIONS",
+            "/v1/completions",
+            {
+                "origin": "https://evil.example",
+                "access-control-request-method": "PUT",
+                "access-control-request-headers": "x-other",
+            },
+        ),
+        ("GET", "/version", {"origin": "https://a.example"}),
+        ("GET", "/version", {"origin": "https://evil.example"}),
+        ("GET", "/version", {}),
+        ("GET", "/nope", {"origin": "https://a.example"}),
+    ],
+)
+def test_cors_matches_vllm(
+    cors: RunningServer, method: str, path: str, headers: dict[str, str]
+) -> None:
+    mine, theirs = exchange(cors, vllm_client(*CORS_FLAGS), method, path, b"", headers)
+    assert_same_routing(mine, theirs, CORS_HEADERS)
+
+
+@pytest.fixture(scope="module")
+def allow_all_cors() -> Iterator[RunningServer]:
+    srv = our_server(ServerSettings(served_model_names=["m"], allowed_origins=["*"]))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [
+        ("OPTIONS", {"origin": "https://x.example", "access-control-request-method": "DELETE"}),
+        ("GET", {"origin": "https://x.example"}),
+    ],
+)
+def test_cors_allow_all_matches_vllm(
+    allow_all_cors: RunningServer, method: str, headers: dict[str, str]
+) -> None:
+    client = vllm_client("--allowed-origins", '["*"]')
+    mine, theirs = exchange(allow_all_cors, client, method, "/version", b"", headers)
+    assert_same_routing(mine, theirs, CORS_HEADERS)
+
+
+def test_request_id_header_is_echoed_or_generated_like_vllm() -> None:
+    srv = our_server(ServerSettings(served_model_names=["m"], enable_request_id_headers=True))
+    try:
+        client = vllm_client("--enable-request-id-headers")
+        mine, theirs = exchange(srv, client, "GET", "/version", b"", {"x-request-id": "abc-1"})
+        assert mine.headers["x-request-id"] == theirs.headers["x-request-id"] == "abc-1"
+        mine, theirs = exchange(srv, client, "GET", "/nope", b"", {})
+        for r in (mine, theirs):
+            rid = r.headers["x-request-id"]
+            assert len(rid) == 32 and int(rid, 16) >= 0
+    finally:
+        srv.stop()
+
+
+def test_request_id_header_is_absent_by_default(ours: RunningServer) -> None:
+    mine, theirs = exchange(ours, vllm_client(), "GET", "/version", b"", {"x-request-id": "a"})
+    assert "x-request-id" not in mine.headers and "x-request-id" not in theirs.headers
