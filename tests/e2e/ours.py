@@ -1,8 +1,8 @@
 """Our frontend served in-process (on a background event loop) in front of headless engines.
 
 Until the CLI builds the whole app, this wires the pieces the way the server will: engine client
-(handshake owner, Mode A), tokenizer, chat renderer, serving context, the completion and chat
-routes, and the HTTP server on a free port.
+(handshake owner, Mode A), tokenizer, chat renderer, request metrics, serving context, the
+completion and chat routes on the server's route table, and the HTTP server on a free port.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM
-from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.server.app import ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import (
@@ -31,6 +32,8 @@ from vllm_frontend.server.generation import (
     lower_sampling_params,
 )
 from vllm_frontend.server.http import HttpServer
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.text.tokenizer import Tokenizer
 
 _SAMPLING_KEYS = (
@@ -42,40 +45,6 @@ _SAMPLING_KEYS = (
     "top_p",
     "min_p",
 )
-
-# vLLM's request defaults (completion/protocol.py, chat_completion/protocol.py), for the
-# interim request parser below.
-_COMPLETION_DEFAULTS: dict[str, Any] = {
-    "model": None, "prompt": None, "echo": False, "logprobs": None, "max_tokens": 16, "n": 1,
-    "seed": None, "stop": [], "stream": False, "stream_options": None, "suffix": None,
-    "stop_token_ids": [], "include_stop_str_in_output": False, "ignore_eos": False,
-    "min_tokens": 0, "skip_special_tokens": True, "spaces_between_special_tokens": True,
-    "prompt_logprobs": None, "add_special_tokens": True, "request_id": None,
-    "return_tokens_as_token_ids": None, "return_token_ids": None, "priority": 0,
-    "cache_salt": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": [],
-    "use_beam_search": False,
-}  # fmt: skip
-_CHAT_DEFAULTS: dict[str, Any] = {
-    **_COMPLETION_DEFAULTS,
-    "messages": None, "logprobs": False, "top_logprobs": 0, "max_tokens": None,
-    "max_completion_tokens": None, "add_generation_prompt": True,
-    "continue_final_message": False, "add_special_tokens": False, "tools": None,
-    "tool_choice": None, "documents": None, "chat_template": None,
-    "chat_template_kwargs": None, "reasoning_effort": None,
-}  # fmt: skip
-
-
-def _parser(defaults: dict[str, Any]) -> Callable[[bytes], Any]:
-    def parse(body: bytes) -> Any:
-        data = json.loads(body)
-        values = {**defaults, **data}
-        if values.get("max_tokens") is None and "prompt" in defaults and "messages" not in data:
-            values["max_tokens"] = defaults["max_tokens"]
-        so = values.get("stream_options")
-        values["stream_options"] = SimpleNamespace(**so) if isinstance(so, dict) else None
-        return SimpleNamespace(**values)
-
-    return parse
 
 
 @dataclass
@@ -135,7 +104,9 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
     renderer = ChatRenderer(
         ModelChatTemplates.from_model_dir(model_dir, cfg), special_tokens_map(cfg)
     )
-    llm = LLM(client, EngineCoreRequest)
+    registry = CollectorRegistry()
+    metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
+    llm = LLM(client, EngineCoreRequest, metrics)
     common = dict(
         llm=llm,
         tokenizer=tokenizer,
@@ -145,16 +116,24 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
         chat_renderer=renderer,
     )
     completions = CompletionsHandler(
-        ServingContext(lower_sampling=lower(False), **common),  # type: ignore[arg-type]
-        _parser(_COMPLETION_DEFAULTS),
+        ServingContext(lower_sampling=lower(False), **common),
+        parse_completion_request,
     )
     chat = ChatHandler(
-        ServingContext(lower_sampling=lower(True), **common),  # type: ignore[arg-type]
-        _parser(_CHAT_DEFAULTS),
+        ServingContext(lower_sampling=lower(True), **common),
+        parse_chat_request,
     )
-    app = App(ServerSettings(served_model_names=served, max_model_len=max_model_len))
-    app.route("POST", "/v1/completions", completions)
-    app.route("POST", "/v1/chat/completions", chat)
+    services = Services(
+        engine=client,
+        tokenizer=tokenizer,
+        model_root=str(model_dir),
+        metrics_registry=registry,
+    )
+    app = build_app(
+        ServerSettings(served_model_names=served, max_model_len=max_model_len),
+        services,
+        {("POST", "/v1/completions"): completions, ("POST", "/v1/chat/completions"): chat},
+    )
     http = HttpServer(app)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -176,8 +176,13 @@ class GenerationStream:
     def _start(self) -> None:
         client = self._llm.client
         try:
-            for engine_request in self._engine_requests:
-                self._iters.append(client.add_request(engine_request))
+            for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
+                it = client.add_request(engine_request)
+                self._iters.append(it)
+                # The engine the client chose (data parallel) labels this sample's metrics.
+                engine_index = getattr(it, "engine_index", None)
+                if isinstance(engine_index, int):
+                    sample.stats.engine_index = engine_index
         except BaseException:
             self._abort_unfinished_nowait()
             raise
