@@ -238,6 +238,26 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     routed_experts_prompt_start: int = 0
     trace_decode_token_ids: list[int] | None = None
 
+    def __post_init__(self) -> None:
+        # Canonical wire types, as vLLM's frontend produces them: msgspec omits a default only
+        # when the value has the default's type, and writes an int 1 for a float field as an
+        # int. So JSON-ish ints become floats and plain ints the enum; the bytes then match
+        # vLLM's (the engine accepts either form).
+        if type(self.output_kind) is not RequestOutputKind:
+            self.output_kind = RequestOutputKind(self.output_kind)
+        if type(self.temperature) is int:
+            self.temperature = float(self.temperature)
+        if type(self.top_p) is int:
+            self.top_p = float(self.top_p)
+        if type(self.min_p) is int:
+            self.min_p = float(self.min_p)
+        if type(self.presence_penalty) is int:
+            self.presence_penalty = float(self.presence_penalty)
+        if type(self.frequency_penalty) is int:
+            self.frequency_penalty = float(self.frequency_penalty)
+        if type(self.repetition_penalty) is int:
+            self.repetition_penalty = float(self.repetition_penalty)
+
 
 class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
     """``PoolingParams.late_interaction_params``: ``[mode, query_key, query_uses]``."""
@@ -260,6 +280,10 @@ class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True, kw_only
     late_interaction_params: LateInteractionParams | None = None
     extra_kwargs: dict[str, Any] | None = None
     output_kind: RequestOutputKind = RequestOutputKind.FINAL_ONLY
+
+    def __post_init__(self) -> None:
+        if type(self.output_kind) is not RequestOutputKind:  # see SamplingParams.__post_init__
+            self.output_kind = RequestOutputKind(self.output_kind)
 
 
 class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
