@@ -1,27 +1,78 @@
-"""Command line entry point: ``vllm-frontend {frontend,serve,mock-engine}``."""
+"""Command line entry point: ``vllm-frontend {frontend,serve,mock-engine}``.
+
+``frontend`` is what ``vllm serve`` launches with ``VLLM_USE_RUST_FRONTEND=1
+VLLM_RUST_FRONTEND_PATH=$(which vllm-frontend)``; ``serve`` starts (or joins) headless engines
+itself. Heavy modules are imported only by the subcommand that needs them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level argument parser (subcommands are added by their modules)."""
+def _add_frontend_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "frontend",
+        help="serve HTTP for engines launched by `vllm serve` (inherited listening sockets)",
+        description="Run as vLLM's external frontend: the flags `vllm serve` 0.32 passes.",
+    )
+    p.add_argument("--listen-fd", type=int, required=True, help="inherited HTTP socket (bound)")
+    p.add_argument("--input-listener-fd", type=int, required=True)
+    p.add_argument("--output-listener-fd", type=int, required=True)
+    p.add_argument("--engine-start-index", type=int, default=0)
+    p.add_argument("--engine-count", type=int, default=1)
+    p.add_argument("--data-parallel-size", type=int, default=None)
+    p.add_argument("--grpc-listen-fd", type=int, default=None)
+    p.add_argument("--coordinator-address", default=None)
+    p.add_argument("--args-json", required=True, help="the vllm serve arguments as JSON")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """Build the top-level parser; returns it and the ``serve`` subparser."""
+    from vllm_frontend.cmd.serve_args import add_serve_arguments
+
     parser = argparse.ArgumentParser(prog="vllm-frontend", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_subparsers(dest="command")
-    return parser
+    sub = parser.add_subparsers(dest="command")
+    _add_frontend_parser(sub)
+    serve = sub.add_parser(
+        "serve",
+        help="serve MODEL behind managed (or, with --data-parallel-size-local 0, external) engines",
+        description="Serve MODEL. Unknown options, and everything after --, go to the engines.",
+    )
+    add_serve_arguments(serve)
+    sub.add_parser(
+        "mock-engine",
+        help="run a mock EngineCore for load tests (see `mock-engine --help`)",
+        add_help=False,
+    )
+    return parser, serve
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the process exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, serve_parser = build_parser()
+    if argv and argv[0] == "serve":
+        from vllm_frontend.cmd.runner import run_serve
+        from vllm_frontend.cmd.serve_args import parse_serve_args
+
+        return run_serve(parse_serve_args(serve_parser, argv[1:]))
+    if argv and argv[0] == "mock-engine":
+        from vllm_frontend.mock.cli import main as mock_main
+
+        return mock_main(argv[1:])
     args = parser.parse_args(argv)
     if args.version:
         from vllm_frontend import __version__
 
         print(__version__)
         return 0
+    if args.command == "frontend":
+        from vllm_frontend.cmd.runner import run_frontend
+
+        return run_frontend(args)
     parser.print_help(sys.stderr)
     return 2

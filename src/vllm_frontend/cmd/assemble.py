@@ -1,0 +1,123 @@
+"""Assemble the frontend from its configuration: model files, tokenizer, chat renderer, request
+pipeline and HTTP app, over an already connected engine client. The one place that wires layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat.renderer import ChatTemplateOptions
+from vllm_frontend.chat.sources import load_chat_template_option
+from vllm_frontend.config import FrontendConfig
+from vllm_frontend.engine.client import EngineCoreClient
+from vllm_frontend.engine.protocol import EngineCoreRequest
+from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.chat import ChatHandler
+from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
+
+
+@dataclass
+class ModelResources:
+    """What is loaded from the model's files before the engines are up."""
+
+    files: ModelFiles
+    tokenizer: Tokenizer
+    renderer: ChatRenderer
+
+
+def load_model_resources(config: FrontendConfig) -> ModelResources:
+    """Read config, tokenizer, generation config and chat templates (no engine needed)."""
+    files = load_model_files(
+        config.model,
+        revision=config.revision,
+        generation_config=config.generation_config,
+        override_generation_config=config.override_generation_config,
+    )
+    tokenizer_dir = (
+        resolve_model_dir(config.tokenizer, config.tokenizer_revision or config.revision)
+        if config.tokenizer
+        else files.path
+    )
+    tokenizer = Tokenizer.from_dir(tokenizer_dir)
+    tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
+    options = ChatTemplateOptions(
+        chat_template=load_chat_template_option(config.chat_template),
+        content_format=config.chat_template_content_format,  # type: ignore[arg-type]
+        trust_request_chat_template=config.trust_request_chat_template,
+        default_chat_template_kwargs=dict(config.default_chat_template_kwargs),
+        exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none,
+    )
+    renderer = ChatRenderer(
+        ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config),
+        special_tokens_map(tokenizer_config),
+        options,
+    )
+    return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
+
+
+def build_frontend_app(
+    config: FrontendConfig, model: ModelResources, client: EngineCoreClient
+) -> App:
+    """The HTTP app serving ``config``'s model through ``client``."""
+    max_model_len = client.max_model_len or model.files.max_position_embeddings
+    if max_model_len is None:
+        raise RuntimeError("the engines reported no max_model_len and config.json has none")
+    served = config.served_model_names
+    registry = CollectorRegistry()
+    metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
+    llm = LLM(client, EngineCoreRequest, metrics)
+    sampling = ModelSamplingInfo(
+        max_model_len=max_model_len,
+        eos_token_id=model.tokenizer.eos_token_id,
+        generation_eos_token_ids=list(model.files.generation_eos_token_ids),
+        sampling_defaults=dict(model.files.sampling_defaults),
+        limits=client.limits,
+    )
+    ctx = ServingContext(
+        llm=llm,
+        tokenizer=model.tokenizer,
+        served_model_names=served,
+        max_model_len=max_model_len,
+        sampling=sampling,
+        chat_renderer=model.renderer,
+        return_tokens_as_token_ids=config.return_tokens_as_token_ids,
+        enable_force_include_usage=config.enable_force_include_usage,
+        enable_prompt_tokens_details=config.enable_prompt_tokens_details,
+        response_role=config.response_role,
+    )
+    settings = ServerSettings(
+        served_model_names=served,
+        max_model_len=max_model_len,
+        api_key=list(config.api_key),
+        allowed_origins=list(config.allowed_origins),
+        allowed_methods=list(config.allowed_methods),
+        allowed_headers=list(config.allowed_headers),
+        allow_credentials=config.allow_credentials,
+        enable_request_id_headers=config.enable_request_id_headers,
+        http_timeout_keep_alive=config.http_timeout_keep_alive,
+    )
+    services = Services(
+        engine=client,
+        tokenizer=model.tokenizer,
+        model_root=config.model,
+        metrics_registry=registry,
+    )
+    return build_app(
+        settings,
+        services,
+        {
+            ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
+            ("POST", "/v1/chat/completions"): ChatHandler(ctx, parse_chat_request),
+        },
+    )

@@ -1,0 +1,261 @@
+"""Run the ``frontend`` and ``serve`` subcommands: connect the engines, serve HTTP, shut down.
+
+Exit codes: 0 after a requested shutdown, 1 when the engines die or startup fails, 2 for bad
+command-line input (the supervisor of ``vllm serve`` tears everything down on non-zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+from vllm_frontend.cmd.assemble import ModelResources, build_frontend_app, load_model_resources
+from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
+from vllm_frontend.cmd.serve_args import ServeArgs
+from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
+from vllm_frontend.engine.client import EngineCoreClient
+from vllm_frontend.server.http import HttpServer, bind_tcp, bind_unix, socket_from_fd
+
+logger = logging.getLogger("vllm_frontend")
+
+_STARTED = time.monotonic()
+
+
+class StartupError(Exception):
+    """Startup cannot continue; the message says why (printed without a traceback)."""
+
+
+def setup_logging() -> None:
+    """vLLM-style log lines on stderr; level from ``VLLM_LOGGING_LEVEL`` (default INFO)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(
+            f"(vllm-frontend pid={os.getpid()}) %(levelname)s %(asctime)s "
+            "[%(filename)s:%(lineno)d] %(message)s",
+            datefmt="%m-%d %H:%M:%S",
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
+
+
+def _run(main: Awaitable[int]) -> int:
+    try:
+        import uvloop
+
+        return uvloop.run(main)  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(main)  # type: ignore[arg-type]
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"vllm-frontend: error: {message}", file=sys.stderr)
+    return code
+
+
+def _load(config_args: dict[str, object]) -> tuple[FrontendConfig, ModelResources]:
+    config = config_from_args(config_args)
+    try:
+        model = load_model_resources(config)
+    except Exception as e:
+        raise StartupError(f"cannot load model {config.model!r}: {e}") from e
+    return config, model
+
+
+# -- frontend (Mode B: launched by `vllm serve`) ---------------------------------------------
+
+
+def run_frontend(args: argparse.Namespace) -> int:
+    """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
+    setup_logging()
+    try:
+        raw = json.loads(args.args_json)
+        if not isinstance(raw, dict):
+            raise ConfigError("--args-json must be a JSON object")
+        config, model = _load(raw)
+        http_sock = socket_from_fd(args.listen_fd)
+    except (ConfigError, json.JSONDecodeError) as e:
+        return _fail(str(e), 2)
+    except (StartupError, OSError) as e:
+        return _fail(str(e), 1)
+
+    async def connect() -> EngineCoreClient:
+        return await EngineCoreClient.adopt(
+            input_listener_fd=args.input_listener_fd,
+            output_listener_fd=args.output_listener_fd,
+            engine_start_index=args.engine_start_index,
+            engine_count=args.engine_count,
+            coordinator_address=args.coordinator_address,
+            ready_timeout_s=config.engine_ready_timeout_secs,
+            vocab_size=model.tokenizer.vocab_size,
+            max_logprobs=config.max_logprobs,
+        )
+
+    return _run(_serve(config, model, connect, [http_sock], watch=None))
+
+
+# -- serve (Mode A: we own the handshake) --------------------------------------------------
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _http_socket(config: FrontendConfig) -> socket.socket:
+    if config.uds:
+        return bind_unix(config.uds)
+    return bind_tcp(config.host, config.port)
+
+
+def run_serve(serve: ServeArgs) -> int:
+    """``vllm-frontend serve MODEL …``: managed engines, or external ones with ``-dpl 0``."""
+    setup_logging()
+    ns = serve.ns
+    host = ns.data_parallel_address
+    port = ns.data_parallel_rpc_port or _free_port(host)
+    spec = ManagedEngineSpec(
+        python=ns.python or default_python(),
+        model=ns.model,
+        handshake_host=host,
+        handshake_port=port,
+        data_parallel_size=ns.data_parallel_size,
+        data_parallel_size_local=ns.data_parallel_size_local,
+        max_model_len=ns.max_model_len,
+        passthrough=serve.engine_args,
+    )
+    if ns.headless:
+        engines = ManagedEngines(spec)
+        engines.start()
+        try:
+            return _run(engines.wait())
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            engines.stop()
+    try:
+        config, model = _load(serve.frontend_args())
+        http_sock = _http_socket(config)
+    except ConfigError as e:
+        return _fail(str(e), 2)
+    except (StartupError, OSError) as e:
+        return _fail(str(e), 1)
+    external = ns.data_parallel_size_local == 0
+    engines_proc = None if external else ManagedEngines(spec)
+    local = not external and ns.data_parallel_size_local in (None, ns.data_parallel_size)
+
+    async def watch() -> str:
+        assert engines_proc is not None
+        rc = await engines_proc.wait()
+        return f"the managed engine launcher exited with status {rc}"
+
+    async def connect() -> EngineCoreClient:
+        if engines_proc is not None:
+            engines_proc.start()
+        else:
+            logger.info(
+                "waiting for %d external engine(s) at tcp://%s:%d",
+                ns.data_parallel_size,
+                host,
+                port,
+            )
+        return await EngineCoreClient.connect(
+            f"tcp://{host}:{port}",
+            engine_count=ns.data_parallel_size,
+            local=local,
+            ready_timeout_s=config.engine_ready_timeout_secs,
+            vocab_size=model.tokenizer.vocab_size,
+            max_logprobs=config.max_logprobs,
+            process_watcher=watch if engines_proc is not None else None,
+        )
+
+    try:
+        return _run(_serve(config, model, connect, [http_sock], watch=engines_proc))
+    finally:
+        if engines_proc is not None:
+            engines_proc.stop(config.shutdown_timeout)
+
+
+# -- the serving loop shared by both -------------------------------------------------------
+
+
+async def _serve(
+    config: FrontendConfig,
+    model: ModelResources,
+    connect: Callable[[], Awaitable[EngineCoreClient]],
+    sockets: list[socket.socket],
+    watch: ManagedEngines | None,
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    connecting = asyncio.ensure_future(connect())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        connecting.cancel()
+        with contextlib.suppress(BaseException):
+            await connecting
+        logger.info("startup cancelled by a signal")
+        return 0
+    stopping.cancel()
+    try:
+        client = connecting.result()
+    except Exception as e:
+        logger.error("could not connect to the engines: %s", e)
+        return 1
+    try:
+        app = build_frontend_app(config, model, client)
+        http = HttpServer(app, keep_alive_timeout=config.http_timeout_keep_alive)
+        for sock in sockets:
+            await http.start(sock)
+    except Exception as e:
+        logger.error("could not start the HTTP server: %s", e)
+        await client.close()
+        return 1
+    # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
+    gc.collect()
+    gc.freeze()
+    logger.info(
+        "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
+        ", ".join(config.served_model_names),
+        ", ".join(_describe(s) for s in sockets),
+        client.engine_count,
+        client.max_model_len,
+        time.monotonic() - _STARTED,
+    )
+    code = 0
+    while not stop.is_set():
+        if client.is_dead:
+            logger.error("engine failure: %s", client.dead_error)
+            code = 1
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+    logger.info("shutting down")
+    await http.shutdown(config.shutdown_timeout)
+    await client.close()
+    return code
+
+
+def _describe(sock: socket.socket) -> str:
+    addr = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{addr}"
+    host, port = addr[0], addr[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
