@@ -1,0 +1,74 @@
+"""The test bed's engines work: headless vLLM engines serve a real frontend and die on demand."""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+
+import psutil
+import pytest
+
+from tests.support.engines import free_port, headless_engines, vllm_server
+from tests.support.reference import reference_generate
+
+pytestmark = pytest.mark.engine
+
+HELLO_WORLD = [128000, 9906, 1917]  # <|begin_of_text|>Hello world
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_headless_engine_behind_vllms_frontend_generates_like_the_offline_reference(
+    tiny_model: pathlib.Path,
+) -> None:
+    openai = pytest.importorskip("openai")
+    [expected] = reference_generate([HELLO_WORLD], {"temperature": 0, "max_tokens": 12})
+    handshake_port = free_port()
+    external_engines = [
+        "--data-parallel-size-local",
+        "0",
+        "--data-parallel-address",
+        "127.0.0.1",
+        "--data-parallel-rpc-port",
+        str(handshake_port),
+        "--data-parallel-size",
+        "1",
+    ]
+    with (
+        headless_engines(handshake_port, count=1) as engines,
+        vllm_server(extra_args=external_engines) as server,
+    ):
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused")
+        completion = client.completions.create(
+            model=str(tiny_model),
+            prompt=HELLO_WORLD,
+            max_tokens=12,
+            temperature=0,
+            extra_body={"return_token_ids": True},
+        )
+        choice = completion.choices[0]
+        assert choice.model_extra["token_ids"] == expected.token_ids
+        assert choice.text == expected.outputs[0].text
+        engine_pid = engines.engine_pids()[0]
+        launcher_pid = engines.launchers[0][1].pid
+    assert _gone(engine_pid)
+    assert _gone(launcher_pid)
+
+
+def test_killing_one_engine_leaves_the_other_running() -> None:
+    # No frontend: engines start and wait for a handshake that never comes, which is enough.
+    with headless_engines(free_port(), count=2, launcher_per_engine=True) as engines:
+        pids = engines.engine_pids()
+        assert sorted(pids) == [0, 1]
+        killed = engines.kill_engine(1, signal.SIGKILL)
+        assert killed == pids[1]
+        psutil.wait_procs([psutil.Process(killed)], timeout=10)
+        assert _gone(killed)
+        assert not _gone(pids[0])
+        engines.launchers[0][1].check_running()
+    assert _gone(pids[0])
