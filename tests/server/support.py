@@ -8,11 +8,15 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import httpx
 import uvloop
 
 from vllm_frontend.server.http import App, HttpServer, bind_tcp
 
 T = TypeVar("T")
+
+HTTP = httpx.Client(timeout=30)
+"""One shared client: ``httpx.get`` builds a client (and an SSL context) per call, ~0.1 s."""
 
 
 class RunningServer:

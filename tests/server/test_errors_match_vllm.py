@@ -25,7 +25,7 @@ from vllm_frontend.server.http import Request, Response, json_response
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
 
-from .support import RunningServer
+from .support import HTTP, RunningServer
 
 pytest.importorskip("vllm")
 
@@ -91,7 +91,7 @@ def exchange(
 ) -> tuple[httpx.Response, Any]:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     theirs = vllm.request(method, path, content=content, headers=headers)
-    mine = httpx.request(method, srv.url + path, content=content, headers=headers)
+    mine = HTTP.request(method, srv.url + path, content=content, headers=headers)
     return mine, theirs
 
 

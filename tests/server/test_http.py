@@ -23,7 +23,7 @@ from vllm_frontend.server.http import (
     socket_from_fd,
 )
 
-from .support import RunningServer, raw_exchange
+from .support import HTTP, RunningServer, raw_exchange
 
 EVENTS = [f'data: {{"i": {i}, "text": "é{i}"}}\n\n'.encode() for i in range(50)]
 
@@ -109,7 +109,7 @@ def server(probe: Probe) -> Iterator[RunningServer]:
 
 
 def test_json_request_and_response_round_trip(server: RunningServer) -> None:
-    r = httpx.post(server.url + "/echo?x=1&y=%20", json={"a": "ü"})
+    r = HTTP.post(server.url + "/echo?x=1&y=%20", json={"a": "ü"})
     assert r.status_code == 200
     assert r.headers["content-type"] == "application/json"
     assert r.json() == {
@@ -175,7 +175,7 @@ def test_client_disconnect_during_stream_cancels_the_handler(
             got += s.recv(4096)
     assert probe.cancelled.wait(10)
     # the server is still healthy
-    assert httpx.get(server.url + "/echo").status_code == 200
+    assert HTTP.get(server.url + "/echo").status_code == 200
 
 
 def test_client_disconnect_before_a_response_cancels_the_handler(
@@ -188,7 +188,7 @@ def test_client_disconnect_before_a_response_cancels_the_handler(
 
 
 def test_oversized_body_gets_413_in_vllm_error_shape(server: RunningServer) -> None:
-    r = httpx.post(server.url + "/echo", content=b"x" * 5000)
+    r = HTTP.post(server.url + "/echo", content=b"x" * 5000)
     assert r.status_code == 413
     assert r.json() == {
         "error": {
@@ -205,7 +205,7 @@ def test_oversized_chunked_body_gets_413(server: RunningServer) -> None:
         for _ in range(10):
             yield b"y" * 1000
 
-    r = httpx.post(server.url + "/echo", content=chunks())
+    r = HTTP.post(server.url + "/echo", content=chunks())
     assert r.status_code == 413
 
 
@@ -216,7 +216,7 @@ def test_garbage_request_line_gets_400_and_close(server: RunningServer) -> None:
 
 
 def test_unhandled_handler_error_is_a_500_without_paths(server: RunningServer) -> None:
-    r = httpx.get(server.url + "/boom")
+    r = HTTP.get(server.url + "/boom")
     assert r.status_code == 500
     err = r.json()["error"]
     assert err["type"] == "InternalServerError" and err["code"] == 500
@@ -282,7 +282,7 @@ def test_serves_an_inherited_bound_socket_and_listens_on_it(probe: Probe) -> Non
     sock = socket_from_fd(fd)
     srv = RunningServer(make_app(probe), sockets=[sock])
     try:
-        assert httpx.get(f"http://127.0.0.1:{port}/echo").json()["method"] == "GET"
+        assert HTTP.get(f"http://127.0.0.1:{port}/echo").json()["method"] == "GET"
     finally:
         srv.stop()
 

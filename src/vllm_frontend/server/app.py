@@ -21,6 +21,7 @@ from . import errors
 from .http import (
     DEFAULT_MAX_BODY_SIZE,
     Headers,
+    HttpServer,
     Request,
     Response,
     StreamingResponse,
@@ -277,3 +278,12 @@ class App:
 
     def _release_load(self) -> None:
         self.server_load -= 1
+
+
+def make_server(app: App) -> HttpServer:
+    """The HTTP server for ``app``, with its settings' keep-alive timeout and body limit."""
+    return HttpServer(
+        app,
+        keep_alive_timeout=app.settings.http_timeout_keep_alive,
+        max_body_size=app.settings.max_body_size,
+    )
