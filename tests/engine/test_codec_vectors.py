@@ -26,6 +26,7 @@ from vllm_frontend.engine.protocol import (
     LoRARequest,
     MultiModalFeatureSpec,
     RequestType,
+    SamplingParams,
     StartDpWave,
     Tensor,
     UtilityRequest,
@@ -335,3 +336,47 @@ def test_utility_and_wave_request_payloads() -> None:
     assert kind is RequestType.START_DP_WAVE and wave == StartDpWave(3, 1)
     kind, ids = codec.decode_request(frames_of("abort_requests"))
     assert kind is RequestType.ABORT and ids == ["req-0", "req-1-a1b2c3d4"]
+
+
+# --- leniency and canonical form (engine-protocol.md §1.2, §1.3, §3.3, §5) -------------------
+
+
+def test_sampling_params_use_a_map16_header_even_with_one_key() -> None:
+    payload = msgspec.msgpack.encode(SamplingParams(max_tokens=4))
+    assert payload == b"\xde\x00\x01\xaamax_tokens\x04"
+
+
+def test_outputs_from_older_or_newer_engines_decode() -> None:
+    enc = msgspec.msgpack.encode
+    # EngineCoreOutput with only the two required fields, inside an 8-field (older)
+    # EngineCoreOutputs: missing trailing fields take their defaults.
+    short = enc([3, [["req-1", [5]]], None, 1.0, None, None, None, None])
+    outputs = codec.decode_outputs([short])
+    assert outputs.engine_index == 3 and outputs.weight_version is None
+    assert outputs.outputs[0].new_token_ids == [5] and outputs.outputs[0].finish_reason is None
+    # Extra trailing elements (a newer engine) are ignored, at both levels.
+    out = ["req-2", [6], *[None] * 11, 0, *[None] * 4, "future-field"]
+    longer = enc([0, [out], None, 1.0, None, ["req-2"], None, None, "v1", {"new": 1}])
+    outputs = codec.decode_outputs([longer])
+    assert outputs.outputs[0].request_id == "req-2" and outputs.finished_requests == ["req-2"]
+    # Maps: unknown keys are ignored and missing ones take defaults.
+    stats = {"num_running_reqs": 2, "some_future_counter": 7, "prefix_cache_stats": {"hits": 1}}
+    outputs = codec.decode_outputs([enc([0, [], stats, 1.0])])
+    assert outputs.scheduler_stats is not None
+    assert outputs.scheduler_stats.num_running_reqs == 2
+    assert outputs.scheduler_stats.prefix_cache_stats.hits == 1
+    assert outputs.scheduler_stats.kv_cache_usage == 0.0
+    # Prompt logprobs as the 4-element tuple of older engines.
+    triple = ["int64", [1], msgspec.msgpack.Ext(3, bytes(8))]
+    out = ["r", [], None, [triple, ["float32", [1], msgspec.msgpack.Ext(3, bytes(4))], triple]]
+    outputs = codec.decode_outputs([enc([0, [out]])])
+    plp = outputs.outputs[0].new_prompt_logprobs_tensors
+    assert plp is not None and plp.selected_token_ranks.numpy().tolist() == [0]
+
+
+def test_registration_decodes_by_key() -> None:
+    payload = msgspec.msgpack.encode({"max_model_len": 2048, "block_size": 16, "future": True})
+    reg = codec.decode_registration(payload)
+    assert reg is not None and reg.max_model_len == 2048 and reg.block_size == 16
+    assert reg.num_gpu_blocks is None  # not reported
+    assert codec.decode_registration(msgspec.msgpack.encode({})) is not None
