@@ -91,6 +91,11 @@ def _make_environment() -> ImmutableSandboxedEnvironment:
 
 
 _ENV = _make_environment()
+# vLLM finds a template's variables with an environment that lacks HF's globals, so names like
+# ``raise_exception`` count as variables a request kwarg may set (renderers/hf.py).
+_BARE_ENV = ImmutableSandboxedEnvironment(
+    trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+)
 
 
 class CompiledTemplate:
@@ -110,7 +115,9 @@ class CompiledTemplate:
             self._template = _ENV.from_string(source)
         except jinja2.TemplateError as exc:
             raise ChatError(str(exc)) from exc
-        self.variables: frozenset[str] = frozenset(jinja2.meta.find_undeclared_variables(ast))
+        self.variables: frozenset[str] = frozenset(
+            jinja2.meta.find_undeclared_variables(_BARE_ENV.parse(source))
+        )
         self.content_format: ContentFormat = detect_content_format(ast)
         self.supports_developer_role = '"developer"' in source or "'developer'" in source
 
