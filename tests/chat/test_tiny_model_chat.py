@@ -1,0 +1,84 @@
+"""The tiny Llama 3 test model's chat prompts are the ones its HF tokenizer renders."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], Any]] = {
+    "user": ([{"role": "user", "content": "Hello, wörld 👋"}], None),
+    "system_multi_turn": (
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Again"},
+        ],
+        None,
+    ),
+    "tools_and_tool_call": (
+        [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "-3 C"},
+        ],
+        [TOOL],
+    ),
+}
+
+
+def _hf_view(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same chat as transformers users write it (arguments as dicts, parts as lists)."""
+    out = json.loads(json.dumps(messages))
+    for message in out:
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+        if message["role"] != "tool":
+            message["content"] = [{"type": "text", "text": message["content"]}]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CONVERSATIONS))
+def test_tiny_model_prompt_matches_its_hf_tokenizer(
+    name: str, tiny_model: pathlib.Path, frozen_clock: object
+) -> None:
+    from transformers import AutoTokenizer
+
+    messages, tools = CONVERSATIONS[name]
+    config = json.loads((tiny_model / "tokenizer_config.json").read_text())
+    renderer = ChatRenderer(
+        ModelChatTemplates.from_model_dir(tiny_model), special_tokens_map(config)
+    )
+    ours = renderer.render(messages, tools=tools).prompt
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    expected = tokenizer.apply_chat_template(
+        _hf_view(messages),
+        tools=None if tools is None else json.loads(json.dumps(tools)),
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert ours == expected
