@@ -773,8 +773,15 @@ def _plain_prompt(value: Any) -> bool:
     if value is None or isinstance(value, str):
         return True
     if isinstance(value, list) and value and type(value[0]) is int:
-        return all(type(t) is int and t >= 0 for t in value)
+        try:
+            msgspec.convert(value, _TokenIds)  # one C pass instead of a Python loop
+            return True
+        except msgspec.ValidationError:
+            return False
     return False
+
+
+_TokenIds = list[Annotated[int, msgspec.Meta(ge=0)]]
 
 
 def _is_none(value: Any) -> bool:
