@@ -187,3 +187,21 @@ def test_metrics_count_each_sample_by_finish_reason() -> None:
     assert got("vllm:inter_token_latency_seconds_count", labels) == 4
     assert got("vllm:e2e_request_latency_seconds_count", labels) == 2
     assert got("vllm:request_params_n_count", labels) == 1
+
+
+def test_engine_gauges_report_the_latest_scheduler_stats_per_engine() -> None:
+    class Stats(msgspec.Struct):
+        num_running_reqs: int
+        num_waiting_reqs: int
+        kv_cache_usage: float
+
+    from vllm_frontend.llm import EngineGauges
+
+    registry = CollectorRegistry()
+    latest = {1: Stats(3, 2, 0.25)}
+    registry.register(EngineGauges("tiny", [0, 1], lambda: latest))
+    got = registry.get_sample_value
+    assert got("vllm:num_requests_running", {"model_name": "tiny", "engine": "1"}) == 3
+    assert got("vllm:num_requests_waiting", {"model_name": "tiny", "engine": "1"}) == 2
+    assert got("vllm:kv_cache_usage_perc", {"model_name": "tiny", "engine": "1"}) == 0.25
+    assert got("vllm:num_requests_running", {"model_name": "tiny", "engine": "0"}) == 0

@@ -15,12 +15,13 @@ from vllm_frontend.llm.ids import (
     engine_request_id,
     public_request_id,
 )
-from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
+from vllm_frontend.llm.metrics import EngineGauges, FrontendMetrics, RequestStats
 
 __all__ = [
     "FINISH_REASONS",
     "LLM",
     "EngineClientLike",
+    "EngineGauges",
     "FrontendMetrics",
     "GenerateRequest",
     "GenerationStream",

@@ -13,12 +13,15 @@ queue, prefill and inference phases when the engine logs stats.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["FINISH_REASON_LABELS", "FrontendMetrics", "RequestStats"]
+__all__ = ["FINISH_REASON_LABELS", "EngineGauges", "FrontendMetrics", "RequestStats"]
 
 #: vLLM's FinishReason values as their label strings (``str(FinishReason.X)``).
 FINISH_REASON_LABELS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
@@ -264,3 +267,48 @@ class FrontendMetrics:
         labels = self._labels(engine_index)
         self.request_params_n.labels(*labels).observe(n)
         self.request_max_num_generation_tokens.labels(*labels).observe(max_generation_tokens)
+
+
+class EngineGauges(Collector):
+    """The scheduler gauges vLLM exports (``vllm:num_requests_running``, ``…_waiting``,
+    ``vllm:kv_cache_usage_perc``), read at scrape time from the latest stats each engine sent."""
+
+    def __init__(
+        self,
+        model_name: str,
+        engine_indexes: Sequence[int],
+        latest_stats: Callable[[], Mapping[int, Any]],
+    ) -> None:
+        self._model_name = model_name
+        self._engines = list(engine_indexes)
+        self._latest = latest_stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One sample per engine (0 until the engine has reported)."""
+        stats = self._latest()
+        labels = ["model_name", "engine"]
+        running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Number of requests in model execution batches.",
+            labels=labels,
+        )  # fmt: skip
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+            labels=labels,
+        )  # fmt: skip
+        kv = GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+            labels=labels,
+        )  # fmt: skip
+        for engine in self._engines:
+            s = stats.get(engine)
+            values = [self._model_name, str(engine)]
+            running.add_metric(values, float(getattr(s, "num_running_reqs", 0) or 0))
+            waiting.add_metric(values, float(getattr(s, "num_waiting_reqs", 0) or 0))
+            kv.add_metric(values, float(getattr(s, "kv_cache_usage", 0.0) or 0.0))
+        yield running
+        yield waiting
+        yield kv
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """No up-front description (the gauges are produced at collect time)."""
+        return iter(())
