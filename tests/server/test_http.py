@@ -92,7 +92,20 @@ def make_app(probe: Probe) -> App:
     app.route("GET", "/sse", sse)
     app.route("GET", "/hang_stream", hang_stream)
     app.route("POST", "/hang", hang)
+
+    async def idle_stream(request: Request) -> StreamingResponse:
+        probe.release = asyncio.Event()
+        release = probe.release
+
+        async def gen() -> AsyncIterator[bytes]:
+            yield b"data: 1\n\n"
+            await release.wait()
+            yield b"data: 2\n\n"
+
+        return StreamingResponse(gen(), keep_alive_interval=0.05)
+
     app.route("GET", "/boom", boom)
+    app.route("GET", "/idle_stream", idle_stream)
     return app
 
 
@@ -314,3 +327,17 @@ def test_concurrent_streams_are_independent(server: RunningServer) -> None:
     expected = b"".join(EVENTS) + b"data: [DONE]\n\n"
     assert all(r == expected for r in results)
     assert json.loads(EVENTS[1][6:]) == {"i": 1, "text": "é1"}
+
+
+def test_idle_stream_gets_sse_keep_alive_comments(server: RunningServer, probe: Probe) -> None:
+    with HTTP.stream("GET", server.url + "/idle_stream") as r:
+        received = b""
+        chunks = r.iter_bytes()
+        while received.count(b": keep-alive\n\n") < 2:
+            received += next(chunks)
+        assert probe.release is not None
+        server.loop.call_soon_threadsafe(probe.release.set)
+        received += b"".join(chunks)
+    events = [e for e in received.split(b"\n\n") if e]
+    assert events[0] == b"data: 1" and events[-1] == b"data: 2"
+    assert set(events[1:-1]) == {b": keep-alive"}

@@ -74,6 +74,9 @@ class ServerSettings:
     allowed_headers: list[str] = field(default_factory=lambda: ["*"])
     allow_credentials: bool = False
     enable_request_id_headers: bool = False
+    sse_keep_alive_interval: float = 0.0
+    """Seconds of stream idleness before an SSE keep-alive comment (0 = never); generation
+    handlers pass it as ``StreamingResponse(keep_alive_interval=...)``."""
     http_timeout_keep_alive: float = 5.0
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
 

@@ -107,11 +107,12 @@ class Response:
 class StreamingResponse:
     """A response whose body is produced by an async iterator of byte chunks (chunked encoding).
 
-    Each yielded chunk goes to the socket as one write; yield pre-joined bytes (e.g. all SSE events
-    of one engine step) to coalesce. Empty chunks are skipped (they would end the stream).
+    Chunks yielded without an await in between leave in one write. Empty chunks are skipped
+    (they would end the stream). With ``keep_alive_interval > 0`` the server sends an SSE
+    comment (``: keep-alive``) whenever no chunk went out for that many seconds.
     """
 
-    __slots__ = ("background", "body", "headers", "status")
+    __slots__ = ("background", "body", "headers", "keep_alive_interval", "status")
 
     def __init__(
         self,
@@ -119,8 +120,10 @@ class StreamingResponse:
         status: int = 200,
         content_type: bytes = b"text/event-stream; charset=utf-8",
         headers: Headers | None = None,
+        keep_alive_interval: float = 0.0,
     ) -> None:
         self.body = body
+        self.keep_alive_interval = keep_alive_interval
         self.status = status
         self.headers: Headers = headers if headers is not None else []
         self.headers.append((b"content-type", content_type))
@@ -252,6 +255,8 @@ class _HttpConnection(asyncio.Protocol):
         self._reading_paused = False
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_chunk_at = 0.0
         # per-message parse state
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
@@ -427,6 +432,12 @@ class _HttpConnection(asyncio.Protocol):
         buf = self._out
         buf.append(_head(response, keep_alive))
         self._schedule_flush()
+        interval = response.keep_alive_interval
+        if interval > 0:
+            self._last_chunk_at = self._loop.time()
+            self._idle_timer = self._loop.call_at(
+                self._last_chunk_at + interval, self._idle_tick, interval
+            )
         try:
             async for chunk in body:
                 if not chunk:
@@ -434,15 +445,40 @@ class _HttpConnection(asyncio.Protocol):
                 buf.append(b"%x\r\n%b\r\n" % (len(chunk), chunk))
                 if not self._flush_scheduled:
                     self._schedule_flush()
+                if interval > 0:
+                    self._last_chunk_at = self._loop.time()
                 if self._write_paused:
                     self._flush()
                     await self._drain()
+            self._cancel_idle_timer()
             buf.append(b"0\r\n\r\n")
             self._flush()
         finally:
+            self._cancel_idle_timer()
             aclose = getattr(body, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _idle_tick(self, interval: float) -> None:
+        """SSE keep-alive: a comment event when no chunk went out for ``interval`` seconds
+        (vLLM's ``with_sse_keep_alive``, without a task per chunk)."""
+        if self._closed:
+            self._idle_timer = None
+            return
+        now = self._loop.time()
+        due = self._last_chunk_at + interval
+        if now >= due - 0.001:
+            if not self._write_paused:
+                self._out.append(_KEEP_ALIVE_CHUNK)
+                self._flush()
+            self._last_chunk_at = now
+            due = now + interval
+        self._idle_timer = self._loop.call_at(due, self._idle_tick, interval)
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def _schedule_flush(self) -> None:
         self._flush_scheduled = True
@@ -510,6 +546,10 @@ class _HttpConnection(asyncio.Protocol):
 
 
 _TOO_LARGE = object()
+
+SSE_KEEP_ALIVE_COMMENT = b": keep-alive\n\n"
+"""What an idle SSE stream sends every ``keep_alive_interval`` seconds (vLLM's comment)."""
+_KEEP_ALIVE_CHUNK = b"%x\r\n%b\r\n" % (len(SSE_KEEP_ALIVE_COMMENT), SSE_KEEP_ALIVE_COMMENT)
 
 
 def _too_large_response() -> Response:
