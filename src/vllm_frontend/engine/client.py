@@ -109,7 +109,16 @@ class _RequestState:
     The client holds this, not the public stream, so an abandoned stream can be collected.
     """
 
-    __slots__ = ("done", "engine_index", "error", "finish_reason", "items", "request_id", "waiter")
+    __slots__ = (
+        "done",
+        "engine_index",
+        "error",
+        "finish_reason",
+        "items",
+        "request_id",
+        "served_by",
+        "waiter",
+    )
 
     def __init__(self, request_id: str, engine_index: int) -> None:
         self.request_id = request_id
@@ -119,6 +128,7 @@ class _RequestState:
         self.done = False  # nothing more will be queued
         self.error: BaseException | None = None
         self.finish_reason: FinishReason | None = None
+        self.served_by: int | None = None  # engine_index of the message with the final output
 
     def push(self, output: EngineCoreOutput) -> None:
         self.items.append(output)
@@ -174,6 +184,11 @@ class RequestStream:
     def finish_reason(self) -> FinishReason | None:
         """The final output's finish reason once it is queued (None while running or failed)."""
         return self._state.finish_reason
+
+    @property
+    def served_by(self) -> int | None:
+        """The engine that reported the final output (None before it, or for local aborts)."""
+        return self._state.served_by
 
     @property
     def finished(self) -> bool:
@@ -668,6 +683,7 @@ class EngineCoreClient:
                     else:
                         del streams[out.request_id]
                         in_flight[stream.engine_index] -= 1
+                        stream.served_by = msg.engine_index
                         stream.finish(out)
                 if msg.finished_requests:
                     self._finished_elsewhere(msg.finished_requests)
