@@ -341,3 +341,10 @@ def test_idle_stream_gets_sse_keep_alive_comments(server: RunningServer, probe: 
     events = [e for e in received.split(b"\n\n") if e]
     assert events[0] == b"data: 1" and events[-1] == b"data: 2"
     assert set(events[1:-1]) == {b": keep-alive"}
+
+
+def test_too_many_headers_get_400_and_close(server: RunningServer) -> None:
+    headers = b"".join(b"X-H%d: v\r\n" % i for i in range(300))
+    out = raw_exchange(server.port, b"GET /echo HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert out.startswith(b"HTTP/1.1 400 ")
+    assert HTTP.get(server.url + "/echo").status_code == 200

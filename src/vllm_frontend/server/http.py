@@ -40,6 +40,11 @@ DEFAULT_MAX_BODY_SIZE = 64 * 1024 * 1024
 """Largest request body accepted (bytes) before answering 413."""
 
 _MAX_PIPELINED = 16
+
+MAX_HEAD_SIZE = 4 * 1024 * 1024
+"""Most bytes of request line + headers (vLLM's h11_max_incomplete_event_size default)."""
+MAX_HEADER_COUNT = 256
+"""Most request headers (vLLM's h11_max_header_count default)."""
 """Pipelined requests buffered per connection before we stop reading from it."""
 
 Headers = list[tuple[bytes, bytes]]
@@ -317,11 +322,21 @@ class _HttpConnection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._too_large = False
+        self._head_size = 0
+        self._header_count = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._head_size += len(url)
+        if self._head_size > MAX_HEAD_SIZE:
+            raise httptools.HttpParserError("request line too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # httptools may deliver one header in pieces; counting calls over-counts only then
+        self._header_count += 1
+        self._head_size += len(name) + len(value)
+        if self._head_size > MAX_HEAD_SIZE or self._header_count > MAX_HEADER_COUNT:
+            raise httptools.HttpParserError("request head too large")
         self._headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
