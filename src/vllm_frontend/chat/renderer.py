@@ -185,6 +185,8 @@ class ChatRenderer:
         has_tools = tools_for_template is not None
         # vLLM detects the content format on the request/server template, but renders with the
         # one the merged kwargs name (they differ only for a trusted kwargs template).
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise ChatError("chat_template must be a string.", param="chat_template")
         requested = chat_template if chat_template is not None else opts.chat_template
         content_format = self._content_format(requested, has_tools)
         conversation = normalize_messages(messages, content_format)
@@ -192,6 +194,8 @@ class ChatRenderer:
         render_source = requested if requested is not None else kwargs.get("chat_template")
         kwargs.pop("chat_template", None)
         kwargs.pop("tokenize", None)
+        if render_source is not None and not isinstance(render_source, str):
+            raise ChatError("chat_template must be a string.", param="chat_template")
         source = self.templates.select(render_source, has_tools=has_tools)
         if source is None:
             raise ChatError(NO_TEMPLATE_MESSAGE)

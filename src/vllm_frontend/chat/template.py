@@ -305,6 +305,10 @@ def render_template(
             "jinja2.environment.Template.render() got multiple values for keyword argument "
             "'messages'"
         )
+    if tools is not None and not isinstance(tools, list | tuple):
+        raise ChatError("tools must be a list of tool objects.", param="tools")
+    if documents is not None and not isinstance(documents, list | tuple):
+        raise ChatError("documents must be a list of objects.", param="documents")
     if tools is not None:
         for tool in tools:
             if not isinstance(tool, dict):
