@@ -107,6 +107,7 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
     live: dict[str, list[Any]] = {}  # id -> [request, tokens produced]
     aborted: list[str] = []
     adds = 0
+    last_wave = -1
     stats_due = False
 
     def send(msg: EngineCoreOutputs) -> None:
@@ -124,6 +125,7 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
             kind, payload = codec.decode_request(frames)
             if kind is RequestType.ADD:
                 adds += 1
+                last_wave = payload.current_wave
                 assert payload.request_id not in live, "duplicate live id reached the engine"
                 live[payload.request_id] = [payload, 0]
             elif kind is RequestType.ABORT:
@@ -143,6 +145,8 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
                     reply(payload.call_id, aborted)
                 elif method == "add_count":
                     reply(payload.call_id, adds)
+                elif method == "last_wave":
+                    reply(payload.call_id, last_wave)
                 elif method == "ignore":
                     pass
                 elif method == "die":
@@ -567,3 +571,57 @@ def test_lost_connection_is_noticed_by_heartbeat_options() -> None:
                 os.kill(procs[0].pid, signal.SIGCONT)
 
     run(main())
+
+
+def test_coordinator_counts_steer_routing_and_the_first_request_wakes_the_engines() -> None:
+    import zmq
+
+    from vllm_frontend.engine import codec
+    from vllm_frontend.engine.protocol import CoordinatorPublish, EngineZmqAddresses
+
+    ctx = zmq.Context()
+    xpub = ctx.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    port = xpub.bind_to_random_port("tcp://127.0.0.1")
+
+    def publish(counts: Any, wave: int, running: bool) -> None:
+        xpub.send(codec.encode_coordinator_publish(CoordinatorPublish(counts, wave, running)))
+
+    def first_request() -> Any:
+        assert xpub.poll(10_000), "no first-request message"
+        return codec.decode_coordinator_first_request(xpub.recv())
+
+    async def main() -> None:
+        coordinator = EngineZmqAddresses(
+            inputs=[], outputs=[], frontend_stats_publish_address=f"tcp://127.0.0.1:{port}"
+        )
+        async with fake_engines(2, coordinator=coordinator) as (client, _):
+            assert xpub.poll(10_000) and xpub.recv() == b"\x01"  # the frontend subscribed
+            publish([(9, 3, 0.9), (0, 0, 0.0)], 2, False)
+            while client.load()[0].waiting != 9:
+                await asyncio.sleep(0.01)
+            assert [(e.waiting, e.running) for e in client.load()] == [(9, 3), (0, 0)]
+            a = client.add_request(request("a", [1], 2))
+            assert a.engine_index == 1  # engine 0 is busy by the coordinator's count
+            first = first_request()
+            assert (first.exclude_engine_index, first.wave) == (1, 2)
+            await collect(a)
+            assert await client.call_utility("last_wave", engine=1) == 2
+            # A wave finished: engines idle again, the next request announces itself anew.
+            publish(None, 3, False)
+            while client.current_wave != 3:
+                await asyncio.sleep(0.01)
+            b = client.add_request(request("b", [2], 2, data_parallel_rank=0))
+            while True:
+                msg = first_request()
+                if msg.wave == 3:
+                    break
+            assert msg.exclude_engine_index == 0
+            await collect(b)
+            assert await client.call_utility("last_wave", engine=0) == 3
+
+    try:
+        run(main())
+    finally:
+        xpub.close(linger=0)
+        ctx.term()

@@ -332,7 +332,6 @@ class EngineCoreClient:
         engine processes exiting, during startup and after. Raises HandshakeError or
         HandshakeTimeoutError (naming the engines still missing).
         """
-        watcher = process_watcher() if process_watcher is not None else None
         sockets = await bind_and_handshake(
             handshake_address,
             range(start_index, start_index + engine_count),
@@ -342,7 +341,7 @@ class EngineCoreClient:
             coordinator=coordinator,
             timeout_s=ready_timeout_s,
             options=socket_options,
-            abort=watcher,
+            abort=process_watcher,
         )
         return await cls._start(
             sockets, vocab_size, max_logprobs, process_watcher, query_supported_tasks
@@ -366,7 +365,6 @@ class EngineCoreClient:
     ) -> EngineCoreClient:
         """Mode B: adopt the listeners ``vllm serve`` passed (``--input-listener-fd`` …) and
         wait up to ``ready_timeout_s`` (``engine_ready_timeout_secs``) for every registration."""
-        watcher = process_watcher() if process_watcher is not None else None
         sockets = await adopt_listeners(
             input_listener_fd,
             output_listener_fd,
@@ -374,7 +372,7 @@ class EngineCoreClient:
             coordinator_address=coordinator_address,
             timeout_s=ready_timeout_s,
             options=socket_options,
-            abort=watcher,
+            abort=process_watcher,
         )
         return await cls._start(
             sockets, vocab_size, max_logprobs, process_watcher, query_supported_tasks
@@ -454,6 +452,11 @@ class EngineCoreClient:
     def dead_error(self) -> EngineDeadError | None:
         """Why the engines are considered dead, or None while healthy."""
         return self._dead
+
+    @property
+    def current_wave(self) -> int:
+        """The data-parallel wave stamped on new requests (mirrored from the coordinator, §8.5)."""
+        return self._current_wave
 
     @property
     def num_in_flight(self) -> int:

@@ -21,7 +21,7 @@ import socket
 import struct
 import tempfile
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import zmq
@@ -276,13 +276,15 @@ def _connect_coordinator(
     return sock
 
 
-async def _first(awaitable: Awaitable[None], abort: Awaitable[str] | None, what: str) -> None:
-    """Await ``awaitable`` unless ``abort`` (a process watcher) finishes first."""
+async def _first(
+    awaitable: Awaitable[None], abort: Callable[[], Awaitable[str]] | None, what: str
+) -> None:
+    """Await ``awaitable`` unless ``abort()`` (a process watcher) finishes first."""
     if abort is None:
         await awaitable
         return
     main = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(abort)
+    watcher = asyncio.ensure_future(abort())
     try:
         done, _ = await asyncio.wait({main, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if main in done:
@@ -364,14 +366,15 @@ async def bind_and_handshake(
     coordinator: EngineZmqAddresses | None = None,
     timeout_s: float = 600.0,
     options: SocketOptions | None = None,
-    abort: Awaitable[str] | None = None,
+    abort: Callable[[], Awaitable[str]] | None = None,
 ) -> EngineSockets:
     """Mode A (§3.1): bind input/output, then the handshake ROUTER, and bring up every engine.
 
     ``local`` engines (on this host) get ``ipc://`` addresses in a private temporary directory;
     otherwise the input/output sockets bind TCP ports on ``advertise_host`` (default: the
     handshake host). ``coordinator`` supplies the coordinator fields of INIT, if one runs.
-    ``abort`` (e.g. "a managed engine process exited") ends the wait early with an error.
+    ``abort`` (an async function returning e.g. "the managed engine process exited") ends the
+    wait early with an error.
     Raises HandshakeError / HandshakeTimeoutError (naming the engines still missing).
     """
     options = options or SocketOptions()
@@ -458,7 +461,7 @@ async def adopt_listeners(
     coordinator_address: str | None = None,
     timeout_s: float = 600.0,
     options: SocketOptions | None = None,
-    abort: Awaitable[str] | None = None,
+    abort: Callable[[], Awaitable[str]] | None = None,
 ) -> EngineSockets:
     """Mode B (§3.2): adopt the supervisor's listeners and wait for every registration."""
     options = options or SocketOptions()
