@@ -465,3 +465,53 @@ def test_array_values_survive_the_wire_as_numpy_and_lists(
     np.testing.assert_array_equal(array.numpy(), original)
     assert array.numpy().dtype == original.dtype
     assert array.tolist() == original.tolist()
+
+
+def test_one_encoder_shared_by_threads_numbers_each_messages_aux_frames() -> None:
+    import sys
+    import threading
+
+    encoder = codec.MessageEncoder()
+    errors: list[str] = []
+
+    def run(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(100):
+            arrays = [rng.standard_normal((4, 64)).astype(np.float32) for _ in range(60)]
+            outputs = [
+                EngineCoreOutput(
+                    "r",
+                    [1],
+                    new_logprobs=LogprobsLists(*map(NdArray.from_numpy, arrays[i : i + 3])),
+                )
+                for i in range(0, 60, 3)
+            ]
+            frames = encoder.encode_outputs(EngineCoreOutputs(outputs=outputs))
+            if len(frames) != 61:
+                errors.append(f"thread {seed}: {len(frames) - 1} aux frames instead of 60")
+                return
+            got = [
+                array.numpy()
+                for out in codec.decode_outputs([bytes(f) for f in frames]).outputs
+                if out.new_logprobs is not None
+                for array in (
+                    out.new_logprobs.logprob_token_ids,
+                    out.new_logprobs.logprobs,
+                    out.new_logprobs.sampled_token_ranks,
+                )
+            ]
+            if not all(map(np.array_equal, got, arrays)):
+                errors.append(f"thread {seed}: aux frames of another message")
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads inside encode calls as often as possible
+    try:
+        threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

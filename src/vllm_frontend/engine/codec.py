@@ -19,12 +19,13 @@ Every decoder raises :class:`ProtocolError` and nothing else for truncated, garb
 input. Array contents (dtype, length against shape) are validated lazily by ``NdArray.numpy()`` /
 ``Tensor.numpy()``, which raise ``ProtocolError`` too.
 
-Encoders/decoders hold reusable msgspec state and are not thread-safe; the module-level
-functions use one shared instance each and are meant for a single event-loop thread.
+Encoders and decoders are reusable and may be shared between threads; the module-level functions
+use one shared instance each.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypeVar
 
@@ -99,11 +100,14 @@ class MessageEncoder:
     Array/tensor ``data`` given as a numpy array goes inline (ext type 3) when smaller than
     ``zero_copy_threshold`` bytes and out-of-band otherwise; aux buffers are numbered from 1 in
     the order msgspec meets them (depth-first, declaration order), exactly like vLLM's encoder.
+    Safe to share between threads.
     """
 
     def __init__(self, zero_copy_threshold: int = ZERO_COPY_THRESHOLD) -> None:
         self._threshold = zero_copy_threshold
-        self._aux: list[memoryview] = []
+        # The aux list of the encode call in progress, per thread: enc_hook runs Python code,
+        # so another thread sharing this encoder (the mock engine's DP ranks) may interleave.
+        self._calls = threading.local()
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
 
     def _enc_hook(self, obj: object) -> object:
@@ -112,20 +116,22 @@ class MessageEncoder:
             # vLLM: 0-d numpy arrays always inline; otherwise inline iff below the threshold.
             if obj.ndim == 0 or raw.nbytes < self._threshold:
                 return _Ext(RAW_VIEW_EXT_CODE, raw)
-            self._aux.append(raw)
-            return len(self._aux)
+            aux: list[memoryview] = self._calls.aux
+            aux.append(raw)
+            return len(aux)
         if isinstance(obj, (set, frozenset)):
             return list(obj)
         raise TypeError(f"cannot encode {type(obj).__name__} in an EngineCore message")
 
     def encode(self, message: object) -> tuple[bytes, list[memoryview]]:
         """Encode one message; returns the msgpack payload and its aux buffers (index 1, 2, …)."""
-        self._aux = []
+        calls = self._calls
+        aux: list[memoryview] = []
+        calls.aux = aux
         try:
-            payload = self._encoder.encode(message)
-            return payload, self._aux
+            return self._encoder.encode(message), aux
         finally:
-            self._aux = []
+            calls.aux = None
 
     def encode_request(self, request: EngineCoreRequest) -> list[Buffer]:
         """ADD frames: ``[b"\\x00", payload, aux…]`` (prepend the identity for a ROUTER)."""
