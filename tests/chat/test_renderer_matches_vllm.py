@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.chat.conftest import TEMPLATES_DIR
+from tests.chat.conftest import TEMPLATE_FILES, TEMPLATES_DIR
 from vllm_frontend.chat import (
     ChatError,
     ChatRenderer,
@@ -443,3 +443,95 @@ def test_special_tokens_match_the_transformers_tokenizer(model_dir: pathlib.Path
 
     config = json.loads((model_dir / "tokenizer_config.json").read_text())
     assert special_tokens_map(config) == AutoTokenizer.from_pretrained(model_dir).special_tokens_map
+
+
+CALL_ID = "a1b2c3d4e"  # Mistral templates insist on 9 alphanumeric characters
+REQUESTS: dict[str, dict[str, Any]] = {
+    "plain": {"messages": [{"role": "user", "content": "Hello there"}]},
+    "multi_turn_with_system": {
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Prime?"},
+            {"role": "assistant", "content": "7"},
+            {"role": "user", "content": [{"type": "text", "text": "An"}, "other?"]},
+        ]
+    },
+    "multibyte": {
+        "messages": [
+            {"role": "user", "content": "Grüße 🇨🇭 你好 café\u0301"},
+            {"role": "assistant", "content": "Ça va 👋🏽"},
+            {"role": "user", "content": "עברית"},
+        ]
+    },
+    "tool_round_trip": {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": CALL_ID,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "21 C"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather for a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "tool_choice": "none",
+    },
+    "developer_message": {
+        "messages": [
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "Hi"},
+        ]
+    },
+    "continue_final_message": {
+        "messages": [
+            {"role": "user", "content": "Count"},
+            {"role": "assistant", "content": "One, two, "},
+        ],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    },
+    "reasoning_history_and_effort": {
+        "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "reasoning_content": "Add."},
+            {"role": "user", "content": "3+3?"},
+        ],
+        "reasoning_effort": "high",
+        "chat_template_kwargs": {"custom_tools": None, "unknown": 1},
+    },
+    "documents": {
+        "messages": [{"role": "user", "content": "Summarise"}],
+        "documents": [{"title": "A", "text": "First"}, {"title": "B", "text": "Second"}],
+    },
+}
+
+
+@pytest.mark.parametrize("request_name", sorted(REQUESTS))
+@pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.stem)
+def test_every_fixture_template_serves_like_vllm(
+    path: pathlib.Path,
+    request_name: str,
+    model_dir: pathlib.Path,
+    vllm_renderer: Any,
+    frozen_clock: object,
+) -> None:
+    options = ChatTemplateOptions(chat_template=path.read_text())
+    body = REQUESTS[request_name]
+    expected = _vllm(vllm_renderer, json.loads(json.dumps(body)), options)
+    got = _ours(model_dir, json.loads(json.dumps(body)), options)
+    assert got == expected
