@@ -10,6 +10,7 @@ import pytest
 from tests.chat.conftest import TEMPLATE_FILES
 from vllm_frontend.chat import (
     ChatError,
+    ChatRenderer,
     ModelChatTemplates,
     compile_template,
     load_chat_template_option,
@@ -167,13 +168,31 @@ CONFIGS = {
 }
 
 
+LEGACY_MAP = {"bos_token": "<unk>", "pad_token": {"content": "</s>", "special": True}}
+
+
+@pytest.mark.parametrize("legacy_file", [False, True])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_special_tokens_in_the_template_context_match_transformers(
-    name: str, tmp_path: pathlib.Path
+    name: str, legacy_file: bool, tmp_path: pathlib.Path
 ) -> None:
     from transformers import AutoTokenizer
 
     root = _write_tokenizer(tmp_path / "model", **CONFIGS[name])
+    if legacy_file:
+        (root / "special_tokens_map.json").write_text(json.dumps(LEGACY_MAP))
+    expected = AutoTokenizer.from_pretrained(root).special_tokens_map
+    assert ChatRenderer.from_model_dir(root).special_tokens == expected
+
+
+def test_special_tokens_map_json_is_ignored_when_the_config_lists_added_tokens(
+    tmp_path: pathlib.Path,
+) -> None:
+    from transformers import AutoTokenizer
+
+    decoder = {"1": {"content": "<s>", "special": True}, "2": {"content": "</s>", "special": True}}
+    root = _write_tokenizer(tmp_path / "m", bos_token="<s>", added_tokens_decoder=decoder)
+    (root / "special_tokens_map.json").write_text(json.dumps(LEGACY_MAP))
     config = json.loads((root / "tokenizer_config.json").read_text())
     expected = AutoTokenizer.from_pretrained(root).special_tokens_map
-    assert special_tokens_map(config) == expected
+    assert special_tokens_map(config, LEGACY_MAP) == expected

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat import ChatRenderer
 
 TOOL = {
     "type": "function",

@@ -10,8 +10,10 @@ that role; kwargs filtered to what the template reads; template rendered.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from vllm_frontend.chat.errors import ChatError
@@ -65,10 +67,13 @@ def special_tokens_map(
 ) -> dict[str, str]:
     """The named special tokens a transformers tokenizer puts into the template context
     (``special_tokens_map``): ``bos_token`` … ``mask_token`` and model-specific ``*_token``
-    entries, from ``tokenizer_config.json`` (``special_tokens_map.json`` fills gaps).
+    entries, from ``tokenizer_config.json``. Like transformers, the legacy
+    ``special_tokens_map.json`` is read only for configs without ``added_tokens_decoder``, and
+    then its entries win.
     """
-    merged: dict[str, Any] = dict(special_tokens_file or {})
-    merged.update({k: v for k, v in tokenizer_config.items() if v is not None})
+    merged: dict[str, Any] = dict(tokenizer_config)
+    if special_tokens_file and "added_tokens_decoder" not in tokenizer_config:
+        merged.update(special_tokens_file)
     out: dict[str, str] = {}
     for key in _SPECIAL_TOKEN_ATTRS:
         text = _token_text(merged.get(key))
@@ -121,6 +126,20 @@ class RenderedChat:
 
 class ChatRenderer:
     """Renders chat requests for one model; build once at startup, share across requests."""
+
+    @classmethod
+    def from_model_dir(
+        cls, model_dir: str | Path, options: ChatTemplateOptions | None = None
+    ) -> ChatRenderer:
+        """The renderer for a local model directory (tokenizer files read from it)."""
+        root = Path(model_dir)
+        config = _read_json(root / "tokenizer_config.json")
+        legacy = _read_json(root / "special_tokens_map.json")
+        return cls(
+            ModelChatTemplates.from_model_dir(root, config),
+            special_tokens_map(config, legacy),
+            options,
+        )
 
     def __init__(
         self,
@@ -264,6 +283,14 @@ class ChatRenderer:
             return compile_template(source).content_format
         except ChatError:
             return "string"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
