@@ -35,6 +35,7 @@ from vllm_frontend.engine.protocol import (
     StructuredOutputsParams,
     Tensor,
 )
+from vllm_frontend.engine.tensors import to_bfloat16_words
 
 serial_utils = pytest.importorskip("vllm.v1.serial_utils")
 vllm_engine = pytest.importorskip("vllm.v1.engine")
@@ -200,3 +201,42 @@ def test_vllm_reads_our_prompt_embeds_as_the_same_tensor() -> None:
     )
     assert decoded.prompt_embeds.dtype == torch.float32
     assert torch.equal(decoded.prompt_embeds, torch.from_numpy(values))
+
+
+def assert_same_bfloat16(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Equal words, except that any NaN matches any NaN: torch writes 0x7FC0 on its scalar path
+    and 0xFFFF on its vectorized one."""
+    nan = (theirs & 0x7FFF) > 0x7F80
+    assert ours[~nan].tolist() == theirs[~nan].tolist()
+    assert ((ours[nan] & 0x7FFF) > 0x7F80).all()
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True),
+        max_size=64,
+    )
+)
+def test_bfloat16_rounding_and_widening_match_torch(values: list[float]) -> None:
+    import torch
+
+    array = np.array(values, dtype=np.float32)
+    words = to_bfloat16_words(array)
+    theirs = torch.from_numpy(array).to(torch.bfloat16)
+    assert_same_bfloat16(words, theirs.view(torch.int16).numpy().view(np.uint16))
+    widened = Tensor.from_numpy(words, dtype="bfloat16").numpy()
+    np.testing.assert_array_equal(widened, theirs.float().numpy())  # NaN == NaN here
+
+
+def test_bfloat16_rounding_edge_cases_match_torch() -> None:
+    import torch
+
+    bits = np.array(
+        [0x3F808000, 0x3F818000, 0x3F807FFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x00000001, 0x7FFFFFFF,
+         0xFFC00001, 0x7F800000, 0x80000000],
+        dtype=np.uint32,
+    )  # fmt: skip  # ties to even (both ways), below a tie, overflow to inf, subnormal, NaNs
+    array = bits.view(np.float32)
+    theirs = torch.from_numpy(array).to(torch.bfloat16).view(torch.int16).numpy()
+    assert_same_bfloat16(to_bfloat16_words(array), theirs.view(np.uint16))

@@ -29,6 +29,7 @@ __all__ = [
     "Tensor",
     "numpy_dtype_for_torch",
     "raw_bytes",
+    "to_bfloat16_words",
     "torch_dtype_for_numpy",
 ]
 
@@ -292,6 +293,23 @@ class Tensor(msgspec.Struct, array_like=True, gc=False):
     def nbytes(self) -> int:
         """Size of the raw element buffer in bytes."""
         return _nbytes(self.data)
+
+
+def to_bfloat16_words(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to bfloat16 like torch's ``.to(torch.bfloat16)``, as raw uint16 words.
+
+    Round to nearest, ties to even; every NaN becomes 0x7FC0 (as on torch's scalar path; its
+    vectorized path writes 0xFFFF, also a NaN). Wrap the result with
+    ``Tensor.from_numpy(words, dtype="bfloat16")`` (e.g. prompt embeddings for a bf16 model).
+    """
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    # Adding 0x7FFF plus the lowest kept bit rounds to nearest-even in the upper 16 bits. No
+    # finite or infinite value overflows uint32 here; NaNs (which could) are replaced below.
+    words = ((bits + (np.uint32(0x7FFF) + ((bits >> 16) & 1))) >> 16).astype(np.uint16)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    if nan.any():
+        words[nan] = 0x7FC0
+    return words
 
 
 def _torch_itemsize(name: str) -> int:
