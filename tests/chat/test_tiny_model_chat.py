@@ -69,11 +69,7 @@ def test_tiny_model_prompt_matches_its_hf_tokenizer(
     from transformers import AutoTokenizer
 
     messages, tools = CONVERSATIONS[name]
-    config = json.loads((tiny_model / "tokenizer_config.json").read_text())
-    renderer = ChatRenderer(
-        ModelChatTemplates.from_model_dir(tiny_model), special_tokens_map(config)
-    )
-    ours = renderer.render(messages, tools=tools).prompt
+    ours = ChatRenderer.from_model_dir(tiny_model).render(messages, tools=tools).prompt
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     expected = tokenizer.apply_chat_template(
         _hf_view(messages),
