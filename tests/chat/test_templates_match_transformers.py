@@ -13,6 +13,8 @@ import pathlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from tests.chat.conftest import TEMPLATE_FILES
@@ -373,3 +375,39 @@ def test_template_syntax_error_is_a_client_error_with_jinjas_message() -> None:
     with pytest.raises(ChatError) as raised:
         compile_template(bad)
     assert str(raised.value) == str(jinja_exc.value)
+
+
+_PROPERTY_TEMPLATES = [
+    p for p in TEMPLATE_FILES if p.stem in ("qwen3", "template_chatml", "tool_chat_template_hermes")
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=st.lists(st.text(max_size=40), min_size=1, max_size=4),
+    system=st.one_of(st.none(), st.text(max_size=20)),
+    add_generation_prompt=st.booleans(),
+)
+def test_arbitrary_text_renders_like_transformers(
+    turns: list[str], system: str | None, add_generation_prompt: bool
+) -> None:
+    messages: list[dict[str, Any]] = []
+    if system is not None:
+        messages.append({"role": "system", "content": system})
+    for i, text in enumerate(turns):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
+    for path in _PROPERTY_TEMPLATES:
+        source = path.read_text()
+        try:
+            expected = _reference(source, messages, add_generation_prompt=add_generation_prompt)
+        except Exception as exc:
+            with pytest.raises(ChatError) as raised:
+                render_template(
+                    compile_template(source), messages, add_generation_prompt=add_generation_prompt
+                )
+            assert str(raised.value) == str(exc)
+            continue
+        got = render_template(
+            compile_template(source), messages, add_generation_prompt=add_generation_prompt
+        )
+        assert got == expected
