@@ -12,7 +12,6 @@ import json
 import pathlib
 import socket
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -22,29 +21,17 @@ from prometheus_client import CollectorRegistry
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics
 from vllm_frontend.server.app import ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import (
-    SamplingDefaults,
-    ServingContext,
-    lower_sampling_params,
-)
+from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.http import HttpServer
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.text.model_files import load_model_files
+from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
-
-_SAMPLING_KEYS = (
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-)
 
 
 @dataclass
@@ -76,8 +63,6 @@ class OurServer:
 
 async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> tuple[Any, Any]:
     cfg = json.loads((model_dir / "tokenizer_config.json").read_text())
-    gen_path = model_dir / "generation_config.json"
-    gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
     tokenizer = Tokenizer.from_dir(model_dir)
     client = await EngineCoreClient.connect(
         handshake_address, vocab_size=tokenizer.vocab_size, max_logprobs=20
@@ -85,44 +70,31 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
     max_model_len = client.max_model_len
     assert max_model_len is not None
     served = [str(model_dir)]
-    eos_ids = gen.get("eos_token_id")
-    model = SamplingDefaults(
-        defaults={k: gen[k] for k in _SAMPLING_KEYS if gen.get(k) is not None},
+    files = load_model_files(str(model_dir))
+    sampling = ModelSamplingInfo(
+        max_model_len=max_model_len,
         eos_token_id=tokenizer.eos_token_id,
-        generation_eos_ids=[eos_ids] if isinstance(eos_ids, int) else list(eos_ids or []),
-        tokenizer=tokenizer,
+        generation_eos_token_ids=files.generation_eos_token_ids,
+        sampling_defaults=dict(files.sampling_defaults),
+        limits=client.limits,
     )
-
-    def lower(chat: bool) -> Callable[..., Any]:
-        def call(req: Any, *, max_tokens: int, prompt_len: int) -> Any:
-            return lower_sampling_params(
-                req, max_tokens=max_tokens, prompt_len=prompt_len, chat=chat, model=model
-            )
-
-        return call
-
     renderer = ChatRenderer(
         ModelChatTemplates.from_model_dir(model_dir, cfg), special_tokens_map(cfg)
     )
     registry = CollectorRegistry()
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
+    registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
     llm = LLM(client, EngineCoreRequest, metrics)
-    common = dict(
+    ctx = ServingContext(
         llm=llm,
         tokenizer=tokenizer,
         served_model_names=served,
         max_model_len=max_model_len,
-        default_max_tokens=gen.get("max_new_tokens"),
+        sampling=sampling,
         chat_renderer=renderer,
     )
-    completions = CompletionsHandler(
-        ServingContext(lower_sampling=lower(False), **common),
-        parse_completion_request,
-    )
-    chat = ChatHandler(
-        ServingContext(lower_sampling=lower(True), **common),
-        parse_chat_request,
-    )
+    completions = CompletionsHandler(ctx, parse_completion_request)
+    chat = ChatHandler(ctx, parse_chat_request)
     services = Services(
         engine=client,
         tokenizer=tokenizer,

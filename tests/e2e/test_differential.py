@@ -181,6 +181,7 @@ _EXTRA = {
     "return_token_ids", "prompt_logprobs", "ignore_eos", "min_tokens", "stop_token_ids",
     "include_stop_str_in_output", "skip_special_tokens", "top_k", "echo", "add_generation_prompt",
     "continue_final_message", "add_special_tokens", "return_tokens_as_token_ids",
+    "return_prompt_text",
 }  # fmt: skip
 
 
@@ -212,6 +213,14 @@ def test_greedy_chat_gives_the_same_text_tokens_and_logprobs(
 ) -> None:
     compare(sdk, chat(frontends.model, max_tokens=24, temperature=0, logprobs=True,
                       top_logprobs=3, return_token_ids=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_returns_the_rendered_prompt_on_request(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    compare(sdk, chat(frontends.model, max_tokens=3, temperature=0, return_prompt_text=True,
+                      stream=stream))  # fmt: skip
 
 
 def test_chat_with_a_system_prompt_and_history(
@@ -475,18 +484,53 @@ def _raw(frontends: Frontends, path: str, body: dict[str, Any]) -> list[tuple[in
     return out
 
 
+_CHAT_X = [{"role": "user", "content": "x"}]
+
+
+def _validate_py(reason: str) -> pytest.MarkDecorator:
+    # Messages that engine/validate.py words differently from vLLM (owned by the engine
+    # layer); strict, so the mark has to go when they are fixed.
+    return pytest.mark.xfail(reason=f"engine/validate.py: {reason}", strict=True)
+
+
 @pytest.mark.parametrize(
     "path,body",
     [
-        ("/v1/completions", {"prompt": [128000] + [264] * 300, "max_tokens": 4}),
-        ("/v1/completions", {"prompt": "hi", "max_tokens": 100000}),
-        ("/v1/completions", {"prompt": "hi", "model": "no-such-model"}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 300}]}),
-        ("/v1/chat/completions",
-         {"messages": [{"role": "user", "content": "x"}], "n": 2, "temperature": 0}),
+        pytest.param("/v1/completions", {"prompt": [128000] + [264] * 300, "max_tokens": 4},
+                     id="prompt-too-long"),
+        pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 100000},
+                     id="max-tokens-too-large"),
+        pytest.param("/v1/completions", {"prompt": "hi", "model": "no-such-model"},
+                     id="unknown-model"),
+        pytest.param("/v1/chat/completions",
+                     {"messages": [{"role": "user", "content": "word " * 300}]},
+                     id="chat-prompt-too-long"),
+        pytest.param("/v1/chat/completions", {"messages": _CHAT_X, "n": 2, "temperature": 0},
+                     id="greedy-n2"),
+        pytest.param("/v1/chat/completions",
+                     {"messages": _CHAT_X, "max_completion_tokens": 300},
+                     id="max-completion-tokens-too-large"),
+        pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 0}, id="max-tokens-0",
+                     marks=_validate_py("no '(parameter=max_tokens, value=0)' suffix")),
+        pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 4, "min_tokens": 8},
+                     id="min-tokens-above-max",
+                     marks=_validate_py("param should be null")),
+        pytest.param("/v1/completions", {"prompt": "hi", "logprobs": 21},
+                     id="logprobs-above-max",
+                     marks=_validate_py("vLLM says 'Requested sample logprobs of 21, …' with "
+                                        "the (parameter=…, value=…) suffix")),
+        pytest.param("/v1/chat/completions",
+                     {"messages": _CHAT_X, "logprobs": True, "top_logprobs": 21},
+                     id="top-logprobs-above-max",
+                     marks=_validate_py("as logprobs-above-max")),
+        pytest.param("/v1/completions", {"prompt": "hi", "stop": [""]}, id="empty-stop-string",
+                     marks=_validate_py("param should be null")),
+        pytest.param("/v1/completions", {"prompt": "hi", "temperature": 3}, id="temperature-3",
+                     marks=_validate_py("no '(parameter=temperature, value=3.0)' suffix")),
+        pytest.param("/v1/completions", {"prompt": [128000, 999999]}, id="token-out-of-vocab",
+                     marks=_validate_py("vLLM says 'Token id 999999 is out of vocabulary', "
+                                        "param null")),
     ],
-    ids=["prompt-too-long", "max-tokens-too-large", "unknown-model", "chat-prompt-too-long",
-         "greedy-n2"],
 )  # fmt: skip
 def test_bad_requests_get_vllms_status_and_error(
     frontends: Frontends, path: str, body: dict[str, Any]
@@ -495,6 +539,30 @@ def test_bad_requests_get_vllms_status_and_error(
     (ours_status, ours), (ref_status, ref) = _raw(frontends, path, body)
     assert ref_status >= 400
     assert (ours_status, ours) == (ref_status, ref)
+
+
+def test_x_request_id_names_the_response(frontends: Frontends) -> None:
+    for path, body, prefix in (
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2}, "cmpl"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                  "max_tokens": 2}, "chatcmpl"),
+    ):  # fmt: skip
+        ids = [
+            httpx.post(url + path, json={"model": frontends.model, **body},
+                       headers={"X-Request-Id": "my-id-42"}, timeout=60).json()["id"]
+            for url in (frontends.ours, frontends.vllm)
+        ]  # fmt: skip
+        assert ids == [f"{prefix}-my-id-42"] * 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_several_prompts_in_one_completion_request(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    ref = compare(sdk, completion(frontends.model, prompt=PROMPTS, max_tokens=6, temperature=0,
+                                  logprobs=1, stream=stream))  # fmt: skip
+    if not stream:
+        assert [c["index"] for c in ref["choices"]] == [0, 1, 2]
 
 
 def test_raw_response_bodies_have_vllms_keys(frontends: Frontends) -> None:
@@ -507,3 +575,54 @@ def test_raw_response_bodies_have_vllms_keys(frontends: Frontends) -> None:
     (s1, ours), (s2, ref) = _raw(frontends, "/v1/chat/completions", body)
     assert s1 == s2 == 200
     assert_same(ours, ref)
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+_COUNTED = (
+    "vllm:request_success_total",
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:request_prompt_tokens_count",
+    "vllm:request_generation_tokens_sum",
+    "vllm:request_params_max_tokens_sum",
+    "vllm:e2e_request_latency_seconds_count",
+    "vllm:time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_count",
+    "vllm:request_params_n_count",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+)
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=30).text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in _COUNTED:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_metrics_count_requests_like_vllm(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    before = {name: _scrape(url) for name, url in (("ours", frontends.ours),
+                                                   ("vllm", frontends.vllm))}  # fmt: skip
+    compare(sdk, completion(frontends.model, prompt=PROMPTS[0], max_tokens=7, temperature=0))
+    compare(sdk, completion(frontends.model, prompt=PROMPTS[1], max_tokens=7, temperature=0,
+                            logit_bias={str(EOT): 100}))  # fmt: skip
+    compare(sdk, chat(frontends.model, max_tokens=5, temperature=0, stream=True))
+    after = {name: _scrape(url) for name, url in (("ours", frontends.ours),
+                                                  ("vllm", frontends.vllm))}  # fmt: skip
+    deltas = {
+        name: {k: v - before[name].get(k, 0.0) for k, v in after[name].items()}
+        for name in ("ours", "vllm")
+    }
+    assert deltas["ours"] == deltas["vllm"]
+    success = {dict(k[1])["finished_reason"]: v for k, v in deltas["vllm"].items()
+               if k[0] == "vllm:request_success_total"}  # fmt: skip
+    assert success["length"] == 2 and success["stop"] == 1

@@ -21,9 +21,10 @@ from vllm_frontend.llm import LLM
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import SamplingDefaults, ServingContext, lower_sampling_params
+from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.http import Request, Response, StreamingResponse
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
 
@@ -62,17 +63,12 @@ class ScriptedClient:
 def _app(model: pathlib.Path, client: ScriptedClient) -> App:
     tokenizer = Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
-    defaults = SamplingDefaults({}, tokenizer.eos_token_id, [])
-
-    def lower(chat: bool) -> Any:
-        return lambda req, *, max_tokens, prompt_len: lower_sampling_params(
-            req, max_tokens=max_tokens, prompt_len=prompt_len, chat=chat, model=defaults
-        )
+    sampling = ModelSamplingInfo(max_model_len=128, eos_token_id=tokenizer.eos_token_id)
 
     def ctx(chat: bool) -> ServingContext:
         return ServingContext(
             llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
-            max_model_len=128, lower_sampling=lower(chat),
+            max_model_len=128, sampling=sampling,
             chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
                                        special_tokens_map(cfg)))  # fmt: skip
 
@@ -157,7 +153,7 @@ def test_client_disconnect_aborts_the_engine_request(
         body_iter = response.body
         await anext(body_iter)
         await anext(body_iter)
-        await body_iter.aclose()  # type: ignore[attr-defined]
+        await body_iter.aclose()
         assert client.aborted == [client.added[0].request_id]
         # Non-streaming: the server cancels the handler task.
         task = asyncio.create_task(app(_request(path, body)))

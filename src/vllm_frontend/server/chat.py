@@ -248,6 +248,11 @@ class ChatHandler:
         ctx.check_model(req.model)
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
+        if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
+            # vLLM constrains such output with structured outputs, which we do not have yet.
+            raise errors.NotImplementedFeature(
+                "tool_choice 'required' or a named function is not supported by this frontend yet."
+            )
         rendered = self._render(req)
         ctx.check_text_length(rendered.prompt)
         prompt = PreparedPrompt(
@@ -262,7 +267,7 @@ class ChatHandler:
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
         max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
-        params = ctx.lower_sampling(req, max_tokens=max_tokens, prompt_len=len(prompt.token_ids))
+        params = ctx.lower(req, chat=True, max_tokens=max_tokens)
         role = ctx.response_role if req.add_generation_prompt is not False else None
         if role is None:
             role = rendered.conversation[-1]["role"]
@@ -398,6 +403,7 @@ class ChatHandler:
             ),
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
+            prompt_text=prompt.text if req.return_prompt_text else None,
         )
         return _encode(response)
 
@@ -441,6 +447,7 @@ class ChatHandler:
                                 model=model,
                                 choices=[RoleChoice(i, RoleDelta(role, ""), None, None)],
                                 prompt_token_ids=list(prompt.token_ids) if return_ids else None,
+                                prompt_text=prompt.text if req.return_prompt_text else None,
                             )
                             if continuous:
                                 head.usage = ChatUsageChunk(num_prompt, num_prompt, 0)

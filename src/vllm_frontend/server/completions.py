@@ -231,11 +231,7 @@ class CompletionsHandler:
         prepared: list[tuple[PreparedPrompt, Any]] = []
         for prompt in prompts:
             max_tokens = ctx.resolve_max_tokens(req.max_tokens, len(prompt.token_ids))
-            params = ctx.lower_sampling(
-                req,
-                max_tokens=max_tokens,
-                prompt_len=len(prompt.token_ids),
-            )
+            params = ctx.lower(req, chat=False, max_tokens=max_tokens)
             prepared.append((prompt, params))
         dp_rank = data_parallel_rank(request)
         if req.stream:

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_id
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
+from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from . import errors
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 DONE = b"data: [DONE]\n\n"
+_SAMPLING_EPS = 1e-5
 """The last event of every stream."""
 
 _json = msgspec.json.Encoder()
@@ -52,12 +55,8 @@ class ServingContext:
     tokenizer: Tokenizer
     served_model_names: list[str]
     max_model_len: int
-    lower_sampling: Callable[..., Any]
-    """``(request, *, max_tokens, output_kind, prompt_len) -> engine SamplingParams``; raises
-    ``ValueError`` with vLLM's message for invalid values (the text layer's lowering)."""
-    default_max_tokens: int | None = None
-    """``max_new_tokens`` from the generation config (vLLM's ``default_sampling_params``)."""
-    override_max_tokens: int | None = None
+    sampling: ModelSamplingInfo
+    """Model-level sampling inputs (generation-config defaults, EOS ids, limits)."""
     return_tokens_as_token_ids: bool = False
     enable_force_include_usage: bool = False
     enable_prompt_tokens_details: bool = False
@@ -96,12 +95,81 @@ class ServingContext:
                 f"({self.max_model_len})."
             )
         candidates = [self.max_model_len - prompt_len]
-        fallback = requested if requested is not None else self.default_max_tokens
+        default = self.sampling.sampling_defaults.get("max_tokens")
+        fallback = requested if requested is not None else default
         if fallback is not None:
             candidates.append(fallback)
-        if self.override_max_tokens is not None:
-            candidates.append(self.override_max_tokens)
+        if self.sampling.override_max_tokens is not None:
+            candidates.append(self.sampling.override_max_tokens)
         return min(candidates)
+
+    def lower(self, req: Any, *, chat: bool, max_tokens: int) -> SamplingParams:
+        """The engine ``SamplingParams`` of a completions (``chat=False``) or chat request,
+        mapped onto the text layer's lowering as vLLM's ``to_sampling_params`` does."""
+        rf = req.response_format
+        if req.structured_outputs is not None or (
+            rf is not None and rf.get("type") not in (None, "text")
+        ):
+            raise errors.NotImplementedFeature(
+                "Structured outputs (response_format / structured_outputs) are not supported "
+                "by this frontend yet."
+            )
+        echo = bool(req.echo)
+        if chat:
+            logprobs = req.top_logprobs if req.logprobs and not req.logprob_token_ids else None
+            prompt_logprobs = req.prompt_logprobs
+            if prompt_logprobs is None and echo:
+                prompt_logprobs = req.top_logprobs
+        else:
+            logprobs = None if req.logprob_token_ids else req.logprobs
+            prompt_logprobs = req.prompt_logprobs
+            if prompt_logprobs is None and echo:
+                prompt_logprobs = req.logprobs
+            if echo and req.max_tokens == 0:
+                max_tokens = 1  # vLLM: echo without generation still runs one step
+        extra_args: dict[str, Any] = dict(req.vllm_xargs or {})
+        if req.kv_transfer_params:
+            extra_args["kv_transfer_params"] = req.kv_transfer_params
+        if req.ec_transfer_params:
+            extra_args["ec_transfer_params"] = req.ec_transfer_params
+        temperature = req.temperature
+        if temperature is None:
+            temperature = self.sampling.sampling_defaults.get("temperature", 1.0)
+        if (req.n or 1) > 1 and temperature < _SAMPLING_EPS:
+            # vLLM's _verify_greedy_sampling (a plain message, no parameter).
+            raise ValueError(f"n must be 1 when using greedy sampling, got {req.n}.")
+        sreq = SamplingRequest(
+            n=req.n,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            seed=req.seed,
+            stop=req.stop,
+            stop_token_ids=req.stop_token_ids,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            ignore_eos=req.ignore_eos,
+            min_tokens=req.min_tokens,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+            logprob_token_ids=req.logprob_token_ids or None,
+            skip_special_tokens=req.skip_special_tokens,
+            spaces_between_special_tokens=req.spaces_between_special_tokens,
+            logit_bias=req.logit_bias,
+            allowed_token_ids=req.allowed_token_ids,
+            bad_words=req.bad_words,
+            extra_args=extra_args or None,
+            stream=bool(req.stream),
+            stream_interval=req.stream_interval,
+            watermarking=req.watermarking,
+            thinking_token_budget=req.thinking_token_budget,
+        )
+        return lower_sampling_params(
+            sreq, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer
+        )
 
     def check_prompt_length(self, num_tokens: int, from_text: bool) -> None:
         """vLLM's renderer check (``TokenizeParams._token_len_check``): 400 when the prompt
@@ -316,125 +384,3 @@ def _np(value: Any) -> Any:
 def _merge_logprobs(chunks: Sequence[Any]) -> Any:
     # Only FINAL_ONLY llm streams carry several; the handlers use DELTA (one per output).
     return chunks[0] if chunks else None
-
-
-_SAMPLING_EPS = 1e-5
-_MIN_TEMPERATURE = 0.01
-_OPENAI_DEFAULTS = {
-    "repetition_penalty": 1.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "min_p": 0.0,
-}
-
-
-@dataclass
-class SamplingDefaults:
-    """Model-level inputs of the lowering: generation-config defaults and EOS ids."""
-
-    defaults: dict[str, Any]
-    """vLLM's ``get_diff_sampling_param()`` (generation_config.json sampling keys)."""
-    eos_token_id: int | None
-    """The tokenizer's EOS id."""
-    generation_eos_ids: list[int]
-    """``eos_token_id`` of generation_config.json (int or list, as a list)."""
-    tokenizer: Tokenizer | None = None
-
-
-def lower_sampling_params(
-    req: Any, *, max_tokens: int, prompt_len: int, chat: bool, model: SamplingDefaults
-) -> Any:
-    """A request's engine ``SamplingParams``, built like vLLM's ``to_sampling_params`` +
-    ``SamplingParams.__post_init__`` + ``update_from_generation_config`` (interim, until the
-    text layer's lowering is wired in); invalid values raise ``ValueError``."""
-    from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
-    from vllm_frontend.engine.validate import validate_sampling_params
-
-    values = {
-        name: (v if (v := getattr(req, name, None)) is not None else model.defaults.get(name, d))
-        for name, d in _OPENAI_DEFAULTS.items()
-    }
-    stop = getattr(req, "stop", None)
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    stop_ids = list(dict.fromkeys(getattr(req, "stop_token_ids", None) or []))
-    ignore_eos = bool(getattr(req, "ignore_eos", False))
-    echo = bool(getattr(req, "echo", False))
-    if chat:
-        top = getattr(req, "top_logprobs", 0)
-        logprobs = top if getattr(req, "logprobs", False) else None
-        prompt_logprobs = getattr(req, "prompt_logprobs", None)
-        if prompt_logprobs is None and echo:
-            prompt_logprobs = top
-        engine_max = max_tokens
-    else:
-        logprobs = getattr(req, "logprobs", None)
-        prompt_logprobs = getattr(req, "prompt_logprobs", None)
-        if prompt_logprobs is None and echo:
-            prompt_logprobs = logprobs
-        engine_max = 1 if echo and req.max_tokens == 0 else max_tokens
-    temperature = float(values["temperature"])
-    if 0 < temperature < _MIN_TEMPERATURE:
-        temperature = _MIN_TEMPERATURE
-    seed = getattr(req, "seed", None)
-    if seed == -1:
-        seed = None
-    include_stop = bool(getattr(req, "include_stop_str_in_output", False))
-    params = SamplingParams(
-        n=getattr(req, "n", 1) or 1,
-        presence_penalty=float(values["presence_penalty"]),
-        frequency_penalty=float(values["frequency_penalty"]),
-        repetition_penalty=float(values["repetition_penalty"]),
-        temperature=temperature,
-        top_p=float(values["top_p"]),
-        top_k=int(values["top_k"]),
-        min_p=float(values["min_p"]),
-        seed=seed,
-        stop=stops,
-        stop_token_ids=stop_ids,
-        ignore_eos=ignore_eos,
-        max_tokens=engine_max,
-        min_tokens=getattr(req, "min_tokens", 0) or 0,
-        logprobs=logprobs,
-        prompt_logprobs=prompt_logprobs,
-        skip_special_tokens=bool(getattr(req, "skip_special_tokens", True)),
-        spaces_between_special_tokens=bool(getattr(req, "spaces_between_special_tokens", True)),
-        include_stop_str_in_output=include_stop,
-        output_kind=RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
-        skip_clone=True,
-        output_text_buffer_length=(
-            max(len(s) for s in stops) - 1 if stops and not include_stop else 0
-        ),
-        logit_bias=(
-            {int(k): float(v) for k, v in req.logit_bias.items()}
-            if getattr(req, "logit_bias", None)
-            else None
-        ),
-        allowed_token_ids=getattr(req, "allowed_token_ids", None),
-        bad_words=list(getattr(req, "bad_words", None) or []),
-        skip_reading_prefix_cache=prompt_logprobs is not None,
-    )
-    if temperature < _SAMPLING_EPS and params.n > 1:
-        raise ValueError(f"n must be 1 when using greedy sampling, got {params.n}.")
-    validate_sampling_params(params)
-    if temperature < _SAMPLING_EPS:
-        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
-    # update_from_generation_config: the primary EOS ends generation (unless ignore_eos); the
-    # generation config's other EOS ids become stop ids; all of them gate min_tokens.
-    all_stop = list(stop_ids)
-    eos = model.eos_token_id
-    if not ignore_eos:
-        params.eos_token_id = eos
-    if eos is not None and eos not in all_stop:
-        all_stop.append(eos)
-    extra = [i for i in dict.fromkeys(model.generation_eos_ids) if i != eos]
-    if extra:
-        for i in extra:
-            if i not in all_stop:
-                all_stop.append(i)
-        if not ignore_eos:
-            params.stop_token_ids = list(dict.fromkeys([*extra, *stop_ids]))
-    params.all_stop_token_ids = all_stop
-    return params
