@@ -7,6 +7,7 @@ sends is decoded with vLLM's `MsgpackDecoder` into vLLM's structs (test-only imp
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from collections.abc import Iterable, Iterator
@@ -104,6 +105,10 @@ class FakeFrontend:
         self.encoder = MsgpackEncoder()
         self.decoder = MsgpackDecoder(EngineCoreOutputs)
         self._call_ids = itertools.count(1)
+        # Output messages set aside while `call` waited for its reply, per client.
+        self._backlog: dict[int, collections.deque[EngineCoreOutputs]] = collections.defaultdict(
+            collections.deque
+        )
         self.handshake_result = Handshake()
 
     def _bind(self, kind: int) -> zmq.Socket:
@@ -209,6 +214,8 @@ class FakeFrontend:
 
     def recv(self, client: int = 0, timeout: float = 10.0) -> EngineCoreOutputs | bytes:
         """The next message on a client's output socket, decoded by vLLM's decoder."""
+        if self._backlog[client]:
+            return self._backlog[client].popleft()
         sock = self.outputs[client]
         if not sock.poll(timeout * 1000):
             raise TimeoutError(f"no output on client {client} within {timeout}s")
@@ -227,26 +234,50 @@ class FakeFrontend:
     def call(
         self, method: str, *args: Any, engine: int = 0, client: int = 0, timeout: float = 10.0
     ) -> Any:
-        """Call a utility and return its decoded `UtilityOutput` (other messages are dropped)."""
+        """Call a utility and return its decoded `UtilityOutput`.
+
+        Other messages that arrive meanwhile are kept for `recv` (see `take_backlog`).
+        """
         call_id = self.utility(method, *args, engine=engine, client=client)
         deadline = time.monotonic() + timeout
+        sock = self.outputs[client]
         while True:
-            msg = self.recv(client, max(deadline - time.monotonic(), 0.001))
-            assert isinstance(msg, EngineCoreOutputs)
+            if not sock.poll(max(deadline - time.monotonic(), 0.001) * 1000):
+                raise TimeoutError(f"no reply to {method} within {timeout}s")
+            frames = sock.recv_multipart(copy=False)
+            msg = self.decoder.decode([f.buffer for f in frames])
             out = msg.utility_output
             if out is not None and out.call_id == call_id:
                 return out
+            self._backlog[client].append(msg)
+
+    def take_backlog(self, client: int = 0) -> list[EngineCoreOutputs]:
+        """The messages `call` set aside, removing them from what `recv` will return."""
+        backlog = list(self._backlog[client])
+        self._backlog[client].clear()
+        return backlog
 
     def run_until_finished(
-        self, request_ids: Iterable[str], client: int = 0, timeout: float = 30.0
+        self,
+        request_ids: Iterable[str],
+        client: int = 0,
+        timeout: float = 30.0,
+        prior: Iterable[EngineCoreOutputs] = (),
     ) -> tuple[dict[str, list[EngineCoreOutput]], list[EngineCoreOutputs]]:
-        """Collect outputs until every id has a finish reason; also return every message."""
+        """Collect outputs (`prior` messages first) until every id has a finish reason.
+
+        Returns the outputs by request id (ids without output are absent) and every message.
+        """
         pending = set(request_ids)
-        per_request: dict[str, list[EngineCoreOutput]] = {rid: [] for rid in pending}
+        per_request: dict[str, list[EngineCoreOutput]] = {}
         messages: list[EngineCoreOutputs] = []
         deadline = time.monotonic() + timeout
-        while pending:
-            msg = self.recv(client, max(deadline - time.monotonic(), 0.001))
+        prior = collections.deque(prior)
+        while pending or prior:
+            if prior:
+                msg = prior.popleft()
+            else:
+                msg = self.recv(client, max(deadline - time.monotonic(), 0.001))
             assert isinstance(msg, EngineCoreOutputs), msg
             messages.append(msg)
             for out in msg.outputs:
@@ -281,3 +312,18 @@ def connected(
         group.stop()
         group.join(timeout=10)
         frontend.close()
+
+
+@contextmanager
+def paused(frontend: FakeFrontend, engine: int = 0) -> Iterator[list[EngineCoreOutputs]]:
+    """Hold engine `engine`'s scheduler (pause mode "keep") for the block, then resume it.
+
+    Requests sent inside the block queue up and start in the same step. The block gets the
+    messages that arrived before the pause was confirmed (they are not returned by `recv`):
+    nothing the engine sends later was produced before the pause.
+    """
+    reply = frontend.call("pause_scheduler", "keep", True, engine=engine)
+    assert reply.failure_message is None, reply.failure_message
+    yield frontend.take_backlog()
+    reply = frontend.call("resume_scheduler", engine=engine)
+    assert reply.failure_message is None, reply.failure_message

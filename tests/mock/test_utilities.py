@@ -81,7 +81,7 @@ def test_pause_with_abort_finishes_requests_and_queues_new_ones_until_resume(
     frontend, _ = mock_pair
     frontend.add(make_request("old", [1], max_tokens=100_000))
     frontend.recv()
-    frontend.utility("pause_scheduler", "abort")
+    assert _result(frontend, "pause_scheduler", "abort") is None
     per_request, _ = frontend.run_until_finished(["old"])
     assert per_request["old"][-1].finish_reason == FinishReason.ABORT
     assert _result(frontend, "is_scheduler_paused") is True
