@@ -15,7 +15,7 @@ import tokenizer_factory
 
 from vllm_frontend.text.tokenizer import Tokenizer
 
-KINDS = ["byte_level", "byte_fallback"] + (
+KINDS = ["byte_level", "byte_fallback", "unigram_metaspace"] + (
     ["tiny_model"] if importlib.util.find_spec("tests.support.tiny_model") else []
 )
 
@@ -26,6 +26,7 @@ def tokenizer_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dirs = {
         "byte_level": tokenizer_factory.build_byte_level(root / "byte_level"),
         "byte_fallback": tokenizer_factory.build_byte_fallback(root / "byte_fallback"),
+        "unigram_metaspace": tokenizer_factory.build_unigram_metaspace(root / "unigram"),
     }
     if "tiny_model" in KINDS:
         from tests.support.tiny_model import tiny_model_dir

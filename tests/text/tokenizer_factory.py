@@ -191,3 +191,32 @@ def build_byte_fallback(directory: Path) -> Path:
         )
     )
     return directory
+
+
+def build_unigram_metaspace(directory: Path) -> Path:
+    """A T5-like Unigram model with a Metaspace pre-tokenizer and WordPiece-era space clean-up."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "</s>", "<unk>"],
+        unk_token="<unk>",
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(3), trainer=trainer)
+    tok.add_tokens(["<extra_id_0>"])
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "unk_token": "<unk>",
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "clean_up_tokenization_spaces": True,
+            }
+        )
+    )
+    return directory

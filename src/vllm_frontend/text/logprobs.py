@@ -18,9 +18,10 @@ The OpenAI shapes clamp logprobs to -9999.0 (vLLM's chat and completion serving 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
+
+from tokenizers import pre_tokenizers
 
 from vllm_frontend.text.tokenizer import Tokenizer
 
@@ -114,17 +115,19 @@ class TokenStrings:
 
 def _leading_space_marker(tokenizer: Tokenizer) -> str | None:
     # Only a Metaspace pre-tokenizer has a marker whose leading instance decode() strips.
-    try:
-        spec: Any = json.loads(tokenizer.backend.to_str())
-    except ValueError:
-        return None
-    pre = spec.get("pre_tokenizer") or {}
-    if pre.get("type") == "Metaspace":
-        return str(pre.get("replacement", "▁"))
-    if pre.get("type") == "Sequence":
-        for sub in pre.get("pretokenizers", []):
-            if sub.get("type") == "Metaspace":
-                return str(sub.get("replacement", "▁"))
+    pre = tokenizer.backend.pre_tokenizer
+    if isinstance(pre, pre_tokenizers.Metaspace):
+        return str(pre.replacement)
+    if isinstance(pre, pre_tokenizers.Sequence):
+        index = 0
+        while True:
+            try:
+                sub = pre[index]
+            except IndexError:
+                return None
+            if isinstance(sub, pre_tokenizers.Metaspace):
+                return str(sub.replacement)
+            index += 1
     return None
 
 

@@ -1,0 +1,358 @@
+"""Lowering a request's sampling fields into the engine's `SamplingParams`.
+
+Follows vLLM 0.32 step by step, so the engine receives what vLLM's own frontend would send:
+
+1. defaults: request value → generation-config default → OpenAI default
+   (`ChatCompletionRequest.to_sampling_params` / `CompletionRequest.to_sampling_params`);
+2. `max_tokens`: `get_max_tokens` (vllm/entrypoints/serve/utils/api_utils.py), the smallest of
+   what the context leaves, the request (or generation config) value and the server override;
+   a prompt longer than the context is refused first with the renderer's message
+   (`TokenizeParams._token_len_check`, vllm/renderers/params.py);
+3. `SamplingParams.from_optional` + `__post_init__` normalisations (logit_bias keys to ints and
+   clamped to ±100, temperature raised to 0.01, seed -1 → None, de-duplicated stop ids and bad
+   words, hold-back length, greedy resets) and `_verify_args` (engine/validate.py, vLLM's
+   messages);
+4. `update_from_generation_config(generation_config, eos)` and `update_from_tokenizer`
+   (vllm/v1/engine/input_processor.py): EOS handling and bad-word token ids.
+
+`n > 1` is fanned out by the frontend like vLLM's `ParentRequest`: child `i` gets id `f"{i}_{id}"`,
+`n = 1` and seed `seed + i` when seeded.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
+from vllm_frontend.engine.validate import (
+    InvalidRequestError,
+    RequestLimits,
+    validate_sampling_params,
+)
+from vllm_frontend.text.tokenizer import Tokenizer
+
+__all__ = [
+    "InvalidRequestError",
+    "ModelSamplingInfo",
+    "SamplingRequest",
+    "check_prompt_length",
+    "check_prompt_text_length",
+    "child_request_id",
+    "child_sampling_params",
+    "lower_sampling_params",
+    "resolve_max_tokens",
+]
+
+_MIN_TEMPERATURE = 1e-2  # vLLM's _MAX_TEMP: smaller positive temperatures are raised to it
+_SAMPLING_EPS = 1e-5  # below this temperature sampling is greedy
+# SamplingParams._verify_args checks whose VLLMValidationError carries no `parameter`.
+_UNNAMED_CHECKS = (
+    "n must",
+    "presence_penalty must",
+    "frequency_penalty must",
+    "repetition_penalty must",
+    "top_k must",
+    "min_p must",
+    "min_tokens must",
+    "stop_token_ids must contain",
+    "stop cannot",
+    "bad_words cannot",
+)
+# OpenAI defaults vLLM falls back to after the generation config.
+_OPENAI_DEFAULTS: dict[str, float | int] = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
+
+
+class SamplingRequest(msgspec.Struct, kw_only=True):
+    """The sampling-related fields of a completions or chat request, already route-mapped.
+
+    Routes map their own names onto these: chat `logprobs`+`top_logprobs` → `logprobs`
+    (None when not requested), `max_completion_tokens`/`max_tokens` → `max_tokens`, and
+    `prompt_logprobs` already defaulted for echo.
+    """
+
+    n: int | None = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    logit_bias: dict[str, float] | dict[int, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    extra_args: dict[str, Any] | None = None
+    stream: bool = False
+    stream_interval: int | None = None
+    watermarking: bool | None = None
+    thinking_token_budget: int | None = None
+    structured_outputs: Any = None
+    repetition_detection: Any = None
+    skip_reading_prefix_cache: bool | None = None
+
+
+class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Model-level inputs of the lowering, built once at startup."""
+
+    max_model_len: int
+    """The engines' context length (handshake `max_model_len`)."""
+    eos_token_id: int | None
+    """The tokenizer's primary EOS id."""
+    generation_eos_token_ids: list[int] = []
+    """`eos_token_id` of the generation config (ModelFiles.generation_eos_token_ids)."""
+    sampling_defaults: dict[str, Any] = {}
+    """ModelFiles.sampling_defaults (`max_tokens` included when the config sets it)."""
+    override_max_tokens: int | None = None
+    """A server-wide cap on max_tokens (vLLM's `override_max_tokens`), if any."""
+    limits: RequestLimits | None = None
+    """Vocabulary size / max_logprobs for the model-dependent checks."""
+
+
+def check_prompt_length(num_tokens: int, max_model_len: int, *, from_text: bool) -> None:
+    """Refuse a prompt longer than the context, with vLLM's message (HTTP 400, input_tokens).
+
+    vLLM tokenizes text prompts truncated to one token over the limit, so for text it can only
+    report "at least <limit + 1>" tokens; token-id prompts report their real length.
+    """
+    if num_tokens <= max_model_len:
+        return
+    if from_text:
+        num_tokens = max_model_len + 1
+    qualifier = "at least " if num_tokens == max_model_len + 1 else ""
+    raise InvalidRequestError(
+        f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+        f"contains {qualifier}{num_tokens} input tokens, which exceeds this limit even "
+        "without any output tokens. Please reduce the length of the input prompt.",
+        "input_tokens",
+    )
+
+
+def check_prompt_text_length(text: str, max_model_len: int, tokenizer: Tokenizer) -> None:
+    """vLLM's pre-tokenization guard: refuse text that cannot fit even at the longest token."""
+    limit = max_model_len * tokenizer.max_chars_per_token
+    if len(text) > limit:
+        raise InvalidRequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {len(text)} characters (more than {limit} characters, which is "
+            f"the upper bound for {max_model_len} input tokens). Please reduce the length of "
+            "the input prompt.",
+            "input_text",
+        )
+
+
+def resolve_max_tokens(
+    requested: int | None,
+    prompt_len: int,
+    max_model_len: int,
+    *,
+    default_max_tokens: int | None = None,
+    override_max_tokens: int | None = None,
+) -> int:
+    """vLLM's `get_max_tokens`: what the context leaves, capped by the request or default."""
+    if max_model_len < prompt_len:
+        raise InvalidRequestError(
+            f"Input length ({prompt_len}) exceeds model's maximum context length ({max_model_len})."
+        )
+    fallback = requested if requested is not None else default_max_tokens
+    candidates = [max_model_len - prompt_len]
+    if fallback is not None:
+        candidates.append(fallback)
+    if override_max_tokens is not None:
+        candidates.append(override_max_tokens)
+    return min(candidates)
+
+
+def lower_sampling_params(
+    req: SamplingRequest,
+    *,
+    max_tokens: int,
+    model: ModelSamplingInfo,
+    tokenizer: Tokenizer | None = None,
+) -> SamplingParams:
+    """The engine `SamplingParams` vLLM would build for `req` (max_tokens already resolved).
+
+    Raises InvalidRequestError with vLLM's message for any value vLLM refuses.
+    """
+    defaults = model.sampling_defaults
+    values = {
+        name: (v if (v := getattr(req, name)) is not None else defaults.get(name, fallback))
+        for name, fallback in _OPENAI_DEFAULTS.items()
+    }
+    logit_bias = _logit_bias(req.logit_bias)
+    temperature = values["temperature"]
+    if isinstance(temperature, int | float) and 0 < temperature < _MIN_TEMPERATURE:
+        temperature = _MIN_TEMPERATURE
+    seed = None if req.seed == -1 else req.seed
+    stop = req.stop
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
+    stop_token_ids = list(dict.fromkeys(req.stop_token_ids or []))
+    bad_words = list(dict.fromkeys(req.bad_words or []))
+    prompt_logprobs = req.prompt_logprobs
+    skip_reading = req.skip_reading_prefix_cache
+    if skip_reading is None:
+        skip_reading = prompt_logprobs is not None
+    params = SamplingParams(
+        n=1 if req.n is None else req.n,
+        presence_penalty=values["presence_penalty"],
+        frequency_penalty=values["frequency_penalty"],
+        repetition_penalty=values["repetition_penalty"],
+        temperature=temperature,
+        watermarking=req.watermarking,
+        top_p=values["top_p"],
+        top_k=values["top_k"],
+        min_p=values["min_p"],
+        seed=seed,
+        stop=stops,
+        stop_token_ids=stop_token_ids,
+        ignore_eos=req.ignore_eos,
+        max_tokens=max_tokens,
+        min_tokens=req.min_tokens,
+        logprobs=req.logprobs,
+        prompt_logprobs=prompt_logprobs,
+        logprob_token_ids=req.logprob_token_ids,
+        skip_special_tokens=req.skip_special_tokens,
+        spaces_between_special_tokens=req.spaces_between_special_tokens,
+        include_stop_str_in_output=req.include_stop_str_in_output,
+        output_kind=RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
+        stream_interval=req.stream_interval,
+        skip_clone=True,
+        output_text_buffer_length=(
+            max(len(s) for s in stops) - 1 if stops and not req.include_stop_str_in_output else 0
+        ),
+        structured_outputs=req.structured_outputs,
+        logit_bias=logit_bias,
+        allowed_token_ids=req.allowed_token_ids,
+        extra_args=req.extra_args,
+        bad_words=bad_words,
+        skip_reading_prefix_cache=skip_reading,
+        thinking_token_budget=req.thinking_token_budget,
+        repetition_detection=req.repetition_detection,
+    )
+    try:
+        validate_sampling_params(params, model.limits)
+    except InvalidRequestError as e:
+        if str(e).startswith(_UNNAMED_CHECKS):
+            # vLLM raises these without naming the parameter, so its error JSON has no param.
+            raise InvalidRequestError(str(e)) from None
+        raise
+    if params.temperature < _SAMPLING_EPS:
+        # Greedy: vLLM resets the truncation knobs (n > 1 was refused by the validation).
+        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
+    _apply_eos(params, model)
+    if tokenizer is not None and bad_words:
+        params.bad_words_token_ids = _bad_words_token_ids(bad_words, tokenizer)
+    return params
+
+
+def _logit_bias(bias: Mapping[Any, Any] | None) -> dict[int, float] | None:
+    if bias is None:
+        return None
+    out: dict[int, float] = {}
+    invalid: list[Any] = []
+    for key, value in bias.items():
+        try:
+            token_id = int(key)
+        except (TypeError, ValueError):
+            invalid.append(key)
+            continue
+        out[token_id] = min(100.0, max(-100.0, float(value)))
+    if invalid:
+        raise InvalidRequestError(
+            "logit_bias contains key(s) that cannot be converted to integer token IDs: "
+            f"{invalid!r}",
+            "logit_bias",
+        )
+    return out
+
+
+def _apply_eos(params: SamplingParams, model: ModelSamplingInfo) -> None:
+    # vLLM's `_all_stop_token_ids` is a set: stop ids first (in __post_init__), then the EOS,
+    # then the generation config's other EOS ids. Building the same set in the same order gives
+    # the same iteration order, hence the same bytes on the wire.
+    stop_ids = params.stop_token_ids or []
+    all_stop: set[int] = set(stop_ids)
+    eos = model.eos_token_id
+    if not params.ignore_eos:
+        params.eos_token_id = eos
+    if eos is not None:
+        all_stop.add(eos)
+    extra = set(model.generation_eos_token_ids)
+    if eos is not None:
+        extra.discard(eos)
+    if extra:
+        all_stop.update(extra)
+        if not params.ignore_eos:
+            extra.update(stop_ids)
+            params.stop_token_ids = list(extra)
+    params.all_stop_token_ids = list(all_stop)
+
+
+def _bad_words_token_ids(bad_words: Sequence[str], tokenizer: Tokenizer) -> list[list[int]]:
+    # vLLM's update_from_tokenizer: each word as given (left-stripped) and with a leading space;
+    # the spaced variant only when it is a different first token of the same length.
+    max_words = int(os.environ.get("VLLM_MAX_NUM_BAD_WORDS", "128"))
+    out: list[list[int]] = []
+    for word in bad_words:
+        for prefix in ("", " "):
+            ids = tokenizer.encode(prefix + word.lstrip(), add_special_tokens=False)
+            if not ids:
+                if not prefix:
+                    raise InvalidRequestError(
+                        "bad_words entries must tokenize to at least one token.", "bad_words"
+                    )
+                continue
+            if not prefix or (ids[0] != out[-1][0] and len(ids) == len(out[-1])):
+                out.append(ids)
+                if len(out) > max_words:
+                    raise InvalidRequestError(
+                        f"Too many bad words after tokenization: {len(out)}. "
+                        f"The max number is {max_words}.",
+                        "bad_words",
+                    )
+    invalid = [t for ids in out for t in ids if t < 0 or t > tokenizer.max_token_id]
+    if invalid:
+        raise InvalidRequestError(
+            f"The model vocabulary size is {tokenizer.max_token_id + 1}, but the following "
+            f"tokens were specified as bad: {invalid}. All token id values should be integers "
+            f"satisfying: 0 <= token_id <= {tokenizer.max_token_id}.",
+            "bad_words",
+        )
+    return out
+
+
+def child_request_id(index: int, request_id: str) -> str:
+    """The engine request id of choice `index` of an n > 1 request (vLLM's ParentRequest)."""
+    return f"{index}_{request_id}"
+
+
+def child_sampling_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The params of choice `index` of an n > 1 request: n = 1, seed + index when seeded."""
+    child = copy.copy(params)
+    child.n = 1
+    if params.seed is not None:
+        child.seed = params.seed + index
+    return child

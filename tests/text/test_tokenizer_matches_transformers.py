@@ -1,0 +1,75 @@
+"""Our tokenizer encodes and decodes exactly like the transformers tokenizer vLLM loads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vllm_frontend.text.tokenizer import Tokenizer
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+FRAGMENTS = [
+    "hello",
+    " world",
+    "café",
+    " 日本語",
+    "😀",
+    "👨‍👩‍👧",
+    "\n",
+    "  ",
+    "<tool>",
+    "<|eot_id|>",
+    "<|begin_of_text|>",
+    "</s>",
+    "<s>",
+    "<|im_end|>",
+    " don't",
+    " ,",
+    "e\u0301",
+]
+texts = st.one_of(
+    st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join),
+    st.text(max_size=40),
+)
+
+
+@SETTINGS
+@given(text=texts, add_special=st.booleans())
+def test_prompt_token_ids_match_transformers(
+    ours: Tokenizer, hf: Any, text: str, add_special: bool
+) -> None:
+    assert ours.encode(text, add_special_tokens=add_special) == hf.encode(
+        text, add_special_tokens=add_special
+    )
+
+
+@SETTINGS
+@given(data=st.data(), skip=st.booleans())
+def test_decoded_text_matches_transformers(ours: Tokenizer, hf: Any, data: Any, skip: bool) -> None:
+    ids = data.draw(st.lists(st.integers(0, ours.vocab_size - 1), max_size=30))
+    assert ours.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip)
+
+
+def test_special_token_ids_and_sizes_match_transformers(ours: Tokenizer, hf: Any) -> None:
+    assert ours.eos_token_id == hf.eos_token_id
+    assert ours.bos_token_id == hf.bos_token_id
+    assert ours.vocab_size == len(hf)
+    assert ours.max_chars_per_token == hf.max_chars_per_token
+    added = {i: t.content for i, t in hf.added_tokens_decoder.items()}
+    assert dict(ours.added_tokens) == added
+
+
+def test_single_token_strings_match_vllm(ours: Tokenizer, hf: Any) -> None:
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    from vllm_frontend.text.logprobs import TokenStrings
+
+    ids = list(range(ours.vocab_size))
+    strings = TokenStrings(ours)
+    assert [strings.token(i) for i in ids] == convert_ids_list_to_tokens(hf, ids)
