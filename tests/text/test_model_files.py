@@ -31,7 +31,7 @@ _CONFIG = {
 
 
 def vllm_generation_fields(directory: Path, mode: str, override: dict[str, Any]) -> Any:
-    """vLLM's ModelConfig.try_get_generation_config / get_diff_sampling_param, without ModelConfig."""
+    """vLLM's try_get_generation_config + get_diff_sampling_param, minus ModelConfig."""
     from vllm.config.model import ModelConfig
     from vllm.transformers_utils.config import try_get_generation_config
 
