@@ -10,8 +10,8 @@ Measures what the frontend does per engine step and per request:
 * encode one ADD request (20 and 1,000 prompt tokens, typical sampling parameters);
 * encode one 256-output message (the mock engine's side).
 
-Run: ``.venv/bin/python bench/bench_codec.py``. Prints the best and the median of 30 repeats
-(the best is the least disturbed by other processes); no thresholds.
+Run: ``.venv/bin/python bench/bench_codec.py``. Prints the best and the median of 300 short
+repeats (the best is the least disturbed by other processes); no thresholds.
 """
 
 from __future__ import annotations
@@ -96,8 +96,11 @@ def add_request(prompt_len: int) -> EngineCoreRequest:
     )
 
 
-def measure(fn: Callable[[], object], inner: int, repeats: int = 30) -> tuple[float, float]:
-    """(best, median) seconds per call of ``fn`` over ``repeats`` batches of ``inner`` calls."""
+def measure(fn: Callable[[], object], inner: int, repeats: int = 300) -> tuple[float, float]:
+    """(best, median) seconds per call of ``fn`` over ``repeats`` batches of ``inner`` calls.
+
+    Many short batches: on a shared machine the best one approximates an undisturbed run.
+    """
     for _ in range(inner):
         fn()
     samples = []
@@ -155,24 +158,24 @@ def main() -> None:
         frames = [bytes(f) for f in codec.encode_outputs(outputs_message(logprobs))]
         kind = "no logprobs" if logprobs is None else f"logprobs={logprobs}"
         print(f"-- 256 outputs, {kind}: {len(frames)} frame(s), {len(frames[0])} B payload")
-        report("decode", "output", BATCH, measure(partial(codec.decode_outputs, frames), 200))
+        report("decode", "output", BATCH, measure(partial(codec.decode_outputs, frames), 5))
         report("decode + dispatch (dict lookup, list append)", "output", BATCH,
-               measure(partial(decode_and_dispatch, frames, sinks, None), 200))  # fmt: skip
+               measure(partial(decode_and_dispatch, frames, sinks, None), 5))  # fmt: skip
         report("decode + dispatch (asyncio.Queue put_nowait + get_nowait)", "output", BATCH,
-               measure(partial(decode_and_queue, frames, queues), 200))  # fmt: skip
+               measure(partial(decode_and_queue, frames, queues), 5))  # fmt: skip
         if logprobs is not None:
             for read in ("tolist", "numpy"):
                 report(f"decode + dispatch + 3 logprobs arrays .{read}()", "output", BATCH,
-                       measure(partial(decode_and_dispatch, frames, sinks, read), 100))  # fmt: skip
+                       measure(partial(decode_and_dispatch, frames, sinks, read), 3))  # fmt: skip
 
     print("-- requests and engine side")
     for prompt_len in (20, 1000):
         request = add_request(prompt_len)
         report(f"encode ADD ({prompt_len} prompt tokens)", "request", 1,
-               measure(partial(codec.encode_request, request), 5000))  # fmt: skip
+               measure(partial(codec.encode_request, request), 50))  # fmt: skip
     message = outputs_message(5)
     report("encode 256 outputs (logprobs=5; mock engine side)", "output", BATCH,
-           measure(partial(codec.encode_outputs, message), 200))  # fmt: skip
+           measure(partial(codec.encode_outputs, message), 3))  # fmt: skip
 
 
 if __name__ == "__main__":
