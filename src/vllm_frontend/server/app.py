@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .http import (
     Response,
     StreamingResponse,
 )
+from .metrics import HttpMetrics, metrics_excluded
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,8 @@ class ServerSettings:
     handlers pass it as ``StreamingResponse(keep_alive_interval=...)``."""
     http_timeout_keep_alive: float = 5.0
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    http_metrics: bool = True
+    """Record vLLM's ``http_*`` Prometheus series (its instrumentator's defaults)."""
 
 
 class _Cors:
@@ -184,12 +188,15 @@ def _append_vary_origin(headers: Headers) -> None:
 class App:
     """Routes requests to handlers with vLLM's middleware semantics; the HTTP server's app."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, metrics: HttpMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
+        """vLLM's ``http_*`` series, recorded when given."""
         self.server_load = 0
         """In-flight requests on inference routes (``GET /load``)."""
         self._routes: dict[str, dict[str, Handler]] = {}
         self._allow: dict[str, str] = {}
+        self._excluded: dict[str, bool] = {}
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
 
@@ -203,6 +210,7 @@ class App:
             handler = _require_json(handler)
         self._routes.setdefault(path, {})[method] = handler
         self._allow[path] = ", ".join(self._routes[path])
+        self._excluded[path] = metrics_excluded(path)
 
     def _authorized(self, request: Request) -> bool:
         value = request.header(b"authorization")
@@ -245,12 +253,18 @@ class App:
         return response
 
     async def _route(self, request: Request, path: str) -> Response | StreamingResponse:
+        start = time.perf_counter()
         methods = self._routes.get(path)
-        if methods is None:
-            return errors.not_found()
-        handler = methods.get(request.method)
+        handler = None if methods is None else methods.get(request.method)
         if handler is None:
-            return errors.method_not_allowed(self._allow[path])
+            if methods is None:
+                response: Response | StreamingResponse = errors.not_found()
+            else:
+                response = errors.method_not_allowed(self._allow[path])
+            # vLLM's instrumentator labels what did not fully match a route "none"
+            if self.metrics is not None and not metrics_excluded(path):
+                self._instrument(request, "none", response, start)
+            return response
         tracked = path in LOAD_TRACKED_PATHS
         if tracked:
             self.server_load += 1
@@ -263,24 +277,48 @@ class App:
                 raise  # cancellation: the client is gone
             if not isinstance(exc, errors.ApiError):
                 logger.debug("Request failed", exc_info=exc)
-            return errors.error_response(exc)
-        if tracked:
-            previous = response.background
-            if previous is None:
-                response.background = self._release_load
-            else:
-
-                def release() -> None:
-                    try:
-                        previous()
-                    finally:
-                        self._release_load()
-
-                response.background = release
+            response = errors.error_response(exc)
+        else:
+            if tracked:
+                _on_sent(response, self._release_load)
+        if self.metrics is not None and not self._excluded[path]:
+            self._instrument(request, path, response, start)
         return response
+
+    def _instrument(
+        self, request: Request, handler: str, response: Response | StreamingResponse, start: float
+    ) -> None:
+        metrics = self.metrics
+        assert metrics is not None
+        length = request.headers.get(b"content-length")
+        request_size = int(length) if length is not None and length.isdigit() else 0
+        response_size = len(response.body) if isinstance(response, Response) else 0
+        method, status = request.method, response.status
+
+        def record() -> None:
+            duration = time.perf_counter() - start
+            metrics.observe(method, handler, status, request_size, response_size, duration)
+
+        _on_sent(response, record)
 
     def _release_load(self) -> None:
         self.server_load -= 1
+
+
+def _on_sent(response: Response | StreamingResponse, callback: Callable[[], None]) -> None:
+    """Run ``callback`` once the response has been sent (or abandoned)."""
+    previous = response.background
+    if previous is None:
+        response.background = callback
+        return
+
+    def both() -> None:
+        try:
+            previous()
+        finally:
+            callback()
+
+    response.background = both
 
 
 def make_server(app: App) -> HttpServer:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from . import errors
 from .app import App, Handler, ServerSettings
 from .http import Request, Response, json_response
+from .metrics import HttpMetrics
 from .protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
@@ -137,7 +138,8 @@ def build_app(
 ) -> App:
     """The app with every route: ours plus ``generation_routes`` (e.g.
     ``{("POST", "/v1/completions"): handler}``, which get the JSON content-type check)."""
-    app = App(settings)
+    http_metrics = HttpMetrics(services.metrics_registry) if settings.http_metrics else None
+    app = App(settings, http_metrics)
 
     async def health(request: Request) -> Response:
         engine = services.engine
