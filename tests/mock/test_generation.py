@@ -100,6 +100,20 @@ def test_an_aborted_request_gets_no_more_output_and_others_continue() -> None:
     assert messages[-1].scheduler_stats.num_running_reqs == 0
 
 
+def test_after_a_client_abort_the_stats_drop_to_zero_running() -> None:
+    # vLLM's engine runs one more step for finished/aborted requests, so frontends' metrics
+    # see the request count fall even when nothing else is running.
+    with connected(MockEngineOptions(step_ms=2)) as (fe, _):
+        fe.add(make_request("r", [1], max_tokens=10**6))
+        fe.recv()
+        fe.abort(["r"])
+        while True:
+            msg = fe.recv()
+            assert all(o.finish_reason is None for o in msg.outputs)
+            if msg.scheduler_stats is not None and msg.scheduler_stats.num_running_reqs == 0:
+                break
+
+
 def test_stop_token_ids_finish_with_stop_and_report_the_token() -> None:
     with connected(MockEngineOptions(step_ms=0, vocab_size=3)) as (fe, _):
         fe.add(make_request("r", [0], max_tokens=1000, stop_token_ids=[2]))

@@ -334,6 +334,9 @@ class MockEngineCore:
         self._finished_ids: dict[int, list[str]] = {}
         self._utilities = _Utilities(self)
         self._with_logprobs = 0
+        # vLLM's scheduler runs one more (empty) step after requests finish or are aborted,
+        # which reports the new counts (and finished ids): `has_finished_requests()`.
+        self._needs_flush = False
         self._new_scheduled = 0
         self._new_scheduled_tokens = 0
         self.sleeping = False
@@ -352,6 +355,8 @@ class MockEngineCore:
     @property
     def has_work(self) -> bool:
         """Whether a step would generate tokens (running requests, or admittable waiting ones)."""
+        if self._needs_flush:
+            return True
         if self.paused:
             return self.pause_mode == "wait" and bool(self._running)
         return bool(self._running) or bool(self._waiting)
@@ -442,7 +447,10 @@ class MockEngineCore:
         """Client abort: drop the requests without any output, as vLLM does."""
         for rid in request_ids:
             request = self._drop(rid)
-            if request is not None and self.track_finished:
+            if request is None:
+                continue
+            self._needs_flush = True
+            if self.track_finished:
                 self._finished_ids.setdefault(request.client_index, []).append(rid)
 
     def abort_all(self, reason: FinishReason = _ABORT) -> None:
@@ -495,8 +503,9 @@ class MockEngineCore:
         if not self.paused:
             self._admit(now)
         running = self._running
+        flush, self._needs_flush = self._needs_flush, False
         if not running:
-            return []
+            return self._step_messages({}, 0, now) if flush else []
         self.steps += 1
         opts = self.options
         k = opts.tokens_per_step
@@ -557,7 +566,12 @@ class MockEngineCore:
             if self.track_finished:
                 self._finished_ids.setdefault(request.client_index, []).append(rid)
         self.output_tokens += emitted
+        self._needs_flush = bool(finished)
+        return self._step_messages(by_client, used_blocks, now)
 
+    def _step_messages(
+        self, by_client: dict[int, list[EngineCoreOutput]], used_blocks: int, now: float
+    ) -> list[Message]:
         messages: dict[int, EngineCoreOutputs] = {
             client: EngineCoreOutputs(
                 engine_index=self.engine_index,
@@ -578,7 +592,7 @@ class MockEngineCore:
                     )
                 msg.finished_requests = ids
             self._finished_ids = {}
-        if opts.log_stats:
+        if self.options.log_stats:
             # vLLM attaches the stats to the first client's message of the step.
             stats = self._scheduler_stats(used_blocks)
             if messages:
