@@ -3,15 +3,27 @@ an identical fresh engine, started once (concurrently) and shared by every test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.ours import start_our_server
-from tests.support.engines import free_port, start_headless_engines, start_vllm_server
+from tests.support.engines import (
+    free_port,
+    log_dir,
+    start_headless_engines,
+    start_vllm_server,
+)
 
 # Both engines get exactly these arguments (after tests/support/engines.py's BASE_ENGINE_ARGS):
 # a short context keeps the context-limit tests cheap, a small memory share leaves room for the
@@ -28,12 +40,43 @@ class Frontends:
     vllm: str
     model: str
     max_model_len: int
+    our_engine_client: Any = None
+    """Our in-process ``EngineCoreClient`` (None when our server runs as a CLI process)."""
+
+
+def _start_cli_server(
+    model: pathlib.Path, handshake_port: int, port: int
+) -> subprocess.Popen[bytes]:
+    """``vllm-frontend serve MODEL --data-parallel-size-local 0 …``: the shipped CLI in front of
+    the external headless engine."""
+    exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
+    argv = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
+            "--data-parallel-rpc-port", str(handshake_port)]  # fmt: skip
+    log = (log_dir() / f"ours-cli-{port}.log").open("wb")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
 
 
 @pytest.fixture(scope="session")
 def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
     """Our server and vLLM's server, each with its own fresh engine (same engine arguments).
 
+    Ours runs in-process by default (the tests can then watch its engine client); with
+    ``E2E_OURS=cli`` it is the shipped ``vllm-frontend serve`` CLI joining the headless engine.
     ``E2E_OURS_URL`` + ``E2E_VLLM_URL`` point the tests at servers already running (started with
     ENGINE_ARGS) instead, to iterate quickly.
     """
@@ -46,12 +89,27 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
     engines = start_headless_engines(handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS)
     reference = start_vllm_server(model=tiny_model, extra_args=ENGINE_ARGS)
     ours = None
+    cli = None
     try:
-        ours = start_our_server(tiny_model, engines.handshake_address, free_port())
+        if os.environ.get("E2E_OURS") == "cli":
+            port = free_port()
+            cli = _start_cli_server(tiny_model, handshake, port)
+            url, client = f"http://127.0.0.1:{port}", None
+            _wait_http(url, cli, 600)
+        else:
+            ours = start_our_server(tiny_model, engines.handshake_address, free_port())
+            url, client = ours.base_url, ours.client
         reference.wait_ready(600)
-        yield Frontends(ours.base_url, reference.base_url, str(tiny_model), MAX_MODEL_LEN)
+        yield Frontends(url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client)
     finally:
         if ours is not None:
             ours.stop()
+        if cli is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(cli.pid, signal.SIGTERM)
+            try:
+                cli.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(cli.pid, signal.SIGKILL)
         reference.stop()
         engines.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -349,7 +349,8 @@ async def generate_sequences(
     async with ctx.llm.generate(req) as stream:
         async for out in stream:
             proc = procs[out.index]
-            lp = out.logprobs[0] if len(out.logprobs) == 1 else _merge_logprobs(out.logprobs)
+            # DELTA streams carry at most one engine output (so one logprobs block) each.
+            lp = out.logprobs[0] if out.logprobs else None
             plp = out.prompt_logprobs
             code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
             seq = proc.process(
@@ -379,8 +380,3 @@ def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
 
 def _np(value: Any) -> Any:
     return value.numpy() if hasattr(value, "numpy") else value
-
-
-def _merge_logprobs(chunks: Sequence[Any]) -> Any:
-    # Only FINAL_ONLY llm streams carry several; the handlers use DELTA (one per output).
-    return chunks[0] if chunks else None
