@@ -104,7 +104,15 @@ def make_app(probe: Probe) -> App:
 
         return StreamingResponse(gen(), keep_alive_interval=0.05)
 
+    async def broken_stream(request: Request) -> StreamingResponse:
+        async def gen() -> AsyncIterator[bytes]:
+            yield b"data: 1\n\n"
+            raise RuntimeError("engine exploded")
+
+        return StreamingResponse(gen())
+
     app.route("GET", "/boom", boom)
+    app.route("GET", "/broken_stream", broken_stream)
     app.route("GET", "/idle_stream", idle_stream)
     return app
 
@@ -347,4 +355,13 @@ def test_too_many_headers_get_400_and_close(server: RunningServer) -> None:
     headers = b"".join(b"X-H%d: v\r\n" % i for i in range(300))
     out = raw_exchange(server.port, b"GET /echo HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
     assert out.startswith(b"HTTP/1.1 400 ")
+    assert HTTP.get(server.url + "/echo").status_code == 200
+
+
+def test_a_stream_that_fails_midway_is_cut_off_and_the_server_stays_up(
+    server: RunningServer,
+) -> None:
+    out = raw_exchange(server.port, b"GET /broken_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"data: 1" in out
+    assert not out.endswith(b"0\r\n\r\n")  # no terminating chunk: the client sees truncation
     assert HTTP.get(server.url + "/echo").status_code == 200

@@ -416,6 +416,12 @@ class _HttpConnection(asyncio.Protocol):
             # client went away (or shutdown): the body iterator has been closed; stop here
             keep_alive = False
             self._out.clear()
+        except Exception:
+            # a streaming body failed after the head went out: nothing valid can follow, so
+            # end the connection (the client sees a truncated chunked body, as with uvicorn)
+            logger.exception("Error while streaming a response body")
+            keep_alive = False
+            self._flush()  # what was produced before the failure still goes out
         finally:
             if response is not None and response.background is not None:
                 try:
