@@ -17,12 +17,18 @@ from hypothesis import strategies as st
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.errors import EngineDeadSignal, ProtocolError
 from vllm_frontend.engine.protocol import (
+    CoordinatorFirstRequest,
+    CoordinatorPublish,
     EngineCoreEvent,
     EngineCoreEventType,
     EngineCoreOutput,
     EngineCoreOutputs,
+    EngineCoreReadyResponse,
     EngineCoreRequest,
+    EngineHandshakeMetadata,
+    EngineZmqAddresses,
     FinishReason,
+    HandshakeStatus,
     LogprobsLists,
     LogprobsTensors,
     LoRARequest,
@@ -35,6 +41,7 @@ from vllm_frontend.engine.protocol import (
     RequestType,
     SamplingParams,
     SchedulerStats,
+    StartDpWave,
     StructuredOutputsParams,
     Tensor,
     UtilityOutput,
@@ -515,3 +522,70 @@ def test_one_encoder_shared_by_threads_numbers_each_messages_aux_frames() -> Non
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+control_messages = st.one_of(
+    st.builds(
+        HandshakeStatus,
+        status=st.sampled_from(["HELLO", "READY"]),
+        local=st.booleans(),
+        headless=st.booleans(),
+        parallel_config_hash=st.none() | names,
+    ),
+    st.builds(
+        EngineHandshakeMetadata,
+        addresses=st.builds(
+            EngineZmqAddresses,
+            inputs=st.lists(names, max_size=2),
+            outputs=st.lists(names, max_size=2),
+            coordinator_input=st.none() | names,
+        ),
+        parallel_config=st.dictionaries(names, small_ints | names | st.lists(small_ints)),
+    ),
+    st.builds(
+        EngineCoreReadyResponse,
+        max_model_len=st.none() | st.integers(1, 2**20),
+        dtype=st.none() | names,
+        kv_cache_max_concurrency=st.none() | finite,
+        kv_events_config=st.none() | json_maps,
+        enable_sleep_mode=st.booleans(),
+    ),
+    st.builds(
+        CoordinatorPublish,
+        counts=st.none()
+        | st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6), st.floats(0, 1))),
+        current_wave=st.integers(0, 10**6),
+        engines_running=st.booleans(),
+    ),
+    st.builds(
+        CoordinatorFirstRequest,
+        exclude_engine_index=st.none() | st.integers(0, 2**16) | st.binary(min_size=2, max_size=2),
+        wave=st.integers(0, 10**6),
+    ),
+)
+CONTROL_CODECS: dict[type, tuple[Callable[[Any], bytes], Callable[[bytes], object]]] = {
+    HandshakeStatus: (codec.encode_handshake_status, codec.decode_handshake_status),
+    EngineHandshakeMetadata: (codec.encode_handshake_init, codec.decode_handshake_init),
+    EngineCoreReadyResponse: (codec.encode_registration, codec.decode_registration),
+    CoordinatorPublish: (codec.encode_coordinator_publish, codec.decode_coordinator_publish),
+    CoordinatorFirstRequest: (
+        codec.encode_coordinator_first_request,
+        codec.decode_coordinator_first_request,
+    ),
+}
+
+
+@SETTINGS
+@given(control_messages)
+def test_random_handshake_registration_and_coordinator_messages_round_trip(
+    message: msgspec.Struct,
+) -> None:
+    encode, decode = CONTROL_CODECS[type(message)]
+    assert decode(encode(message)) == message
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.none() | st.integers(0, 2**16) | st.binary(max_size=2))
+def test_start_dp_wave_round_trips(wave: int, exclude: int | bytes | None) -> None:
+    kind, payload = codec.decode_request(codec.encode_start_dp_wave(wave, exclude))
+    assert kind is RequestType.START_DP_WAVE and payload == StartDpWave(wave, exclude)
