@@ -1,11 +1,14 @@
-"""Shared fixtures: the tiny Llama 3 test model and real vLLM engines (see tests/support/)."""
+"""Shared fixtures: the tiny Llama 3 test model, real vLLM engines, vllm-rs (see tests/support/)."""
 
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from tests.support.engines import HeadlessEngines, start_headless_engines
 from tests.support.tiny_model import tiny_model_dir
 
 
@@ -13,6 +16,30 @@ from tests.support.tiny_model import tiny_model_dir
 def tiny_model() -> pathlib.Path:
     """Directory of the tiny HF-format Llama 3 checkpoint (built once, cached between runs)."""
     return tiny_model_dir()
+
+
+@pytest.fixture
+def start_engines(
+    request: pytest.FixtureRequest, tiny_model: pathlib.Path
+) -> Iterator[Callable[..., HeadlessEngines]]:
+    """`start_engines(handshake_port, count=1, **options)`: engines stopped after the test.
+
+    Takes the options of tests.support.engines.start_headless_engines. The engines' log tails
+    appear in the report of a failed test. Engines shared by many tests belong in a
+    session-scoped fixture using `headless_engines(...)` instead.
+    """
+    started: list[HeadlessEngines] = []
+
+    def start(handshake_port: int, count: int = 1, **options: Any) -> HeadlessEngines:
+        options.setdefault("model", tiny_model)
+        engines = start_headless_engines(handshake_port, count, **options)
+        started.append(engines)
+        return engines
+
+    yield start
+    for engines in started:
+        engines.stop()
+        request.node.add_report_section("teardown", "vLLM engine logs", engines.logs())
 
 
 @pytest.fixture(scope="session")

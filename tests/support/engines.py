@@ -138,7 +138,7 @@ class VllmProcess:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the process group, then SIGKILL whatever is left after `timeout` seconds."""
-        _stop_group(self.popen, timeout)
+        _stop_groups([self.popen], timeout)
 
 
 def start_vllm(name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> VllmProcess:
@@ -171,10 +171,10 @@ class HeadlessEngines:
     """Headless EngineCore processes, started by one or more `vllm serve --headless` launchers."""
 
     handshake_address: str
-    data_parallel_size: int
+    ranks: list[int]  # the data-parallel ranks of these engines
     launchers: list[tuple[int, VllmProcess]]  # (first data-parallel rank, launcher)
 
-    def engine_pids(self, timeout: float = 120.0) -> dict[int, int]:
+    def engine_pids(self, timeout: float = 300.0) -> dict[int, int]:
         """Data-parallel rank -> pid of that EngineCore process, waiting until all have started."""
         deadline = time.monotonic() + timeout
         while True:
@@ -182,12 +182,12 @@ class HeadlessEngines:
             for first_rank, launcher in self.launchers:
                 launcher.check_running()
                 found.update(_engine_children(launcher.pid, first_rank))
-            if len(found) == self.data_parallel_size:
-                return found
+            if set(self.ranks) <= set(found):
+                return {rank: found[rank] for rank in self.ranks}
             if time.monotonic() > deadline:
                 raise EngineProcessError(
-                    f"engines {sorted(set(range(self.data_parallel_size)) - set(found))} "
-                    f"did not start within {timeout} s; logs: {self.log_paths()}"
+                    f"engines {sorted(set(self.ranks) - set(found))} did not start within "
+                    f"{timeout} s:\n{self.logs()}"
                 )
             time.sleep(0.2)
 
@@ -217,9 +217,8 @@ class HeadlessEngines:
         )
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop every launcher and its engines (SIGTERM, then SIGKILL)."""
-        for _, launcher in self.launchers:
-            launcher.stop(timeout)
+        """Stop every launcher and its engines (SIGTERM, then SIGKILL), all at once."""
+        stop_processes([launcher for _, launcher in self.launchers], timeout)
 
 
 def headless_engine_args(
@@ -272,10 +271,11 @@ def start_headless_engines(
     size = data_parallel_size or count
     if not (count > 0 and start_rank >= 0 and start_rank + count <= size):
         raise ValueError(f"ranks {start_rank}..{start_rank + count - 1} do not fit DP size {size}")
-    groups = [(r, 1) for r in range(start_rank, start_rank + count)]
+    groups = [(rank, 1) for rank in range(start_rank, start_rank + count)]
     if not launcher_per_engine:
         groups = [(start_rank, count)]
-    engines = HeadlessEngines(f"tcp://127.0.0.1:{handshake_port}", count, [])
+    ranks = list(range(start_rank, start_rank + count))
+    engines = HeadlessEngines(f"tcp://127.0.0.1:{handshake_port}", ranks, [])
     try:
         for first_rank, local in groups:
             args = headless_engine_args(
@@ -432,29 +432,38 @@ def _http_status(host: str, port: int, path: str) -> int | None:
 # --- stopping ---------------------------------------------------------------------------------
 
 
-def _stop_group(popen: subprocess.Popen[bytes], timeout: float) -> None:
-    # start_new_session made the launcher the leader of its own process group: signalling the
+def stop_processes(processes: Sequence[VllmProcess], timeout: float = 15.0) -> None:
+    """Stop several process groups at once: SIGTERM to all, then SIGKILL after `timeout`."""
+    _stop_groups([process.popen for process in processes], timeout)
+
+
+def _stop_groups(popens: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    # start_new_session made each launcher the leader of its own process group: signalling the
     # group reaches the engines and their workers too, even after the launcher itself is gone.
-    try:
-        members = psutil.Process(popen.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        members = []
+    members: list[psutil.Process] = []
+    for popen in popens:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            members += psutil.Process(popen.pid).children(recursive=True)
     deadline = time.monotonic() + timeout
-    _signal_group(popen.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        popen.wait(timeout)
+    for popen in popens:
+        _signal_group(popen.pid, signal.SIGTERM)
+    for popen in popens:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(max(0.0, deadline - time.monotonic()))
     _, alive = psutil.wait_procs(members, timeout=max(0.0, deadline - time.monotonic()))
-    _signal_group(popen.pid, signal.SIGKILL)
+    for popen in popens:
+        _signal_group(popen.pid, signal.SIGKILL)
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        popen.wait(5)
-    _LIVE.discard(popen)
-    watchdog = _WATCHDOGS.pop(popen.pid, None)
-    if watchdog is not None:
+    for popen in popens:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            watchdog.wait(5)  # it exits by itself once the group is empty
+            popen.wait(5)
+        _LIVE.discard(popen)
+        watchdog = _WATCHDOGS.pop(popen.pid, None)
+        if watchdog is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(5)  # it exits by itself once the group is empty
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import signal
+from collections.abc import Callable
 
 import psutil
 import pytest
 
-from tests.support.engines import free_port, headless_engines, vllm_server
+from tests.support.engines import HeadlessEngines, free_port, headless_engines, vllm_server
 from tests.support.reference import reference_generate
 
 pytestmark = pytest.mark.engine
@@ -60,15 +62,19 @@ def test_headless_engine_behind_vllms_frontend_generates_like_the_offline_refere
     assert _gone(launcher_pid)
 
 
-def test_killing_one_engine_leaves_the_other_running() -> None:
+def test_killing_one_engine_leaves_the_other_running(
+    start_engines: Callable[..., HeadlessEngines],
+) -> None:
     # No frontend: engines start and wait for a handshake that never comes, which is enough.
-    with headless_engines(free_port(), count=2, launcher_per_engine=True) as engines:
-        pids = engines.engine_pids()
-        assert sorted(pids) == [0, 1]
-        killed = engines.kill_engine(1, signal.SIGKILL)
-        assert killed == pids[1]
+    engines = start_engines(free_port(), 2, launcher_per_engine=True)
+    pids = engines.engine_pids()
+    assert sorted(pids) == [0, 1]
+    killed = engines.kill_engine(1, signal.SIGKILL)
+    assert killed == pids[1]
+    with contextlib.suppress(psutil.NoSuchProcess):
         psutil.wait_procs([psutil.Process(killed)], timeout=10)
-        assert _gone(killed)
-        assert not _gone(pids[0])
-        engines.launchers[0][1].check_running()
+    assert _gone(killed)
+    assert not _gone(pids[0])
+    engines.launchers[0][1].check_running()
+    engines.stop()
     assert _gone(pids[0])
