@@ -256,3 +256,49 @@ def test_exception_mapping_matches_vllms_create_error_response(index: int) -> No
     assert response.status == expected["error"]["code"]
     # after a stream started, the same error goes out as one SSE event built with json.dumps
     assert errors.error_sse_event(ours) == b"data: " + json.dumps(expected).encode() + b"\n\n"
+
+
+def test_tokenize_messages_form_renders_the_models_chat_template(
+    tiny_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+
+    import transformers.utils.chat_template_utils as hf_utils
+    from transformers import AutoTokenizer
+
+    from vllm_frontend.chat import ChatRenderer
+    from vllm_frontend.chat import template as chat_template
+    from vllm_frontend.server.routes import chat_tokenizer
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    # both renderers see one fixed "now" (the Llama 3 template prints today's date)
+    now = dt.datetime(2024, 2, 29, 13, 5, 9)
+
+    class FrozenDatetime(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> FrozenDatetime:  # type: ignore[override]
+            return cls.fromtimestamp(now.timestamp(), tz)
+
+    monkeypatch.setattr(chat_template, "_now", lambda: now)
+    monkeypatch.setattr(hf_utils, "datetime", FrozenDatetime)
+
+    tokenizer = Tokenizer.from_dir(tiny_model)
+    services = Services(
+        tokenizer=tokenizer,
+        chat_tokenizer=chat_tokenizer(ChatRenderer.from_model_dir(tiny_model), tokenizer),
+    )
+    srv = RunningServer(build_app(ServerSettings(max_model_len=64), services))
+    try:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hé"}]
+        r = HTTP.post(srv.url + "/tokenize", json={"messages": messages})
+        hf = AutoTokenizer.from_pretrained(tiny_model)
+        # vLLM renders the text, then tokenizes it with add_special_tokens=False
+        prompt = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert r.json()["tokens"] == hf.encode(prompt, add_special_tokens=False)
+        r = HTTP.post(
+            srv.url + "/tokenize",
+            json={"messages": messages, "chat_template": "{{ messages[0].content }}"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
+    finally:
+        srv.stop()

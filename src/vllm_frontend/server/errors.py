@@ -8,8 +8,8 @@ status phrase (``"Bad Request"``, ``"Request Entity Too Large"``) for framework-
 such as body validation. Unknown routes and wrong methods are FastAPI's ``{"detail": ...}``.
 
 Lower layers (text, chat, engine) raise ``ValueError`` subclasses for client mistakes; an
-exception with a ``parameter`` attribute is reported with that ``param``. Everything else is a
-500 ``InternalServerError``, matching vLLM's fallback handlers.
+exception with a ``parameter`` (or ``param``) attribute is reported with that ``param``.
+Everything else is a 500 ``InternalServerError``, matching vLLM's fallback handlers.
 """
 
 from __future__ import annotations
@@ -144,7 +144,10 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
     if isinstance(exc, ApiError):
         return exc.status, exc.err_type, exc.message, exc.param
     if isinstance(exc, (ValueError, TypeError, OverflowError)):
+        # lower layers name the field as ``parameter`` (like VLLMValidationError) or ``param``
         param = getattr(exc, "parameter", None)
+        if param is None:
+            param = getattr(exc, "param", None)
         return 400, "BadRequestError", str(exc), param if isinstance(param, str) else None
     if isinstance(exc, NotImplementedError):
         return 501, "NotImplementedError", str(exc), None

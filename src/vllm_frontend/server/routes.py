@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 import prometheus_client
@@ -61,6 +61,25 @@ class TokenizerLike(Protocol):
 ChatTokenizer = Callable[[TokenizeChatRequest], Awaitable[list[int]] | list[int]]
 """Renders a ``/tokenize`` messages request through the chat template and tokenizes it (the
 chat layer's renderer + tokenizer); raises the chat layer's errors for bad messages."""
+
+
+def chat_tokenizer(renderer: Any, tokenizer: TokenizerLike) -> ChatTokenizer:
+    """The ``/tokenize`` messages form on the chat layer: ``renderer`` is a
+    ``vllm_frontend.chat.ChatRenderer`` (vLLM's ``preprocess_chat``: render with the request's
+    template options, then tokenize with its ``add_special_tokens``, default false)."""
+
+    def tokenize(req: TokenizeChatRequest) -> list[int]:
+        rendered = renderer.render(
+            req.messages,
+            tools=req.tools,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            chat_template=req.chat_template,
+            chat_template_kwargs=req.chat_template_kwargs,
+        )
+        return tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
+
+    return tokenize
 
 
 @dataclass
