@@ -19,9 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
-import stat
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
@@ -147,25 +145,27 @@ def json_response(content: Any, status: int = 200, headers: Headers | None = Non
 # Sockets
 
 
-def bind_tcp(host: str | None, port: int) -> socket.socket:
-    """A bound (not yet listening) TCP socket; host None or "" means all interfaces."""
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, socktype, proto, _, addr = infos[0]
-    sock = socket.socket(family, socktype, proto)
+def bind_tcp(host: str | None, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A bound (not yet listening) TCP socket, as vLLM's ``create_server_socket`` makes it:
+    IPv4 unless ``host`` is an IPv6 literal; host None or "" means all interfaces."""
+    host = host or ""
+    family = socket.AF_INET
+    if host:
+        try:
+            socket.inet_pton(socket.AF_INET6, host)
+            family = socket.AF_INET6
+        except OSError:
+            pass
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6:
-        # like uvicorn/vLLM with host "::", accept IPv4 too
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind(addr)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
     return sock
 
 
 def bind_unix(path: str) -> socket.socket:
-    """A bound Unix-domain socket at ``path`` (a stale socket file is replaced)."""
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.stat(path).st_mode):
-            os.unlink(path)
+    """A bound Unix-domain socket at ``path`` (fails if the path exists, as in vLLM)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(path)
     return sock
