@@ -91,11 +91,14 @@ def env() -> Iterator[tuple[RunningServer, FakeEngine, Gate, CollectorRegistry]]
 
 def test_health_is_200_empty_then_503_once_the_engine_is_dead(env: Any) -> None:
     srv, engine, _, _ = env
-    r = HTTP.get(srv.url + "/health")
-    assert r.status_code == 200 and r.content == b""
+    probes = [("GET", "/health"), ("GET", "/ping"), ("POST", "/ping")]
+    for method, path in probes:
+        r = HTTP.request(method, srv.url + path)
+        assert r.status_code == 200 and r.content == b""
     engine.is_dead = True
-    r = HTTP.get(srv.url + "/health")
-    assert r.status_code == 503 and r.content == b""
+    for method, path in probes:
+        r = HTTP.request(method, srv.url + path)
+        assert r.status_code == 503 and r.content == b""
 
 
 def test_models_list_has_vllms_shape(env: Any) -> None:

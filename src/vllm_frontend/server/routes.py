@@ -219,6 +219,9 @@ def build_app(
         return json_response(_DetokenizeResponse(tokenizer.decode(req.tokens)))
 
     app.route("GET", "/health", health)
+    # SageMaker's health probe (vLLM serves it on both methods)
+    app.route("GET", "/ping", health)
+    app.route("POST", "/ping", health)
     app.route("GET", "/version", version)
     app.route("GET", "/load", load)
     app.route("GET", "/v1/models", models)
