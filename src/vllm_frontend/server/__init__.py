@@ -1,1 +1,15 @@
-"""OpenAI-compatible HTTP server."""
+"""OpenAI-compatible HTTP server.
+
+- ``http``: the HTTP/1.1 transport (asyncio + httptools): ``Request``, ``Response``,
+  ``StreamingResponse``, ``json_response``, ``HttpServer``, ``bind_tcp``/``bind_unix``/
+  ``socket_from_fd``.
+- ``app``: ``ServerSettings`` (built once at startup), ``App`` (route table + vLLM's middleware
+  behaviour: API key, CORS, X-Request-Id, /load tracking, error mapping), ``make_server``.
+- ``routes``: ``build_app(settings, services, generation_routes)`` with health, ping, models,
+  version, load, metrics, tokenize and detokenize; ``Services`` holds what they are served from.
+- ``protocol``: request bodies as msgspec Structs and their ``parse_*`` functions (vLLM's
+  validators and error messages); ``validation``: decoding and pydantic-style error reports.
+- ``errors``: the exception hierarchy and the one mapping to vLLM's error JSON.
+- ``metrics``: vLLM's ``http_*`` Prometheus series.
+- ``completions``, ``chat``, ``generation``: the generation handlers.
+"""
