@@ -365,3 +365,13 @@ def test_a_stream_that_fails_midway_is_cut_off_and_the_server_stays_up(
     assert b"data: 1" in out
     assert not out.endswith(b"0\r\n\r\n")  # no terminating chunk: the client sees truncation
     assert HTTP.get(server.url + "/echo").status_code == 200
+
+
+def test_an_h2c_upgrade_request_is_answered_over_http_1_1(server: RunningServer) -> None:
+    out = raw_exchange(
+        server.port,
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+        until=b'"path":"/echo"',
+    )
+    assert out.startswith(b"HTTP/1.1 200 OK")

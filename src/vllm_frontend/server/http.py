@@ -286,7 +286,9 @@ class _HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reject(400, b"Unsupported upgrade request.")
+            # e.g. "Upgrade: h2c" or a WebSocket handshake: like uvicorn, ignore the upgrade and
+            # answer the request (already dispatched by on_message_complete) over HTTP/1.1
+            logger.debug("Unsupported upgrade request ignored")
         except httptools.HttpParserError:
             self._reject(400, b"Invalid HTTP request received.")
 
