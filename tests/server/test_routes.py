@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from vllm_frontend.server import errors
 from vllm_frontend.server.app import ServerSettings, make_server
-from vllm_frontend.server.http import Request, StreamingResponse
+from vllm_frontend.server.http import Request, Response, StreamingResponse
 from vllm_frontend.server.protocol import TokenizeChatRequest
 from vllm_frontend.server.routes import Services, build_app
 
@@ -75,7 +75,9 @@ def env() -> Iterator[tuple[RunningServer, FakeEngine, Gate, CollectorRegistry]]
 
         return StreamingResponse(body())
 
-    settings = ServerSettings(served_model_names=["tiny", "alias"], max_model_len=512)
+    settings = ServerSettings(
+        served_model_names=["tiny", "alias"], max_model_len=512, enable_server_load_tracking=True
+    )
     services = Services(
         engine=engine,
         tokenizer=FakeTokenizer(),
@@ -212,6 +214,21 @@ def test_tokenize_with_an_unknown_model_is_a_404_listing_the_aliases(env: Any) -
             "code": 404,
         }
     }
+
+
+def test_load_stays_0_without_load_tracking_like_vllm() -> None:
+    async def completions(request: Request) -> Response:
+        assert srv.server.app.server_load == 0  # type: ignore[attr-defined]
+        return Response()
+
+    app = build_app(ServerSettings(), Services(), {("POST", "/v1/completions"): completions})
+    srv = RunningServer(app)
+    try:
+        r = HTTP.post(srv.url + "/v1/completions", content=b"{}", headers=JSON)
+        assert r.status_code == 200
+        assert HTTP.get(srv.url + "/load").json() == {"server_load": 0}
+    finally:
+        srv.stop()
 
 
 def test_make_server_applies_the_http_settings() -> None:

@@ -76,6 +76,8 @@ class ServerSettings:
     allowed_headers: list[str] = field(default_factory=lambda: ["*"])
     allow_credentials: bool = False
     enable_request_id_headers: bool = False
+    enable_server_load_tracking: bool = False
+    """Count in-flight inference requests for ``GET /load`` (off: it reports 0, as in vLLM)."""
     sse_keep_alive_interval: float = 0.0
     """Seconds of stream idleness before an SSE keep-alive comment (0 = never); generation
     handlers pass it as ``StreamingResponse(keep_alive_interval=...)``."""
@@ -197,6 +199,7 @@ class App:
         self._routes: dict[str, dict[str, Handler]] = {}
         self._allow: dict[str, str] = {}
         self._excluded: dict[str, bool] = {}
+        self._tracked = LOAD_TRACKED_PATHS if settings.enable_server_load_tracking else frozenset()
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
 
@@ -265,7 +268,7 @@ class App:
             if self.metrics is not None and not metrics_excluded(path):
                 self._instrument(request, "none", response, start)
             return response
-        tracked = path in LOAD_TRACKED_PATHS
+        tracked = path in self._tracked
         if tracked:
             self.server_load += 1
         try:
