@@ -141,9 +141,18 @@ class VllmProcess:
         _stop_groups([self.popen], timeout)
 
 
-def start_vllm(name: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> VllmProcess:
-    """Start `vllm <args>` in a new process group with stdout and stderr in a log file."""
-    argv = [str(VLLM_CLI), *args]
+def start_vllm(
+    name: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    program: pathlib.Path | str = VLLM_CLI,
+) -> VllmProcess:
+    """Start `vllm <args>` (or another `program`) in a new process group, logging to a file.
+
+    The environment is engine_env(env); the log lands in log_dir() under `name`.
+    """
+    argv = [str(program), *args]
     log_path = log_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())
@@ -248,6 +257,20 @@ def headless_engine_args(
     if start_rank:
         args += ["--data-parallel-start-rank", str(start_rank)]
     return args
+
+
+def external_engine_args(handshake_port: int, data_parallel_size: int = 1) -> list[str]:
+    """`vllm serve` arguments for a frontend that owns the handshake and starts no engines."""
+    return [
+        "--data-parallel-size-local",
+        "0",
+        "--data-parallel-address",
+        "127.0.0.1",
+        "--data-parallel-rpc-port",
+        str(handshake_port),
+        "--data-parallel-size",
+        str(data_parallel_size),
+    ]
 
 
 def start_headless_engines(
@@ -383,8 +406,8 @@ def start_vllm_server(
 ) -> VllmServer:
     """Start `vllm serve MODEL --port P` (not waiting for it; see VllmServer.wait_ready).
 
-    `extra_args` go last, e.g. `--data-parallel-size-local 0 --data-parallel-address 127.0.0.1
-    --data-parallel-rpc-port H --data-parallel-size N` for a frontend of external engines.
+    `extra_args` go last, e.g. external_engine_args(handshake_port, n) for a frontend of
+    headless engines started separately.
     """
     port = port or free_port()
     args = [

