@@ -62,7 +62,6 @@ class FrontendConfig:
     http_timeout_keep_alive: float = 5.0
     engine_ready_timeout_secs: float = 600.0
     shutdown_timeout: float = 0.0
-    stream_interval: int = 1
     api_server_count: int = 1
     structured_outputs_backend: str = "auto"
     seed: int | None = None
@@ -106,6 +105,7 @@ UNSUPPORTED_KEYS: frozenset[str] = frozenset(
         "enable_tokenizer_info_endpoint",
         "enable_per_request_metrics",
         "sse_keep_alive_interval",
+        "stream_interval",
         "fingerprint_mode",
         "fingerprint_value",
         "config",
@@ -145,9 +145,10 @@ _NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "hf_overrides": (None, {}),
     "lora_modules": (None, []),
     "middleware": ([],),
-    "sse_keep_alive_interval": (0,),
     "fingerprint_mode": ("full",),
     "grpc_port": (None,),
+    "sse_keep_alive_interval": (0, 0.0),
+    "stream_interval": (1,),
 }
 
 _FIELD_NAMES = {f.name for f in fields(FrontendConfig)}
@@ -232,7 +233,5 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError(
             f"generation_config must be 'auto', 'vllm' or a folder: {config.generation_config!r}"
         )
-    if config.stream_interval < 1:
-        raise ConfigError("stream_interval must be at least 1")
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")

@@ -21,7 +21,7 @@ from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.routes import Services, build_app, chat_tokenizer
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -105,11 +105,13 @@ def build_frontend_app(
         allowed_headers=list(config.allowed_headers),
         allow_credentials=config.allow_credentials,
         enable_request_id_headers=config.enable_request_id_headers,
+        enable_server_load_tracking=config.enable_server_load_tracking,
         http_timeout_keep_alive=config.http_timeout_keep_alive,
     )
     services = Services(
         engine=client,
         tokenizer=model.tokenizer,
+        chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
         model_root=config.model,
         metrics_registry=registry,
     )

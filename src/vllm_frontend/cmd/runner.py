@@ -24,7 +24,8 @@ from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, 
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
-from vllm_frontend.server.http import HttpServer, bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.app import make_server
+from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
 
 logger = logging.getLogger("vllm_frontend")
 
@@ -221,7 +222,7 @@ async def _serve(
         return 1
     try:
         app = build_frontend_app(config, model, client)
-        http = HttpServer(app, keep_alive_timeout=config.http_timeout_keep_alive)
+        http = make_server(app)
         for sock in sockets:
             await http.start(sock)
     except Exception as e:
