@@ -103,6 +103,7 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
             msgspec.msgpack.encode({"status": "READY", "local": False, "headless": True})
         )
         handshake.close()
+    print("registered", flush=True)  # lets a test act once the engine is up
 
     live: dict[str, list[Any]] = {}  # id -> [request, tokens produced]
     aborted: list[str] = []
@@ -119,7 +120,10 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
         result = None if failure is not None else UtilityResult(None, value)
         send(EngineCoreOutputs(utility_output=UtilityOutput(call_id, failure, result)))
 
+    parent = os.getppid()
     while True:
+        if os.getppid() != parent:
+            os._exit(0)  # the test process is gone: do not linger as an orphan
         if inp.poll(timeout=STEP_S * 1000 if live or stats_due else 1000):
             frames = inp.recv_multipart()
             kind, payload = codec.decode_request(frames)
@@ -201,6 +205,7 @@ def start_fake(*args: str) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "tests.engine.test_client_fake_engine", *args],
         cwd=ROOT,
         env=env,
+        stdout=subprocess.PIPE,
         start_new_session=True,
     )
 
@@ -459,9 +464,12 @@ def test_engine_crashing_during_startup_fails_the_handshake_at_once() -> None:
             connecting = asyncio.create_task(
                 EngineCoreClient.connect(address, engine_count=2, ready_timeout_s=60)
             )
-            await asyncio.sleep(1.0)  # engine 0 registers; engine 1 never comes
+            # Engine 0 registers (engine 1 never comes), then dies.
+            assert procs[0].stdout is not None
+            assert await asyncio.to_thread(procs[0].stdout.readline) == b"registered\n"
             os.kill(procs[0].pid, signal.SIGKILL)
-            with pytest.raises(HandshakeError, match=r"engine\(s\) 0 disconnected during startup"):
+            # Whether its registration got through before the kill or not, startup fails now.
+            with pytest.raises(HandshakeError, match=r"disconnected during startup|registering"):
                 await connecting
 
     run(main())

@@ -112,6 +112,8 @@ class _ConnectionWatch:
         self._engine_by_fd: dict[int, int] = {}
         self._mapped: set[int] = set()
         self._gone: list[int] = []
+        self.unmapped_closed = 0
+        """Connections that closed before any message tied them to an engine."""
 
     def is_mapped(self, engine_index: int) -> bool:
         return engine_index in self._mapped
@@ -145,6 +147,8 @@ class _ConnectionWatch:
                 engine = self._engine_by_fd.pop(fd, None)
                 if engine is not None:
                     self._gone.append(engine)
+                else:
+                    self.unmapped_closed += 1
         gone, self._gone = self._gone, []
         return gone
 
@@ -302,11 +306,12 @@ async def _run_handshake(
     handshake_sock: zmq.Socket[bytes] | None,
     input_sock: zmq.Socket[bytes],
     input_watch: _ConnectionWatch,
+    output_watch: _ConnectionWatch,
     handshake_watch: _ConnectionWatch | None,
     timeout_s: float,
 ) -> None:
     deadline = time.monotonic() + timeout_s
-    socks = [input_sock, input_watch.monitor]
+    socks = [input_sock, input_watch.monitor, output_watch.monitor]
     if handshake_sock is not None and handshake_watch is not None:
         socks += [handshake_sock, handshake_watch.monitor]
     while not hs.complete:
@@ -341,6 +346,15 @@ async def _run_handshake(
                 "engine(s) "
                 + ", ".join(map(str, sorted(set(gone))))
                 + " disconnected during startup (crashed or killed?)"
+            )
+        output_watch.poll()
+        if input_watch.unmapped_closed or output_watch.unmapped_closed:
+            # Engines connect these sockets only after INIT and keep them open, so a connection
+            # that closes before its engine registered means that engine died while starting.
+            pending = [i for i in hs.engine_indices if not hs.is_registered(i)]
+            raise HandshakeError(
+                "an engine closed its connection before registering (crashed or killed during "
+                f"startup?); engines not registered yet: {', '.join(map(str, pending))}"
             )
         if hs.complete or progressed:
             continue
@@ -433,7 +447,15 @@ async def bind_and_handshake(
             addresses.outputs,
         )
         await _first(
-            _run_handshake(hs, handshake_sock, input_sock, input_watch, handshake_watch, timeout_s),
+            _run_handshake(
+                hs,
+                handshake_sock,
+                input_sock,
+                input_watch,
+                output_watch,
+                handshake_watch,
+                timeout_s,
+            ),
             abort,
             "engine startup aborted",
         )
@@ -486,7 +508,7 @@ async def adopt_listeners(
             sockets.coordinator = _connect_coordinator(ctx, coordinator_address, options)
         hs = EngineHandshake(engine_indices)
         await _first(
-            _run_handshake(hs, None, input_sock, input_watch, None, timeout_s),
+            _run_handshake(hs, None, input_sock, input_watch, output_watch, None, timeout_s),
             abort,
             "engine startup aborted",
         )
