@@ -324,12 +324,14 @@ def test_consumer_that_stops_early_aborts_the_request() -> None:
             # 2. the consuming task is cancelled while it waits
             stream2 = client.add_request(request("cancel", [1], 10_000))
 
+            consuming = asyncio.Event()
+
             async def consume() -> None:
                 async for _ in stream2:
-                    pass
+                    consuming.set()
 
             task = asyncio.create_task(consume())
-            await asyncio.sleep(0.05)
+            await consuming.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -552,11 +554,12 @@ def test_inherited_listeners_adopt_engines_that_connect_directly() -> None:
         run(main(tmp))
 
 
-def test_client_works_under_uvloop() -> None:
+def test_client_works_under_uvloop_with_tcp_sockets_for_remote_engines() -> None:
     uvloop = pytest.importorskip("uvloop")
 
     async def main() -> None:
-        async with fake_engines() as (client, _):
+        # local=False: input/output bind TCP ports on the handshake host instead of ipc://.
+        async with fake_engines(local=False) as (client, _):
             outs = await collect(client.add_request(request("u", [3], 4)))
             assert [t for o in outs for t in o.new_token_ids] == expected_tokens([3], 4)
 
