@@ -256,14 +256,22 @@ class EngineCoreClient:
         sockets: EngineSockets,
         *,
         client_index: int = 0,
+        client_count: int = 1,
         vocab_size: int | None = None,
         max_logprobs: int | None = None,
         process_watcher: ProcessWatcher | None = None,
     ) -> None:
-        """Take over connected ``sockets`` and start the output and liveness loops."""
+        """Take over connected ``sockets`` and start the output and liveness loops.
+
+        ``client_index`` is this frontend's position among ``client_count`` frontends sharing
+        the engines (``--api-server-count``, §8.1); both steer the engine choice (§8.2).
+        """
+        if not 0 <= client_index < client_count:
+            raise ValueError(f"client_index {client_index} not in 0..{client_count - 1}")
         self._sockets = sockets
         self._input = sockets.input
         self._client_index = client_index
+        self._client_count = client_count
         self._engines = list(sockets.engine_indices)
         self._identities = {i: engine_identity(i) for i in self._engines}
         self._registrations: dict[int, EngineCoreReadyResponse | None] = dict(sockets.registrations)
@@ -282,7 +290,8 @@ class EngineCoreClient:
         self._stats: dict[int, SchedulerStats] = {}
         self._coord_counts: dict[int, list[float]] = {}
         self._stats_waiters: list[asyncio.Future[None]] = []
-        self._rotation = 0
+        # Frontends start their rotation at different engines so they do not all pick the same.
+        self._rotation = len(self._engines) * client_index // client_count
         self._current_wave = 0
         self._engines_running = False
         self._calls: dict[int, _PendingCall] = {}
@@ -323,6 +332,8 @@ class EngineCoreClient:
         process_watcher: ProcessWatcher | None = None,
         socket_options: SocketOptions | None = None,
         query_supported_tasks: bool = True,
+        client_index: int = 0,
+        client_count: int = 1,
     ) -> EngineCoreClient:
         """Mode A: own the handshake at ``tcp://HOST:PORT`` and bring up engines
         ``start_index … start_index + engine_count - 1`` (started before or after this call).
@@ -344,7 +355,13 @@ class EngineCoreClient:
             abort=process_watcher,
         )
         return await cls._start(
-            sockets, vocab_size, max_logprobs, process_watcher, query_supported_tasks
+            sockets,
+            vocab_size,
+            max_logprobs,
+            process_watcher,
+            query_supported_tasks,
+            client_index=client_index,
+            client_count=client_count,
         )
 
     @classmethod
@@ -362,6 +379,8 @@ class EngineCoreClient:
         process_watcher: ProcessWatcher | None = None,
         socket_options: SocketOptions | None = None,
         query_supported_tasks: bool = True,
+        client_index: int = 0,
+        client_count: int = 1,
     ) -> EngineCoreClient:
         """Mode B: adopt the listeners ``vllm serve`` passed (``--input-listener-fd`` …) and
         wait up to ``ready_timeout_s`` (``engine_ready_timeout_secs``) for every registration."""
@@ -375,7 +394,13 @@ class EngineCoreClient:
             abort=process_watcher,
         )
         return await cls._start(
-            sockets, vocab_size, max_logprobs, process_watcher, query_supported_tasks
+            sockets,
+            vocab_size,
+            max_logprobs,
+            process_watcher,
+            query_supported_tasks,
+            client_index=client_index,
+            client_count=client_count,
         )
 
     @classmethod
@@ -386,10 +411,15 @@ class EngineCoreClient:
         max_logprobs: int | None,
         process_watcher: ProcessWatcher | None,
         query_supported_tasks: bool,
+        *,
+        client_index: int = 0,
+        client_count: int = 1,
     ) -> EngineCoreClient:
         try:
             client = cls(
                 sockets,
+                client_index=client_index,
+                client_count=client_count,
                 vocab_size=vocab_size,
                 max_logprobs=max_logprobs,
                 process_watcher=process_watcher,
@@ -527,7 +557,8 @@ class EngineCoreClient:
         self._streams[request_id] = state
         self._in_flight[engine] += 1
         if rank is None and engine in self._coord_counts:
-            self._coord_counts[engine][0] += 1  # as vLLM: count it waiting until next publish
+            # As vLLM: count it waiting (once per frontend sharing the engine) until next publish.
+            self._coord_counts[engine][0] += self._client_count
         if self._sockets.coordinator is not None and not self._engines_running:
             self._engines_running = True
             self._sockets.coordinator.send(
@@ -625,7 +656,8 @@ class EngineCoreClient:
 
     def _raise_if_dead(self) -> None:
         if self._dead is not None:
-            raise self._dead
+            # A fresh instance each time: re-raising one object would grow its traceback.
+            raise EngineDeadError(str(self._dead)) from None
         if self._closed:
             raise EngineDeadError("the engine client is closed")
 
@@ -640,13 +672,18 @@ class EngineCoreClient:
             stream.fail(EngineDeadError(str(error)))
         for call in self._calls.values():
             if not call.future.done():
-                call.future.set_exception(error)
+                call.future.set_exception(EngineDeadError(str(error)))
         self._wake_stats_waiters()
         for i in self._in_flight:
             self._in_flight[i] = 0
 
     async def _watch_process(self, watcher: ProcessWatcher) -> None:
-        reason = await watcher()
+        try:
+            reason = await watcher()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken watcher must not hide a dead engine silently
+            reason = f"the process watcher failed: {exc!r}"
         self._die(EngineDeadError(f"engine process exited: {reason}"))
 
     # -- loops ----------------------------------------------------------------------------------
@@ -654,7 +691,6 @@ class EngineCoreClient:
     async def _output_loop(self) -> None:
         sock = self._sockets.output
         decode = codec.decode_outputs
-        streams = self._streams
         in_flight = self._in_flight
         sockets = self._sockets
         map_sources = not sockets.output_sources_known()
@@ -805,7 +841,7 @@ class EngineCoreClient:
         for k in range(n):
             engine = engines[(start + k) % n]
             waiting, running, kv = self._engine_counts(engine)
-            score = max(self._in_flight[engine], waiting + running)
+            score = max(self._client_count * self._in_flight[engine], waiting + running)
             if waiting > 0:
                 score += waiting * 6 * max(0.0, kv - 0.5)
             if score < best_score:
