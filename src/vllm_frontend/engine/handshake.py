@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from vllm_frontend.engine.codec import decode_registration
 from vllm_frontend.engine.errors import ProtocolError
 from vllm_frontend.engine.protocol import (
     EngineCoreReadyResponse,
@@ -53,9 +54,6 @@ class EngineState(enum.Enum):
     NEW = "new"
     CONNECTED = "connected"  # HELLO received, INIT sent
     READY = "ready"  # READY received
-
-
-_registration_decoder = msgspec.msgpack.Decoder(EngineCoreReadyResponse)
 
 
 @dataclass(slots=True)
@@ -160,13 +158,12 @@ class EngineHandshake:
             )
         if engine.registered:
             raise HandshakeError(f"engine {engine.index} registered twice")
-        if payload:
-            try:
-                engine.registration = _registration_decoder.decode(payload)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise HandshakeError(
-                    f"engine {engine.index} sent an undecodable registration: {exc}"
-                ) from exc
+        try:
+            engine.registration = decode_registration(payload)
+        except ProtocolError as exc:
+            raise HandshakeError(
+                f"engine {engine.index} sent an undecodable registration: {exc}"
+            ) from exc
         engine.registered = True
         return engine.index
 
