@@ -153,6 +153,14 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
                     reply(payload.call_id, last_wave)
                 elif method == "ignore":
                     pass
+                elif method == "forget":
+                    # Engine-side bookkeeping only: the id shows up in finished_requests.
+                    for rid in args:
+                        live.pop(rid, None)
+                    send(EngineCoreOutputs(finished_requests=list(args)))
+                    reply(payload.call_id, None)
+                elif method == "garble":
+                    out.send(b"\xc1 not msgpack")
                 elif method == "die":
                     out.send(b"ENGINE_CORE_DEAD")
                     time.sleep(0.5)
@@ -636,3 +644,30 @@ def test_coordinator_counts_steer_routing_and_the_first_request_wakes_the_engine
     finally:
         xpub.close(linger=0)
         ctx.term()
+
+
+def test_request_finished_only_in_finished_requests_ends_its_stream() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("quiet", [1], 10_000))
+            await anext(stream)
+            await client.call_utility("forget", "quiet")
+            rest = await collect(stream)
+            assert rest[-1].finish_reason is FinishReason.ABORT
+            assert client.num_in_flight == 0
+            assert not client.is_dead
+
+    run(main())
+
+
+def test_garbled_output_fails_requests_rather_than_hanging_them() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("g", [1], 10_000))
+            await anext(stream)
+            with pytest.raises(EngineDeadError):
+                await client.call_utility("garble", timeout=30)
+            with pytest.raises(EngineDeadError, match="undecodable"):
+                await collect(stream)
+
+    run(main())
