@@ -30,6 +30,7 @@ from vllm_frontend.engine.handshake import (
     EngineHandshake,
     EngineState,
     HandshakeError,
+    HandshakeTimeoutError,
     engine_index_of,
 )
 from vllm_frontend.engine.protocol import (
@@ -41,9 +42,12 @@ from vllm_frontend.engine.protocol import (
 __all__ = [
     "EngineSockets",
     "SocketOptions",
+    "StreamListeners",
     "adopt_listeners",
     "bind_and_handshake",
+    "bind_stream_listeners",
     "listener_endpoint",
+    "own_handshake",
     "recv_nowait",
     "wait_readable",
 ]
@@ -517,6 +521,168 @@ async def adopt_listeners(
         sockets.close()
         raise
     return sockets
+
+
+# -- one handshake for several frontend processes (--api-server-count) ---------------------------
+
+
+@dataclass(eq=False)
+class StreamListeners:
+    """Raw listening sockets for N frontends to adopt as input ROUTER / output PULL (§3.2.1).
+
+    ``inputs[k]`` and ``outputs[k]`` belong to the frontend with client index ``k``.
+    """
+
+    inputs: list[socket.socket]
+    outputs: list[socket.socket]
+    tmpdir: str | None = None
+
+    def addresses(self) -> tuple[list[str], list[str]]:
+        """The ZMQ endpoints (input list, output list) to put in the engines' INIT."""
+        return (
+            [listener_endpoint(s.fileno()) for s in self.inputs],
+            [listener_endpoint(s.fileno()) for s in self.outputs],
+        )
+
+    def close_sockets(self) -> None:
+        """Close this process's copies (after the frontends inherited them); idempotent."""
+        for sock in (*self.inputs, *self.outputs):
+            sock.close()
+
+    def cleanup(self) -> None:
+        """Close the sockets and remove the private IPC directory, if any."""
+        self.close_sockets()
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def bind_stream_listeners(count: int, *, local: bool, host: str) -> StreamListeners:
+    """Bind and listen on ``count`` input/output listener pairs, as vLLM's supervisor does.
+
+    ``local`` engines (all on this host) get Unix sockets in a private temporary directory;
+    otherwise TCP listeners on ``host`` (an address the engines can reach), port chosen by the
+    kernel. Connections arriving before a frontend adopts its listener wait in the backlog.
+    """
+    if count < 1:
+        raise ValueError("need at least one listener pair")
+    if not local and _is_wildcard(host):
+        raise ValueError(
+            f"cannot tell remote engines to connect to {host!r}; give a reachable address"
+        )
+    listeners = StreamListeners([], [])
+    try:
+        if local:
+            listeners.tmpdir = tempfile.mkdtemp(prefix="vllm-fe-")
+        for kind in ("input", "output"):
+            for k in range(count):
+                if listeners.tmpdir is not None:
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.bind(os.path.join(listeners.tmpdir, f"{kind}-{k}"))
+                else:
+                    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                    sock.bind((host, 0))
+                (listeners.inputs if kind == "input" else listeners.outputs).append(sock)
+                sock.listen()
+    except BaseException:
+        listeners.cleanup()
+        raise
+    return listeners
+
+
+async def own_handshake(
+    handshake_address: str,
+    engine_indices: Sequence[int],
+    addresses: EngineZmqAddresses,
+    *,
+    parallel_config: dict[str, object] | None = None,
+    timeout_s: float = 600.0,
+    abort: Callable[[], Awaitable[str]] | None = None,
+) -> None:
+    """Be the handshake owner (§3.1) for frontends that run elsewhere (other processes).
+
+    Binds the handshake ROUTER at ``tcp://HOST:PORT``, answers every engine's HELLO with INIT
+    (``addresses``: every frontend's input and output), and returns once every engine sent
+    READY. The registrations go to the frontends' own sockets, not here; an engine sends them
+    before READY. Raises HandshakeError (an engine broke the protocol or vanished before READY,
+    or ``abort()`` finished first) or HandshakeTimeoutError.
+    """
+    host, port = _split_tcp(handshake_address)
+    hs = EngineHandshake(engine_indices, addresses=addresses, parallel_config=parallel_config)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    watch = _ConnectionWatch(sock, "handshake")
+    try:
+        if ":" in host:
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.bind(f"tcp://{_bracket(host)}:{port}")
+        logger.info(
+            "waiting for engines %s on %s (inputs %s, outputs %s)",
+            list(engine_indices),
+            handshake_address,
+            addresses.inputs,
+            addresses.outputs,
+        )
+        await _first(_handshake_until_ready(hs, sock, watch, timeout_s), abort, "engine startup")
+    finally:
+        watch.close()
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disable_monitor()
+        sock.close(linger=0)
+        ctx.destroy(linger=0)
+
+
+async def _handshake_until_ready(
+    hs: EngineHandshake, sock: zmq.Socket[bytes], watch: _ConnectionWatch, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+
+    def drain() -> bool:
+        got = False
+        while (frames := recv_nowait(sock)) is not None:
+            got = True
+            if len(frames) != 2:
+                raise HandshakeError(f"handshake message with {len(frames)} frames")
+            identity = frames[0].bytes
+            reply = hs.receive_handshake(identity, frames[1].bytes)
+            watch.note(frames[1], engine_index_of(identity))
+            if reply is not None:
+                sock.send_multipart([identity, reply])
+        return got
+
+    def pending() -> list[int]:
+        return [i for i in hs.engine_indices if hs.state(i) is not EngineState.READY]
+
+    while pending():
+        progressed = drain()
+        closed = watch.poll()
+        if closed:
+            drain()  # an engine closes this socket right after READY: read a queued READY first
+            gone = sorted({i for i in closed if hs.state(i) is not EngineState.READY})
+            if gone:
+                raise HandshakeError(
+                    f"engine(s) {', '.join(map(str, gone))} disconnected during startup "
+                    "(crashed or killed?)"
+                )
+        if progressed or not pending():
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HandshakeTimeoutError(
+                f"timed out after {timeout_s:g} s waiting for engines to start: "
+                + "; ".join(
+                    f"engine {i} ({'no HELLO' if hs.state(i) is EngineState.NEW else 'no READY'})"
+                    for i in pending()
+                )
+            )
+        waiters = [asyncio.ensure_future(wait_readable(s)) for s in (sock, watch.monitor)]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
 
 def _split_tcp(address: str) -> tuple[str, int]:
