@@ -27,6 +27,9 @@ def _add_frontend_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--grpc-listen-fd", type=int, default=None)
     p.add_argument("--coordinator-address", default=None)
     p.add_argument("--args-json", required=True, help="the vllm serve arguments as JSON")
+    # Set by `serve --api-server-count N` for each of its N frontends (not by `vllm serve`).
+    p.add_argument("--client-index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--client-count", type=int, default=1, help=argparse.SUPPRESS)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:

@@ -4,6 +4,7 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,9 @@ def build_frontend_app(
     served = config.served_model_names
     registry = CollectorRegistry()
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
-    llm = LLM(client, EngineCoreRequest, metrics)
+    # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
+    factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
+    llm = LLM(client, factory, metrics)
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,

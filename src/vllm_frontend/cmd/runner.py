@@ -81,6 +81,8 @@ def _load(config_args: dict[str, object]) -> tuple[FrontendConfig, ModelResource
 def run_frontend(args: argparse.Namespace) -> int:
     """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
     setup_logging()
+    if not 0 <= args.client_index < args.client_count:
+        return _fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
     try:
         raw = json.loads(args.args_json)
         if not isinstance(raw, dict):
@@ -102,6 +104,8 @@ def run_frontend(args: argparse.Namespace) -> int:
             ready_timeout_s=config.engine_ready_timeout_secs,
             vocab_size=model.tokenizer.vocab_size,
             max_logprobs=config.max_logprobs,
+            client_index=args.client_index,
+            client_count=args.client_count,
         )
 
     return _run(_serve(config, model, connect, [http_sock], watch=None))
@@ -148,6 +152,10 @@ def run_serve(serve: ServeArgs) -> int:
             return 0
         finally:
             engines.stop()
+    if ns.api_server_count > 1:
+        from vllm_frontend.cmd.api_servers import run_api_servers
+
+        return run_api_servers(serve, spec)
     try:
         config, model = _load(serve.frontend_args())
         http_sock = _http_socket(config)

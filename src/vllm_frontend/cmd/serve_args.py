@@ -122,7 +122,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-methods", type=_json_list, default=None)
     p.add_argument("--allowed-headers", type=_json_list, default=None)
     p.add_argument("--allow-credentials", **opt_bool)
-    p.add_argument("--api-server-count", type=int, default=1)
+    p.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="frontend processes sharing the HTTP socket, each its own engine client",
+    )
     p.add_argument("--python", default=None, help="interpreter for the managed engines")
     p.add_argument(
         "--data-parallel-address", "--handshake-host", dest="data_parallel_address",
@@ -211,6 +216,10 @@ def parse_serve_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Se
         parser.error("--data-parallel-size must be at least 1")
     if ns.data_parallel_size_local is not None and ns.data_parallel_size_local < 0:
         parser.error("--data-parallel-size-local must not be negative")
+    if ns.api_server_count < 1:
+        parser.error("--api-server-count must be at least 1")
+    if ns.headless and ns.api_server_count > 1:
+        parser.error("--api-server-count cannot be combined with --headless")
     if ns.headless and ns.data_parallel_size_local == 0:
         parser.error("--headless cannot be combined with --data-parallel-size-local 0")
     return ServeArgs(ns=ns, engine_args=engine)
