@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.engines import engine_env
+from tests.support.engines import start_vllm
 from tests.support.tiny_model import REPO_ROOT, cache_root, tiny_model_dir
 
 # Bump when the worker's output format or meaning changes: old cache entries are then ignored.
@@ -136,23 +136,27 @@ def _vllm_version() -> str:
 
 
 def _run_worker(model_dir: pathlib.Path, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Run like an engine: own process group, log file, watchdog; killed whole on timeout.
     with tempfile.TemporaryDirectory(prefix="vllm-reference-") as tmp:
-        job, out, log = (pathlib.Path(tmp) / name for name in ("job.json", "out.json", "log.txt"))
+        job, out = pathlib.Path(tmp) / "job.json", pathlib.Path(tmp) / "out.json"
         job.write_text(json.dumps({"model": str(model_dir), "requests": requests}))
-        with log.open("wb") as log_file:
-            code = subprocess.run(
-                [sys.executable, "-m", "tests.support.reference", str(job), str(out)],
-                cwd=REPO_ROOT,
-                env=engine_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                timeout=_TIMEOUT_S,
-                check=False,
-            ).returncode
+        process = start_vllm(
+            "reference",
+            ["-m", "tests.support.reference", str(job), str(out)],
+            {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": str(REPO_ROOT)},
+            program=sys.executable,
+        )
+        try:
+            code: int | None = process.popen.wait(_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            process.stop()
         if code != 0 or not out.exists():
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-            raise RuntimeError(f"vLLM reference run failed (exit code {code}):\n{tail}")
+            raise RuntimeError(
+                f"vLLM reference run failed (exit code {code}); log {process.log_path}:\n"
+                f"{process.log_tail()}"
+            )
         results: list[dict[str, Any]] = json.loads(out.read_text())
         return results
 
@@ -200,6 +204,8 @@ def _worker(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
 
     job = json.loads(pathlib.Path(job_path).read_text())
+    # Bad sampling parameters fail here, before the engine spends half a minute starting.
+    params = [SamplingParams(**r["sampling"]) for r in job["requests"]]
     llm = LLM(
         model=job["model"],
         enforce_eager=True,
@@ -208,7 +214,6 @@ def _worker(job_path: str, out_path: str) -> None:
         seed=0,
     )
     prompts: Any = [{"prompt_token_ids": r["prompt_token_ids"]} for r in job["requests"]]
-    params = [SamplingParams(**r["sampling"]) for r in job["requests"]]
     outputs = llm.generate(prompts, params, use_tqdm=False)
 
     def position(logprobs: Any) -> dict[str, Any] | None:
