@@ -11,8 +11,9 @@ starts them and watches them but cannot wait for readiness itself.
         openai.OpenAI(base_url=server.base_url + "/v1", api_key="x")
 
 Every process is started in its own process group and with its output in a log file; stopping
-sends SIGTERM to the group, then SIGKILL. Processes still alive when the interpreter exits are
-killed too, so a crashed test run leaves nothing behind.
+sends SIGTERM to the group, then SIGKILL. Groups still alive when the interpreter exits are
+killed, and a watchdog per group kills it if the test process itself is killed, so a crashed
+or timed-out test run leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ BASE_ENGINE_ARGS: tuple[str, ...] = (
     "0.5",
 )
 
-# A CPU engine binds OpenMP threads to whole NUMA nodes by default; on a 2-core box that starves
-# the test process and fails outright for a second local engine. One unbound thread per engine
-# is plenty for the tiny model.
+# A CPU engine binds its OpenMP threads to a whole NUMA node by default (one node per local
+# engine, which a one-node box lacks for a second engine) and reserves cores; on 2 cores that
+# starves everything else. One unbound thread per engine is plenty for the tiny model.
 ENGINE_ENV: dict[str, str] = {
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",
