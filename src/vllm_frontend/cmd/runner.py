@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import gc
 import json
 import logging
@@ -240,6 +241,7 @@ async def _serve(
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
     gc.collect()
     gc.freeze()
+    _release_startup_heap()
     logger.info(
         "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
         ", ".join(config.served_model_names),
@@ -260,6 +262,16 @@ async def _serve(
     await http.shutdown(config.shutdown_timeout)
     await client.close()
     return code
+
+
+def _release_startup_heap() -> None:
+    """Hand the heap that startup freed back to the OS.
+
+    Parsing tokenizer.json leaves ~100 MB of freed-but-mapped heap behind (a Llama 3 tokenizer:
+    RSS 206 MB after loading, 101 MB after ``malloc_trim``); glibc keeps it unless asked.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _describe(sock: socket.socket) -> str:
