@@ -182,7 +182,7 @@ _EXTRA = {
     "return_token_ids", "prompt_logprobs", "ignore_eos", "min_tokens", "stop_token_ids",
     "include_stop_str_in_output", "skip_special_tokens", "top_k", "echo", "add_generation_prompt",
     "continue_final_message", "add_special_tokens", "return_tokens_as_token_ids",
-    "return_prompt_text",
+    "return_prompt_text", "repetition_detection",
 }  # fmt: skip
 
 
@@ -356,6 +356,18 @@ def test_generation_config_eos_is_a_stop_token(
     assert ref["choices"][0]["stop_reason"] == END_OF_TEXT
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_repetition_detection_ends_a_looping_generation(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    ref = compare(sdk, completion(frontends.model, prompt=PROMPTS[0], max_tokens=30,
+                                  temperature=0, logit_bias={"264": 100}, stream=stream,
+                                  repetition_detection={"max_pattern_size": 2, "min_count": 3},
+                                  return_token_ids=True))  # fmt: skip
+    if not stream:
+        assert ref["choices"][0]["finish_reason"] == "repetition"
+
+
 def test_min_tokens_holds_eos_back(sdk: dict[str, openai.OpenAI], frontends: Frontends) -> None:
     ref = compare(sdk, completion(frontends.model, prompt=PROMPTS[0], max_tokens=12,
                                   temperature=0, logit_bias={str(EOT): 100}, min_tokens=5,
@@ -511,6 +523,11 @@ def _validate_py(reason: str) -> pytest.MarkDecorator:
         pytest.param("/v1/chat/completions",
                      {"messages": _CHAT_X, "max_completion_tokens": 300},
                      id="max-completion-tokens-too-large"),
+        pytest.param("/v1/completions", {"prompt": "hi", "suffix": "there"}, id="suffix"),
+        pytest.param("/v1/completions", {"prompt": "hi", "suffix": "x", "echo": True},
+                     id="suffix-with-echo"),
+        pytest.param("/v1/completions", {"prompt": "hi", "prompt_embeds": "AAAA"},
+                     id="prompt-embeds"),
         pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 0}, id="max-tokens-0",
                      marks=_validate_py("no '(parameter=max_tokens, value=0)' suffix")),
         pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 4, "min_tokens": 8},

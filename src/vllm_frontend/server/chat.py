@@ -201,6 +201,7 @@ def chat_logprobs(
     num_top: int | None,
     token_text: Any,
     as_token_ids: bool = False,
+    all_candidates: bool = False,
 ) -> ChatLogprobs:
     """vLLM's ``_create_chat_logprobs``: each sampled token with its bytes and the first
     ``top_logprobs`` candidates (in insertion order: sampled token first, then the top-k)."""
@@ -216,7 +217,7 @@ def chat_logprobs(
         token = token_id_placeholder(tid) if as_token_ids else (decoded or token_text(tid))
         tops: list[TopLogprob] = []
         for j, (cid, clp) in enumerate(step.items()):
-            if num_top == -1 or (num_top is not None and j < num_top):
+            if all_candidates or num_top == -1 or (num_top is not None and j < num_top):
                 if as_token_ids:
                     ctoken = token_id_placeholder(cid)
                 else:
@@ -248,6 +249,10 @@ class ChatHandler:
         ctx.check_model(req.model)
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
+        if req.truncate_prompt_tokens is not None:
+            raise errors.NotImplementedFeature(
+                "truncate_prompt_tokens is not supported by this frontend yet."
+            )
         if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
             # vLLM constrains such output with structured outputs, which we do not have yet.
             raise errors.NotImplementedFeature(
@@ -325,6 +330,7 @@ class ChatHandler:
             req.top_logprobs,
             self.ctx.strings().token,
             self._as_token_ids(req),
+            all_candidates=bool(req.logprob_token_ids),
         )
 
     def _gen(

@@ -154,6 +154,7 @@ def completion_logprobs(
     token_text: Any,
     initial_offset: int = 0,
     as_token_ids: bool = False,
+    all_candidates: bool = False,
 ) -> CompletionLogProbs:
     """vLLM's ``_create_completion_logprobs``: per token its string, logprob, the top
     ``num_top + 1`` candidates (by insertion order: sampled first, then top-k) and its offset.
@@ -181,7 +182,7 @@ def completion_logprobs(
             tokens.append(token)
             top: dict[str, float | None] = {}
             for j, (cid, clp) in enumerate(step.items()):
-                if num_top == -1 or num_top >= j:
+                if all_candidates or num_top == -1 or num_top >= j:
                     top[_decoded(clp.decoded_token, cid, token_text, as_token_ids)] = finite(
                         clp.logprob
                     )
@@ -221,10 +222,6 @@ class CompletionsHandler:
         ctx.check_model(req.model)
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
-        if getattr(req, "suffix", None) is not None:
-            raise errors.BadRequest(
-                "suffix is not currently supported"
-            )  # vLLM: only FIM-capable models accept it
         prompts = self._render(req)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         created = int(time.time())
@@ -243,6 +240,34 @@ class CompletionsHandler:
         ctx = self.ctx
         prompt = req.prompt
         add_special = getattr(req, "add_special_tokens", True)
+        if req.suffix is not None:
+            # vLLM's OnlineRenderer.render_completion; no model here has FIM rendering.
+            if req.echo:
+                raise errors.BadRequest("Echo is unsupported with suffix.", param="suffix")
+            if req.prompt_embeds is not None:
+                raise errors.BadRequest(
+                    "suffix is not supported with prompt_embeds", param="suffix"
+                )
+            if req.truncate_prompt_tokens is not None:
+                raise errors.BadRequest(
+                    "suffix is not supported with truncate_prompt_tokens", param="suffix"
+                )
+            if isinstance(prompt, str) or (
+                isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)
+            ):
+                raise errors.BadRequest(
+                    "suffix is only supported for models with FIM completion rendering",
+                    param="suffix",
+                )
+        if req.prompt_embeds is not None and req.prompt_embeds != []:
+            raise errors.InvalidParameter(
+                "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+                parameter="prompt_embeds",
+            )
+        if req.truncate_prompt_tokens is not None:
+            raise errors.NotImplementedFeature(
+                "truncate_prompt_tokens is not supported by this frontend yet."
+            )
         if prompt is None or prompt == "":
             raise errors.InvalidParameter(
                 "Either prompt or prompt_embeds must be provided and non-empty.",
@@ -374,6 +399,7 @@ class CompletionsHandler:
                 req.logprobs,
                 ctx.strings().token,
                 as_token_ids=self._as_token_ids(req),
+                all_candidates=bool(req.logprob_token_ids),
             )
         return CompletionChoice(
             index=index,
@@ -486,6 +512,7 @@ class CompletionsHandler:
                             ctx.strings().token,
                             initial_offset=next_offsets[i],
                             as_token_ids=as_token_ids,
+                            all_candidates=bool(req.logprob_token_ids),
                         )
                         if logprobs.tokens:
                             next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.engine.protocol import SamplingParams
+from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
 from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_id
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
@@ -166,6 +166,7 @@ class ServingContext:
             stream_interval=req.stream_interval,
             watermarking=req.watermarking,
             thinking_token_budget=req.thinking_token_budget,
+            repetition_detection=_repetition_detection(req.repetition_detection),
         )
         return lower_sampling_params(
             sreq, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer
@@ -380,3 +381,14 @@ def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
 
 def _np(value: Any) -> Any:
     return value.numpy() if hasattr(value, "numpy") else value
+
+
+def _repetition_detection(value: Any) -> RepetitionDetectionParams | None:
+    if value is None:
+        return None
+    try:
+        return msgspec.convert(value, RepetitionDetectionParams)
+    except msgspec.ValidationError as e:
+        raise errors.InvalidParameter(
+            f"Invalid repetition_detection: {e}", parameter="repetition_detection"
+        ) from None
