@@ -44,7 +44,8 @@ def vllm_generation_fields(directory: Path, mode: str, override: dict[str, Any])
     return fields, ModelConfig.get_diff_sampling_param(fake)  # type: ignore[arg-type]
 
 
-gen_values = st.one_of(st.none(), st.integers(0, 50), st.floats(0, 2, allow_nan=False))
+# Valid configs only: transformers refuses e.g. max_new_tokens=0 and vLLM then fails to start.
+gen_values = st.one_of(st.none(), st.integers(1, 50), st.floats(0.1, 2, allow_nan=False))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +63,7 @@ def test_special_token_ids_and_sizes_match_transformers(ours: Tokenizer, hf: Any
     assert ours.bos_token_id == hf.bos_token_id
     assert ours.vocab_size == len(hf)
     assert ours.max_chars_per_token == hf.max_chars_per_token
+    assert ours.max_token_id == hf.max_token_id
     added = {i: t.content for i, t in hf.added_tokens_decoder.items()}
     assert dict(ours.added_tokens) == added
 
@@ -73,3 +76,19 @@ def test_single_token_strings_match_vllm(ours: Tokenizer, hf: Any) -> None:
     ids = list(range(ours.vocab_size))
     strings = TokenStrings(ours)
     assert [strings.token(i) for i in ids] == convert_ids_list_to_tokens(hf, ids)
+
+
+@pytest.fixture(scope="session")
+def ours_fastokens(model_dir: Path) -> Tokenizer:
+    pytest.importorskip("fastokens")
+    return Tokenizer.from_dir(model_dir, use_fastokens=True)
+
+
+@SETTINGS
+@given(text=texts, add_special=st.booleans())
+def test_prompt_token_ids_with_fastokens_match_transformers(
+    ours_fastokens: Tokenizer, hf: Any, text: str, add_special: bool
+) -> None:
+    assert ours_fastokens.encode(text, add_special_tokens=add_special) == hf.encode(
+        text, add_special_tokens=add_special
+    )

@@ -8,7 +8,8 @@ One `SequenceProcessor` per engine request (one per choice when n > 1). It follo
 * a stop string found in the text turns the output into a STOP finish with the string as
   `stop_reason`, trims tokens (and their logprobs) after the one completing it, and asks the
   caller to abort the engine request if the engine had not finished it;
-* DELTA mode returns each update's new text/tokens/logprobs (prompt logprobs once);
+* DELTA mode returns each update's new text/tokens/logprobs (prompt logprobs once), or every
+  `stream_interval` tokens when that is above 1;
   FINAL_ONLY mode returns nothing until the sequence finishes, then everything.
 """
 
@@ -125,8 +126,10 @@ class SequenceProcessor:
         "_detok",
         "_final_only",
         "_include_stop",
+        "_interval",
         "_logprobs",
         "_output_ids",
+        "_sent_tokens",
         "_text",
         "finished",
     )
@@ -139,6 +142,7 @@ class SequenceProcessor:
         *,
         token_strings: TokenStrings | None = None,
         request_id: str = "",
+        stream_interval: int = 1,
     ) -> None:
         stop = options.stop
         stops = [stop] if isinstance(stop, str) else list(stop or ())
@@ -159,6 +163,11 @@ class SequenceProcessor:
             keep_released=not self._delta,
         )
         self._output_ids: list[int] = []
+        # vLLM batches DELTA outputs every `stream_interval` tokens (the larger of the server's
+        # --stream-interval and the request's), always sending the first and the last.
+        requested = getattr(options, "stream_interval", None)
+        self._interval = max(requested or 1, stream_interval) if self._delta else 1
+        self._sent_tokens = 0
         if options.logprobs is not None or options.prompt_logprobs is not None:
             strings = token_strings if token_strings is not None else TokenStrings(tokenizer)
             self._logprobs: LogprobsAccumulator | None = LogprobsAccumulator(
@@ -218,6 +227,12 @@ class SequenceProcessor:
             self.finished = True
         if self._final_only and not finished:
             return None
+        if self._interval > 1:
+            total = len(self._output_ids)
+            if not finished and self._sent_tokens and total - self._sent_tokens < self._interval:
+                return None
+            new_ids = self._output_ids[self._sent_tokens :]
+            self._sent_tokens = total
         return self._make_output(
             new_ids, reason, stop_reason if finished else None, finished and not engine_finished
         )

@@ -11,7 +11,9 @@ encode/decode agree with vLLM's.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import tokenizers
 from tokenizers import AddedToken
 
 __all__ = ["Tokenizer", "TokenizerError"]
+
+_log = logging.getLogger(__name__)
 
 # The named special-token slots of transformers' tokenizers, in its order.
 _SPECIAL_SLOTS = (
@@ -84,6 +88,8 @@ class Tokenizer:
         backend: tokenizers.Tokenizer,
         tokenizer_config: Mapping[str, Any] | None = None,
         special_tokens_map: Mapping[str, Any] | None = None,
+        *,
+        use_fastokens: bool | None = None,
     ) -> None:
         config: dict[str, Any] = dict(tokenizer_config or {})
         if "added_tokens_decoder" not in config:
@@ -110,13 +116,20 @@ class Tokenizer:
             for token_id, token in backend.get_added_tokens_decoder().items()
             if token.special
         )
-        vocab = backend.get_vocab(with_added_tokens=True)
-        self._max_token_id = max(vocab.values(), default=-1)
-        self._max_chars_per_token = max((len(t) for t in vocab), default=0)
+        self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~0.1 s)
+        if use_fastokens is None:
+            use_fastokens = os.environ.get("VLLM_USE_FASTOKENS", "0").lower() in ("1", "true")
+        self._encode_fast: Callable[[str, bool], list[int]] | None = (
+            _fastokens_encoder(backend) if use_fastokens else None
+        )
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path) -> Tokenizer:
-        """Load `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`)."""
+    def from_dir(cls, model_dir: str | Path, *, use_fastokens: bool | None = None) -> Tokenizer:
+        """Load `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`).
+
+        `use_fastokens` (default: `VLLM_USE_FASTOKENS=1`, as in vLLM) encodes prompts with the
+        `fastokens` package when it is installed and supports the tokenizer.
+        """
         directory = Path(model_dir)
         path = directory / "tokenizer.json"
         if not path.is_file():
@@ -129,6 +142,7 @@ class Tokenizer:
             backend,
             _read_json(directory / "tokenizer_config.json"),
             _read_json(directory / "special_tokens_map.json"),
+            use_fastokens=use_fastokens,
         )
 
     def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> None:
@@ -175,6 +189,8 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
+        if self._encode_fast is not None:
+            return self._encode_fast(text, add_special_tokens)
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(
@@ -246,12 +262,40 @@ class Tokenizer:
     @property
     def max_token_id(self) -> int:
         """The largest token id in the vocabulary."""
-        return self._max_token_id
+        return self._stats()[0]
 
     @property
     def max_chars_per_token(self) -> int:
         """Length of the longest vocabulary piece (bounds characters per token)."""
-        return self._max_chars_per_token
+        return self._stats()[1]
+
+    def _stats(self) -> tuple[int, int]:
+        if self._vocab_stats is None:
+            vocab = self._backend.get_vocab(with_added_tokens=True)
+            # As vLLM's cached tokenizer: the base vocabulary size also bounds the largest id.
+            base = self._backend.get_vocab_size(with_added_tokens=False)
+            self._vocab_stats = (
+                max(max(vocab.values(), default=-1), base - 1),
+                max((len(t) for t in vocab), default=0),
+            )
+        return self._vocab_stats
+
+
+def _fastokens_encoder(backend: tokenizers.Tokenizer) -> Callable[[str, bool], list[int]] | None:
+    # fastokens (the encoder vllm-rs and VLLM_USE_FASTOKENS use) gives the same ids much faster,
+    # but loads slower and lacks some pipeline pieces (e.g. Metaspace): fall back when it can't.
+    try:
+        import fastokens  # type: ignore[import-not-found,unused-ignore]
+
+        fast = fastokens.Tokenizer.from_json_str(backend.to_str())
+    except Exception as e:
+        _log.warning("fastokens unavailable for this tokenizer (%s); using tokenizers", e)
+        return None
+
+    def encode(text: str, add_special_tokens: bool) -> list[int]:
+        return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    return encode
 
 
 def _read_json(path: Path) -> dict[str, Any]:
