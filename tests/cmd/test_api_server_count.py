@@ -30,6 +30,7 @@ from tests.support.engines import BASE_ENGINE_ARGS, engine_env, free_port, log_d
 from tests.support.reference import reference_generate
 
 MAX_TOKENS = 16
+ENGINES = 2  # mock engines (data parallel): each frontend balances over both
 
 
 class Proc:
@@ -63,7 +64,7 @@ class Proc:
 
 
 class Deployment:
-    """A mock engine and `serve --api-server-count 2` joined to it."""
+    """Two mock engines and `serve --api-server-count 2` joined to them."""
 
     def __init__(self, model: pathlib.Path, tmp: pathlib.Path) -> None:
         self.model = str(model)
@@ -73,6 +74,7 @@ class Deployment:
         self.mock = Proc(
             "mock",
             ["mock-engine", "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "2",
+             "--engine-count", str(ENGINES),
              "--max-model-len", "2048", "--stats-file", str(self.stats_file),
              "--report-interval", "0.2"],
         )  # fmt: skip
@@ -80,6 +82,7 @@ class Deployment:
             "serve",
             ["serve", self.model, "--port", str(self.port), "--api-server-count", "2",
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
+             "--data-parallel-size", str(ENGINES),
              "--http-timeout-keep-alive", "60"],
         )  # fmt: skip
 
@@ -202,8 +205,20 @@ def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
     assert sorted(served) == sorted(p.pid for p in frontends), served
     assert all(n > 0 for n in served.values()), f"a frontend served nothing: {served}"
     assert sum(served.values()) == total, served
-    mock = json.loads(deployment.stats_file.read_text())
-    assert mock["requests"] >= total  # the one engine got every request, from both clients
+    by_engine = _mock_requests_by_engine(deployment.stats_file, total)
+    assert all(n > 0 for n in by_engine.values()), f"an engine got nothing: {by_engine}"
+
+
+def _mock_requests_by_engine(stats_file: pathlib.Path, total: int) -> dict[str, int]:
+    """Requests each mock engine received, once the periodic stats file shows ``total``."""
+    deadline = time.monotonic() + 10
+    while True:
+        stats = json.loads(stats_file.read_text())
+        by_engine = {i: int(e["requests"]) for i, e in stats["engines"].items()}
+        if sum(by_engine.values()) >= total or time.monotonic() > deadline:
+            assert sum(by_engine.values()) == total, by_engine
+            return by_engine
+        time.sleep(0.1)
 
 
 def test_killing_one_frontend_stops_the_rest_with_an_error_status(deployment: Deployment) -> None:
@@ -223,6 +238,109 @@ def test_sigterm_stops_every_frontend_with_status_zero(deployment: Deployment) -
     assert deployment.serve.popen.wait(60) == 0, deployment.logs()
     _, alive = psutil.wait_procs(frontends, timeout=30)
     assert not alive, f"frontends left running: {alive}"
+
+
+def test_killing_the_supervisor_outright_takes_the_frontends_down(deployment: Deployment) -> None:
+    frontends = deployment.frontends()
+    deployment.serve.popen.send_signal(signal.SIGKILL)  # the process only, not its group
+    deployment.serve.popen.wait(10)
+    _, alive = psutil.wait_procs(frontends, timeout=30)
+    assert not alive, f"orphaned frontends still running: {alive}"
+
+
+# Stands in for `python -m vllm.entrypoints.cli.main serve MODEL --headless ...` (what `serve`
+# runs for managed engines): runs the mock engine on the handshake address it was given.
+FAKE_LAUNCHER = """#!{python}
+import os, sys
+args = sys.argv[1:]
+opt = lambda name: args[args.index(name) + 1]
+os.execv(sys.executable, [sys.executable, "-m", "vllm_frontend", "mock-engine",
+    "--handshake-address", f"tcp://{{opt('--data-parallel-address')}}:"
+    f"{{opt('--data-parallel-rpc-port')}}", "--engine-count", opt("--data-parallel-size"),
+    "--step-ms", "2", "--max-model-len", "2048"])
+"""
+
+
+def test_managed_engines_serve_both_frontends_and_their_exit_stops_everything(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    launcher = tmp_path / "fake-python"
+    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable))
+    launcher.chmod(0o755)
+    port = free_port()
+    serve = Proc(
+        "managed-mock",
+        ["serve", str(tiny_model), "--port", str(port), "--api-server-count", "2",
+         "--data-parallel-size", "2", "--data-parallel-rpc-port", str(free_port()),
+         "--python", str(launcher)],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(re.findall(r"\] serving ", serve.log.read_text(errors="replace"))) < 2:
+            assert serve.popen.poll() is None, serve.tail()
+            assert time.monotonic() < deadline, serve.tail()
+            time.sleep(0.3)
+        children = psutil.Process(serve.popen.pid).children()
+        engine = [p for p in children if "mock-engine" in p.cmdline()]
+        frontends = [p for p in children if "frontend" in p.cmdline()]
+        assert len(engine) == 1 and len(frontends) == 2, children
+        # Local engines: each frontend's input and output are private Unix sockets, and both
+        # engines connected to both (a listener plus one accepted connection per engine).
+        for fe in frontends:
+            paths = [c.laddr for c in fe.net_connections(kind="unix") if "vllm-fe-" in c.laddr]
+            for kind in ("input", "output"):
+                mine = [p for p in paths if f"/{kind}-" in p]
+                assert len(set(mine)) == 1 and len(mine) == 1 + 2, paths
+        c = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60
+        )
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            outs = list(
+                pool.map(
+                    lambda i: c.completions.create(
+                        model=str(tiny_model), prompt=f"p{i}", max_tokens=4
+                    ),
+                    range(32),
+                )
+            )
+        assert all(o.choices[0].finish_reason == "length" for o in outs)
+
+        engine[0].send_signal(signal.SIGKILL)
+        assert serve.popen.wait(60) != 0, serve.tail()
+        assert "managed engine launcher exited" in serve.log.read_text(errors="replace")
+        _, alive = psutil.wait_procs(frontends, timeout=30)
+        assert not alive, alive
+    finally:
+        serve.stop()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--api-server-count", "0"], "--api-server-count must be at least 1"),
+        (["--api-server-count", "2", "--headless"], "cannot be combined with --headless"),
+    ],
+)
+def test_bad_api_server_count_is_refused_with_a_message(
+    tiny_model: pathlib.Path, flags: list[str], message: str
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_frontend", "serve", str(tiny_model), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_frontend_refuses_a_client_index_outside_the_client_count() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_frontend", "frontend", "--listen-fd", "0",
+         "--input-listener-fd", "0", "--output-listener-fd", "0", "--args-json", "{}",
+         "--client-index", "2", "--client-count", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "--client-index must be in 0..1" in out.stderr, out.stderr
 
 
 PROMPTS = [
