@@ -255,7 +255,7 @@ async def _supervise(
         handshake.result()
     except (HandshakeError, OSError, ValueError) as e:
         stopping.cancel()
-        logger.error("engine startup failed: %s", e)
+        logger.error("startup failed: %s", e)
         return 1
     logger.info("engines ready; %d frontend processes serving", count)
     died = asyncio.ensure_future(something_died())
