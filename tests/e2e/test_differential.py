@@ -111,14 +111,18 @@ def stream_summary(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """What a stream says, independent of how its deltas were cut into chunks.
 
     vLLM coalesces the deltas of several engine steps into one chunk when its HTTP writer falls
-    behind, so chunk boundaries depend on timing. Compared instead: the first chunk, every
-    choice's concatenated text, logprobs and token ids, its finish and stop reason, the last
-    usage seen, the trailing usage chunk, and the set of key layouts the chunks use.
+    behind, so chunk boundaries depend on timing. Compared instead: each choice's first chunk,
+    its concatenated text, logprobs and token ids, its finish and stop reason, the last usage
+    seen, the trailing usage chunk, and the set of key layouts the chunks use.
     """
     choices: dict[int, dict[str, Any]] = {}
+    firsts: dict[int, dict[str, Any]] = {}
     layouts = set()
     usage = None
     for chunk in chunks:
+        # Choices of different samples or prompts interleave in arrival order: per choice.
+        for c in chunk.get("choices", []):
+            firsts.setdefault(c["index"], chunk)
         layouts.add(tuple(sorted(chunk)))
         if "usage" in chunk and chunk.get("choices"):
             usage = chunk["usage"]
@@ -144,7 +148,7 @@ def stream_summary(chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 state["stop_reason"] = c.get("stop_reason")
     # Offsets restart with every chunk's tokens; their concatenation must still agree.
     return {
-        "first": chunks[0] if chunks else None,
+        "first_chunk_of_each_choice": firsts,
         "choices": choices,
         "last_usage": usage,
         "usage_chunk": chunks[-1] if chunks and not chunks[-1].get("choices") else None,
@@ -485,6 +489,40 @@ def test_max_tokens_fills_the_context_exactly(
                       temperature=0, ignore_eos=True))  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "prompt,truncate,side",
+    [
+        (PROMPTS[2], 4, None),
+        (PROMPTS[2], 4, "left"),
+        (PROMPTS[2], 4, "right"),
+        ([128000, 9906, 1917, 264, 264, 264], 3, None),
+        ([128000, 9906, 1917, 264, 264, 264], 3, "left"),
+        ("word " * 400, -1, None),
+    ],
+)  # fmt: skip
+def test_truncate_prompt_tokens_keeps_the_same_prompt_tokens(
+    sdk: dict[str, openai.OpenAI],
+    frontends: Frontends,
+    prompt: str | list[int],
+    truncate: int,
+    side: str | None,
+) -> None:
+    extra: dict[str, Any] = {"truncate_prompt_tokens": truncate}
+    if side is not None:
+        extra["truncation_side"] = side
+    ref = compare(sdk, lambda c: c.completions.create(
+        model=frontends.model, prompt=prompt, max_tokens=3, temperature=0,
+        extra_body={"return_token_ids": True, **extra}))  # fmt: skip
+    assert len(ref["choices"][0]["prompt_token_ids"]) == (
+        truncate if truncate > 0 else frontends.max_model_len - 1
+    )
+    messages: list[Any] = [{"role": "user", "content": "one two three four five six seven"}]
+    compare(sdk, lambda c: c.chat.completions.create(
+        model=frontends.model, messages=messages, max_tokens=3, temperature=0,
+        extra_body={"return_token_ids": True, "truncate_prompt_tokens": 12,
+                    **({"truncation_side": side} if side else {})}))  # fmt: skip
+
+
 def _raw(frontends: Frontends, path: str, body: dict[str, Any]) -> list[tuple[int, Any]]:
     out = []
     for url in (frontends.ours, frontends.vllm):
@@ -523,6 +561,8 @@ def _validate_py(reason: str) -> pytest.MarkDecorator:
         pytest.param("/v1/chat/completions",
                      {"messages": _CHAT_X, "max_completion_tokens": 300},
                      id="max-completion-tokens-too-large"),
+        pytest.param("/v1/completions", {"prompt": "hi", "truncate_prompt_tokens": 300},
+                     id="truncate-above-context"),
         pytest.param("/v1/completions", {"prompt": "hi", "suffix": "there"}, id="suffix"),
         pytest.param("/v1/completions", {"prompt": "hi", "suffix": "x", "echo": True},
                      id="suffix-with-echo"),

@@ -249,28 +249,22 @@ class ChatHandler:
         ctx.check_model(req.model)
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
-        if req.truncate_prompt_tokens is not None:
-            raise errors.NotImplementedFeature(
-                "truncate_prompt_tokens is not supported by this frontend yet."
-            )
         if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
             # vLLM constrains such output with structured outputs, which we do not have yet.
             raise errors.NotImplementedFeature(
                 "tool_choice 'required' or a named function is not supported by this frontend yet."
             )
-        rendered = self._render(req)
-        ctx.check_text_length(rendered.prompt)
-        prompt = PreparedPrompt(
-            ctx.tokenizer.encode(
-                rendered.prompt, add_special_tokens=bool(getattr(req, "add_special_tokens", False))
-            ),
-            rendered.prompt,
-        )
-        ctx.check_prompt_length(len(prompt.token_ids), from_text=True)
-        request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         requested = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
+        rendered = self._render(req)
+        prompt = ctx.prepare_prompt(
+            rendered.prompt,
+            add_special_tokens=bool(req.add_special_tokens),
+            truncate=ctx.truncation(req.truncate_prompt_tokens, requested or 0),
+            truncation_side=req.truncation_side,
+        )
+        request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
         params = ctx.lower(req, chat=True, max_tokens=max_tokens)
         role = ctx.response_role if req.add_generation_prompt is not False else None

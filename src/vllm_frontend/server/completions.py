@@ -264,10 +264,6 @@ class CompletionsHandler:
                 "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
                 parameter="prompt_embeds",
             )
-        if req.truncate_prompt_tokens is not None:
-            raise errors.NotImplementedFeature(
-                "truncate_prompt_tokens is not supported by this frontend yet."
-            )
         if prompt is None or prompt == "":
             raise errors.InvalidParameter(
                 "Either prompt or prompt_embeds must be provided and non-empty.",
@@ -281,18 +277,16 @@ class CompletionsHandler:
         else:
             items = list(prompt)
         ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
-        out: list[PreparedPrompt] = []
-        for item in items:
-            if isinstance(item, str):
-                ctx.check_text_length(item)
-                ids = ctx.tokenizer.encode(item, add_special_tokens=add_special)
-                text: str | None = item
-            else:
-                ids = list(item)
-                text = None
-            ctx.check_prompt_length(len(ids), from_text=text is not None)
-            out.append(PreparedPrompt(ids, text))
-        return out
+        truncate = ctx.truncation(req.truncate_prompt_tokens, req.max_tokens or 0)
+        return [
+            ctx.prepare_prompt(
+                item,
+                add_special_tokens=add_special,
+                truncate=truncate,
+                truncation_side=req.truncation_side,
+            )
+            for item in items
+        ]
 
     def _prompt_text(self, prompt: PreparedPrompt) -> str:
         if prompt.text is None:

@@ -65,6 +65,9 @@ class ServingContext:
     """A ``vllm_frontend.chat.ChatRenderer`` (needed by the chat route)."""
     token_strings: TokenStrings | None = None
     system_fingerprint: str | None = None
+    tokenizer_truncation_side: str = "left"
+    """Side ``truncate_prompt_tokens`` cuts when the request names none: vLLM loads generation
+    models' tokenizers with ``truncation_side="left"`` (vllm/tokenizers/registry.py)."""
 
     @property
     def model_name(self) -> str:
@@ -204,6 +207,64 @@ class ServingContext:
                 value=len(text),
             )
 
+    def truncation(self, truncate: int | None, max_output_tokens: int | None) -> int | None:
+        """The prompt length ``truncate_prompt_tokens`` asks for (vLLM's ``TokenizeParams``):
+        -1 means the context less one token kept for output (the whole context when no output
+        is wanted); more than the context is a 400."""
+        if truncate is None:
+            return None
+        limit = self.max_model_len
+        if truncate > limit:
+            raise errors.InvalidParameter(
+                f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len = "
+                f"{limit}. Please request a smaller truncation size.",
+                parameter="truncate_prompt_tokens",
+                value=truncate,
+            )
+        if truncate < 0:
+            return limit if max_output_tokens == 0 else max(0, limit - 1)
+        return truncate
+
+    def prepare_prompt(
+        self,
+        prompt: str | list[int],
+        *,
+        add_special_tokens: bool,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+    ) -> PreparedPrompt:
+        """Tokenize (or take) a prompt and apply vLLM's renderer steps: the text-length guard,
+        truncation (``truncate`` from :meth:`truncation`) and the context-length check."""
+        side = truncation_side or self.tokenizer_truncation_side
+        if isinstance(prompt, list):
+            ids = list(prompt)
+            if truncate is not None:
+                ids = _truncated(ids, truncate, side)
+            self.check_prompt_length(len(ids), from_text=False)
+            return PreparedPrompt(ids, None)
+        text = prompt
+        if truncate is None:
+            self.check_text_length(text)
+            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        elif truncation_side is not None:
+            # vLLM trims the text by characters first, then tokenizes it whole and slices.
+            limit = self.max_model_len * self.tokenizer.max_chars_per_token
+            if len(text) > limit:
+                text = text[-limit:] if truncation_side == "left" else text[:limit]
+            ids = _truncated(
+                self.tokenizer.encode(text, add_special_tokens=add_special_tokens), truncate, side
+            )
+        else:
+            # vLLM lets the HF tokenizer truncate (max_length counts the special tokens, which
+            # stay): encode bare, truncate the content, then add the special tokens.
+            backend = self.tokenizer.backend
+            encoding = backend.encode(text, add_special_tokens=False)
+            special = backend.num_special_tokens_to_add(False) if add_special_tokens else 0
+            encoding.truncate(max(truncate - special, 0), direction=side)
+            ids = backend.post_process(encoding, add_special_tokens=add_special_tokens).ids
+        self.check_prompt_length(len(ids), from_text=True)
+        return PreparedPrompt(ids, prompt)
+
     def check_max_tokens_param(self, max_tokens: int | None, name: str) -> None:
         """vLLM's ``TokenizeParams.__post_init__``: an output budget above the context is a 400."""
         if max_tokens is not None and max_tokens > self.max_model_len:
@@ -213,6 +274,14 @@ class ServingContext:
                 parameter=name,
                 value=max_tokens,
             )
+
+
+def _truncated(ids: list[int], length: int, side: str) -> list[int]:
+    if length >= len(ids):
+        return ids
+    if length == 0:
+        return []
+    return ids[-length:] if side == "left" else ids[:length]
 
 
 def request_id_for(prefix: str, request: Request, body_request_id: str | None) -> str:
