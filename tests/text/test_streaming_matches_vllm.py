@@ -65,7 +65,11 @@ def interesting_ids(tok: Tokenizer) -> list[int]:
 def scenarios(draw: st.DrawFn, tok: Tokenizer) -> dict[str, Any]:
     vocab = tok.vocab_size
     special = interesting_ids(tok)
-    token = st.one_of(st.integers(0, vocab - 1), st.sampled_from(special))
+    # Mostly real ids, often added/byte pieces, rarely ids past the tokenizer's vocabulary (a
+    # model's embedding table can be larger than its tokenizer).
+    token = st.one_of(
+        st.integers(0, vocab - 1), st.sampled_from(special), st.integers(vocab, vocab + 3)
+    )
     prompt = draw(st.lists(token, min_size=1, max_size=12))
     generated = draw(st.lists(token, min_size=1, max_size=40))
     # Stop strings: pieces of what will actually be decoded, plus arbitrary short strings.
