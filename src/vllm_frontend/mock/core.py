@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from vllm_frontend.engine.protocol import (
@@ -124,10 +125,26 @@ def registration_message(
     )
 
 
+_encode = msgspec.msgpack.encode
+
+
+def _raw_array(items: list[bytes]) -> msgspec.Raw:
+    """A msgpack array of already-encoded elements."""
+    n = len(items)
+    if n < 16:
+        header = bytes((0x90 | n,))
+    elif n < 0x10000:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        header = b"\xdd" + n.to_bytes(4, "big")
+    return msgspec.Raw(header + b"".join(items))
+
+
 class _Request:
     """One admitted request's decode state."""
 
     __slots__ = (
+        "checks_stop",
         "client_index",
         "eos",
         "events",
@@ -137,11 +154,14 @@ class _Request:
         "min_tokens",
         "num_output",
         "prompt",
+        "prompt_len",
         "prompt_logprobs",
         "request_id",
         "scheduled",
         "stop_ids",
         "trace_headers",
+        "wire_prefix",
+        "wire_suffix",
     )
 
     def __init__(self, req: EngineCoreRequest, limit: int, options: MockEngineOptions) -> None:
@@ -164,6 +184,14 @@ class _Request:
         pl = sp.prompt_logprobs
         self.prompt_logprobs = None if pl is None else (cap if pl < 0 else pl)
         self.trace_headers = req.trace_headers
+        self.prompt_len = len(self.prompt)
+        self.checks_stop = self.eos is not None or bool(self.stop_ids) or bool(self.mask)
+        # EngineCoreOutput (18-element array) with only request_id, new_token_ids and the echoed
+        # trace_headers set, split around new_token_ids.
+        self.wire_prefix = b"\xdc\x00\x12" + _encode(self.request_id)
+        self.wire_suffix = (
+            b"\xc0" * 8 + _encode(self.trace_headers) + b"\xc0\xc0\x00\xc0\xc0\xc0\xc0"
+        )
         self.num_output = 0
         self.scheduled = False
         self.events: list[EngineCoreEvent] | None = None
@@ -334,6 +362,10 @@ class MockEngineCore:
         self._finished_ids: dict[int, list[str]] = {}
         self._utilities = _Utilities(self)
         self._with_logprobs = 0
+        self._new_prompt_logprobs = 0
+        self._plain_encoder = msgspec.msgpack.Encoder()
+        self.raw_outputs = True
+        """Write common outputs as pre-encoded msgpack (tests compare it with the struct path)."""
         # vLLM's scheduler runs one more (empty) step after requests finish or are aborted,
         # which reports the new counts (and finished ids): `has_finished_requests()`.
         self._needs_flush = False
@@ -494,6 +526,8 @@ class MockEngineCore:
             self._running[request.request_id] = request
             if request.logprobs is not None:
                 self._with_logprobs += 1
+            if request.prompt_logprobs is not None:
+                self._new_prompt_logprobs += 1
             self._new_scheduled += 1
             self._new_scheduled_tokens += len(request.prompt)
 
@@ -514,7 +548,11 @@ class MockEngineCore:
         if self._with_logprobs:
             width = max(r.logprobs for r in running.values() if r.logprobs is not None)
         block = opts.block_size
-        by_client: dict[int, list[EngineCoreOutput]] = {}
+        # Fast path: outputs are written as msgpack bytes (msgspec.Raw) unless some output of
+        # this step carries arrays, whose out-of-band frame numbering needs the full encoder.
+        raw = self.raw_outputs and not self._with_logprobs and not self._new_prompt_logprobs
+        plain = self._plain_encoder.encode
+        by_client: dict[int, list[Any]] = {}
         finished: list[_Request] = []
         used_blocks = 0
         emitted = 0
@@ -527,27 +565,34 @@ class MockEngineCore:
             base += k
             finish: FinishReason | None = None
             stop_reason: int | None = None
-            if request.eos is not None or request.stop_ids or request.mask:
+            if request.checks_stop:
                 toks, finish, stop_reason = self._check_stop(request, toks)
             first = request.num_output == 0
             request.num_output += len(toks)
             emitted += len(toks)
             if finish is None and request.num_output >= request.limit:
                 finish = _LENGTH
-            out = EngineCoreOutput(
-                request.request_id,
-                toks,
-                finish_reason=finish,
-                stop_reason=stop_reason,
-                trace_headers=request.trace_headers,
-            )
-            if request.events is not None:
-                out.events = request.events
-                request.events = None
-            if first:
-                self._first_output(request, out)
-            if request.logprobs is not None:
-                out.new_logprobs = self._sample_logprobs(toks, width)
+            out: Any
+            if raw and finish is None and not first:
+                # The common case: only request_id and new_token_ids differ from defaults.
+                out = request.wire_prefix + plain(toks) + request.wire_suffix
+            else:
+                out = EngineCoreOutput(
+                    request.request_id,
+                    toks,
+                    finish_reason=finish,
+                    stop_reason=stop_reason,
+                    trace_headers=request.trace_headers,
+                )
+                if request.events is not None:
+                    out.events = request.events
+                    request.events = None
+                if first:
+                    self._first_output(request, out)
+                if request.logprobs is not None:
+                    out.new_logprobs = self._sample_logprobs(toks, width)
+                if raw:
+                    out = plain(out)
             outs = by_client.get(request.client_index)
             if outs is None:
                 by_client[request.client_index] = [out]
@@ -556,7 +601,10 @@ class MockEngineCore:
             if finish is not None:
                 finished.append(request)
             else:
-                used_blocks += -(-(len(request.prompt) + request.num_output) // block)
+                used_blocks += -(-(request.prompt_len + request.num_output) // block)
+        self._new_prompt_logprobs = 0
+        if raw:
+            by_client = {c: _raw_array(outs) for c, outs in by_client.items()}  # type: ignore[misc]
         for request in finished:
             rid = request.request_id
             del running[rid]
@@ -570,7 +618,7 @@ class MockEngineCore:
         return self._step_messages(by_client, used_blocks, now)
 
     def _step_messages(
-        self, by_client: dict[int, list[EngineCoreOutput]], used_blocks: int, now: float
+        self, by_client: dict[int, Any], used_blocks: int, now: float
     ) -> list[Message]:
         messages: dict[int, EngineCoreOutputs] = {
             client: EngineCoreOutputs(
