@@ -407,12 +407,14 @@ class MockEngineGroup:
         }
 
     def per_engine(self) -> dict[int, dict[str, int]]:
-        """The same counters for each engine, by engine index."""
+        """The same counters for each engine, plus its current running/waiting counts."""
         return {
             e.engine_index: {
                 "requests": e.core.requests_added,
                 "output_tokens": e.core.output_tokens,
                 "steps": e.core.steps,
+                "running": e.core.num_running,
+                "waiting": e.core.num_waiting,
             }
             for e in self.engines
         }
