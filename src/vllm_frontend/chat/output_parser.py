@@ -1,0 +1,297 @@
+"""Assistant output parsing: reasoning first, then tool calls (vLLM's ``DelegatingParser``).
+
+:class:`OutputParsers` is built once at startup from ``--reasoning-parser``,
+``--tool-call-parser`` and ``--enable-auto-tool-choice`` (unknown names and vocabularies that
+lack a parser's marker tokens fail there). Per choice, :meth:`OutputParsers.for_request` gives an
+:class:`OutputParser` that turns streamed text deltas + token ids into :class:`OutputDelta`
+events (:meth:`OutputParser.feed`), or a whole output into a :class:`ParsedOutput`
+(:meth:`OutputParser.parse`). Orchestration follows ``vllm/parser/abstract_parser.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
+from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, ReasoningParser
+from vllm_frontend.chat.tool_parsers import TOOL_PARSERS, ToolParser
+
+__all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
+
+
+class ParserConfigError(ValueError):
+    """A parser name is unknown, or the tokenizer lacks the tokens a parser needs."""
+
+
+@dataclass(frozen=True)
+class RequestToolOptions:
+    """What of a chat request steers output parsing."""
+
+    tools: bool
+    """The request has a non-empty ``tools`` list."""
+    tool_choice: Any
+    """``"none" | "auto" | "required" | {"type": "function", ...} | None``."""
+    include_reasoning: bool = True
+    chat_template_kwargs: Mapping[str, Any] | None = None
+
+
+class OutputParsers:
+    """The configured parser pair (vLLM's ``ParserManager.get_parser`` result)."""
+
+    def __init__(
+        self,
+        vocab: Mapping[str, int],
+        *,
+        tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
+        enable_auto_tool_choice: bool = False,
+    ) -> None:
+        """Resolve and validate the names against the registries and the vocabulary."""
+        self.vocab = vocab
+        self.enable_auto_tools = enable_auto_tool_choice
+        self.reasoning_cls: type[ReasoningParser] | None = None
+        self.tool_cls: type[ToolParser] | None = None
+        if reasoning_parser:
+            self.reasoning_cls = resolve_reasoning_parser(reasoning_parser)
+        if tool_call_parser:
+            cls = resolve_tool_parser(tool_call_parser)
+            # vLLM only builds the tool parser with --enable-auto-tool-choice.
+            if enable_auto_tool_choice:
+                self.tool_cls = cls
+        flags = []
+        missing: list[str] = []
+        for cls_, flag, name in (
+            (self.tool_cls, "--tool-call-parser", tool_call_parser),
+            (self.reasoning_cls, "--reasoning-parser", reasoning_parser),
+        ):
+            if cls_ is None:
+                continue
+            flags.append(f"{flag} {name}")
+            missing += [t for t in cls_.required_tokens if t not in vocab]
+        if missing:
+            raise ParserConfigError(
+                f"{' and '.join(flags)} cannot be used with this tokenizer: it has no "
+                + ", ".join(repr(t) for t in missing)
+                + " token"
+            )
+
+    @property
+    def active(self) -> bool:
+        """Whether any parser is configured (else output is plain content)."""
+        return self.reasoning_cls is not None or self.tool_cls is not None
+
+    @property
+    def has_reasoning(self) -> bool:
+        """Whether a reasoning parser is configured (``usage`` then reports reasoning tokens)."""
+        return self.reasoning_cls is not None
+
+    @property
+    def has_tools(self) -> bool:
+        """Whether tool calls are parsed (``--enable-auto-tool-choice`` with a parser)."""
+        return self.tool_cls is not None
+
+    def needs_special_tokens(self, options: RequestToolOptions) -> bool:
+        """Whether the request must keep special tokens in its text (the parsers'
+        ``adjust_request``): reasoning parsers that need them always, tool parsers when the
+        request has tools and ``tool_choice`` is not ``none``."""
+        if self.reasoning_cls is not None and self.reasoning_cls.needs_special_tokens:
+            return True
+        return bool(
+            self.tool_cls is not None
+            and self.tool_cls.needs_special_tokens
+            and options.tools
+            and options.tool_choice != "none"
+        )
+
+    def for_request(self, options: RequestToolOptions) -> OutputParser:
+        """A fresh parser for one choice of a request."""
+        reasoning = (
+            self.reasoning_cls(self.vocab, options.chat_template_kwargs)
+            if self.reasoning_cls is not None
+            else None
+        )
+        tool = self.tool_cls(self.vocab) if self.tool_cls is not None else None
+        return OutputParser(reasoning, tool, options, self.enable_auto_tools)
+
+
+def resolve_tool_parser(name: str) -> type[ToolParser]:
+    """The tool parser class registered as ``name``."""
+    if name not in TOOL_PARSERS:
+        raise ParserConfigError(
+            f"tool call parser {name!r} is not supported by vllm-frontend; choose one of: "
+            + ", ".join(sorted(TOOL_PARSERS))
+        )
+    return TOOL_PARSERS[name]
+
+
+def resolve_reasoning_parser(name: str) -> type[ReasoningParser]:
+    """The reasoning parser class registered as ``name``."""
+    if name not in REASONING_PARSERS:
+        raise ParserConfigError(
+            f"reasoning parser {name!r} is not supported by vllm-frontend; choose one of: "
+            + ", ".join(sorted(REASONING_PARSERS))
+        )
+    return REASONING_PARSERS[name]
+
+
+class OutputParser:
+    """Parses one choice's output: streamed with :meth:`feed`, or whole with :meth:`parse`."""
+
+    def __init__(
+        self,
+        reasoning: ReasoningParser | None,
+        tool: ToolParser | None,
+        options: RequestToolOptions,
+        enable_auto_tools: bool,
+    ) -> None:
+        """Use :meth:`OutputParsers.for_request`."""
+        self.reasoning = reasoning
+        self.tool = tool
+        self.options = options
+        self.enable_auto_tools = enable_auto_tools
+        # vLLM's "engine based" mode: no legacy parser in the pair, texts are not accumulated.
+        self._engine_based = tool is None and (reasoning is None or reasoning.engine_based)
+        self._reasoning_ended = False
+        self._prompt_checked = False
+        self._tool_text_started = False
+        self._prev_text = ""
+        self._prev_ids: list[int] = []
+        self._reasoning_ids: list[int] = []
+        self.tool_calls_streamed = False
+        """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def feed(
+        self,
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+        prompt_token_ids: Sequence[int] | None,
+        *,
+        finished: bool,
+    ) -> OutputDelta | None:
+        """What one engine update adds; ``None`` when there is nothing to send yet."""
+        delta_ids = list(delta_token_ids)
+        if not self._prompt_checked and prompt_token_ids is not None:
+            self._prompt_checked = True
+            if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
+                self._reasoning_ended = True
+        if self._engine_based:
+            current_text, current_ids = delta_text, delta_ids
+        else:
+            current_text, current_ids = self._prev_text + delta_text, self._prev_ids + delta_ids
+        msg: OutputDelta | None = None
+        transitioned = False
+        if self.reasoning is not None and not self._reasoning_ended:
+            msg = self.reasoning.stream(self._prev_ids, delta_text, delta_ids)
+            self._reasoning_ids += delta_ids
+            if self.reasoning.ended_in(delta_ids):
+                self._reasoning_ended = transitioned = True
+                current_ids = self.reasoning.content_token_ids(delta_ids)
+                flushed = self.reasoning.finish() if self.reasoning.engine_based else None
+                current_text = ((msg.content if msg else None) or "") + (
+                    (flushed.content if flushed else None) or ""
+                )
+                if self._engine_based:
+                    if current_text:
+                        msg = msg or OutputDelta()
+                        msg.content = current_text
+                else:
+                    delta_text = current_text
+        if self.tool is not None and self._reasoning_ended:
+            if not self._tool_text_started:
+                self._tool_text_started = True
+                self._prev_text, self._prev_ids = "", []
+                delta_text = current_text
+            reasoning_text = msg.reasoning if msg else None
+            msg = self._stream_tools(current_text, delta_text)
+            if reasoning_text:
+                if msg is None:
+                    msg = OutputDelta(reasoning=reasoning_text)
+                elif not msg.reasoning:
+                    msg.reasoning = reasoning_text
+            if msg is not None and msg.tool_calls:
+                self.tool_calls_streamed = True
+        in_reasoning = self.reasoning is not None and not self._reasoning_ended
+        in_tools = self.tool is not None and self._reasoning_ended
+        if msg is None and not transitioned and not in_reasoning and not in_tools:
+            msg = OutputDelta(content=delta_text)
+        if self._engine_based:
+            self._prev_text, self._prev_ids = "", []
+        else:
+            self._prev_text, self._prev_ids = current_text, current_ids
+        if finished:
+            msg = self._finish(msg)
+        if msg is not None and not self.options.include_reasoning:
+            msg.reasoning = None
+            if not msg.content and not msg.tool_calls:
+                msg = None
+        return msg
+
+    def _stream_tools(self, current_text: str, delta_text: str) -> OutputDelta | None:
+        assert self.tool is not None
+        choice = self.options.tool_choice
+        if choice == "none":
+            return OutputDelta(content=delta_text) if delta_text else None
+        if choice == "required" or isinstance(choice, dict):
+            raise NotImplementedError("tool_choice 'required' / named function")
+        return self.tool.stream(self._prev_text, current_text, delta_text)
+
+    def _finish(self, msg: OutputDelta | None) -> OutputDelta | None:
+        if self.tool is not None and msg is not None and msg.tool_calls:
+            last = msg.tool_calls[-1]
+            last.arguments = (last.arguments or "") + self.tool.remaining_arguments()
+        reasoning = self.reasoning
+        if reasoning is not None and reasoning.engine_based and not self._reasoning_ended:
+            flushed = reasoning.finish()
+            if flushed is not None:
+                if msg is None:
+                    msg = flushed
+                else:
+                    if flushed.content:
+                        msg.content = (msg.content or "") + flushed.content
+                    if flushed.reasoning:
+                        msg.reasoning = (msg.reasoning or "") + flushed.reasoning
+        return msg
+
+    def streamed_reasoning_tokens(self) -> int:
+        """Reasoning tokens of the streamed output (``usage.completion_tokens_details``)."""
+        if self.reasoning is None:
+            return 0
+        return self.reasoning.count_reasoning_tokens(self._reasoning_ids, streamed=True)
+
+    # -- whole output ------------------------------------------------------------------------
+
+    def parse(self, text: str) -> ParsedOutput:
+        """Split a finished output into reasoning, content and tool calls."""
+        if self.reasoning is not None:
+            reasoning, content = self.reasoning.extract(text)
+        else:
+            reasoning, content = None, text
+        out = ParsedOutput(reasoning=reasoning, content=content)
+        choice = self.options.tool_choice
+        auto = self.enable_auto_tools and (choice == "auto" or choice is None)
+        if self.tool is None or choice == "none" or not auto:
+            return out
+        found = self.tool.extract(content if content is not None else "")
+        if not found.tools_called:
+            return out
+        out.content = _blank_to_none(found.content)
+        if choice is None:
+            # An explicit null tool_choice: vLLM parses, then builds the message without calls.
+            return out
+        out.tool_calls = [ToolCall(new_tool_call_id(), n, a) for n, a in found.calls]
+        out.tools_called = bool(out.tool_calls)
+        return out
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """Reasoning tokens of a finished output."""
+        if self.reasoning is None:
+            return 0
+        return self.reasoning.count_reasoning_tokens(token_ids, streamed=False)
+
+
+def _blank_to_none(text: str | None) -> str | None:
+    return None if text is not None and text.strip() == "" else text

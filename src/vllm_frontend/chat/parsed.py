@@ -1,0 +1,63 @@
+"""What output parsers produce: streaming deltas and whole-output results (plain data)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+__all__ = ["OutputDelta", "ParsedOutput", "ToolCall", "ToolCallDelta", "new_tool_call_id"]
+
+
+def new_tool_call_id() -> str:
+    """A fresh tool-call id in vLLM's format (``make_tool_call_id`` with ``random_uuid``:
+    ``chatcmpl-tool-`` and the low 64 bits of a UUID4 as 16 hex digits)."""
+    return f"chatcmpl-tool-{uuid.uuid4().int & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+@dataclass
+class ToolCallDelta:
+    """A piece of a streamed tool call.
+
+    The first piece of a call carries ``id`` and ``name`` (a *tool-call start*); later pieces
+    carry argument text to append (an *arguments delta*).
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+    @property
+    def starts_call(self) -> bool:
+        """True for the piece that opens a call (it has the id)."""
+        return self.id is not None
+
+
+@dataclass
+class OutputDelta:
+    """What one streamed engine update adds to the assistant message (vLLM's ``DeltaMessage``)."""
+
+    content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+@dataclass
+class ToolCall:
+    """A complete tool call of a finished message."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as a JSON text."""
+
+
+@dataclass
+class ParsedOutput:
+    """A finished output split into reasoning, content and tool calls."""
+
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tools_called: bool = False
+    """True when tool calls were extracted in ``auto`` mode (finish reason ``tool_calls``)."""
