@@ -13,6 +13,12 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from vllm_frontend.chat.output_parser import (
+    ParserConfigError,
+    resolve_reasoning_parser,
+    resolve_tool_parser,
+)
+
 logger = logging.getLogger(__name__)
 
 
@@ -45,6 +51,11 @@ class FrontendConfig:
     response_role: str = "assistant"
     return_tokens_as_token_ids: bool = False
     exclude_tools_when_tool_choice_none: bool = False
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    """A ``chat.tool_parsers`` name; used only with ``enable_auto_tool_choice``."""
+    reasoning_parser: str | None = None
+    """A ``chat.reasoning_parsers`` name (also read from ``structured_outputs_config``)."""
     enable_prompt_tokens_details: bool = False
     enable_force_include_usage: bool = False
     enable_request_id_headers: bool = False
@@ -77,11 +88,8 @@ class FrontendConfig:
 UNSUPPORTED_KEYS: frozenset[str] = frozenset(
     {
         "lora_modules",
-        "enable_auto_tool_choice",
-        "tool_call_parser",
         "tool_parser_plugin",
         "tool_server",
-        "reasoning_parser",
         "reasoning_parser_plugin",
         "skip_tokenizer_init",
         "tokens_only",
@@ -139,9 +147,6 @@ HARMLESS_KEYS: frozenset[str] = frozenset(
 _NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "tokenizer_mode": ("auto", "hf"),
     "enable_prompt_embeds": (False,),
-    "enable_auto_tool_choice": (False,),
-    "tool_call_parser": (None, "none"),
-    "reasoning_parser": (None, "", "none"),
     "hf_overrides": (None, {}),
     "lora_modules": (None, []),
     "middleware": ([],),
@@ -200,9 +205,14 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
         if key in ("model_tag", "model") or value is None:
             continue
         if key == "structured_outputs_config":
-            backend = _as_dict(key, value).get("backend")
-            if backend:
+            so_config = _as_dict(key, value)
+            if backend := so_config.get("backend"):
                 kwargs["structured_outputs_backend"] = str(backend)
+            # vLLM copies --reasoning-parser into this object; either place names the parser.
+            if (reasoning := so_config.get("reasoning_parser")) and not args.get(
+                "reasoning_parser"
+            ):
+                kwargs["reasoning_parser"] = str(reasoning)
             continue
         if key not in _FIELD_NAMES:
             continue
@@ -235,3 +245,22 @@ def _validate(config: FrontendConfig) -> None:
         )
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
+    _validate_parsers(config)
+
+
+def _validate_parsers(config: FrontendConfig) -> None:
+    # As vLLM's validate_api_server_args / validate_parsed_serve_args: a tool parser is needed
+    # (and checked) only with --enable-auto-tool-choice; a reasoning parser always.
+    if config.tool_call_parser in ("", "none"):
+        config.tool_call_parser = None
+    if config.reasoning_parser in ("", "none"):
+        config.reasoning_parser = None
+    if config.enable_auto_tool_choice and not config.tool_call_parser:
+        raise ConfigError("--enable-auto-tool-choice requires --tool-call-parser")
+    try:
+        if config.enable_auto_tool_choice and config.tool_call_parser:
+            resolve_tool_parser(config.tool_call_parser)
+        if config.reasoning_parser:
+            resolve_reasoning_parser(config.reasoning_parser)
+    except ParserConfigError as e:
+        raise ConfigError(str(e)) from None

@@ -359,3 +359,17 @@ def test_unknown_tool_parser_fails_with_the_valid_names() -> None:
 def test_llama3_json_needs_the_python_tag_token() -> None:
     with pytest.raises(ParserConfigError, match="python_tag"):
         OutputParsers({"a": 1}, tool_call_parser="llama3_json", enable_auto_tool_choice=True)
+
+
+def test_startup_fails_for_an_unknown_parser_name_listing_the_valid_ones() -> None:
+    from vllm_frontend.config import ConfigError, config_from_args
+
+    base = {"model_tag": "m", "enable_auto_tool_choice": True}
+    with pytest.raises(ConfigError, match=r"'pythonic'.*hermes, llama3_json"):
+        config_from_args({**base, "tool_call_parser": "pythonic"})
+    with pytest.raises(ConfigError, match=r"'granite'.*deepseek_r1, qwen3"):
+        config_from_args({"model_tag": "m", "reasoning_parser": "granite"})
+    with pytest.raises(ConfigError, match="requires --tool-call-parser"):
+        config_from_args(base)
+    config = config_from_args({**base, "tool_call_parser": "hermes", "reasoning_parser": "qwen3"})
+    assert (config.tool_call_parser, config.reasoning_parser) == ("hermes", "qwen3")

@@ -103,6 +103,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default-chat-template-kwargs", type=_json_object, default=None)
     p.add_argument("--trust-request-chat-template", **opt_bool)
     p.add_argument("--exclude-tools-when-tool-choice-none", **opt_bool)
+    p.add_argument("--enable-auto-tool-choice", **opt_bool)
+    p.add_argument("--tool-call-parser", default=None)
+    p.add_argument("--reasoning-parser", default=None)
     p.add_argument(
         "--chat-template-content-format", choices=["auto", "string", "openai"], default="auto"
     )
