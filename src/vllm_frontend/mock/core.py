@@ -545,8 +545,11 @@ class MockEngineCore:
         k = opts.tokens_per_step
         token_ids: list[int] = self._rng.integers(0, opts.vocab_size, len(running) * k).tolist()
         width = 0
-        if self._with_logprobs:
+        lp_row = 0
+        with_logprobs = bool(self._with_logprobs)
+        if with_logprobs:
             width = max(r.logprobs for r in running.values() if r.logprobs is not None)
+            lp_ids, lp_lps, lp_ranks = self._logprob_batch(self._with_logprobs * k, width)
         block = opts.block_size
         # Fast path: outputs are written as msgpack bytes (msgspec.Raw) unless some output of
         # this step carries arrays, whose out-of-band frame numbering needs the full encoder.
@@ -590,7 +593,14 @@ class MockEngineCore:
                 if first:
                     self._first_output(request, out)
                 if request.logprobs is not None:
-                    out.new_logprobs = self._sample_logprobs(toks, width)
+                    end = lp_row + len(toks)
+                    lp_ids[lp_row:end, 0] = toks
+                    out.new_logprobs = LogprobsLists(
+                        NdArray.from_numpy(lp_ids[lp_row:end]),
+                        NdArray.from_numpy(lp_lps[lp_row:end]),
+                        NdArray.from_numpy(lp_ranks[lp_row:end]),
+                    )
+                    lp_row += k
                 if raw:
                     out = plain(out)
             outs = by_client.get(request.client_index)
@@ -603,6 +613,9 @@ class MockEngineCore:
             else:
                 used_blocks += -(-(request.prompt_len + request.num_output) // block)
         self._new_prompt_logprobs = 0
+        if with_logprobs:
+            # The outputs hold views of these arrays; they are encoded after this returns.
+            self._place_sampled(lp_ids, lp_ranks, width)
         if raw:
             by_client = {c: _raw_array(outs) for c, outs in by_client.items()}  # type: ignore[misc]
         for request in finished:
@@ -694,34 +707,31 @@ class MockEngineCore:
         ranks = np.minimum(rng.geometric(0.6, size=rows), width + 4).astype(np.int64)
         return np.log(probs).astype(np.float32), ranks
 
-    def _sample_logprobs(self, toks: list[int], width: int) -> LogprobsLists:
-        rows = len(toks)
+    def _logprob_batch(self, rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample-logprob arrays for ``rows`` positions; column 0 of the ids is left to fill.
+
+        One batch per step keeps the numpy work per step, not per request: each request gets
+        row views of these arrays (see :meth:`_place_sampled`).
+        """
         logp, ranks = self._distribution(rows, width)
         ids = np.empty((rows, width + 1), dtype=np.int32)
-        ids[:, 0] = toks
         ids[:, 1:] = self._rng.integers(0, self.options.vocab_size, size=(rows, width))
         lps = np.empty((rows, width + 1), dtype=np.float32)
         lps[:, 1:] = logp[:, :width]
         lps[:, 0] = logp[np.arange(rows), ranks - 1]
-        # The sampled token sits at its rank among the candidates when it made the top-k.
+        return ids, lps, ranks
+
+    @staticmethod
+    def _place_sampled(ids: np.ndarray, ranks: np.ndarray, width: int) -> None:
+        # The sampled token also sits at its rank among the candidates when it made the top-k.
         in_top = np.nonzero(ranks <= width)[0]
         ids[in_top, ranks[in_top]] = ids[in_top, 0]
-        return LogprobsLists(
-            NdArray.from_numpy(ids), NdArray.from_numpy(lps), NdArray.from_numpy(ranks)
-        )
 
     def _prompt_logprobs(self, prompt: list[int], width: int) -> LogprobsTensors:
         # Row r scores prompt token r+1 (the first prompt token has no logprob).
-        rows = max(len(prompt) - 1, 0)
-        logp, ranks = self._distribution(rows, width)
-        ids = np.empty((rows, width + 1), dtype=np.int32)
+        ids, lps, ranks = self._logprob_batch(max(len(prompt) - 1, 0), width)
         ids[:, 0] = prompt[1:]
-        ids[:, 1:] = self._rng.integers(0, self.options.vocab_size, size=(rows, width))
-        lps = np.empty((rows, width + 1), dtype=np.float32)
-        lps[:, 1:] = logp[:, :width]
-        lps[:, 0] = logp[np.arange(rows), ranks - 1]
-        in_top = np.nonzero(ranks <= width)[0]
-        ids[in_top, ranks[in_top]] = ids[in_top, 0]
+        self._place_sampled(ids, ranks, width)
         return LogprobsTensors(
             Tensor.from_numpy(ids), Tensor.from_numpy(lps), Tensor.from_numpy(ranks)
         )
