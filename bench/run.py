@@ -498,6 +498,39 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ratios(rows: Sequence[dict[str, Any]], ours: str = "ours") -> str:
+    """Markdown table of ours against the peers per workload (the issue's targets' terms)."""
+    by: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if "error" not in r and "skipped" not in r:
+            by.setdefault(r["workload"], {})[r["frontend"]] = r
+    lines = [
+        f"| workload | {ours} CPU/tok ÷ vllm-rs | {ours} CPU/tok ÷ vllm | {ours} tok/s ÷ vllm "
+        f"| {ours} tok/s ÷ vllm-rs | TTFT p50 {ours} − vllm-rs ms | peak RSS {ours} ÷ vllm-rs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, runs in by.items():
+        me = runs.get(ours)
+        if me is None or len(runs) < 2:
+            continue
+        rs, py = runs.get("vllm-rs"), runs.get("vllm")
+
+        def div(key: str, other: dict[str, Any] | None, me: dict[str, Any] = me) -> str:
+            if other is None or not other.get(key):
+                return "—"
+            return f"{me[key] / other[key]:.2f}"
+
+        ttft = "—"
+        if rs is not None and "ttft_p50_ms" in me:
+            ttft = f"{me['ttft_p50_ms'] - rs['ttft_p50_ms']:+.2f}"
+        lines.append(
+            f"| {name} | {div('frontend_cpu_us_per_token', rs)} "
+            f"| {div('frontend_cpu_us_per_token', py)} | {div('output_tok_s', py)} "
+            f"| {div('output_tok_s', rs)} | {ttft} | {div('peak_rss_mb', rs)} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     with contextlib.suppress(Exception):
@@ -634,6 +667,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"JSON: {out}\n")
     print(table(rows))
+    for name in ["ours", *(f for f in frontends if f.startswith("ours-x"))]:
+        extra = ratios(rows, name)
+        if extra:
+            print(f"\n{extra}")
     return 0
 
 
