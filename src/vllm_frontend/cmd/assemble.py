@@ -11,6 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.config import FrontendConfig
@@ -123,6 +124,18 @@ def build_frontend_app(
         services,
         {
             ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
-            ("POST", "/v1/chat/completions"): ChatHandler(ctx, parse_chat_request),
+            ("POST", "/v1/chat/completions"): ChatHandler(
+                ctx, parse_chat_request, output_parsers(config, model.tokenizer)
+            ),
         },
+    )
+
+
+def output_parsers(config: FrontendConfig, tokenizer: Tokenizer) -> OutputParsers:
+    """The configured reasoning / tool-call parsers, checked against the tokenizer."""
+    return OutputParsers.for_tokenizer(
+        tokenizer.token_to_id,
+        tool_call_parser=config.tool_call_parser,
+        reasoning_parser=config.reasoning_parser,
+        enable_auto_tool_choice=config.enable_auto_tool_choice,
     )
