@@ -373,3 +373,153 @@ def test_startup_fails_for_an_unknown_parser_name_listing_the_valid_ones() -> No
         config_from_args(base)
     config = config_from_args({**base, "tool_call_parser": "hermes", "reasoning_parser": "qwen3"})
     assert (config.tool_call_parser, config.reasoning_parser) == ("hermes", "qwen3")
+
+
+# -- over HTTP: the chat route with a scripted engine ----------------------------------------
+
+
+class _ScriptedEngine:
+    """Answers every request with ``token_ids``, one per engine update, then EOS (a stop)."""
+
+    def __init__(self, token_ids: list[int]) -> None:
+        self.token_ids = [*token_ids, 128009]  # <|eot_id|>
+        self.requests: list[Any] = []
+
+    async def _run(self, req: Any) -> Any:
+        from vllm_frontend.engine.protocol import EngineCoreOutput, FinishReason
+
+        for i, tid in enumerate(self.token_ids):
+            last = i == len(self.token_ids) - 1
+            yield EngineCoreOutput(
+                req.request_id, [tid], finish_reason=FinishReason.STOP if last else None
+            )
+
+    def add_request(self, request: Any) -> Any:
+        self.requests.append(request)
+        return self._run(request)
+
+    def abort_requests(self, request_ids: Any) -> int:
+        return len(request_ids)
+
+
+def _chat_app(engine: _ScriptedEngine, parsers: OutputParsers | None) -> Any:
+    import pathlib
+
+    from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+    from vllm_frontend.engine.protocol import EngineCoreRequest
+    from vllm_frontend.llm import LLM
+    from vllm_frontend.server.app import App, ServerSettings
+    from vllm_frontend.server.chat import ChatHandler
+    from vllm_frontend.server.generation import ServingContext
+    from vllm_frontend.server.protocol import parse_chat_request
+    from vllm_frontend.text.sampling import ModelSamplingInfo
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    model = pathlib.Path(tiny_model_dir())
+    tok = Tokenizer.from_dir(model)
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    ctx = ServingContext(
+        llm=LLM(engine, EngineCoreRequest),
+        tokenizer=tok,
+        served_model_names=["m"],
+        max_model_len=2048,
+        sampling=ModelSamplingInfo(max_model_len=2048, eos_token_id=tok.eos_token_id),
+        chat_renderer=ChatRenderer(
+            ModelChatTemplates.from_model_dir(model, cfg), special_tokens_map(cfg)
+        ),
+    )
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=2048))
+    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request, parsers))
+    return app
+
+
+def _post(app: Any, body: dict[str, Any]) -> tuple[int, bytes]:
+    import asyncio
+
+    from vllm_frontend.server.http import Request, Response
+
+    async def go() -> tuple[int, bytes]:
+        request = Request(
+            "POST",
+            "/v1/chat/completions",
+            b"",
+            {b"content-type": b"application/json"},
+            json.dumps(body).encode(),
+        )
+        response = await app(request)
+        if isinstance(response, Response):
+            return response.status, response.body
+        return response.status, b"".join([c async for c in response.body])
+
+    return asyncio.run(go())
+
+
+CALL_TEXT = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}'
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+
+
+def test_chat_route_returns_llama3_tool_calls_like_vllm() -> None:
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    ids = tok.encode(CALL_TEXT, add_special_tokens=False)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser="llama3_json", enable_auto_tool_choice=True
+    )
+    body = {**CHAT, "tools": [WEATHER_TOOL]}
+    req = vllm_request([WEATHER_TOOL])
+    expected = vllm_full("llama3_json", None, CALL_TEXT, req)
+
+    status, raw = _post(_chat_app(_ScriptedEngine(ids), parsers), body)
+    assert status == 200, raw
+    choice = json.loads(raw)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    message = choice["message"]
+    assert message["content"] == expected.content
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+    assert calls == expected.calls
+    assert all(re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", c["id"]) for c in message["tool_calls"])
+
+    status, raw = _post(_chat_app(_ScriptedEngine(ids), parsers), {**body, "stream": True})
+    assert status == 200
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in raw.decode().split("\n\n")
+        if line.startswith("data: {")
+    ]
+    streamed = vllm_stream("llama3_json", None, deltas_of(CALL_TEXT, list(range(len(ids)))), req)
+    names: dict[int, str] = {}
+    args: dict[int, str] = {}
+    for chunk in chunks:
+        for tc in chunk["choices"][0]["delta"].get("tool_calls", []):
+            if "id" in tc:
+                names[tc["index"]] = tc["function"]["name"]
+                assert tc["type"] == "function"
+            args[tc["index"]] = args.get(tc["index"], "") + tc.get("function", {}).get(
+                "arguments", ""
+            )
+    assert [(names[i], args[i]) for i in sorted(names)] == streamed.calls
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_chat_route_rejects_tools_without_auto_tool_choice_like_vllm() -> None:
+    # vLLM's OnlineRenderer.render_chat error messages.
+    app = _chat_app(_ScriptedEngine([1]), None)
+    status, raw = _post(app, {**CHAT, "tools": [WEATHER_TOOL]})
+    assert status == 400
+    assert json.loads(raw)["error"]["message"] == (
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
+    status, raw = _post(app, {**CHAT, "tools": [WEATHER_TOOL], "tool_choice": "required"})
+    assert status == 400
+    assert json.loads(raw)["error"]["message"] == (
+        'tool_choice="required" requires --tool-call-parser to be set'
+    )
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    status, raw = _post(app, {**CHAT, "tools": [WEATHER_TOOL], "tool_choice": named})
+    assert status == 400
+    assert json.loads(raw)["error"]["message"] == (
+        'tool_choice=function "get_weather" requires --tool-call-parser to be set'
+    )
+    status, raw = _post(app, {**CHAT, "tools": [WEATHER_TOOL], "tool_choice": "none"})
+    assert status == 200

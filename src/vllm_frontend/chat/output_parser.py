@@ -10,7 +10,7 @@ events (:meth:`OutputParser.feed`), or a whole output into a :class:`ParsedOutpu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,9 @@ from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, ReasoningPar
 from vllm_frontend.chat.tool_parsers import TOOL_PARSERS, ToolParser
 
 __all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
+
+MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
+"""Every token string a parser may look up by id (besides their ``required_tokens``)."""
 
 
 class ParserConfigError(ValueError):
@@ -76,6 +79,30 @@ class OutputParsers:
                 + ", ".join(repr(t) for t in missing)
                 + " token"
             )
+
+    @classmethod
+    def for_tokenizer(
+        cls,
+        token_to_id: Callable[[str], int | None],
+        *,
+        tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
+        enable_auto_tool_choice: bool = False,
+    ) -> OutputParsers:
+        """Like the constructor, looking up only the marker tokens parsers use (a full
+        vocabulary dict would cost megabytes for nothing)."""
+        names = set(MARKER_TOKENS)
+        for reasoning_cls in REASONING_PARSERS.values():
+            names.update(reasoning_cls.required_tokens)
+        for tool_cls in TOOL_PARSERS.values():
+            names.update(tool_cls.required_tokens)
+        vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
+        return cls(
+            vocab,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+            enable_auto_tool_choice=enable_auto_tool_choice,
+        )
 
     @property
     def active(self) -> bool:
