@@ -3,8 +3,9 @@
 Order of work as in ``OpenAIServingChat._create_chat_completion``: model check (404), template
 rendering and tokenization with the prompt-length checks (400), ``max_tokens`` (or
 ``max_completion_tokens``) resolved against the context, sampling lowering, one engine request
-per sample. No tool or reasoning parser is active (unsupported options are refused at startup),
-so assistant output is plain ``content``.
+per sample. With ``--reasoning-parser`` / ``--tool-call-parser`` the chat layer's
+:class:`~vllm_frontend.chat.output_parser.OutputParsers` split the output into ``reasoning``,
+``content`` and ``tool_calls`` (vLLM's ``Parser`` use in ``chat_completion/serving.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.parsed import OutputDelta
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 
@@ -68,6 +71,21 @@ class ChatLogprobs(msgspec.Struct):
     content: list[ContentLogprob] | None
 
 
+class FunctionJSON(msgspec.Struct):
+    """``function`` of a message tool call."""
+
+    name: str
+    arguments: str
+
+
+class ToolCallJSON(msgspec.Struct):
+    """A message tool call."""
+
+    id: str
+    type: str
+    function: FunctionJSON
+
+
 class ChatMessage(msgspec.Struct):
     """The assistant message as vLLM dumps it (empty ``tool_calls`` dropped)."""
 
@@ -77,7 +95,34 @@ class ChatMessage(msgspec.Struct):
     annotations: None = None
     audio: None = None
     function_call: None = None
+    tool_calls: list[ToolCallJSON] | msgspec.UnsetType = msgspec.UNSET
     reasoning: str | None = None
+
+
+class ReasoningTokens(msgspec.Struct):
+    """``completion_tokens_details`` when a reasoning parser is configured."""
+
+    reasoning_tokens: int
+
+
+class ReasoningUsage(msgspec.Struct):
+    """``usage`` of a full response with a reasoning parser configured."""
+
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int
+    prompt_tokens_details: Any = None
+    completion_tokens_details: ReasoningTokens | None = None
+
+
+class ReasoningUsageChunk(msgspec.Struct, omit_defaults=True):
+    """Stream ``usage`` with a reasoning parser configured."""
+
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int
+    prompt_tokens_details: Any = None
+    completion_tokens_details: ReasoningTokens | None = None
 
 
 class ChatChoice(msgspec.Struct):
@@ -102,7 +147,7 @@ class ChatResponse(msgspec.Struct):
     choices: list[ChatChoice]
     service_tier: None
     system_fingerprint: str | None
-    usage: Usage
+    usage: Usage | ReasoningUsage
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None
     prompt_token_ids: list[int] | None
     prompt_text: str | None = None
@@ -118,10 +163,28 @@ class RoleDelta(msgspec.Struct):
     content: str
 
 
+class DeltaFunctionJSON(msgspec.Struct, omit_defaults=True):
+    """``function`` of a streamed tool-call piece: the name first, then argument text."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCallJSON(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A streamed tool-call piece (``id``/``type`` only on the first piece of a call)."""
+
+    id: str | None = None
+    type: str | None = None
+    index: int
+    function: DeltaFunctionJSON | None = None
+
+
 class ContentDelta(msgspec.Struct, omit_defaults=True):
     """A content delta (``{}`` when empty, as vLLM's bare ``DeltaMessage()``)."""
 
     content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[DeltaToolCallJSON] | None = None
 
 
 class RoleChoice(msgspec.Struct):
@@ -175,7 +238,7 @@ class Chunk(msgspec.Struct, omit_defaults=True):
     created: int
     model: str
     choices: list[DeltaChoice | FinishChoice | RoleChoice]
-    usage: ChatUsageChunk | msgspec.UnsetType = msgspec.UNSET
+    usage: ChatUsageChunk | ReasoningUsageChunk | msgspec.UnsetType = msgspec.UNSET
     system_fingerprint: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
@@ -187,7 +250,7 @@ class UsageOnlyChunk(msgspec.Struct, omit_defaults=True):
     created: int
     model: str
     choices: list[DeltaChoice]
-    usage: UsageChunk
+    usage: UsageChunk | ReasoningUsageChunk
     system_fingerprint: str | None = None
 
 
@@ -237,10 +300,14 @@ def chat_logprobs(
 class ChatHandler:
     """The ``/v1/chat/completions`` route handler."""
 
-    def __init__(self, ctx: ServingContext, parse: Any) -> None:
-        """``parse(body: bytes)`` returns the decoded ``ChatCompletionRequest``."""
+    def __init__(
+        self, ctx: ServingContext, parse: Any, parsers: OutputParsers | None = None
+    ) -> None:
+        """``parse(body: bytes)`` returns the decoded ``ChatCompletionRequest``; ``parsers``
+        are the configured reasoning / tool-call parsers."""
         self.ctx = ctx
         self._parse = parse
+        self._parsers = parsers if parsers is not None and parsers.active else None
 
     async def __call__(self, request: Request) -> Response | StreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
@@ -249,6 +316,7 @@ class ChatHandler:
         ctx.check_model(req.model)
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
+        self._check_tool_choice(req)
         if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
             # vLLM constrains such output with structured outputs, which we do not have yet.
             raise errors.NotImplementedFeature(
@@ -266,6 +334,8 @@ class ChatHandler:
         )
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
+        if self._parsers is not None and self._parsers.needs_special_tokens(self._options(req)):
+            req.skip_special_tokens = False  # the parsers' adjust_request in vLLM
         params = ctx.lower(req, chat=True, max_tokens=max_tokens)
         role = ctx.response_role if req.add_generation_prompt is not False else None
         if role is None:
@@ -278,6 +348,38 @@ class ChatHandler:
             )
         body = await self._full(req, request_id, prompt, params, role, echo_text, dp_rank)
         return Response(body)
+
+    def _check_tool_choice(self, req: Any) -> None:
+        # vLLM's OnlineRenderer.render_chat: a tool choice other than none needs a tool parser.
+        choice = req.tool_choice
+        if (self._parsers is not None and self._parsers.has_tools) or choice in (None, "none"):
+            return
+        if choice == "auto":
+            raise errors.BadRequest(
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                "to be set"
+            )
+        if isinstance(choice, dict):
+            desc = f'function "{(choice.get("function") or {}).get("name")}"'
+        else:
+            desc = f'"{choice}"'
+        raise errors.BadRequest(f"tool_choice={desc} requires --tool-call-parser to be set")
+
+    def _options(self, req: Any) -> RequestToolOptions:
+        kwargs = dict(self.ctx.chat_renderer.options.default_chat_template_kwargs)
+        user = req.chat_template_kwargs or {}
+        if req.reasoning_effort is not None and "enable_thinking" not in user:
+            kwargs["enable_thinking"] = req.reasoning_effort != "none"
+        kwargs.update(user)
+        return RequestToolOptions(
+            tools=bool(req.tools),
+            tool_choice=_plain(req.tool_choice),
+            include_reasoning=bool(req.include_reasoning),
+            chat_template_kwargs=kwargs,
+        )
+
+    def _new_parser(self, req: Any) -> OutputParser | None:
+        return None if self._parsers is None else self._parsers.for_request(self._options(req))
 
     def _render(self, req: Any) -> Any:
         ctx = self.ctx
@@ -367,6 +469,7 @@ class ChatHandler:
         return_ids = bool(getattr(req, "return_token_ids", False))
         choices: list[ChatChoice] = []
         prompt_lps = None
+        reasoning_tokens = 0
         for idx, final in enumerate(finals):
             assert final is not None
             seq = final
@@ -375,19 +478,47 @@ class ChatHandler:
             if seq.prompt_logprobs is not None:
                 prompt_lps = seq.prompt_logprobs
             content: str | None = seq.text
+            message = ChatMessage(role=role, content=content)
+            finish_reason = seq.finish_reason or "stop"
+            hide = False
+            if (parser := self._new_parser(req)) is not None:
+                parsed = parser.parse(seq.text)
+                message.content = parsed.content
+                if req.include_reasoning:
+                    message.reasoning = parsed.reasoning
+                hide = not req.include_reasoning  # vLLM then also drops logprobs and token ids
+                if parsed.tool_calls:
+                    message.tool_calls = [
+                        ToolCallJSON(c.id, "function", FunctionJSON(c.name, c.arguments))
+                        for c in parsed.tool_calls
+                    ]
+                if parsed.tools_called:
+                    finish_reason = "tool_calls"
+                reasoning_tokens += parser.count_reasoning_tokens(seq.token_ids)
             if echo_text is not None:
-                content = echo_text + (content or "")
+                message.content = echo_text + (message.content or "")
             choices.append(
                 ChatChoice(
                     index=idx,
-                    message=ChatMessage(role=role, content=content),
-                    logprobs=self._logprobs(req, seq),
-                    finish_reason=seq.finish_reason or "stop",
+                    message=message,
+                    logprobs=None if hide else self._logprobs(req, seq),
+                    finish_reason=finish_reason,
                     stop_reason=seq.stop_reason,
-                    token_ids=list(seq.token_ids) if return_ids else None,
+                    token_ids=list(seq.token_ids) if return_ids and not hide else None,
                 )
             )
         num_gen = sum(s.num_output_tokens for s in finals if s is not None)
+        full_usage: Usage | ReasoningUsage = usage(
+            len(prompt.token_ids), num_gen, cached if ctx.enable_prompt_tokens_details else None
+        )
+        if self._parsers is not None and self._parsers.has_reasoning:
+            full_usage = ReasoningUsage(
+                full_usage.prompt_tokens,
+                full_usage.total_tokens,
+                full_usage.completion_tokens,
+                full_usage.prompt_tokens_details,
+                ReasoningTokens(reasoning_tokens),
+            )
         response = ChatResponse(
             id=request_id,
             object="chat.completion",
@@ -396,11 +527,7 @@ class ChatHandler:
             choices=choices,
             service_tier=None,
             system_fingerprint=ctx.system_fingerprint,
-            usage=usage(
-                len(prompt.token_ids),
-                num_gen,
-                cached if ctx.enable_prompt_tokens_details else None,
-            ),
+            usage=full_usage,
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
             prompt_text=prompt.text if req.return_prompt_text else None,
@@ -428,6 +555,9 @@ class ChatHandler:
         num_prompt = len(prompt.token_ids)
         num_tokens = [0] * n
         finish_sent = [False] * n
+        parsers = [self._new_parser(req) for _ in range(n)]
+        reasoning_details = self._parsers is not None and self._parsers.has_reasoning
+        named_tool = isinstance(req.tool_choice, dict)
         cached: int | None = None
         first = True
         obj = "chat.completion.chunk"
@@ -474,12 +604,34 @@ class ChatHandler:
                     num_tokens[idx] += len(seq.token_ids)
                     delta = ContentDelta(seq.text)
                     token_ids = list(seq.token_ids) if return_ids else None
+                    finish_reason = seq.finish_reason
+                    if (parser := parsers[idx]) is not None:
+                        parsed = parser.feed(
+                            seq.text,
+                            seq.token_ids,
+                            prompt.token_ids,
+                            finished=finish_reason is not None,
+                        )
+                        hide = not req.include_reasoning  # no logprobs/ids that show reasoning
+                        if hide:
+                            logprobs = token_ids = None
+                        if parsed is None:
+                            if finish_reason is None and logprobs is None and token_ids is None:
+                                continue
+                            parsed = OutputDelta()
+                        delta = _delta_json(parsed)
+                        if (
+                            parser.tool_calls_streamed
+                            and not named_tool
+                            and finish_reason == "stop"
+                        ):
+                            finish_reason = "tool_calls"
                     choice: DeltaChoice | FinishChoice
-                    if seq.finish_reason is None:
+                    if finish_reason is None:
                         choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
                     else:
                         choice = FinishChoice(
-                            idx, delta, logprobs, seq.finish_reason, seq.stop_reason, token_ids
+                            idx, delta, logprobs, finish_reason, seq.stop_reason, token_ids
                         )
                         finish_sent[idx] = True
                     chunk = Chunk(id=request_id, object=obj, created=created, model=model,
@@ -494,9 +646,30 @@ class ChatHandler:
                         chunk.usage = ChatUsageChunk(
                             num_prompt, num_prompt + num_tokens[idx], num_tokens[idx]
                         )
+                        if reasoning_details and parser is not None:
+                            chunk.usage = ReasoningUsageChunk(
+                                num_prompt,
+                                num_prompt + num_tokens[idx],
+                                num_tokens[idx],
+                                None,
+                                ReasoningTokens(parser.streamed_reasoning_tokens()),
+                            )
                     yield sse(chunk)
             if include_usage:
                 details = cached if ctx.enable_prompt_tokens_details else None
+                last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
+                    num_prompt, sum(num_tokens), details
+                )
+                if reasoning_details:
+                    last_usage = ReasoningUsageChunk(
+                        last_usage.prompt_tokens,
+                        last_usage.total_tokens,
+                        last_usage.completion_tokens,
+                        last_usage.prompt_tokens_details,
+                        ReasoningTokens(
+                            sum(p.streamed_reasoning_tokens() for p in parsers if p is not None)
+                        ),
+                    )
                 yield sse(
                     UsageOnlyChunk(
                         id=request_id,
@@ -504,13 +677,29 @@ class ChatHandler:
                         created=created,
                         model=model,
                         choices=[],
-                        usage=usage_chunk(num_prompt, sum(num_tokens), details),
+                        usage=last_usage,
                         system_fingerprint=ctx.system_fingerprint,
                     )
                 )
         except Exception as e:
             yield errors.error_sse_event(e)
         yield DONE
+
+
+def _delta_json(delta: OutputDelta) -> ContentDelta:
+    """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape)."""
+    calls = [
+        DeltaToolCallJSON(
+            id=tc.id,
+            type="function" if tc.id is not None else None,
+            index=tc.index,
+            function=DeltaFunctionJSON(tc.name, tc.arguments)
+            if tc.name is not None or tc.arguments is not None
+            else None,
+        )
+        for tc in delta.tool_calls
+    ]
+    return ContentDelta(delta.content, delta.reasoning, calls or None)
 
 
 def _plain(value: Any) -> Any:
