@@ -71,7 +71,8 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
     raise TimeoutError(f"{url} not healthy after {timeout} s")
 
 
-@pytest.fixture(scope="session")
+# Package scope: the two engines (~3-4 GB each) are stopped before other test packages start theirs.
+@pytest.fixture(scope="package")
 def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
     """Our server and vLLM's server, each with its own fresh engine (same engine arguments).
 

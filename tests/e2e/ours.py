@@ -1,14 +1,13 @@
 """Our frontend served in-process (on a background event loop) in front of headless engines.
 
-Until the CLI builds the whole app, this wires the pieces the way the server will: engine client
-(handshake owner, Mode A), tokenizer, chat renderer, request metrics, serving context, the
-completion and chat routes on the server's route table, and the HTTP server on a free port.
+It runs the CLI's own assembly (``vllm_frontend.cmd.assemble``) over an engine client in
+handshake-owner mode (Mode A), with the HTTP server on a free port, so the tests can also watch
+the engine client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
 import socket
 import threading
@@ -16,22 +15,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
-from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources
+from vllm_frontend.config import config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
-from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics
-from vllm_frontend.server.app import ServerSettings
-from vllm_frontend.server.chat import ChatHandler
-from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import HttpServer
-from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.server.routes import Services, build_app
-from vllm_frontend.text.model_files import load_model_files
-from vllm_frontend.text.sampling import ModelSamplingInfo
-from vllm_frontend.text.tokenizer import Tokenizer
 
 
 @dataclass
@@ -62,51 +50,15 @@ class OurServer:
 
 
 async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> tuple[Any, Any]:
-    cfg = json.loads((model_dir / "tokenizer_config.json").read_text())
-    tokenizer = Tokenizer.from_dir(model_dir)
+    # The same assembly the CLI runs (vllm_frontend.cmd), with vLLM's default options.
+    config = config_from_args({"model_tag": str(model_dir)})
+    model = load_model_resources(config)
     client = await EngineCoreClient.connect(
-        handshake_address, vocab_size=tokenizer.vocab_size, max_logprobs=20
+        handshake_address,
+        vocab_size=model.tokenizer.vocab_size,
+        max_logprobs=config.max_logprobs,
     )
-    max_model_len = client.max_model_len
-    assert max_model_len is not None
-    served = [str(model_dir)]
-    files = load_model_files(str(model_dir))
-    sampling = ModelSamplingInfo(
-        max_model_len=max_model_len,
-        eos_token_id=tokenizer.eos_token_id,
-        generation_eos_token_ids=files.generation_eos_token_ids,
-        sampling_defaults=dict(files.sampling_defaults),
-        limits=client.limits,
-    )
-    renderer = ChatRenderer(
-        ModelChatTemplates.from_model_dir(model_dir, cfg), special_tokens_map(cfg)
-    )
-    registry = CollectorRegistry()
-    metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
-    registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
-    llm = LLM(client, EngineCoreRequest, metrics)
-    ctx = ServingContext(
-        llm=llm,
-        tokenizer=tokenizer,
-        served_model_names=served,
-        max_model_len=max_model_len,
-        sampling=sampling,
-        chat_renderer=renderer,
-    )
-    completions = CompletionsHandler(ctx, parse_completion_request)
-    chat = ChatHandler(ctx, parse_chat_request)
-    services = Services(
-        engine=client,
-        tokenizer=tokenizer,
-        model_root=str(model_dir),
-        metrics_registry=registry,
-    )
-    app = build_app(
-        ServerSettings(served_model_names=served, max_model_len=max_model_len),
-        services,
-        {("POST", "/v1/completions"): completions, ("POST", "/v1/chat/completions"): chat},
-    )
-    http = HttpServer(app)
+    http = make_server(build_frontend_app(config, model, client))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))

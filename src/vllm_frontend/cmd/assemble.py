@@ -17,7 +17,7 @@ from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.config import FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
@@ -78,6 +78,7 @@ def build_frontend_app(
     served = config.served_model_names
     registry = CollectorRegistry()
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
+    registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
     factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
     llm = LLM(client, factory, metrics)
