@@ -52,6 +52,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         else files.path
     )
     tokenizer = Tokenizer.from_dir(tokenizer_dir)
+    output_parsers(config, tokenizer)  # an unservable parser fails before engines start
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
     options = ChatTemplateOptions(
         chat_template=load_chat_template_option(config.chat_template),
