@@ -82,6 +82,10 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
         handshake.send(
             msgspec.msgpack.encode({"status": "HELLO", "local": False, "headless": True})
         )
+        parent = os.getppid()
+        while not handshake.poll(1000):
+            if os.getppid() != parent:
+                os._exit(0)  # the test process is gone: do not linger as an orphan
         init = codec.decode_handshake_init(handshake.recv())
         input_addr, output_addr = init.addresses.inputs[0], init.addresses.outputs[0]
     else:

@@ -772,9 +772,10 @@ class EngineCoreClient:
     async def _liveness_loop(self) -> None:
         monitors = self._sockets.monitors
         try:
-            while self._dead is None:
+            # Keeps draining after a death too, so monitor events never pile up until close().
+            while True:
                 gone = self._sockets.disconnected_engines()
-                if gone:
+                if gone and self._dead is None:
                     index, channel = gone[0]
                     self._die(
                         EngineDeadError(
@@ -782,7 +783,6 @@ class EngineCoreClient:
                             "the engine process exited or its host is unreachable"
                         )
                     )
-                    return
                 waiters = [asyncio.ensure_future(wait_readable(m)) for m in monitors]
                 try:
                     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

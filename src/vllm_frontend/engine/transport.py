@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import logging
 import os
 import shutil
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 _MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 _EVENT_HEADER = struct.Struct("=HI")
+_monitor_ids = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,16 @@ class _ConnectionWatch:
 
     def __init__(self, sock: zmq.Socket[bytes], name: str) -> None:
         self.name = name
-        self.monitor: zmq.Socket[bytes] = sock.get_monitor_socket(_MONITOR_EVENTS)
+        self._sock = sock
+        # Like Socket.get_monitor_socket, but the receiving end gets an unlimited queue: libzmq
+        # emits monitor events with a blocking send, so a full (or peerless) monitor pipe would
+        # freeze whichever thread emits the next event, even our own.
+        address = f"inproc://vllm-frontend-monitor-{next(_monitor_ids)}"
+        sock.monitor(address, _MONITOR_EVENTS)
+        self.monitor: zmq.Socket[bytes] = sock.context.socket(zmq.PAIR)
+        self.monitor.setsockopt(zmq.RCVHWM, 0)
+        self.monitor.setsockopt(zmq.LINGER, 0)
+        self.monitor.connect(address)
         self._open: set[int] = set()
         self._engine_by_fd: dict[int, int] = {}
         self._mapped: set[int] = set()
@@ -157,6 +168,10 @@ class _ConnectionWatch:
         return gone
 
     def close(self) -> None:
+        # Stop the monitor before closing its receiving end: an event sent to a PAIR without a
+        # peer blocks inside libzmq.
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disable_monitor()
         self.monitor.close(linger=0)
 
 
@@ -214,8 +229,6 @@ class EngineSockets:
                 watch.close()
         for sock in (self.input, self.output, self.coordinator):
             if sock is not None:
-                with contextlib.suppress(zmq.ZMQError):
-                    sock.disable_monitor()
                 sock.close(linger=0)
         self.context.destroy(linger=0)
         if self._tmpdir is not None:
@@ -474,7 +487,6 @@ async def bind_and_handshake(
         sockets.close()
         raise
     handshake_watch.close()
-    handshake_sock.disable_monitor()
     handshake_sock.close(linger=0)
     return sockets
 
@@ -626,9 +638,7 @@ async def own_handshake(
         )
         await _first(_handshake_until_ready(hs, sock, watch, timeout_s), abort, "engine startup")
     finally:
-        watch.close()
-        with contextlib.suppress(zmq.ZMQError):
-            sock.disable_monitor()
+        watch.close()  # disables the monitor first
         sock.close(linger=0)
         ctx.destroy(linger=0)
 
