@@ -75,9 +75,9 @@ class OutputParsers:
             missing += [t for t in cls_.required_tokens if t not in vocab]
         if missing:
             raise ParserConfigError(
-                f"{' and '.join(flags)} cannot be used with this tokenizer: it has no "
+                f"{' and '.join(flags)} cannot be used with this tokenizer: it lacks the "
                 + ", ".join(repr(t) for t in missing)
-                + " token"
+                + " token(s)"
             )
 
     @classmethod
