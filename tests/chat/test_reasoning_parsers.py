@@ -140,3 +140,77 @@ def test_reasoning_parser_needs_think_tokens() -> None:
         from vllm_frontend.chat.output_parser import OutputParsers
 
         OutputParsers({"x": 0}, reasoning_parser="qwen3")
+
+
+# -- over HTTP: the chat route with a scripted engine ----------------------------------------
+
+THOUGHT = "<think>\nThe user asks about the weather.\n</think>\n\nIt is sunny in Paris."
+
+
+@pytest.fixture(scope="module")
+def think_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test tokenizer (with ``<think>`` tokens) saved for our own Tokenizer."""
+    path = tmp_path_factory.mktemp("think-tokenizer")
+    tokenizer().save_pretrained(path)
+    return str(path)
+
+
+def _reasoning_app(tokenizer_dir: str) -> tuple[Any, Any]:
+    from tests.chat.test_tool_parsers import _chat_app, _ScriptedEngine
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tokenizer_dir)
+    engine = _ScriptedEngine(tok.encode(THOUGHT, add_special_tokens=False))
+    parsers = OutputParsers.for_tokenizer(tok.token_to_id, reasoning_parser="qwen3")
+    return _chat_app(engine, parsers, tokenizer_dir), engine
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}]}
+
+
+def test_chat_route_separates_reasoning_like_vllm(think_tokenizer_dir: str) -> None:
+    import json
+
+    from tests.chat.test_tool_parsers import _post
+
+    req = vllm_request(None)
+    expected = vllm_full(None, "qwen3", THOUGHT, req)
+    ids = tokenizer().encode(THOUGHT, add_special_tokens=False)
+    vllm_parser = vllm_parser_cls(None, "qwen3")(tokenizer(), None, chat_template_kwargs={})
+    expected_tokens = vllm_parser.count_reasoning_tokens([*ids, 128009])
+
+    app, engine = _reasoning_app(think_tokenizer_dir)
+    status, raw = _post(app, CHAT)
+    assert status == 200, raw
+    body = json.loads(raw)
+    message = body["choices"][0]["message"]
+    assert (message["reasoning"], message["content"]) == (expected.reasoning, expected.content)
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": expected_tokens}
+    # vLLM's qwen3 parser asks for special tokens to stay in the text.
+    assert engine.requests[0].sampling_params.skip_special_tokens is False
+
+    status, raw = _post(app, {**CHAT, "include_reasoning": False})
+    message = json.loads(raw)["choices"][0]["message"]
+    assert (message["reasoning"], message["content"]) == (None, expected.content)
+
+    app, _ = _reasoning_app(think_tokenizer_dir)
+    status, raw = _post(app, {**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in raw.decode().split("\n\n")
+        if line.startswith("data: {")
+    ]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    streamed = vllm_stream(None, "qwen3", deltas_of(THOUGHT, list(range(len(ids)))), req)
+    assert "".join(d.get("reasoning") or "" for d in deltas) == streamed.reasoning
+    assert "".join(d.get("content") or "" for d in deltas) == streamed.content
+    reference = vllm_parser_cls(None, "qwen3")(tokenizer(), None, chat_template_kwargs={})
+    updates = [*deltas_of(THOUGHT, list(range(len(ids)))), ("", [128009])]
+    for k, (text, update_ids) in enumerate(updates):
+        reference.parse_delta(
+            text, update_ids, req, prompt_token_ids=prompt_ids(), finished=k == len(updates) - 1
+        )
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {
+        "reasoning_tokens": reference.count_reasoning_tokens([*ids, 128009])
+    }

@@ -405,7 +405,9 @@ class _ScriptedEngine:
         return len(request_ids)
 
 
-def _chat_app(engine: _ScriptedEngine, parsers: OutputParsers | None) -> Any:
+def _chat_app(
+    engine: _ScriptedEngine, parsers: OutputParsers | None, tokenizer_dir: str | None = None
+) -> Any:
     import pathlib
 
     from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
@@ -419,7 +421,7 @@ def _chat_app(engine: _ScriptedEngine, parsers: OutputParsers | None) -> Any:
     from vllm_frontend.text.tokenizer import Tokenizer
 
     model = pathlib.Path(tiny_model_dir())
-    tok = Tokenizer.from_dir(model)
+    tok = Tokenizer.from_dir(tokenizer_dir or model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(engine, EngineCoreRequest),
