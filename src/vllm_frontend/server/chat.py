@@ -492,6 +492,8 @@ class ChatHandler:
                         ToolCallJSON(c.id, "function", FunctionJSON(c.name, c.arguments))
                         for c in parsed.tool_calls
                     ]
+                    if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
+                        message.tool_calls = message.tool_calls[:1]
                 if parsed.tools_called:
                     finish_reason = "tool_calls"
                 reasoning_tokens += parser.count_reasoning_tokens(seq.token_ids)
@@ -619,6 +621,8 @@ class ChatHandler:
                             if finish_reason is None and logprobs is None and token_ids is None:
                                 continue
                             parsed = OutputDelta()
+                        if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
+                            parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
                         delta = _delta_json(parsed)
                         if (
                             parser.tool_calls_streamed
