@@ -562,3 +562,38 @@ def test_explicit_null_tool_choice_matches_vllm(text: str) -> None:
     req = vllm_request([WEATHER_TOOL], tool_choice=None)
     assert req.tool_choice is None
     _check("hermes", None, text, req, None)
+
+
+def test_parallel_tool_calls_false_keeps_only_the_first_call_like_vllm() -> None:
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    text = LLAMA_OUTPUTS[2]  # two calls
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    ids = tok.encode(text, add_special_tokens=False)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser="llama3_json", enable_auto_tool_choice=True
+    )
+    body = {**CHAT, "tools": [WEATHER_TOOL, TIME_TOOL], "parallel_tool_calls": False}
+    expected = vllm_full("llama3_json", None, text, vllm_request([WEATHER_TOOL, TIME_TOOL]))
+    assert len(expected.calls) == 2
+    status, raw = _post(_chat_app(_ScriptedEngine(ids), parsers), body)
+    message = json.loads(raw)["choices"][0]["message"]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+    assert calls == expected.calls[:1]
+
+    assert status == 200
+
+    def streamed_indexes(parallel: bool) -> set[int]:
+        stream_body = {**body, "stream": True, "parallel_tool_calls": parallel}
+        status, raw = _post(_chat_app(_ScriptedEngine(ids), parsers), stream_body)
+        assert status == 200
+        return {
+            tc["index"]
+            for line in raw.decode().split("\n\n")
+            if line.startswith("data: {")
+            for choice in json.loads(line.removeprefix("data: "))["choices"]
+            for tc in choice["delta"].get("tool_calls", [])
+        }
+
+    assert streamed_indexes(True) == {0, 1}
+    assert streamed_indexes(False) == {0}
