@@ -187,7 +187,17 @@ def test_serve_joins_two_external_engines_and_reports_their_death(
         served = _served_by_engine(http_get(port, "/metrics")[1])
         assert served.get("0", 0) >= 1 and served.get("1", 0) >= 1, served
 
+        # A long stream on engine 1 is in flight when that engine is killed.
+        stream = c.completions.create(
+            model=str(tiny_model), prompt=PROMPT, max_tokens=1500, stream=True,
+            extra_body={"ignore_eos": True}, extra_headers={"X-data-parallel-rank": "1"},
+        )  # fmt: skip
+        chunks = iter(stream)
+        next(chunks)
         engines.kill_engine(1, signal.SIGKILL)
+        with pytest.raises(openai.APIError):
+            for _ in chunks:
+                pass
         deadline = time.monotonic() + 30
         while http_get(port, "/health")[0] != 503:
             assert time.monotonic() < deadline, "/health still 200 after an engine was killed"
@@ -195,6 +205,9 @@ def test_serve_joins_two_external_engines_and_reports_their_death(
         with pytest.raises(openai.APIStatusError) as err:
             c.completions.create(model=str(tiny_model), prompt=PROMPT, max_tokens=2)
         assert err.value.status_code >= 500
+        # External engines are not ours: we stay up, unhealthy, until told to stop.
+        assert fe.proc.poll() is None
+        assert http_get(port, "/health")[0] == 503
     finally:
         fe.stop()
         engines.stop()

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources
+from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources, vocab_bound
 from vllm_frontend.config import config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.server.app import make_server
@@ -55,7 +55,7 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
     model = load_model_resources(config)
     client = await EngineCoreClient.connect(
         handshake_address,
-        vocab_size=model.tokenizer.vocab_size,
+        vocab_size=vocab_bound(model),
         max_logprobs=config.max_logprobs,
     )
     http = make_server(build_frontend_app(config, model, client))

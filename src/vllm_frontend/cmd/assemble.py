@@ -69,6 +69,18 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
 
 
+def vocab_bound(model: ModelResources) -> int:
+    """Token ids below this are in vocabulary: vLLM takes the larger of the tokenizer's and the
+    model's vocabulary (vllm/renderers/base.py ``validate_token_ids``; they differ for Qwen3)."""
+    config = model.files.config
+    text_config = config.get("text_config")
+    model_vocab = config.get("vocab_size")
+    if model_vocab is None and isinstance(text_config, dict):
+        model_vocab = text_config.get("vocab_size")
+    bound = model.tokenizer.max_token_id + 1
+    return max(bound, model_vocab) if isinstance(model_vocab, int) else bound
+
+
 def build_frontend_app(
     config: FrontendConfig, model: ModelResources, client: EngineCoreClient
 ) -> App:

@@ -20,7 +20,12 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from vllm_frontend.cmd.assemble import ModelResources, build_frontend_app, load_model_resources
+from vllm_frontend.cmd.assemble import (
+    ModelResources,
+    build_frontend_app,
+    load_model_resources,
+    vocab_bound,
+)
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
@@ -103,13 +108,14 @@ def run_frontend(args: argparse.Namespace) -> int:
             engine_count=args.engine_count,
             coordinator_address=args.coordinator_address,
             ready_timeout_s=config.engine_ready_timeout_secs,
-            vocab_size=model.tokenizer.vocab_size,
+            vocab_size=vocab_bound(model),
             max_logprobs=config.max_logprobs,
             client_index=args.client_index,
             client_count=args.client_count,
         )
 
-    return _run(_serve(config, model, connect, [http_sock], watch=None))
+    # Under `vllm serve` a non-zero exit makes the supervisor tear everything down (§3.2.4).
+    return _run(_serve(config, model, connect, [http_sock], exit_on_engine_death=True))
 
 
 # -- serve (Mode A: we own the handshake) --------------------------------------------------
@@ -188,13 +194,14 @@ def run_serve(serve: ServeArgs) -> int:
             engine_count=ns.data_parallel_size,
             local=local,
             ready_timeout_s=config.engine_ready_timeout_secs,
-            vocab_size=model.tokenizer.vocab_size,
+            vocab_size=vocab_bound(model),
             max_logprobs=config.max_logprobs,
             process_watcher=watch if engines_proc is not None else None,
         )
 
     try:
-        return _run(_serve(config, model, connect, [http_sock], watch=engines_proc))
+        # Managed engines die with us; external ones keep us up and unhealthy until stopped.
+        return _run(_serve(config, model, connect, [http_sock], exit_on_engine_death=not external))
     finally:
         if engines_proc is not None:
             engines_proc.stop(config.shutdown_timeout)
@@ -208,7 +215,7 @@ async def _serve(
     model: ModelResources,
     connect: Callable[[], Awaitable[EngineCoreClient]],
     sockets: list[socket.socket],
-    watch: ManagedEngines | None,
+    exit_on_engine_death: bool,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -251,11 +258,16 @@ async def _serve(
         time.monotonic() - _STARTED,
     )
     code = 0
+    reported = False
     while not stop.is_set():
-        if client.is_dead:
+        if client.is_dead and not reported:
             logger.error("engine failure: %s", client.dead_error)
-            code = 1
-            break
+            reported = True
+            if exit_on_engine_death:
+                code = 1
+                break
+            # External engines are not ours to restart: stay up answering /health 503 and
+            # failing requests with a clear error, so whoever runs the engines can see it.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
     logger.info("shutting down")
