@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_streaming_matches_vllm import DELTA, FINAL_ONLY, scenarios, vllm_params
 from vllm_reference import VllmSequence
@@ -46,8 +46,11 @@ def normalise(positions: Any) -> Any:
 def test_sample_and_prompt_logprobs_match_vllm(ours: Tokenizer, hf: Any, data: Any) -> None:
     sc = data.draw(scenarios(ours))
     # vLLM itself crashes decoding a logprob for an id past a Metaspace tokenizer's vocabulary
-    # (convert_ids_to_tokens gives None); ours shows "". Compare on in-vocabulary ids only.
-    assume(all(t < ours.vocab_size for step in [sc["prompt"], *sc["steps"]] for t in step))
+    # (convert_ids_to_tokens gives None); ours shows "". Compare on in-vocabulary ids only:
+    # fold the scenario's ids into the vocabulary (filtering them out starved hypothesis).
+    vocab = ours.vocab_size
+    sc["prompt"] = [t % vocab for t in sc["prompt"]]
+    sc["steps"] = [[t % vocab for t in step] for step in sc["steps"]]
     options = sc["options"]
     options.logprobs = data.draw(st.sampled_from([0, 1, 2, 5, -1]))
     options.prompt_logprobs = data.draw(st.sampled_from([None, 0, 3, -1]))
