@@ -590,6 +590,10 @@ def test_bad_requests_get_vllms_status_and_error(
     (ours_status, ours), (ref_status, ref) = _raw(frontends, path, body)
     assert ref_status >= 400
     assert (ours_status, ours) == (ref_status, ref)
+    # A refused request leaves the server healthy and nothing behind in the engine.
+    assert httpx.get(frontends.ours + "/health", timeout=10).status_code == 200
+    if frontends.our_engine_client is not None:
+        assert frontends.our_engine_client.num_in_flight == 0
 
 
 def test_x_request_id_names_the_response(frontends: Frontends) -> None:
