@@ -300,7 +300,7 @@ def test_prompt_must_be_non_empty_fit_the_context_and_the_vocabulary() -> None:
     for prompt, message in (
         ([], "cannot be empty"),
         (list(range(9)), "maximum context length 8"),
-        ([5, 100], "outside the vocabulary"),
+        ([5, 100], "Token id 100 is out of vocabulary"),
         ([-1], "non-negative"),
         ([1.0], "non-negative ints"),
     ):

@@ -152,7 +152,7 @@ def test_engine_sampling_params_equal_vllms(
     except (ValueError, VLLMValidationError) as e:
         with pytest.raises(InvalidRequestError) as caught:
             lower_sampling_params(req, max_tokens=max_tokens, model=model, tokenizer=ours)
-        assert str(caught.value) == e.args[0]
+        assert caught.value.args[0] == e.args[0]  # the message; the (parameter, value) suffix aside
         assert caught.value.parameter == getattr(e, "parameter", None)
         return
     got = wire_view(lower_sampling_params(req, max_tokens=max_tokens, model=model, tokenizer=ours))

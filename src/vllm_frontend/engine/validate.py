@@ -47,9 +47,18 @@ class InvalidRequestError(ValueError):
     ``parameter`` names the offending field when there is one (for a 400 response).
     """
 
-    def __init__(self, message: str, parameter: str | None = None) -> None:
+    def __init__(self, message: str, parameter: str | None = None, value: Any = None) -> None:
         super().__init__(message)
         self.parameter = parameter
+        self.value = value
+
+    def __str__(self) -> str:
+        # vLLM's VLLMValidationError: the checks that carry the rejected value name it and the
+        # parameter after the message (vllm/exceptions.py), and API errors show that text.
+        base = super().__str__()
+        if self.value is None:
+            return base
+        return f"{base} (parameter={self.parameter}, value={self.value})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,18 +236,18 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     temperature = p.temperature
     if not math.isfinite(temperature):
         raise InvalidRequestError(
-            f"temperature must be a finite number, got {temperature}.", "temperature"
+            f"temperature must be a finite number, got {temperature}.", "temperature", temperature
         )
     if temperature < 0.0:
         raise InvalidRequestError(
-            f"temperature must be non-negative, got {temperature}.", "temperature"
+            f"temperature must be non-negative, got {temperature}.", "temperature", temperature
         )
     if temperature > 2.0:
         raise InvalidRequestError(
-            f"temperature must be in [0, 2], got {temperature}.", "temperature"
+            f"temperature must be in [0, 2], got {temperature}.", "temperature", temperature
         )
     if not 0.0 < p.top_p <= 1.0:
-        raise InvalidRequestError(f"top_p must be in (0, 1], got {p.top_p}.", "top_p")
+        raise InvalidRequestError(f"top_p must be in (0, 1], got {p.top_p}.", "top_p", p.top_p)
     if top_k < -1:
         raise InvalidRequestError(
             f"top_k must be 0 (disable), or at least 1, got {top_k}.", "top_k"
@@ -246,7 +255,9 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     if not 0.0 <= p.min_p <= 1.0:
         raise InvalidRequestError(f"min_p must be in [0, 1], got {p.min_p}.", "min_p")
     if max_tokens is not None and max_tokens < 1:
-        raise InvalidRequestError(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        raise InvalidRequestError(
+            f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+        )
     if min_tokens < 0:
         raise InvalidRequestError(
             f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens"
@@ -339,8 +350,9 @@ def _check_prompt(request: EngineCoreRequest, limits: RequestLimits) -> None:
             raise InvalidRequestError(
                 "prompt_embeds must have one row per prompt token", "prompt_embeds"
             )
-        if limits.vocab_size is not None:
-            _check_vocab(tokens, limits.vocab_size, "prompt_token_ids")
+        if limits.vocab_size is not None and tokens and max(tokens) >= limits.vocab_size:
+            # vLLM's renderer check (renderers/base.py validate_token_ids): no parameter named.
+            raise InvalidRequestError(f"Token id {max(tokens)} is out of vocabulary")
     if length == 0:
         raise InvalidRequestError("the prompt cannot be empty", "prompt_token_ids")
     if limits.max_model_len is not None and length > limits.max_model_len:
@@ -443,13 +455,18 @@ def _check_logprob_limits(
     max_lp = limits.max_logprobs
     if max_lp == -1:
         max_lp = vocab
-    for name, value in (("logprobs", logprobs), ("prompt_logprobs", prompt_logprobs)):
+    for name, kind, value in (
+        ("logprobs", "sample", logprobs),
+        ("prompt_logprobs", "prompt", prompt_logprobs),
+    ):
         if value and max_lp is not None:
             wanted = vocab if value == -1 else value
             if wanted is not None and wanted > max_lp:
                 raise InvalidRequestError(
-                    f"Requested {name} of {wanted}, which is greater than max allowed: {max_lp}",
+                    f"Requested {kind} logprobs of {wanted}, which is greater than max allowed: "
+                    f"{max_lp}",
                     name,
+                    wanted,
                 )
     if logprob_token_ids is not None:
         if len(logprob_token_ids) > _MAX_LOGPROB_TOKEN_IDS:
