@@ -107,6 +107,19 @@ def _merge_logprobs(into: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return into
 
 
+def _without_content(chunk: dict[str, Any]) -> dict[str, Any]:
+    # How many engine steps a chunk carries is timing (see stream_summary): keep the first
+    # chunk's shape and metadata, not its share of the generated text, tokens and logprobs.
+    out = {k: v for k, v in chunk.items() if k != "usage"}  # continuous usage counts that share
+    out["choices"] = []
+    for c in chunk.get("choices", []):
+        c = {k: v for k, v in c.items() if k not in ("text", "token_ids", "logprobs")}
+        if isinstance(c.get("delta"), dict):
+            c["delta"] = {k: v for k, v in c["delta"].items() if k != "content"}
+        out["choices"].append(c)
+    return out
+
+
 def stream_summary(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """What a stream says, independent of how its deltas were cut into chunks.
 
@@ -122,7 +135,7 @@ def stream_summary(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     for chunk in chunks:
         # Choices of different samples or prompts interleave in arrival order: per choice.
         for c in chunk.get("choices", []):
-            firsts.setdefault(c["index"], chunk)
+            firsts.setdefault(c["index"], _without_content(chunk))
         layouts.add(tuple(sorted(chunk)))
         if "usage" in chunk and chunk.get("choices"):
             usage = chunk["usage"]

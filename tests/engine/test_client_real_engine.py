@@ -383,12 +383,13 @@ def test_killing_an_engine_fails_every_stream_and_refuses_new_requests(
                     await collect(stream)
             else:
                 # The shared launcher reacts to the kill by shutting engine 0 down, which
-                # aborts its requests; that ABORT may arrive before the death is noticed.
+                # aborts its requests; that ABORT may arrive before the death is noticed, and
+                # on a fast run engine 0 may even finish its 1500 tokens first.
                 try:
                     outputs = await collect(stream)
                 except EngineDeadError:
                     continue
-                assert outputs[-1].finish_reason is FinishReason.ABORT
+                assert outputs[-1].finish_reason in (FinishReason.ABORT, FinishReason.LENGTH)
         assert client.is_dead
         assert client.dead_error is not None
         with pytest.raises(EngineDeadError):
