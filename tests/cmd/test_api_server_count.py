@@ -314,6 +314,37 @@ def test_managed_engines_serve_both_frontends_and_their_exit_stops_everything(
         serve.stop()
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_killing_serve_outright_takes_its_managed_engines_down(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path, count: int
+) -> None:
+    launcher = tmp_path / "fake-python"
+    launcher.write_text(FAKE_LAUNCHER.format(python=sys.executable))
+    launcher.chmod(0o755)
+    port = free_port()
+    serve = Proc(
+        f"managed-kill-{count}",
+        ["serve", str(tiny_model), "--port", str(port), "--api-server-count", str(count),
+         "--data-parallel-rpc-port", str(free_port()), "--python", str(launcher)],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(re.findall(r"\] serving ", serve.log.read_text(errors="replace"))) < count:
+            assert serve.popen.poll() is None, serve.tail()
+            assert time.monotonic() < deadline, serve.tail()
+            time.sleep(0.3)
+        engines = [
+            p for p in psutil.Process(serve.popen.pid).children() if "mock-engine" in p.cmdline()
+        ]
+        assert len(engines) == 1, psutil.Process(serve.popen.pid).children()
+        serve.popen.send_signal(signal.SIGKILL)  # no chance to stop anything itself
+        serve.popen.wait(10)
+        _, alive = psutil.wait_procs(engines, timeout=30)
+        assert not alive, f"orphaned managed engines still running: {alive}"
+    finally:
+        serve.stop()
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

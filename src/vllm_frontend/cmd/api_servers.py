@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -34,9 +33,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
-from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec
+from vllm_frontend.cmd.managed_engine import (
+    ManagedEngines,
+    ManagedEngineSpec,
+    death_signal_setter,
+)
 from vllm_frontend.cmd.runner import _fail, _run
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
@@ -50,7 +52,6 @@ __all__ = ["run_api_servers"]
 logger = logging.getLogger("vllm_frontend")
 
 _POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class _Frontends:
@@ -59,7 +60,7 @@ class _Frontends:
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
-        self._preexec = _death_signal_setter()
+        self._preexec = death_signal_setter()
 
     def spawn(
         self,
@@ -118,23 +119,6 @@ class _Frontends:
                 )
                 proc.kill()
                 proc.wait()
-
-
-def _death_signal_setter() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (even by
-    SIGKILL), so no orphaned frontend keeps serving the port unsupervised; None off Linux."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the line above took effect
-            os._exit(1)
-
-    return set_death_signal
 
 
 def _child_args_json(serve: ServeArgs) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib.util
 import logging
 import os
@@ -12,10 +13,31 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def death_signal_setter() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (even by
+    SIGKILL), so no orphaned child (a frontend holding the port, engines holding memory)
+    outlives it; None off Linux."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above took effect
+            os._exit(1)
+
+    return set_death_signal
 
 
 def default_python() -> str:
@@ -83,8 +105,14 @@ class ManagedEngines:
         env = dict(os.environ)
         env.update(extra_env or {})
         try:
+            # Own process group (stopped as a group), yet tied to us: if this process is
+            # killed outright, the launcher still gets SIGTERM and takes its engines down.
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+                cmd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                preexec_fn=death_signal_setter(),
             )
         except OSError as e:
             raise RuntimeError(f"cannot start the engine interpreter {cmd[0]!r}: {e}") from None
