@@ -34,9 +34,9 @@ from .generation import (
     UsageChunk,
     data_parallel_rank,
     finite,
-    generate_sequences,
     include_usage_flags,
     request_id_for,
+    request_sequences,
     sse,
     usage,
     usage_chunk,
@@ -432,16 +432,7 @@ class ChatHandler:
     def _gen(
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
     ) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
-        return generate_sequences(
-            self.ctx,
-            request_id=request_id,
-            prompt=prompt,
-            params=params,
-            n=req.n or 1,
-            priority=getattr(req, "priority", 0) or 0,
-            data_parallel_rank=dp_rank,
-            cache_salt=getattr(req, "cache_salt", None),
-        )
+        return request_sequences(self.ctx, req, request_id, prompt, params, req.n or 1, dp_rank)
 
     async def _full(
         self,

@@ -30,9 +30,9 @@ from .generation import (
     UsageChunk,
     data_parallel_rank,
     finite,
-    generate_sequences,
     include_usage_flags,
     request_id_for,
+    request_sequences,
     sse,
     usage,
     usage_chunk,
@@ -308,16 +308,7 @@ class CompletionsHandler:
 
         async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
             async with contextlib.aclosing(
-                generate_sequences(
-                    ctx,
-                    request_id=f"{request_id}-{i}",
-                    prompt=prompt,
-                    params=params,
-                    n=n,
-                    priority=getattr(req, "priority", 0) or 0,
-                    data_parallel_rank=dp_rank,
-                    cache_salt=getattr(req, "cache_salt", None),
-                )
+                request_sequences(ctx, req, f"{request_id}-{i}", prompt, params, n, dp_rank)
             ) as outputs:
                 async for idx, seq, num_cached in outputs:
                     if num_cached is not None:
@@ -439,16 +430,7 @@ class CompletionsHandler:
         async def run(p: int, prompt: PreparedPrompt, params: Any) -> None:
             try:
                 async with contextlib.aclosing(
-                    generate_sequences(
-                        ctx,
-                        request_id=f"{request_id}-{p}",
-                        prompt=prompt,
-                        params=params,
-                        n=n,
-                        priority=getattr(req, "priority", 0) or 0,
-                        data_parallel_rank=dp_rank,
-                        cache_salt=getattr(req, "cache_salt", None),
-                    )
+                    request_sequences(ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
                 ) as outputs:
                     async for idx, seq, num_cached in outputs:
                         queue.put_nowait((p, idx, seq, num_cached))
@@ -565,16 +547,7 @@ class CompletionsHandler:
     ) -> AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]:
         prompt, params = pp
         async with contextlib.aclosing(
-            generate_sequences(
-                self.ctx,
-                request_id=f"{request_id}-0",
-                prompt=prompt,
-                params=params,
-                n=n,
-                priority=getattr(req, "priority", 0) or 0,
-                data_parallel_rank=dp_rank,
-                cache_salt=getattr(req, "cache_salt", None),
-            )
+            request_sequences(self.ctx, req, f"{request_id}-0", prompt, params, n, dp_rank)
         ) as outputs:
             async for idx, seq, num_cached in outputs:
                 yield 0, idx, seq, num_cached

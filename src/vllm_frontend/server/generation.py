@@ -32,6 +32,7 @@ __all__ = [
     "UsageChunk",
     "generate_sequences",
     "include_usage_flags",
+    "request_sequences",
     "sse",
 ]
 
@@ -377,6 +378,28 @@ class PreparedPrompt:
 
     token_ids: list[int]
     text: str | None
+
+
+def request_sequences(
+    ctx: ServingContext,
+    req: Any,
+    request_id: str,
+    prompt: PreparedPrompt,
+    params: Any,
+    n: int,
+    dp_rank: int | None,
+) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
+    """:func:`generate_sequences` with the request's own ``priority`` and ``cache_salt``."""
+    return generate_sequences(
+        ctx,
+        request_id=request_id,
+        prompt=prompt,
+        params=params,
+        n=n,
+        priority=getattr(req, "priority", 0) or 0,
+        data_parallel_rank=dp_rank,
+        cache_salt=getattr(req, "cache_salt", None),
+    )
 
 
 async def generate_sequences(
