@@ -113,7 +113,10 @@ def _without_content(chunk: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in chunk.items() if k != "usage"}  # continuous usage counts that share
     out["choices"] = []
     for c in chunk.get("choices", []):
-        c = {k: v for k, v in c.items() if k not in ("text", "token_ids", "logprobs")}
+        # A choice whose remaining tokens arrive coalesced finishes in its first chunk: the
+        # finish and stop reason are compared per choice, not per chunk.
+        dropped = ("text", "token_ids", "logprobs", "finish_reason", "stop_reason")
+        c = {k: v for k, v in c.items() if k not in dropped}
         if isinstance(c.get("delta"), dict):
             c["delta"] = {k: v for k, v in c["delta"].items() if k != "content"}
         out["choices"].append(c)
