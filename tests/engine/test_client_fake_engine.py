@@ -294,6 +294,23 @@ def test_stream_delivers_every_token_and_ends_with_the_finish_reason() -> None:
     run(main())
 
 
+def test_a_consumer_that_falls_behind_gets_every_queued_output_at_once() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("slow", [5, 6], 6))
+            while not stream.finished:  # the engine runs ahead; nothing is consumed yet
+                await asyncio.sleep(0.01)
+            batch = await stream.next_batch()
+            assert len(batch) > 1
+            assert [t for o in batch for t in o.new_token_ids] == expected_tokens([5, 6], 6)
+            assert batch[-1].finish_reason is FinishReason.LENGTH
+            assert all(o.finish_reason is None for o in batch[:-1])
+            assert await stream.next_batch() == []
+            assert client.num_in_flight == 0
+
+    run(main())
+
+
 def test_engine_started_before_the_frontend_is_still_adopted() -> None:
     async def main() -> None:
         address = f"tcp://127.0.0.1:{_free_port()}"

@@ -218,6 +218,35 @@ class RequestStream:
                 self._client._abort_state(state)
                 raise
 
+    async def next_batch(self) -> list[EngineCoreOutput]:
+        """Every output queued since the last call, in order; ``[]`` once the stream has ended.
+
+        Waits only when nothing is queued. A consumer that falls behind the engine gets the
+        outputs of several engine steps at once and can handle them as one update, as vLLM's
+        frontend merges the outputs a slow consumer has not collected yet.
+        """
+        state = self._state
+        while True:
+            items = state.items
+            if items:
+                batch = list(items)
+                items.clear()
+                return batch
+            if state.done:
+                error = state.error
+                if error is not None:
+                    state.error = None
+                    raise error
+                return []
+            waiter = asyncio.get_running_loop().create_future()
+            state.waiter = waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                state.waiter = None
+                self._client._abort_state(state)
+                raise
+
     async def aclose(self) -> None:
         """Stop consuming: abort the request if it has not finished."""
         self._client._abort_state(self._state)

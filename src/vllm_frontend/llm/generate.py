@@ -3,8 +3,9 @@
 One call to :meth:`LLM.generate` is one client request: it becomes ``n`` engine requests (vLLM's
 parallel sampling, ``vllm/v1/engine/parallel_sampling.py``: child ``i`` gets ``seed + i`` when
 seeded and the id ``<i>_<parent engine id>``), all aborted together when the consumer stops early.
-The stream yields :class:`SampleOutput` values: each engine output as it comes (``DELTA``) or one
-merged output per sample when it finishes (``FINAL_ONLY``). Text, stop strings and logprob
+The stream yields :class:`SampleOutput` values: each engine output as it comes (``DELTA``; the
+outputs a slow consumer finds queued together arrive merged into one) or one merged output per
+sample when it finishes (``FINAL_ONLY``). Text, stop strings and logprob
 rendering live above this layer; a caller that decides a sample is done (a stop string matched)
 calls :meth:`GenerationStream.finish_sample`, which aborts that engine request.
 """
@@ -118,6 +119,20 @@ def _num_cached_tokens(output: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+def _merge_into(acc: SampleOutput, out: SampleOutput) -> None:
+    """Append ``out``, the same sample's next output, to ``acc``."""
+    acc.token_ids.extend(out.token_ids)
+    acc.logprobs.extend(out.logprobs)
+    if out.prompt_logprobs is not None:
+        acc.prompt_logprobs = out.prompt_logprobs
+    if out.num_cached_tokens is not None:
+        acc.num_cached_tokens = out.num_cached_tokens
+    acc.finish_reason = out.finish_reason
+    acc.stop_reason = out.stop_reason
+    if out.kv_transfer_params is not None:
+        acc.kv_transfer_params = out.kv_transfer_params
+
+
 class _Sample:
     """State of one engine request (one sample)."""
 
@@ -149,7 +164,7 @@ class GenerationStream:
         self._request = request
         self._samples = samples
         self._engine_requests = engine_requests
-        self._queue: asyncio.Queue[tuple[int, Any] | BaseException] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[int, list[Any]] | BaseException] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._iters: list[AsyncIterator[Any]] = []
         self._remaining = len(samples)
@@ -192,8 +207,13 @@ class GenerationStream:
 
     async def _pump(self, index: int, it: AsyncIterator[Any]) -> None:
         try:
+            next_batch = getattr(it, "next_batch", None)
+            if next_batch is not None:
+                while batch := await next_batch():
+                    self._queue.put_nowait((index, batch))
+                return
             async for output in it:
-                self._queue.put_nowait((index, output))
+                self._queue.put_nowait((index, [output]))
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # surfaces in the consumer, not as a lost task error
@@ -202,10 +222,17 @@ class GenerationStream:
     def __aiter__(self) -> AsyncIterator[SampleOutput]:
         return self._iterate()
 
-    async def _next_engine_output(self) -> tuple[int, Any] | None:
+    async def _next_engine_outputs(self) -> tuple[int, list[Any]] | None:
+        # Everything one sample's engine stream has queued: a consumer that fell behind the
+        # engine turns several engine steps into one update (one text delta, one chunk).
         if len(self._iters) == 1:
+            it = self._iters[0]
+            next_batch = getattr(it, "next_batch", None)
+            if next_batch is not None:
+                batch = await next_batch()
+                return (0, batch) if batch else None
             try:
-                return 0, await anext(self._iters[0])
+                return 0, [await anext(it)]
             except StopAsyncIteration:
                 return None
         item = await self._queue.get()
@@ -218,18 +245,20 @@ class GenerationStream:
             self._start()
         final_only = self._request.output_kind == OutputKind.FINAL_ONLY
         while self._remaining > 0:
-            nxt = await self._next_engine_output()
+            nxt = await self._next_engine_outputs()
             if nxt is None:
                 # The engine client ended a stream without a finish: treat as an abort.
                 for s in self._samples:
                     if not s.done:
                         yield self._close_sample(s, "abort")
                 return
-            index, output = nxt
+            index, outputs = nxt
             sample = self._samples[index]
             if sample.done:
                 continue
-            out = self._to_sample_output(sample, output)
+            out = self._to_sample_output(sample, outputs[0])
+            for output in outputs[1:]:
+                _merge_into(out, self._to_sample_output(sample, output))
             if out.finish_reason is not None:
                 self._mark_done(sample, out.finish_reason)
             if final_only:
@@ -262,16 +291,7 @@ class GenerationStream:
         if acc is None:
             sample.acc = out
             return out
-        acc.token_ids.extend(out.token_ids)
-        acc.logprobs.extend(out.logprobs)
-        if out.prompt_logprobs is not None:
-            acc.prompt_logprobs = out.prompt_logprobs
-        if out.num_cached_tokens is not None:
-            acc.num_cached_tokens = out.num_cached_tokens
-        acc.finish_reason = out.finish_reason
-        acc.stop_reason = out.stop_reason
-        if out.kv_transfer_params is not None:
-            acc.kv_transfer_params = out.kv_transfer_params
+        _merge_into(acc, out)
         return acc
 
     def _close_sample(self, sample: _Sample, reason: str) -> SampleOutput:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
 from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_id
@@ -442,16 +443,16 @@ async def generate_sequences(
     async with ctx.llm.generate(req) as stream:
         async for out in stream:
             proc = procs[out.index]
-            # DELTA streams carry at most one engine output (so one logprobs block) each.
-            lp = out.logprobs[0] if out.logprobs else None
-            plp = out.prompt_logprobs
+            # One logprobs block per engine output merged into this update.
+            blocks = out.logprobs
+            lp = _triple(blocks[0]) if len(blocks) == 1 else _concat(blocks) if blocks else None
             code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
             seq = proc.process(
                 out.token_ids,
                 code,
                 out.stop_reason,
-                new_logprobs=_triple(lp),
-                new_prompt_logprobs=_triple(plp),
+                new_logprobs=lp,
+                new_prompt_logprobs=_triple(out.prompt_logprobs),
             )
             if seq is None:
                 continue
@@ -469,6 +470,15 @@ def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
     if ranks is None:
         ranks = lp.selected_token_ranks
     return (_np(lp.logprob_token_ids), _np(lp.logprobs), _np(ranks))
+
+
+def _concat(blocks: list[Any]) -> tuple[Any, Any, Any]:
+    triples = [t for t in map(_triple, blocks) if t is not None]
+    return (
+        np.concatenate([t[0] for t in triples]),
+        np.concatenate([t[1] for t in triples]),
+        np.concatenate([t[2] for t in triples]),
+    )
 
 
 def _np(value: Any) -> Any:
