@@ -238,7 +238,8 @@ class RequestStream:
                     state.error = None
                     raise error
                 return []
-            waiter = asyncio.get_running_loop().create_future()
+            # The client's loop, not get_running_loop(): on 3.11 that costs a getpid() call.
+            waiter = self._client._loop.create_future()
             state.waiter = waiter
             try:
                 await waiter

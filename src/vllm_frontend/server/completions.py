@@ -442,15 +442,24 @@ class CompletionsHandler:
         tasks: list[asyncio.Task[None]] = []
         try:
             single = len(prepared) == 1
-            source: AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]
+            # One prompt streams straight from its sequences (no extra generator level per
+            # update); several are merged through a queue, tagged with their prompt index.
+            source: AsyncGenerator[Any, None]
             if single:
-                source = self._single(req, request_id, prepared[0], n, dp_rank)
+                prompt, params = prepared[0]
+                source = request_sequences(ctx, req, f"{request_id}-0", prompt, params, n, dp_rank)
             else:
                 tasks = [asyncio.create_task(run(p, *pp)) for p, pp in enumerate(prepared)]
                 source = self._drain(queue, len(prepared))
             first = True
+            p = 0
+            item: Any
             async with contextlib.aclosing(source) as outputs:
-                async for p, idx, seq, num_cached in outputs:
+                async for item in outputs:
+                    if single:
+                        idx, seq, num_cached = item
+                    else:
+                        p, idx, seq, num_cached = item
                     prompt = prepared[p][0]
                     num_prompt[p] = len(prompt.token_ids)
                     if first:
@@ -541,16 +550,6 @@ class CompletionsHandler:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         yield DONE
-
-    async def _single(
-        self, req: Any, request_id: str, pp: tuple[PreparedPrompt, Any], n: int, dp_rank: int | None
-    ) -> AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]:
-        prompt, params = pp
-        async with contextlib.aclosing(
-            request_sequences(self.ctx, req, f"{request_id}-0", prompt, params, n, dp_rank)
-        ) as outputs:
-            async for idx, seq, num_cached in outputs:
-                yield 0, idx, seq, num_cached
 
     async def _drain(
         self,

@@ -1,0 +1,153 @@
+"""Per-token CPU of the streaming pipeline inside one process, without sockets or an engine.
+
+    .venv/bin/python bench/bench_pipeline.py [--concurrency 64] [--tokens 256] [--route chat]
+
+What runs is the frontend's own code from the engine client's per-request streams up to the SSE
+bytes: ``RequestStream.next_batch`` (the real engine-client stream), the llm layer, detokenizing,
+stop handling, chunk building and JSON encoding in the completions or chat handler, and our HTTP
+server's chunk framing. A driver plays the engine: every "step" it pushes one new token to every
+running request, as the client's output loop does for one engine message, then lets the event
+loop run the consumers (one step per loop iteration, like 5 ms engine steps where nothing
+coalesces). Left out: ZMQ, msgpack decoding of engine messages and the socket writes, which
+bench/run.py measures end to end. CPU time is this process's (``time.process_time``), so the
+figure is stable on a busy machine, unlike the end-to-end benchmark's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import uvloop
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+
+from support.tiny_model import tiny_model_dir
+from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.engine.client import RequestStream, _RequestState
+from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm_frontend.llm import LLM
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.chat import ChatHandler
+from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.http import Request, StreamingResponse
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
+
+
+class _Client:
+    """Engine-client stand-in: real per-request streams, tokens pushed by :meth:`step`."""
+
+    def __init__(self, token_ids: Sequence[int]) -> None:
+        self.token_ids = list(token_ids)
+        self.live: dict[str, tuple[_RequestState, int, int]] = {}
+        self._loop = asyncio.get_running_loop()
+
+    def add_request(self, request: EngineCoreRequest) -> RequestStream:
+        state = _RequestState(request.request_id, 0)
+        params = request.sampling_params
+        assert params is not None and params.max_tokens is not None
+        self.live[request.request_id] = (state, 0, params.max_tokens)
+        return RequestStream(self, state)  # type: ignore[arg-type]
+
+    def _abort_state(self, state: _RequestState) -> None:
+        self.live.pop(state.request_id, None)
+
+    def abort_requests(self, request_ids: Sequence[str]) -> int:
+        for rid in request_ids:
+            self.live.pop(rid, None)
+        return len(request_ids)
+
+    def step(self) -> int:
+        """One engine step: a token for every running request."""
+        ids = self.token_ids
+        for rid, (state, done, limit) in list(self.live.items()):
+            tok = ids[done % len(ids)]
+            if done + 1 >= limit:
+                del self.live[rid]
+                state.finish(EngineCoreOutput(rid, [tok], finish_reason=FinishReason.LENGTH))
+            else:
+                self.live[rid] = (state, done + 1, limit)
+                state.push(EngineCoreOutput(rid, [tok]))
+        return len(ids)
+
+
+def _app(model: pathlib.Path, client: _Client) -> App:
+    tokenizer = Tokenizer.from_dir(model)
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    sampling = ModelSamplingInfo(max_model_len=4096, eos_token_id=tokenizer.eos_token_id)
+    ctx = ServingContext(
+        llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
+        max_model_len=4096, sampling=sampling,
+        chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
+                                   special_tokens_map(cfg)))  # fmt: skip
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=4096))
+    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
+    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
+    return app
+
+
+async def _consume(app: App, path: str, body: bytes) -> int:
+    response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, body))
+    assert isinstance(response, StreamingResponse), getattr(response, "body", response)
+    size = 0
+    async for chunk in response.body:
+        framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)  # what the HTTP layer adds per chunk
+        size += len(framed)
+    return size
+
+
+async def run(concurrency: int, tokens: int, route: str, rounds: int) -> None:
+    """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
+    model = tiny_model_dir()
+    tok = Tokenizer.from_dir(model)
+    text = " The quick brown fox jumps over the lazy dog, and the story goes on." * 4
+    client = _Client(tok.encode(text, add_special_tokens=False))
+    app = _app(model, client)
+    if route == "chat":
+        path = "/v1/chat/completions"
+        payload: dict[str, Any] = {"messages": [{"role": "user", "content": "Tell a story."}]}
+    else:
+        path, payload = "/v1/completions", {"prompt": "Tell a story."}
+    payload |= {"model": "m", "max_tokens": tokens, "stream": True, "ignore_eos": True}
+    body = json.dumps(payload).encode()
+    for r in range(rounds + 1):  # round 0 warms up
+        tasks = [asyncio.create_task(_consume(app, path, body)) for _ in range(concurrency)]
+        await asyncio.sleep(0)
+        while not client.live:
+            await asyncio.sleep(0)
+        t0 = time.process_time()
+        steps = 0
+        while client.live:
+            client.step()
+            steps += 1
+            await asyncio.sleep(0)  # one loop iteration: every consumer handles its token
+        await asyncio.gather(*tasks)
+        cpu = time.process_time() - t0
+        if r:
+            per_token = cpu / (concurrency * tokens) * 1e6
+            print(f"{route} c{concurrency} round {r}: {per_token:.2f} µs CPU per token "
+                  f"({steps} steps)")  # fmt: skip
+
+
+def main() -> None:
+    """Parse arguments and run on uvloop."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--route", choices=("completions", "chat"), default="completions")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    uvloop.run(run(args.concurrency, args.tokens, args.route, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
