@@ -30,6 +30,7 @@ from .generation import (
     GenerationFailed,
     PreparedPrompt,
     ServingContext,
+    SseTemplate,
     Usage,
     UsageChunk,
     data_parallel_rank,
@@ -554,6 +555,9 @@ class ChatHandler:
         cached: int | None = None
         first = True
         obj = "chat.completion.chunk"
+        # Text-only chunks come from a per-choice template (see SseTemplate).
+        plain = not return_ids and not continuous
+        templates: dict[int, SseTemplate | None] = {}
         try:
             async with contextlib.aclosing(
                 self._gen(req, request_id, prompt, params, dp_rank)
@@ -595,9 +599,25 @@ class ChatHandler:
                     if not seq.text and not seq.token_ids and not num_tokens[idx]:
                         continue  # vLLM: no empty chunks before the first token
                     num_tokens[idx] += len(seq.token_ids)
+                    finish_reason = seq.finish_reason
+                    if (
+                        plain
+                        and finish_reason is None
+                        and logprobs is None
+                        and parsers[idx] is None
+                    ):
+                        # A running choice's chunk that only carries new text (the common case)
+                        if idx in templates:
+                            template = templates[idx]
+                        else:
+                            template = templates[idx] = _text_template(
+                                request_id, created, model, idx
+                            )
+                        if template is not None:
+                            yield template.render(seq.text)
+                            continue
                     delta = ContentDelta(seq.text)
                     token_ids = list(seq.token_ids) if return_ids else None
-                    finish_reason = seq.finish_reason
                     if (parser := parsers[idx]) is not None:
                         parsed = parser.feed(
                             seq.text,
@@ -679,6 +699,19 @@ class ChatHandler:
         except Exception as e:
             yield errors.error_sse_event(e)
         yield DONE
+
+
+def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:
+    """The event of a running choice's chunk that carries only new content."""
+    return SseTemplate.of(
+        lambda text: Chunk(
+            id=request_id,
+            object="chat.completion.chunk",
+            created=created,
+            model=model,
+            choices=[DeltaChoice(index, ContentDelta(text), None, None, None)],
+        )
+    )
 
 
 def _delta_json(delta: OutputDelta) -> ContentDelta:

@@ -26,6 +26,7 @@ from .generation import (
     GenerationFailed,
     PreparedPrompt,
     ServingContext,
+    SseTemplate,
     Usage,
     UsageChunk,
     data_parallel_rank,
@@ -424,6 +425,9 @@ class CompletionsHandler:
         echo = bool(req.echo)
         return_ids = bool(getattr(req, "return_token_ids", False))
         as_token_ids = self._as_token_ids(req)
+        # Text-only chunks come from a per-choice template (see SseTemplate).
+        plain = req.logprobs is None and not return_ids and not continuous
+        templates: dict[int, SseTemplate | None] = {}
         queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None]
         queue = asyncio.Queue()
 
@@ -502,6 +506,15 @@ class CompletionsHandler:
                         if logprobs.tokens:
                             next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
                     num_tokens[i] += len(seq.token_ids)
+                    if plain and prompt_ids_out is None and seq.finish_reason is None:
+                        # A running choice's chunk that only carries new text (the common case)
+                        if i in templates:
+                            template = templates[i]
+                        else:
+                            template = templates[i] = _text_template(request_id, created, model, i)
+                        if template is not None:
+                            yield template.render(text)
+                            continue
                     chunk = StreamChunk(
                         id=request_id,
                         object="text_completion",
@@ -565,3 +578,16 @@ class CompletionsHandler:
                 raise item
             else:
                 yield item
+
+
+def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:
+    """The event of a running choice's chunk that carries only new text."""
+    return SseTemplate.of(
+        lambda text: StreamChunk(
+            id=request_id,
+            object="text_completion",
+            created=created,
+            model=model,
+            choices=[StreamChoice(index, text, None, None, None, None, None)],
+        )
+    )
