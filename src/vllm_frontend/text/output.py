@@ -124,6 +124,7 @@ class SequenceProcessor:
     __slots__ = (
         "_delta",
         "_detok",
+        "_fast",
         "_final_only",
         "_include_stop",
         "_interval",
@@ -175,6 +176,9 @@ class SequenceProcessor:
             )
         else:
             self._logprobs = None
+        # Streaming without stop strings, logprobs or batching: a running sequence's new text
+        # goes out as it is decoded (nothing to hold back, search or trim).
+        self._fast = self._delta and not stops and self._logprobs is None and self._interval == 1
         self.finished = False
 
     @property
@@ -196,6 +200,15 @@ class SequenceProcessor:
         `new_logprobs` / `new_prompt_logprobs` are `(token_ids, logprobs, ranks)` arrays as
         the engine sends them (LogprobsLists / LogprobsTensors fields 0..2).
         """
+        if self._fast and finish_reason is None and not self.finished:
+            new_ids = list(new_token_ids)
+            self._output_ids.extend(new_ids)
+            decode = self._detok.decode_next
+            text = decode(new_ids[0]) if len(new_ids) == 1 else "".join(map(decode, new_ids))
+            self._text.pass_through(text, len(new_ids))
+            return SequenceOutput(
+                text, new_ids, None, None, None, None, None, len(self._output_ids), False
+            )
         if self.finished:
             return None
         new_ids = list(new_token_ids)

@@ -152,6 +152,14 @@ class TextAccumulator:
         self._pending_len = len(pending)
         self._length = self._released_len + len(pending)
 
+    def pass_through(self, text: str, num_tokens: int) -> None:
+        """Account ``num_tokens`` tokens' text released at once: only without stop strings."""
+        self._num_tokens += num_tokens
+        self._length += len(text)
+        self._released_len += len(text)
+        if self._released is not None:
+            self._released.append(text)
+
     def release(self, finished: bool) -> str:
         """Text not released before, minus the hold-back unless the sequence has finished."""
         available = self._pending_len - (0 if finished else self._hold)
