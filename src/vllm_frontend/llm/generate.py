@@ -275,22 +275,25 @@ class GenerationStream:
             yield out
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
-        token_ids = list(output.new_token_ids)
-        logprobs = [output.new_logprobs] if output.new_logprobs is not None else []
+        token_ids = output.new_token_ids
         metrics = self._llm.metrics
         if metrics is not None:
-            if sample.stats.num_generation_tokens == 0 and token_ids:
-                metrics.observe_prefill(sample.stats, len(self._request.prompt_token_ids))
-            metrics.observe_output(sample.stats, len(token_ids), getattr(output, "events", None))
+            stats = sample.stats
+            if stats.num_generation_tokens == 0 and token_ids:
+                metrics.observe_prefill(stats, len(self._request.prompt_token_ids))
+            metrics.observe_output(stats, len(token_ids), getattr(output, "events", None))
+        lp = output.new_logprobs
+        finish = output.finish_reason
+        # Positional, cheap checks first: this runs for every engine output.
         return SampleOutput(
-            index=sample.index,
-            token_ids=token_ids,
-            logprobs=logprobs,
-            prompt_logprobs=getattr(output, "new_prompt_logprobs_tensors", None),
-            finish_reason=_finish_reason(output.finish_reason),
-            stop_reason=output.stop_reason,
-            num_cached_tokens=_num_cached_tokens(output),
-            kv_transfer_params=getattr(output, "kv_transfer_params", None),
+            sample.index,
+            list(token_ids),
+            [lp] if lp is not None else [],
+            getattr(output, "new_prompt_logprobs_tensors", None),
+            None if finish is None else _finish_reason(finish),
+            output.stop_reason,
+            None if getattr(output, "prefill_stats", None) is None else _num_cached_tokens(output),
+            getattr(output, "kv_transfer_params", None),
         )
 
     def _accumulate(self, sample: _Sample, out: SampleOutput) -> SampleOutput:

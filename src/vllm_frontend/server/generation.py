@@ -475,14 +475,15 @@ async def generate_sequences(
             proc = procs[out.index]
             # One logprobs block per engine output merged into this update.
             blocks = out.logprobs
-            lp = _triple(blocks[0]) if len(blocks) == 1 else _concat(blocks) if blocks else None
+            lp = None if not blocks else _triple(blocks[0]) if len(blocks) == 1 else _concat(blocks)
+            plp = out.prompt_logprobs
             code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
             seq = proc.process(
                 out.token_ids,
                 code,
                 out.stop_reason,
                 new_logprobs=lp,
-                new_prompt_logprobs=_triple(out.prompt_logprobs),
+                new_prompt_logprobs=None if plp is None else _triple(plp),
             )
             if seq is None:
                 continue
