@@ -196,6 +196,23 @@ class HttpServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[_HttpConnection] = set()
         self._closing = False
+        # Connections with framed output waiting: flushed together once per loop iteration.
+        self._dirty: list[_HttpConnection] = []
+        self._flush_pending = False
+
+    def _mark_dirty(self, conn: _HttpConnection) -> None:
+        self._dirty.append(conn)
+        if not self._flush_pending:
+            self._flush_pending = True
+            conn._loop.call_soon(self._flush_dirty)
+
+    def _flush_dirty(self) -> None:
+        # One callback per loop iteration for every connection that produced output in it
+        # (one engine step reaches many streams), instead of one callback per connection.
+        self._flush_pending = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn._flush()
 
     async def start(self, sock: socket.socket) -> None:
         """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it."""
@@ -505,7 +522,7 @@ class _HttpConnection(asyncio.Protocol):
 
     def _schedule_flush(self) -> None:
         self._flush_scheduled = True
-        self._loop.call_soon(self._flush)
+        self._server._mark_dirty(self)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
