@@ -205,3 +205,49 @@ def test_engine_gauges_report_the_latest_scheduler_stats_per_engine() -> None:
     assert got("vllm:num_requests_waiting", {"model_name": "tiny", "engine": "1"}) == 2
     assert got("vllm:kv_cache_usage_perc", {"model_name": "tiny", "engine": "1"}) == 0.25
     assert got("vllm:num_requests_running", {"model_name": "tiny", "engine": "0"}) == 0
+
+
+class _BatchedStream:
+    """An engine-client stream that hands over everything queued at once (``next_batch``)."""
+
+    def __init__(self, outputs: list[Output]) -> None:
+        self._outputs = outputs
+        self.engine_index = 0
+
+    async def next_batch(self) -> list[Output]:
+        await asyncio.sleep(0)
+        batch, self._outputs = self._outputs, []
+        return batch
+
+    async def aclose(self) -> None:
+        pass
+
+
+class BatchingEngine(ScriptedEngine):
+    """Like ScriptedEngine, but each request's outputs arrive as one batch."""
+
+    def add_request(self, request: Any) -> Any:
+        self.added.append(request)
+        last = self.steps - 1
+        return _BatchedStream([
+            Output(request.request_id, [100 + i], None, self.finish if i == last else None)
+            for i in range(self.steps)
+        ])  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_outputs_queued_together_arrive_as_one_update_per_sample(n: int) -> None:
+    registry = CollectorRegistry()
+    metrics = FrontendMetrics("tiny", max_model_len=128, registry=registry)
+    engine = BatchingEngine(steps=4, finish=1)
+    req = GenerateRequest(request_id="r", prompt_token_ids=[1, 2], n=n,
+                          sampling_params=Params(n=n))  # fmt: skip
+    outs = asyncio.run(_collect(_llm(engine, metrics), req))
+    assert sorted((o.index, o.token_ids, o.finish_reason) for o in outs) == [
+        (i, [100, 101, 102, 103], "length") for i in range(n)
+    ]
+    # Every engine output is still accounted one by one, as vLLM's output processor does.
+    labels = {"model_name": "tiny", "engine": "0"}
+    assert registry.get_sample_value("vllm:generation_tokens_total", labels) == 4 * n
+    assert registry.get_sample_value("vllm:inter_token_latency_seconds_count", labels) == 3 * n
+    assert engine.aborted == []
