@@ -340,11 +340,15 @@ def _check_prompt(request: EngineCoreRequest, limits: RequestLimits) -> None:
     else:
         if not isinstance(tokens, list | tuple):
             raise InvalidRequestError("prompt_token_ids must be a list of ints", "prompt_token_ids")
-        for t in tokens:
-            if not _is_int(t) or t < 0:
-                raise InvalidRequestError(
-                    f"prompt_token_ids must be non-negative ints, got {t!r}", "prompt_token_ids"
-                )
+        # Plain non-negative ints (the usual case) are checked at C speed; anything else
+        # element by element.
+        if not set(map(type, tokens)) <= _PLAIN_INT or (tokens and min(tokens) < 0):
+            for t in tokens:
+                if not _is_int(t) or t < 0:
+                    raise InvalidRequestError(
+                        f"prompt_token_ids must be non-negative ints, got {t!r}",
+                        "prompt_token_ids",
+                    )
         length = len(tokens)
         if embeds is not None and _check_embeds(embeds) != length:
             raise InvalidRequestError(
@@ -622,6 +626,9 @@ def _check_vocab(ids: Iterable[Any], vocab_size: int, name: str) -> None:
         raise InvalidRequestError(
             f"token id(s) {bad[:8]} in {name} are outside the vocabulary [0, {vocab_size})", name
         )
+
+
+_PLAIN_INT = frozenset({int})
 
 
 def _is_int(value: object) -> bool:
