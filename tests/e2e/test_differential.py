@@ -107,79 +107,113 @@ def _merge_logprobs(into: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return into
 
 
-def _without_content(chunk: dict[str, Any]) -> dict[str, Any]:
-    # How many engine steps a chunk carries is timing (see stream_summary): keep the first
-    # chunk's shape and metadata, not its share of the generated text, tokens and logprobs.
-    out = {k: v for k, v in chunk.items() if k != "usage"}  # continuous usage counts that share
+# Values that depend on how many engine steps a chunk carries, masked in the chunks compared
+# whole (their keys still count): the steps' share of text, tokens and logprobs, and continuous
+# usage (which counts that share). A choice's first chunk may also be its finishing chunk, so the
+# first chunk's finish and stop reason are masked too, and so are the finishing chunk's prompt
+# token ids (sent with a choice's first chunk); the choice's summary has the real values.
+_STEP_KEYS = ("text", "token_ids", "logprobs")
+_FINISH_KEYS = ("finish_reason", "stop_reason")
+_FIRST_KEYS = ("prompt_token_ids",)
+_VARIES = "<depends on chunking>"
+
+
+def _masked(chunk: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    out = {k: _VARIES if k == "usage" else v for k, v in chunk.items()}
     out["choices"] = []
     for c in chunk.get("choices", []):
-        # A choice whose remaining tokens arrive coalesced finishes in its first chunk: the
-        # finish and stop reason are compared per choice, not per chunk.
-        dropped = ("text", "token_ids", "logprobs", "finish_reason", "stop_reason")
-        c = {k: v for k, v in c.items() if k not in dropped}
+        c = {k: _VARIES if k in keys else v for k, v in c.items()}
         if isinstance(c.get("delta"), dict):
-            c["delta"] = {k: v for k, v in c["delta"].items() if k != "content"}
+            c["delta"] = {k: _VARIES if k == "content" else v for k, v in c["delta"].items()}
         out["choices"].append(c)
     return out
+
+
+def _layout(chunk: dict[str, Any], choice: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    delta = choice.get("delta")
+    return (tuple(sorted(chunk)), tuple(sorted(choice)),
+            tuple(sorted(delta)) if isinstance(delta, dict) else ())  # fmt: skip
 
 
 def stream_summary(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """What a stream says, independent of how its deltas were cut into chunks.
 
     vLLM coalesces the deltas of several engine steps into one chunk when its HTTP writer falls
-    behind, so chunk boundaries depend on timing. Compared instead: each choice's first chunk,
-    its concatenated text, logprobs and token ids, its finish and stop reason, the last usage
-    seen, the trailing usage chunk, and the set of key layouts the chunks use.
+    behind (so may we), so chunk boundaries depend on timing: a short choice can arrive as one
+    chunk that both starts and finishes it, or with no chunk between its first and its last.
+    Compared instead, per choice: its first and its finishing chunk (shape and metadata, see
+    _masked), its concatenated text, logprobs and token ids, its finish and stop reason, its
+    usage at the finish, how many chunks finish it or come after that; and for the stream: the
+    key layouts of the chunks in between (see assert_same_stream), the trailing usage chunk and
+    any other chunk without choices.
     """
     choices: dict[int, dict[str, Any]] = {}
-    firsts: dict[int, dict[str, Any]] = {}
-    layouts = set()
-    usage = None
-    for chunk in chunks:
+    middle_layouts = set()
+    choiceless = []
+    for n, chunk in enumerate(chunks):
+        if not chunk.get("choices"):
+            if n < len(chunks) - 1:
+                choiceless.append(chunk)
+            continue
         # Choices of different samples or prompts interleave in arrival order: per choice.
-        for c in chunk.get("choices", []):
-            firsts.setdefault(c["index"], _without_content(chunk))
-        layouts.add(tuple(sorted(chunk)))
-        if "usage" in chunk and chunk.get("choices"):
-            usage = chunk["usage"]
-        for c in chunk.get("choices", []):
-            layouts.add(tuple(sorted(c)))
-            state = choices.setdefault(c["index"], {"text": "", "token_ids": [],
-                                                    "logprobs": None})  # fmt: skip
+        for c in chunk["choices"]:
+            state = choices.get(c["index"])
+            first = state is None
+            if state is None:
+                state = choices[c["index"]] = {
+                    "first_chunk": _masked(chunk, _STEP_KEYS + _FINISH_KEYS), "text": "",
+                    "token_ids": [], "logprobs": None, "finish_chunks": 0,
+                    "chunks_after_finish": 0,
+                }  # fmt: skip
+            if state["finish_chunks"]:
+                state["chunks_after_finish"] += 1
             delta = c.get("delta")
             if delta is not None:
-                layouts.add(("delta", *sorted(delta)))
                 state["text"] += delta.get("content") or ""
                 if "role" in delta:
                     state["role"] = delta["role"]
             else:
                 state["text"] += c.get("text") or ""
             state["token_ids"] += c.get("token_ids") or []
-            lp = c.get("logprobs")
-            state["logprobs"] = _merge_logprobs(state["logprobs"], lp)
+            # Text offsets run on across chunks, so the concatenation agrees however cut.
+            state["logprobs"] = _merge_logprobs(state["logprobs"], c.get("logprobs"))
             if c.get("prompt_token_ids") is not None:
                 state["prompt_token_ids"] = c["prompt_token_ids"]
             if c.get("finish_reason") is not None:
+                state["finish_chunks"] += 1
                 state["finish_reason"] = c["finish_reason"]
                 state["stop_reason"] = c.get("stop_reason")
-    # Offsets restart with every chunk's tokens; their concatenation must still agree.
+                state["finish_chunk"] = _masked(chunk, _STEP_KEYS + _FIRST_KEYS)
+                state["usage_at_finish"] = chunk.get("usage")
+            elif not first:
+                middle_layouts.add(_layout(chunk, c))
     return {
-        "first_chunk_of_each_choice": firsts,
         "choices": choices,
-        "last_usage": usage,
+        "middle_layouts": sorted(middle_layouts),
+        "choiceless_chunks": choiceless,
         "usage_chunk": chunks[-1] if chunks and not chunks[-1].get("choices") else None,
-        "layouts": sorted(layouts),
     }
+
+
+def assert_same_stream(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> None:
+    """Fail unless two streams say the same (see stream_summary)."""
+    summaries = stream_summary(_strip(ours)), stream_summary(_strip(ref))
+    if not all(s["middle_layouts"] for s in summaries):
+        # A stream whose steps all arrived coalesced into first and finishing chunks has no
+        # chunk in between: the layouts of such chunks are compared only when both have some.
+        for s in summaries:
+            s["middle_layouts"] = None
+    assert_same(*summaries)
 
 
 def compare(sdk: dict[str, openai.OpenAI], call: Call) -> Any:
     """Assert both servers answer ``call`` alike; return vLLM's answer.
 
-    Streams are compared through :func:`stream_summary`.
+    Streams are compared through :func:`assert_same_stream`.
     """
     ours, ref = both(sdk, call)
     if isinstance(ref, list):
-        assert_same(stream_summary(_strip(ours)), stream_summary(_strip(ref)))
+        assert_same_stream(ours, ref)
     else:
         assert_same(ours, ref)
     return ref
@@ -468,7 +502,7 @@ def test_two_seeded_samples_match(
                                      return_token_ids=True))  # fmt: skip
     if stream:
         # The two samples' chunks interleave in arrival order: compare what each choice says.
-        assert_same(stream_summary(_strip(ours)), stream_summary(_strip(ref)))
+        assert_same_stream(ours, ref)
     else:
         assert_same(ours, ref)
     ours, ref = both(sdk, chat(frontends.model, max_tokens=10, n=2, seed=99, temperature=0.8,
