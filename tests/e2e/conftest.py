@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.ours import start_our_server
 from tests.support.engines import (
+    HeadlessEngines,
     free_port,
     log_dir,
     start_headless_engines,
@@ -30,6 +31,10 @@ from tests.support.engines import (
 # other engine and the test processes.
 MAX_MODEL_LEN = 256
 ENGINE_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--gpu-memory-utilization", "0.1")
+# Our engine runs at a lower CPU priority than the test process, which also runs our frontend
+# (see tests/support/engines.py, _lower_priority): otherwise, on 2 cores, the busy engine starves
+# that process for up to a second and streams arrive in a few coalesced chunks.
+OUR_ENGINE_NICE = 10
 
 
 @dataclass
@@ -42,6 +47,8 @@ class Frontends:
     max_model_len: int
     our_engine_client: Any = None
     """Our in-process ``EngineCoreClient`` (None when our server runs as a CLI process)."""
+    our_engines: HeadlessEngines | None = None
+    """The headless engine behind our server (None for servers started elsewhere)."""
 
 
 def _start_cli_server(
@@ -87,7 +94,9 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
         )
         return
     handshake = free_port()
-    engines = start_headless_engines(handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS)
+    engines = start_headless_engines(
+        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=OUR_ENGINE_NICE
+    )
     reference = start_vllm_server(model=tiny_model, extra_args=ENGINE_ARGS)
     ours = None
     cli = None
@@ -101,7 +110,7 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
             ours = start_our_server(tiny_model, engines.handshake_address, free_port())
             url, client = ours.base_url, ours.client
         reference.wait_ready(600)
-        yield Frontends(url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client)
+        yield Frontends(url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client, engines)
     finally:
         if ours is not None:
             ours.stop()

@@ -723,6 +723,11 @@ def test_metrics_count_requests_like_vllm(
 # --- disconnects (ours only: needs our engine client's view) ------------------------------------
 
 
+def _generated_text(event: str) -> str:
+    choice = json.loads(event.removeprefix("data: "))["choices"][0]
+    return str(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
+
+
 @pytest.mark.parametrize("path,body", [
     ("/v1/completions", {"prompt": PROMPTS[0]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Go on."}]}),
@@ -730,21 +735,34 @@ def test_metrics_count_requests_like_vllm(
 def test_client_disconnect_mid_stream_aborts_the_engine_request(
     frontends: Frontends, path: str, body: dict[str, Any]
 ) -> None:
-    client = frontends.our_engine_client
-    if client is None:
-        pytest.skip("needs our in-process server")
+    client, engines = frontends.our_engine_client, frontends.our_engines
+    if client is None or engines is None:
+        pytest.skip("needs our in-process server and its engine")
     body = {"model": frontends.model, "max_tokens": 200, "ignore_eos": True, "stream": True,
             "temperature": 0, **body}  # fmt: skip
-    with httpx.stream("POST", frontends.ours + path, json=body, timeout=60) as response:
-        lines = response.iter_lines()
-        seen = [line for line, _ in zip(lines, range(4), strict=False) if line]
-        assert seen and client.num_in_flight == 1
-    # The server notices the closed connection, cancels the stream and aborts the request.
-    deadline = time.monotonic() + 30
-    while client.num_in_flight and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert client.num_in_flight == 0
-    # ... and keeps serving.
+    with httpx.Client(timeout=60) as http:
+        response = http.send(http.build_request("POST", frontends.ours + path, json=body),
+                             stream=True)  # fmt: skip
+        try:
+            assert response.status_code == 200
+            # Mid-stream: read until generated text has arrived.
+            events = (line for line in response.iter_lines() if line.startswith("data: {"))
+            assert any(_generated_text(event) for event in events)
+            # A frozen engine can neither finish the request nor say anything: from here on,
+            # only the server noticing the closed connection can end the request.
+            with engines.paused():
+                response.close()
+                deadline = time.monotonic() + 30
+                while client.num_in_flight and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert client.num_in_flight == 0
+        finally:
+            response.close()
+    # The server keeps serving, and the engine really dropped the request: the abort reached it
+    # before this request did, so nothing is left running once this one is done.
     r = httpx.post(frontends.ours + "/v1/completions", timeout=60,
                    json={"model": frontends.model, "prompt": "hi", "max_tokens": 2})  # fmt: skip
     assert r.status_code == 200
+    gauges = {name: v for (name, _), v in _scrape(frontends.ours).items()
+              if name in ("vllm:num_requests_running", "vllm:num_requests_waiting")}  # fmt: skip
+    assert gauges == {"vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0}
