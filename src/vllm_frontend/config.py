@@ -18,6 +18,7 @@ from vllm_frontend.chat.output_parser import (
     resolve_reasoning_parser,
     resolve_tool_parser,
 )
+from vllm_frontend.text.structured_outputs import BACKENDS as STRUCTURED_OUTPUTS_BACKENDS
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +246,12 @@ def _validate(config: FrontendConfig) -> None:
         )
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
+    if config.structured_outputs_backend not in STRUCTURED_OUTPUTS_BACKENDS:
+        # vLLM's StructuredOutputsConfig refuses other names at startup too.
+        raise ConfigError(
+            "structured_outputs_config.backend must be one of "
+            f"{', '.join(STRUCTURED_OUTPUTS_BACKENDS)}; got {config.structured_outputs_backend!r}"
+        )
     _validate_parsers(config)
 
 

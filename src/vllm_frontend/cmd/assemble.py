@@ -101,6 +101,7 @@ def build_frontend_app(
         generation_eos_token_ids=list(model.files.generation_eos_token_ids),
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=client.limits,
+        structured_outputs_backend=config.structured_outputs_backend,
     )
     ctx = ServingContext(
         llm=llm,

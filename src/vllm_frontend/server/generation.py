@@ -21,6 +21,10 @@ from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_i
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
+from vllm_frontend.text.structured_outputs import (
+    merge_response_format,
+    structured_outputs_params,
+)
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from . import errors
@@ -141,13 +145,13 @@ class ServingContext:
     def lower(self, req: Any, *, chat: bool, max_tokens: int) -> SamplingParams:
         """The engine ``SamplingParams`` of a completions (``chat=False``) or chat request,
         mapped onto the text layer's lowering as vLLM's ``to_sampling_params`` does."""
-        rf = req.response_format
-        if req.structured_outputs is not None or (
-            rf is not None and rf.get("type") not in (None, "text")
-        ):
-            raise errors.NotImplementedFeature(
-                "Structured outputs (response_format / structured_outputs) are not supported "
-                "by this frontend yet."
+        structured = None
+        if req.structured_outputs is not None or req.response_format is not None:
+            structured = merge_response_format(
+                None
+                if req.structured_outputs is None
+                else structured_outputs_params(req.structured_outputs),
+                req.response_format,
             )
         echo = bool(req.echo)
         if chat:
@@ -202,6 +206,7 @@ class ServingContext:
             watermarking=req.watermarking,
             thinking_token_budget=req.thinking_token_budget,
             repetition_detection=_repetition_detection(req.repetition_detection),
+            structured_outputs=structured,
         )
         return lower_sampling_params(
             sreq, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer

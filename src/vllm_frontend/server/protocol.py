@@ -22,7 +22,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 import msgspec.inspect as mi
 
-from .errors import BadRequest, InvalidParameter
+from vllm_frontend.text.structured_outputs import structured_outputs_params
+
+from .errors import BadRequest, InvalidParameter, NotImplementedFeature
 from .validation import (
     AnyValue,
     Bool,
@@ -515,6 +517,25 @@ def _check_structured_outputs_count_chat(data: dict[str, Any]) -> None:
         )
 
 
+def _check_structured_outputs_constraint(data: dict[str, Any]) -> None:
+    # StructuredOutputsParams.__post_init__ (exactly one constraint) runs while pydantic
+    # validates the field, so its message is a plain 400 of the body; type errors win.
+    rf = data.get("response_format")
+    so = data.get("structured_outputs")
+    if (isinstance(rf, dict) and rf.get("type") == "structural_tag") or (
+        isinstance(so, dict) and so.get("structural_tag") is not None
+    ):
+        # vLLM validates structural tags with xgrammar here; we cannot (no xgrammar), so we
+        # refuse them rather than let a malformed tag fail in the engine.
+        raise NotImplementedFeature("Structural tags are not supported by this frontend yet.")
+    if not isinstance(so, dict) or _STRUCTURED_OUTPUTS.errors(so, ("body", "structured_outputs")):
+        return
+    try:
+        structured_outputs_params(so)
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+
+
 def _require_number(data: dict[str, Any], names: tuple[str, ...]) -> None:
     for name in names:
         value = data.get(name)
@@ -752,6 +773,7 @@ _COMPLETION_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
     _check_cache_salt,
     _apply_return_mm_kwargs_alias,
     _field_before_validators,
+    _check_structured_outputs_constraint,
 ]
 
 _CHAT_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
@@ -765,6 +787,7 @@ _CHAT_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
     _check_cache_salt,
     _apply_return_mm_kwargs_alias,
     _field_before_validators,
+    _check_structured_outputs_constraint,
 ]
 
 

@@ -28,12 +28,17 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
+from vllm_frontend.engine.protocol import (
+    RequestOutputKind,
+    SamplingParams,
+    StructuredOutputsParams,
+)
 from vllm_frontend.engine.validate import (
     InvalidRequestError,
     RequestLimits,
     validate_sampling_params,
 )
+from vllm_frontend.text.structured_outputs import resolve_structured_outputs
 from vllm_frontend.text.tokenizer import Tokenizer
 
 __all__ = [
@@ -110,7 +115,8 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
     stream_interval: int | None = None
     watermarking: bool | None = None
     thinking_token_budget: int | None = None
-    structured_outputs: Any = None
+    structured_outputs: StructuredOutputsParams | None = None
+    """The request's constraint (text.structured_outputs), before the backend is chosen."""
     repetition_detection: Any = None
     skip_reading_prefix_cache: bool | None = None
 
@@ -130,6 +136,8 @@ class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """A server-wide cap on max_tokens (vLLM's `override_max_tokens`), if any."""
     limits: RequestLimits | None = None
     """Vocabulary size / max_logprobs for the model-dependent checks."""
+    structured_outputs_backend: str = "auto"
+    """`--structured-outputs-config.backend`: the grammar backend named to the engine."""
 
 
 def check_prompt_length(num_tokens: int, max_model_len: int, *, from_text: bool) -> None:
@@ -243,7 +251,6 @@ def lower_sampling_params(
         output_text_buffer_length=(
             max(len(s) for s in stops) - 1 if stops and not req.include_stop_str_in_output else 0
         ),
-        structured_outputs=req.structured_outputs,
         logit_bias=logit_bias,
         allowed_token_ids=req.allowed_token_ids,
         extra_args=req.extra_args,
@@ -259,6 +266,11 @@ def lower_sampling_params(
             # vLLM raises these without naming the parameter, so its error JSON has no param.
             raise InvalidRequestError(str(e)) from None
         raise
+    if req.structured_outputs is not None:
+        # Checked after the other parameters, as vLLM's SamplingParams.verify does.
+        params.structured_outputs = resolve_structured_outputs(
+            req.structured_outputs, model.structured_outputs_backend
+        )
     if params.temperature < _SAMPLING_EPS:
         # Greedy: vLLM resets the truncation knobs (n > 1 was refused by the validation).
         params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0

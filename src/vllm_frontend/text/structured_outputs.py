@@ -1,0 +1,211 @@
+"""Structured-output constraints: request fields → the engine's `StructuredOutputsParams`.
+
+Follows vLLM 0.32 in three steps, each with vLLM's messages:
+
+1. the request's `structured_outputs` object becomes a `StructuredOutputsParams` whose
+   `__post_init__` demands exactly one constraint (vllm/sampling_params.py);
+2. `response_format` overrides it (`structured_outputs_from_response_format`,
+   vllm/entrypoints/generate/base/protocol.py): `json_object` → `json_object=True`,
+   `json_schema` → `json=<schema>`;
+3. the input processor's `SamplingParams._validate_structured_outputs` picks the grammar backend
+   (`_backend`, `_backend_was_auto`), refuses empty or malformed constraints and, for
+   xgrammar, rewrites `choice` into an EBNF `grammar` (vllm/v1/structured_output/utils.py
+   `choice_as_grammar`), which is what the engine then receives.
+
+The grammar compilers themselves (xgrammar, guidance, outlines) live in the engine: checks that
+need them (regex / grammar / schema compilation, structural tags) are not done here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from vllm_frontend.engine.protocol import StructuredOutputsParams
+from vllm_frontend.engine.validate import InvalidRequestError
+
+__all__ = [
+    "BACKENDS",
+    "choice_as_grammar",
+    "merge_response_format",
+    "resolve_structured_outputs",
+    "structured_outputs_params",
+]
+
+BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
+"""vLLM's `--structured-outputs-config.backend` choices."""
+
+_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+_OPTIONS = ("disable_any_whitespace", "disable_additional_properties", "whitespace_pattern")
+_MAX_JSON_NESTING = 64  # vLLM's MAX_STRUCTURED_OUTPUT_JSON_NESTING
+
+
+def structured_outputs_params(fields: Mapping[str, Any]) -> StructuredOutputsParams:
+    """The constraint of a request's (schema-valid) `structured_outputs` object.
+
+    Unknown keys are ignored, as vLLM's dataclass does (`_backend` included: it is not an init
+    field there). Raises InvalidRequestError unless exactly one constraint is given.
+    """
+    known = {k: fields[k] for k in (*_CONSTRAINTS, *_OPTIONS) if k in fields}
+    for flag in ("disable_any_whitespace", "disable_additional_properties"):
+        if known.get(flag) is None:
+            known.pop(flag, None)
+    so = StructuredOutputsParams(**known)
+    _check_one_constraint(so)
+    return so
+
+
+def merge_response_format(
+    so: StructuredOutputsParams | None, response_format: Mapping[str, Any] | None
+) -> StructuredOutputsParams | None:
+    """Apply a (schema-valid) `response_format` over `so`, as vLLM's `to_sampling_params`.
+
+    `structural_tag` formats are refused with NotImplementedError: vLLM validates them with
+    xgrammar in the frontend, which this frontend cannot import.
+    """
+    kind = None if response_format is None else response_format.get("type")
+    if kind is None or kind == "text":
+        return so
+    overrides: dict[str, Any]
+    if kind == "json_object":
+        overrides = {"json_object": True}
+    elif kind == "json_schema":
+        spec = response_format.get("json_schema") if response_format else None
+        overrides = {"json": spec.get("schema") if isinstance(spec, Mapping) else None}
+    else:
+        raise NotImplementedError(
+            "response_format of type 'structural_tag' is not supported by this frontend yet."
+        )
+    merged = StructuredOutputsParams() if so is None else _copy(so)
+    for name, value in overrides.items():
+        setattr(merged, name, value)
+    _check_one_constraint(merged)
+    return merged
+
+
+def resolve_structured_outputs(
+    so: StructuredOutputsParams, backend: str = "auto"
+) -> StructuredOutputsParams:
+    """A copy of `so` as vLLM's input processor sends it to the engine with `backend`.
+
+    Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
+    """
+    if so.structural_tag is not None:
+        raise NotImplementedError(
+            "structured_outputs.structural_tag is not supported by this frontend yet."
+        )
+    out = _copy(so)
+    out.backend = backend
+    if isinstance(out.choice, list) and not out.choice:
+        raise InvalidRequestError(f"Choice '{out.choice}' cannot be an empty list")
+    if isinstance(out.grammar, str) and not out.grammar.strip():
+        raise InvalidRequestError("structured_outputs.grammar cannot be an empty string")
+    if isinstance(out.json, str) and not out.json.strip():
+        raise InvalidRequestError("structured_outputs.json cannot be an empty string")
+    _check_nesting(out.json)
+    if out.json_object is False:
+        raise InvalidRequestError(
+            "structured_outputs.json_object must be True if set; omit "
+            "structured_outputs to disable structured outputs"
+        )
+    if out.regex and "\x00" in out.regex:
+        raise InvalidRequestError(
+            "structured_outputs.regex must not contain a NUL character ('\\x00')"
+        )
+    if backend.startswith("xgrammar") or backend == "auto":
+        # vLLM's validate_xgrammar_grammar (with its "auto" fallbacks left to the engine's
+        # compiler): a JSON schema given as a string must parse; choices become a grammar.
+        if isinstance(out.json, str) and out.json:
+            try:
+                json.loads(out.json)
+            except ValueError:
+                raise InvalidRequestError("Invalid JSON grammar specification.") from None
+        if out.choice:
+            out.grammar = choice_as_grammar(out.choice)
+            out.choice = None
+        if backend == "auto":
+            out.backend = "xgrammar"
+            out.backend_was_auto = True
+    _check_one_constraint(out)
+    return out
+
+
+def choice_as_grammar(choice: list[str]) -> str:
+    """The EBNF grammar xgrammar receives for a `choice` constraint: one quoted alternative per
+    choice, with backslash, quote, line breaks, tab and other control characters escaped."""
+    return "root ::= " + " | ".join(f'"{_ebnf_escape(c)}"' for c in choice)
+
+
+_EBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _ebnf_escape(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in _EBNF_ESCAPES:
+            out.append(_EBNF_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _copy(so: StructuredOutputsParams) -> StructuredOutputsParams:
+    return StructuredOutputsParams(
+        **{name: getattr(so, name) for name in (*_CONSTRAINTS, *_OPTIONS)},
+        backend=so.backend,
+        backend_was_auto=so.backend_was_auto,
+    )
+
+
+def _check_one_constraint(so: StructuredOutputsParams) -> None:
+    count = sum(getattr(so, name) is not None for name in _CONSTRAINTS)
+    if count == 1:
+        return
+    # vLLM prints the dataclass's __dict__: all fields in declaration order, private ones last.
+    shown = {name: getattr(so, name) for name in (*_CONSTRAINTS[:5], *_OPTIONS, "structural_tag")}
+    shown["_backend"] = so.backend
+    shown["_backend_was_auto"] = so.backend_was_auto
+    if count > 1:
+        raise InvalidRequestError(
+            "You can only use one kind of structured outputs constraint "
+            f"but multiple are specified: {shown}"
+        )
+    raise InvalidRequestError(
+        f"You must use one kind of structured outputs constraint but none are specified: {shown}"
+    )
+
+
+def _check_nesting(spec: Any) -> None:
+    # vLLM's check_json_nesting: objects and arrays may nest at most 64 levels (a string is
+    # parsed first; malformed JSON is left to the grammar validation).
+    if not spec:
+        return
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except RecursionError:
+            _too_deep()
+        except ValueError:
+            return
+    level = [spec]
+    for _ in range(_MAX_JSON_NESTING):
+        level = [
+            child
+            for node in level
+            if isinstance(node, dict | list)
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return
+    _too_deep()
+
+
+def _too_deep() -> None:
+    raise InvalidRequestError(
+        "The JSON schema is nested too deeply: objects and arrays may nest at "
+        f"most {_MAX_JSON_NESTING} levels"
+    )

@@ -1,0 +1,185 @@
+"""`response_format` and `structured_outputs` reach the engine as vLLM's frontend sends them.
+
+The peer is vLLM 0.32's own path: its pydantic request model (`ChatCompletionRequest` /
+`CompletionRequest`), `to_sampling_params`, then the input processor's
+`SamplingParams._validate_structured_outputs` with a `StructuredOutputsConfig` — which picks the
+grammar backend and rewrites constraints. Refusals must carry vLLM's message.
+
+Cases whose verdict needs a grammar compiler (xgrammar / guidance) in the frontend — a regex or
+EBNF that does not compile, JSON-schema features xgrammar lacks, structural tags — are left out:
+this frontend forwards those to the engine (see the module docstring of
+vllm_frontend.text.structured_outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+import pytest
+
+from vllm_frontend.engine.protocol import StructuredOutputsParams
+from vllm_frontend.server.errors import ApiError, classify
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
+from vllm_frontend.text.structured_outputs import (
+    choice_as_grammar,
+    merge_response_format,
+    structured_outputs_params,
+)
+
+pytest.importorskip("vllm")
+
+M = [{"role": "user", "content": "hi"}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name"],
+}
+
+
+def schema_format(**spec: Any) -> dict[str, Any]:
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "p", **spec}}}
+
+
+def so(**fields: Any) -> dict[str, Any]:
+    return {"structured_outputs": fields}
+
+
+def deep(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        node = {"type": "array", "items": node}
+    return node
+
+
+# (fields added to the body, backend) — every case runs on both routes.
+CASES: list[tuple[dict[str, Any], str]] = [
+    ({}, "auto"),
+    ({"response_format": {"type": "text"}}, "auto"),
+    ({"response_format": {"type": "json_object"}}, "auto"),
+    (schema_format(schema=SCHEMA), "auto"),
+    (schema_format(strict=True, schema=SCHEMA), "xgrammar"),
+    (schema_format(), "auto"),
+    (schema_format(schema={}), "auto"),
+    (schema_format(schema=deep(70)), "auto"),
+    (schema_format(schema=deep(60)), "auto"),
+    ({"structured_outputs": {"json": SCHEMA}}, "auto"),
+    ({"structured_outputs": {"json": json.dumps(SCHEMA)}}, "auto"),
+    ({"structured_outputs": {"json": json.dumps(SCHEMA)}}, "xgrammar"),
+    ({"structured_outputs": {"json": "{not json"}}, "auto"),
+    ({"structured_outputs": {"json": "{not json"}}, "xgrammar"),
+    ({"structured_outputs": {"json": "   "}}, "auto"),
+    ({"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": True}}, "auto"),
+    (so(json=SCHEMA, disable_additional_properties=True, whitespace_pattern=" ?"), "auto"),
+    ({"structured_outputs": {"regex": "[0-9]{3}-[a-z]+"}}, "auto"),
+    ({"structured_outputs": {"regex": "(yes|no)"}}, "xgrammar"),
+    ({"structured_outputs": {"regex": ""}}, "auto"),
+    ({"structured_outputs": {"regex": "a\x00b"}}, "auto"),
+    (so(choice=["yes", "no", 'say "hi"\n', "tab\there", "bell\x07", "\\"]), "auto"),
+    ({"structured_outputs": {"choice": ["yes", "no"]}}, "xgrammar"),
+    ({"structured_outputs": {"choice": ["yes", "no"]}}, "guidance"),
+    ({"structured_outputs": {"choice": []}}, "auto"),
+    ({"structured_outputs": {"grammar": 'root ::= "a" | "b"'}}, "auto"),
+    ({"structured_outputs": {"grammar": "  \n"}}, "auto"),
+    ({"structured_outputs": {"json_object": True}}, "auto"),
+    ({"structured_outputs": {"json_object": False}}, "auto"),
+    ({"structured_outputs": {"regex": "a+"}}, "outlines"),
+    ({"structured_outputs": {}}, "auto"),
+    ({"structured_outputs": {"disable_any_whitespace": True}}, "auto"),
+    ({"structured_outputs": {"regex": "a", "grammar": 'root ::= "a"'}}, "auto"),
+    ({"structured_outputs": {"json_object": True, "choice": ["a"]}}, "auto"),
+    ({"structured_outputs": {"regex": "a", "_backend": "guidance", "unknown": 1}}, "auto"),
+    ({"structured_outputs": {"regex": "[ab]+"}, "response_format": {"type": "text"}}, "auto"),
+    ({**so(regex="[ab]+"), "response_format": {"type": "json_object"}}, "auto"),
+    ({**so(disable_any_whitespace=True), "response_format": {"type": "json_object"}}, "auto"),
+    ({"guided_json": SCHEMA}, "auto"),
+    ({"guided_regex": "a+", "guided_choice": ["a"], "guided_grammar": "x"}, "auto"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hf_fast() -> Any:
+    """A fast Hugging Face tokenizer, which vLLM's guidance checks ask for."""
+    from tests.support.tiny_model import tiny_model_dir
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir()))
+
+
+def vllm_outcome(body: dict[str, Any], chat: bool, backend: str, hf: Any) -> Any:
+    """vLLM's engine-bound StructuredOutputsParams (as a dict), or its refusal."""
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    cls = ChatCompletionRequest if chat else CompletionRequest
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            req = cls.model_validate(body)
+        sp = req.to_sampling_params(16, {})
+        model_config = SimpleNamespace(is_diffusion=False)
+        config = StructuredOutputsConfig(backend=backend)  # type: ignore[arg-type]
+        sp._validate_structured_outputs(model_config, config, hf)
+    except Exception as e:
+        return ("refused", str(e), getattr(e, "parameter", None))
+    so = sp.structured_outputs
+    return None if so is None else dict(vars(so))
+
+
+def our_outcome(body: dict[str, Any], chat: bool, backend: str) -> Any:
+    """Our parse + lowering (the route glue of ServingContext.lower, spelled out)."""
+    try:
+        raw = json.dumps(body).encode()
+        req = parse_chat_request(raw) if chat else parse_completion_request(raw)
+        given = req.structured_outputs
+        merged = merge_response_format(
+            None if given is None else structured_outputs_params(given), req.response_format
+        )
+        model = ModelSamplingInfo(
+            max_model_len=100, eos_token_id=None, structured_outputs_backend=backend
+        )
+        sreq = SamplingRequest(structured_outputs=merged)
+        params = lower_sampling_params(sreq, max_tokens=16, model=model)
+    except (ApiError, ValueError) as e:
+        status, _, message, param = classify(e)
+        assert status == 400
+        return ("refused", message, param)
+    out = params.structured_outputs
+    if out is None:
+        return None
+    assert isinstance(out, StructuredOutputsParams)
+    return {
+        f.encode_name: getattr(out, f.name) for f in msgspec.structs.fields(StructuredOutputsParams)
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
+@pytest.mark.parametrize(("fields", "backend"), CASES)
+def test_engine_gets_vllms_structured_outputs_or_the_same_refusal(
+    hf_fast: Any, fields: dict[str, Any], backend: str, chat: bool
+) -> None:
+    body: dict[str, Any] = {"messages": M} if chat else {"prompt": "hi"}
+    body.update(fields)
+    expected = vllm_outcome(body, chat, backend, hf_fast)
+    assert our_outcome(body, chat, backend) == expected
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [["a"], ["x y", "", "ü"], ['"', "\\n", "\r\n", "\x00\x1f\x7f"], ["a|b", "(c)", "d*"]],
+)
+def test_choices_become_the_grammar_vllm_hands_xgrammar(choice: list[str]) -> None:
+    from vllm.v1.structured_output.utils import choice_as_grammar as vllm_choice_as_grammar
+
+    assert choice_as_grammar(choice) == vllm_choice_as_grammar(choice)
+
+
+def test_structural_tags_are_answered_501_not_silently_dropped() -> None:
+    fmt = {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}}
+    with pytest.raises(NotImplementedError):
+        merge_response_format(None, fmt)
