@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.server.errors import ApiError, classify
@@ -96,6 +98,14 @@ CASES: list[tuple[dict[str, Any], str]] = [
     ({"structured_outputs": {"regex": "[ab]+"}, "response_format": {"type": "text"}}, "auto"),
     ({**so(regex="[ab]+"), "response_format": {"type": "json_object"}}, "auto"),
     ({**so(disable_any_whitespace=True), "response_format": {"type": "json_object"}}, "auto"),
+    (so(json={"type": "integer", "multipleOf": 3}), "auto"),
+    (so(json={"type": "integer", "multipleOf": 3}), "xgrammar"),
+    (so(json={"type": "integer", "multipleOf": 3}), "guidance"),
+    (so(json=json.dumps({"type": "number", "multipleOf": 0.5})), "auto"),
+    (so(json={"type": "object", "patternProperties": {"a": {}, "b": {}}}), "auto"),
+    (so(json={"type": "string", "pattern": "a+", "maxLength": 3}), "xgrammar"),
+    (so(json={"allOf": [{"type": "string"}, {"enum": ["a"]}]}), "auto"),
+    (schema_format(schema={"type": "object", "properties": {"x": {"type": ["number", "null"], "multipleOf": 2}}}), "auto"),  # noqa: E501
     ({"guided_json": SCHEMA}, "auto"),
     ({"guided_regex": "a+", "guided_choice": ["a"], "guided_grammar": "x"}, "auto"),
 ]  # fmt: skip
@@ -183,3 +193,48 @@ def test_structural_tags_are_answered_501_not_silently_dropped() -> None:
     fmt = {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}}
     with pytest.raises(NotImplementedError):
         merge_response_format(None, fmt)
+
+
+KEYS = st.sampled_from([
+    "type", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "format",
+    "pattern", "minLength", "maxLength", "propertyNames", "properties",
+    "unevaluatedProperties", "allOf", "items", "anyOf", "x",
+])  # fmt: skip
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(0, 3) | st.sampled_from(["a", "email", "phone"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+TYPES = st.sampled_from(["integer", "number", "array", "string", "object", "null"])
+schemas = st.recursive(
+    st.fixed_dictionaries(
+        {"type": TYPES | st.lists(TYPES, max_size=2)},
+        optional={k: json_values for k in ["multipleOf", "uniqueItems", "format", "pattern",
+                                           "maxLength", "propertyNames", "unevaluatedProperties",
+                                           "contains"]},
+    ),
+    lambda inner: st.dictionaries(KEYS, inner | st.lists(inner, max_size=3), max_size=3)
+    | st.fixed_dictionaries({"type": TYPES}, optional={"properties": inner, "allOf": st.lists(inner, max_size=3), "patternProperties": st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2)}),  # noqa: E501
+    max_leaves=8,
+)  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(schema=schemas)
+def test_backend_fallback_sees_the_schema_features_vllm_sees(schema: dict[str, Any]) -> None:
+    from vllm.v1.structured_output.backend_guidance import has_guidance_unsupported_json_features
+    from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features
+
+    from vllm_frontend.text.structured_outputs import resolve_structured_outputs
+
+    out = resolve_structured_outputs(StructuredOutputsParams(json=schema), "auto")
+    try:
+        xgrammar_lacks = has_xgrammar_unsupported_json_features(schema)
+    except TypeError:  # e.g. an unhashable "format": vLLM's caller counts it as a rejection
+        xgrammar_lacks = True
+    if not xgrammar_lacks:
+        assert out.backend == "xgrammar"
+    elif has_guidance_unsupported_json_features(schema):
+        assert out.backend == "outlines"
+    else:
+        assert out.backend == "guidance"

@@ -114,13 +114,25 @@ def resolve_structured_outputs(
             "structured_outputs.regex must not contain a NUL character ('\\x00')"
         )
     if backend.startswith("xgrammar") or backend == "auto":
-        # vLLM's validate_xgrammar_grammar (with its "auto" fallbacks left to the engine's
-        # compiler): a JSON schema given as a string must parse; choices become a grammar.
-        if isinstance(out.json, str) and out.json:
+        # vLLM's validate_xgrammar_grammar, minus what needs xgrammar itself (compiling the
+        # regex, grammar or schema: the engine's compiler reports those).
+        schema = out.json
+        if isinstance(schema, str) and schema:
             try:
-                json.loads(out.json)
+                schema = json.loads(schema)
             except ValueError:
                 raise InvalidRequestError("Invalid JSON grammar specification.") from None
+        if schema and _xgrammar_lacks(schema):
+            if backend != "auto":
+                raise InvalidRequestError(
+                    "The provided JSON schema contains features not supported by xgrammar."
+                )
+            # vLLM's "auto" falls back to guidance, or to outlines for what guidance lacks.
+            out.backend = (
+                "outlines" if _has_key_anywhere(schema, "patternProperties") else "guidance"
+            )
+            out.backend_was_auto = True
+            return out
         if out.choice:
             out.grammar = choice_as_grammar(out.choice)
             out.choice = None
@@ -129,6 +141,89 @@ def resolve_structured_outputs(
             out.backend_was_auto = True
     _check_one_constraint(out)
     return out
+
+
+# String formats xgrammar can constrain (vllm/v1/structured_output/backend_xgrammar.py).
+_XGRAMMAR_STRING_FORMATS = frozenset(
+    {
+        "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
+        "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+    }
+)  # fmt: skip
+_ARRAY_KEYWORDS_XGRAMMAR_LACKS = ("uniqueItems", "contains", "minContains", "maxContains")
+
+
+def _xgrammar_lacks(schema: Any) -> bool:
+    """Whether a JSON schema uses a keyword combination vLLM knows xgrammar mishandles
+    (vLLM's has_xgrammar_unsupported_json_features): any schema object anywhere in it."""
+    return any(_node_xgrammar_lacks(node) for node in _schema_objects(schema))
+
+
+def _node_xgrammar_lacks(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    types = {kind} if isinstance(kind, str) else set()
+    if isinstance(kind, list):
+        types = {t for t in kind if isinstance(t, str)}
+    if types & {"integer", "number"} and "multipleOf" in node:
+        return True
+    if "array" in types and any(k in node for k in _ARRAY_KEYWORDS_XGRAMMAR_LACKS):
+        return True
+    if "string" in types and (
+        ("format" in node and not _known_format(node["format"])) or _pattern_with_length(node)
+    ):
+        return True
+    if "object" in types and "propertyNames" in node:
+        names = node.get("propertyNames")
+        if (
+            (isinstance(names, dict) and _pattern_with_length(names))
+            or "patternProperties" in node
+            or "properties" in node
+            or node.get("unevaluatedProperties", True) is not True
+        ):
+            return True
+    patterns = node.get("patternProperties")
+    if (
+        "object" in types
+        and isinstance(patterns, dict)
+        and ("properties" in node or len(patterns) > 1)
+    ):
+        return True
+    all_of = node.get("allOf")
+    return isinstance(all_of, list) and len(all_of) >= 2
+
+
+def _known_format(value: Any) -> bool:
+    # An unhashable format makes vLLM's own check raise, which counts as xgrammar refusing.
+    try:
+        return value in _XGRAMMAR_STRING_FORMATS
+    except TypeError:
+        return False
+
+
+def _pattern_with_length(node: dict[str, Any]) -> bool:
+    return ("pattern" in node or "format" in node) and ("minLength" in node or "maxLength" in node)
+
+
+def _schema_objects(schema: Any) -> list[dict[str, Any]]:
+    # The schema objects vLLM's checks visit: the root, then (depth first) every dict that is a
+    # value of a visited dict or an item of a list value of one.
+    out: list[dict[str, Any]] = []
+    stack = [schema] if isinstance(schema, dict) else []
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        children: list[dict[str, Any]] = []
+        for value in node.values():
+            if isinstance(value, dict):
+                children.append(value)
+            elif isinstance(value, list):
+                children.extend(item for item in value if isinstance(item, dict))
+        stack.extend(reversed(children))
+    return out
+
+
+def _has_key_anywhere(schema: Any, key: str) -> bool:
+    return any(key in node for node in _schema_objects(schema))
 
 
 def choice_as_grammar(choice: list[str]) -> str:
