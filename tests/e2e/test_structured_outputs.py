@@ -1,0 +1,154 @@
+"""Structured outputs end to end: the same constrained requests to our frontend and to vLLM's,
+each in front of an identical fresh CPU engine, give the same answers (greedy).
+
+The engine compiles the grammars (xgrammar, picked by the default ``auto`` backend); these tests
+show our frontend hands it what vLLM's does: a JSON schema or JSON-object constraint from
+``response_format``, and regex / choice / grammar constraints from ``structured_outputs``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import Frontends
+from tests.e2e.test_differential import chat, compare, completion
+
+pytestmark = pytest.mark.engine
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def sdk(frontends: Frontends) -> Iterator[dict[str, openai.OpenAI]]:
+    """OpenAI SDK clients for both servers."""
+    clients = {
+        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for name, url in (("ours", frontends.ours), ("vllm", frontends.vllm))
+    }
+    yield clients
+    for c in clients.values():
+        c.close()
+
+
+def _text(answer: Any) -> str:
+    if isinstance(answer, list):  # a stream
+        parts = []
+        for chunk in answer:
+            for choice in chunk.get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or choice.get("text") or "")
+        return "".join(parts)
+    choice = answer["choices"][0]
+    return str(choice["message"]["content"] if "message" in choice else choice["text"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_chat_json_schema_response_format_gives_the_same_json(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    ref = compare(sdk, chat(frontends.model, max_tokens=48, temperature=0, stream=stream,
+                            response_format=fmt))  # fmt: skip
+    text = _text(ref)
+    assert text.startswith("{")  # the engine really constrained the output
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_chat_json_object_response_format_gives_the_same_json(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    ref = compare(sdk, chat(frontends.model, max_tokens=32, temperature=0, stream=stream,
+                            response_format={"type": "json_object"}))  # fmt: skip
+    assert _text(ref).lstrip().startswith("{")
+
+
+def test_completion_json_schema_response_format_gives_the_same_json(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    ref = compare(sdk, lambda c: c.completions.create(
+        model=frontends.model, prompt="A person:", max_tokens=48, temperature=0,
+        extra_body={"response_format": fmt}))  # fmt: skip
+    assert _text(ref).startswith("{")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_regex_constraint_gives_the_same_matching_text(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    ref = compare(sdk, lambda c: c.completions.create(
+        model=frontends.model, prompt="Phone:", max_tokens=20, temperature=0, stream=stream,
+        extra_body={"structured_outputs": {"regex": "[0-9]{3}-[0-9]{4}"}}))  # fmt: skip
+    assert re.fullmatch("[0-9]{3}-[0-9]{4}", _text(ref))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_choice_constraint_picks_the_same_choice(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    choices = ["yes", "no", 'a "quoted"\nanswer']
+    ref = compare(sdk, lambda c: c.chat.completions.create(
+        model=frontends.model, messages=[{"role": "user", "content": "Well?"}], max_tokens=20,
+        temperature=0, stream=stream,
+        extra_body={"structured_outputs": {"choice": choices}}))  # fmt: skip
+    assert _text(ref) in choices
+
+
+def test_grammar_constraint_gives_the_same_text(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    grammar = 'root ::= "(" [a-z]+ ")" | "[" [0-9]+ "]"'
+    ref = compare(sdk, lambda c: c.completions.create(
+        model=frontends.model, prompt="x", max_tokens=12, temperature=0,
+        extra_body={"structured_outputs": {"grammar": grammar}}))  # fmt: skip
+    assert _text(ref)[:1] in "(["
+
+
+def _post_both(frontends: Frontends, path: str, body: dict[str, Any]) -> list[httpx.Response]:
+    return [
+        httpx.post(url + path, json=body, timeout=120) for url in (frontends.ours, frontends.vllm)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/v1/completions", {"structured_outputs": {"choice": []}}),
+        ("/v1/completions", {"structured_outputs": {"json": "{oops"}}),
+        ("/v1/completions", {"structured_outputs": {"json_object": False}}),
+        ("/v1/chat/completions", {"structured_outputs": {"grammar": "  "}}),
+        ("/v1/chat/completions", {"response_format": {"type": "json_schema",
+                                                      "json_schema": {"name": "x"}}}),
+        ("/v1/chat/completions", {"structured_outputs": {"regex": "a"},
+                                  "response_format": {"type": "json_object"}}),
+        ("/v1/chat/completions", {"tool_choice": "required", "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {}}}]}),
+    ],
+)  # fmt: skip
+def test_refused_constraints_get_vllms_error(
+    frontends: Frontends, path: str, extra: dict[str, Any]
+) -> None:
+    body: dict[str, Any] = {"model": frontends.model, "max_tokens": 4, **extra}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    ours, ref = _post_both(frontends, path, body)
+    assert ref.status_code == 400
+    assert (ours.status_code, ours.json()) == (ref.status_code, ref.json())
+
+
+def test_a_plain_request_after_constrained_ones_is_unconstrained_on_both(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    compare(sdk, completion(frontends.model, prompt="Hello world", max_tokens=12, temperature=0))
