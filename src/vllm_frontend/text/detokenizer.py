@@ -7,13 +7,33 @@ generated token. A step that cannot yet produce valid UTF-8 (a multi-byte charac
 byte-fallback or byte-level tokens) yields nothing; the bytes come out with the token that
 completes the character, and bytes still incomplete when the sequence ends are dropped, as vLLM
 does.
+
+Byte-level BPE tokenizers (GPT-2, Llama 3, Qwen: the decoder is exactly `ByteLevel`) get a
+cheaper path with the same output. Their decoding of a token list is "concatenate each token's
+fixed bytes, then decode UTF-8 replacing invalid sequences", so DecodeStream's step reduces to:
+
+- keep the bytes not yet emitted (`pending`); append the new token's bytes;
+- if the pending bytes are non-empty and their lossy decoding does not end with U+FFFD, emit
+  that decoding and clear them; otherwise emit nothing.
+
+(DecodeStream only emits text that does not end inside a character, so the decoding of
+"emitted prefix + pending" is the prefix's text followed by the pending bytes' own decoding, and
+its "invalid prefix" error cannot occur.) Priming with the prompt only matters when the prompt's
+text ends with U+FFFD (a character cut off, an invalid byte, or a real U+FFFD): DecodeStream then
+keeps the whole prompt pending and emits the prompt's text again with the first chunk; vLLM does
+so, and so do we. Token bytes come from per-tokenizer tables filled on first use of each id, so
+there is no start-up cost; a token whose bytes are complete UTF-8 is a single dictionary hit.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
+import tokenizers
+from tokenizers import decoders
 from tokenizers.decoders import DecodeStream
 
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -25,9 +45,60 @@ _log = logging.getLogger(__name__)
 # The error text of tokenizers' DecodeStream when the decoded prefix stops being monotonic.
 _INVALID_PREFIX = "Invalid prefix encountered"
 
+_REPLACEMENT = "\ufffd"
+
 
 class IncrementalDetokenizer:
-    """Turns a sequence's token ids into text one token at a time, O(1) work per token."""
+    """Turns a sequence's token ids into text one token at a time, O(1) work per token.
+
+    Constructing one returns the byte-level implementation when the tokenizer allows it and the
+    DecodeStream-based one otherwise; both produce exactly what vLLM's detokenizer produces.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        request_id: str = "",
+    ) -> IncrementalDetokenizer:
+        if cls is IncrementalDetokenizer:
+            if _byte_tables(tokenizer) is None:
+                cls = _StreamDetokenizer
+            elif _suppresses_spaces(tokenizer, skip_special_tokens, spaces_between_special_tokens):
+                cls = _SpacingByteLevelDetokenizer
+            else:
+                cls = _ByteLevelDetokenizer
+        return object.__new__(cls)
+
+    def decode_next(self, token_id: int) -> str:
+        """The text this token adds (possibly empty while a character is incomplete)."""
+        raise NotImplementedError
+
+
+def _suppresses_spaces(
+    tokenizer: Tokenizer, skip_special_tokens: bool, spaces_between_special_tokens: bool
+) -> bool:
+    # vLLM only honours spaces_between_special_tokens=False when special tokens are kept, and
+    # then only between two consecutive added tokens (special or not).
+    return (
+        not skip_special_tokens
+        and not spaces_between_special_tokens
+        and bool(tokenizer.added_tokens)
+    )
+
+
+def _log_invalid_id(token_id: object) -> None:
+    # An id that does not fit the tokenizer's integer type: vLLM logs it and emits nothing.
+    _log.exception("Encountered invalid token id: %r", token_id)
+
+
+class _StreamDetokenizer(IncrementalDetokenizer):
+    """Any tokenizer: tokenizers' DecodeStream, as vLLM drives it."""
 
     __slots__ = (
         "_added_tokens",
@@ -56,13 +127,10 @@ class IncrementalDetokenizer:
             ids=list(prompt_token_ids), skip_special_tokens=skip_special_tokens
         )
         self._step = self._stream.step
-        # vLLM only honours spaces_between_special_tokens=False when special tokens are kept, and
-        # then only between two consecutive added tokens (special or not).
-        added = tokenizer.added_tokens
-        self._suppress_spaces = (
-            not skip_special_tokens and not spaces_between_special_tokens and bool(added)
+        self._suppress_spaces = _suppresses_spaces(
+            tokenizer, skip_special_tokens, spaces_between_special_tokens
         )
-        self._added_tokens = added
+        self._added_tokens = tokenizer.added_tokens
         self._last_added = False
 
     def decode_next(self, token_id: int) -> str:
@@ -70,8 +138,7 @@ class IncrementalDetokenizer:
         try:
             text = self._step(self._backend, token_id)
         except (OverflowError, TypeError):
-            # An id that does not fit the tokenizer's integer type: vLLM logs it and emits nothing.
-            _log.exception("Encountered invalid token id: %r", token_id)
+            _log_invalid_id(token_id)
             text = None
         except Exception as e:
             if not str(e).startswith(_INVALID_PREFIX):
@@ -93,3 +160,205 @@ class IncrementalDetokenizer:
                 text = content
             self._last_added = content is not None
         return text or ""
+
+
+# -- byte-level BPE ------------------------------------------------------------------------------
+
+
+def _byte_of_char() -> dict[str, int]:
+    # GPT-2's reversible byte <-> printable character map, which tokenizers' ByteLevel uses:
+    # printable Latin-1 bytes stand for themselves, the other 68 bytes get U+0100 onwards in
+    # byte order.
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {chr(b): b for b in printable}
+    others = (b for b in range(256) if b not in set(printable))
+    for offset, b in enumerate(others):
+        chars[chr(0x100 + offset)] = b
+    return chars
+
+
+_BYTE_OF_CHAR = _byte_of_char()
+# str.translate table taking a piece made only of ByteLevel characters to a Latin-1 string of its
+# bytes. Latin-1 characters outside the alphabet become U+FFFF so that encoding to Latin-1 fails,
+# as it does for any other character outside the alphabet.
+_TO_LATIN1: dict[int, int] = {ord(c): b for c, b in _BYTE_OF_CHAR.items() if ord(c) != b}
+_TO_LATIN1.update({c: 0xFFFF for c in range(0x100) if chr(c) not in _BYTE_OF_CHAR})
+
+
+def _piece_bytes(piece: str) -> bytes:
+    # The ByteLevel decoder maps a piece character by character, unless a character is outside
+    # its alphabet (an added token such as "<tool call>"): then it takes the piece's UTF-8.
+    try:
+        return piece.translate(_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:
+        return piece.encode()
+
+
+class _ByteTable:
+    """One tokenizer's token bytes for one skip_special_tokens setting, filled on first use.
+
+    `text` holds tokens whose bytes are complete UTF-8 not ending with U+FFFD (their text is
+    what DecodeStream emits for them when nothing is pending); `raw` holds the bytes of the rest.
+    """
+
+    __slots__ = ("_backend", "_skipped", "raw", "text")
+
+    def __init__(self, backend: tokenizers.Tokenizer, skipped: frozenset[str]) -> None:
+        self._backend = backend
+        self._skipped = skipped
+        self.text: dict[int, str] = {}
+        self.raw: dict[int, bytes] = {}
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes this token adds; OverflowError/TypeError for an id that is not a u32."""
+        text = self.text.get(token_id)
+        if text is not None:
+            return text.encode()
+        raw = self.raw.get(token_id)
+        if raw is not None:
+            return raw
+        # The same lookup as tokenizers' decode (added tokens first, then the model); an id
+        # with no token adds nothing, as does a skipped special token (matched by content).
+        piece = self._backend.id_to_token(token_id)
+        raw = b"" if piece is None or piece in self._skipped else _piece_bytes(piece)
+        try:
+            decoded = raw.decode()
+        except UnicodeDecodeError:
+            self.raw[token_id] = raw
+        else:
+            if decoded.endswith(_REPLACEMENT):
+                self.raw[token_id] = raw
+            else:
+                self.text[token_id] = decoded
+        return raw
+
+
+class _ByteTables:
+    """A tokenizer's two byte tables: special tokens kept, and skipped."""
+
+    __slots__ = ("keep", "skip")
+
+    def __init__(self, backend: tokenizers.Tokenizer) -> None:
+        special = frozenset(
+            t.content for t in backend.get_added_tokens_decoder().values() if t.special
+        )
+        self.keep = _ByteTable(backend, frozenset())
+        self.skip = _ByteTable(backend, special)
+
+
+# Keyed by the Tokenizer (which is immutable once built); None: not a byte-level tokenizer.
+_TABLES: weakref.WeakKeyDictionary[Tokenizer, _ByteTables | None] = weakref.WeakKeyDictionary()
+
+
+def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
+    try:
+        return _TABLES[tokenizer]
+    except KeyError:
+        cacheable = True
+    except TypeError:  # not weakly referenceable: a table per detokenizer, still correct
+        cacheable = False
+    backend = tokenizer.backend
+    # Decoding only involves the id -> token lookup and the decoder (normalizer, pre-tokenizer
+    # and post-processor play no part), so an exact ByteLevel decoder is all the fast path needs.
+    tables = _ByteTables(backend) if isinstance(backend.decoder, decoders.ByteLevel) else None
+    if cacheable:
+        _TABLES[tokenizer] = tables
+    return tables
+
+
+# The table a detokenizer looks tokens up in while bytes are pending: every lookup misses.
+_NOTHING: Mapping[int, str] = MappingProxyType({})
+
+
+class _ByteLevelDetokenizer(IncrementalDetokenizer):
+    """Byte-level BPE tokenizers: DecodeStream's output from a table of token bytes."""
+
+    __slots__ = ("_lookup", "_pending", "_table")
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        request_id: str = "",
+    ) -> None:
+        tables = _byte_tables(tokenizer)
+        assert tables is not None
+        table = tables.skip if skip_special_tokens else tables.keep
+        self._table = table
+        self._pending = _pending_prompt_bytes(table, prompt_token_ids)
+        self._lookup: Mapping[int, str] = _NOTHING if self._pending else table.text
+
+    def decode_next(self, token_id: int) -> str:
+        """The text this token adds (possibly empty while a character is incomplete)."""
+        try:
+            return self._lookup[token_id]
+        except (KeyError, TypeError):  # TypeError: not hashable, reported below
+            pass
+        return self._decode_pending(token_id)
+
+    def _decode_pending(self, token_id: int) -> str:
+        table = self._table
+        try:
+            pending = self._pending + table.token_bytes(token_id)
+        except (OverflowError, TypeError):
+            _log_invalid_id(token_id)
+            return ""
+        if pending:
+            text = pending.decode("utf-8", "replace")
+            if not text.endswith(_REPLACEMENT):
+                self._pending = b""
+                self._lookup = table.text
+                return text
+            self._lookup = _NOTHING
+        self._pending = pending
+        return ""
+
+
+class _SpacingByteLevelDetokenizer(_ByteLevelDetokenizer):
+    """The byte-level path with spaces_between_special_tokens=False (special tokens kept)."""
+
+    __slots__ = ("_added_tokens", "_last_added")
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        request_id: str = "",
+    ) -> None:
+        super().__init__(tokenizer, prompt_token_ids, skip_special_tokens=skip_special_tokens)
+        self._added_tokens = tokenizer.added_tokens
+        self._last_added = False
+
+    def decode_next(self, token_id: int) -> str:
+        """The text this token adds (possibly empty while a character is incomplete)."""
+        text = super().decode_next(token_id)
+        content = self._added_tokens.get(token_id)
+        if content is not None and self._last_added:
+            # As vLLM: the raw added token, whatever the decoder made of it.
+            text = content
+        self._last_added = content is not None
+        return text
+
+
+def _pending_prompt_bytes(table: _ByteTable, prompt: Sequence[int]) -> bytes:
+    """The prompt bytes DecodeStream still holds before the first generated token.
+
+    None, unless the prompt's text ends with U+FFFD: then all of them (DecodeStream never took
+    the prompt as its emitted prefix). Whether it does depends only on the last 4 bytes' worth of
+    tokens: UTF-8 resynchronises at any non-continuation byte, and 4 trailing continuation
+    bytes cannot end a valid character.
+    """
+    tail = b""
+    i = len(prompt)
+    while i and len(tail) < 4:
+        i -= 1
+        tail = table.token_bytes(prompt[i]) + tail
+    if not tail.decode("utf-8", "replace").endswith(_REPLACEMENT):
+        return b""
+    return b"".join([table.token_bytes(t) for t in prompt])
