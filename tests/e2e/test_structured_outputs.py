@@ -152,3 +152,19 @@ def test_a_plain_request_after_constrained_ones_is_unconstrained_on_both(
     sdk: dict[str, openai.OpenAI], frontends: Frontends
 ) -> None:
     compare(sdk, completion(frontends.model, prompt="Hello world", max_tokens=12, temperature=0))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_a_regex_the_grammar_compiler_rejects_fails_only_that_request(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
+) -> None:
+    # vLLM compiles the regex in its frontend (400); this frontend has no xgrammar, so the
+    # engine's compiler refuses it: the client still gets an error, and the engine lives on.
+    body = {"model": frontends.model, "prompt": "x", "max_tokens": 4, "stream": stream,
+            "structured_outputs": {"regex": "(unclosed"}}  # fmt: skip
+    ours, ref = _post_both(frontends, "/v1/completions", body)
+    # A stream has started (200) before the error: both send it as an SSE error event.
+    expected_status = 200 if stream else 400
+    assert ref.status_code == expected_status and '"error"' in ref.text
+    assert ours.status_code == (200 if stream else 500) and '"error"' in ours.text
+    compare(sdk, completion(frontends.model, prompt="Hello world", max_tokens=6, temperature=0))
