@@ -77,6 +77,8 @@ class FrontendConfig:
     api_server_count: int = 1
     structured_outputs_backend: str = "auto"
     seed: int | None = None
+    stream_interval: int = 1
+    """Stream every N tokens (the first and last always go out); a request may ask for more."""
 
     @property
     def served_model_names(self) -> list[str]:
@@ -114,7 +116,6 @@ UNSUPPORTED_KEYS: frozenset[str] = frozenset(
         "enable_tokenizer_info_endpoint",
         "enable_per_request_metrics",
         "sse_keep_alive_interval",
-        "stream_interval",
         "fingerprint_mode",
         "fingerprint_value",
         "config",
@@ -154,7 +155,6 @@ _NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "fingerprint_mode": ("full",),
     "grpc_port": (None,),
     "sse_keep_alive_interval": (0, 0.0),
-    "stream_interval": (1,),
 }
 
 _FIELD_NAMES = {f.name for f in fields(FrontendConfig)}
@@ -246,6 +246,11 @@ def _validate(config: FrontendConfig) -> None:
         )
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
+    if isinstance(config.stream_interval, bool) or not isinstance(config.stream_interval, int):
+        raise ConfigError(f"stream_interval must be an integer, got {config.stream_interval!r}")
+    if config.stream_interval < 1:
+        # vLLM's SchedulerConfig (Field ge=1) refuses it at startup too.
+        raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")
     if config.structured_outputs_backend not in STRUCTURED_OUTPUTS_BACKENDS:
         # vLLM's StructuredOutputsConfig refuses other names at startup too.
         raise ConfigError(

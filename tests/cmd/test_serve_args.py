@@ -63,6 +63,13 @@ def test_engine_only_and_harmless_options_are_accepted() -> None:
     assert cfg.port == 1 and cfg.served_model_names == ["m"]
 
 
+def test_stream_interval_is_taken_and_a_bad_one_stops_startup() -> None:
+    assert config_from_args({"model_tag": "m", "stream_interval": 3}).stream_interval == 3
+    for bad in (0, -2, "3"):
+        with pytest.raises(ConfigError, match="stream_interval"):
+            config_from_args({"model_tag": "m", "stream_interval": bad})
+
+
 # The values our parser gives must be the ones vLLM's own `vllm serve` parser gives for the same
 # command line (run in a subprocess: the frontend itself never imports vllm).
 _VLLM_PARSE = """

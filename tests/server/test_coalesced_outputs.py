@@ -101,14 +101,14 @@ class ScriptedClient:
         return len(request_ids)
 
 
-def _app(model: pathlib.Path, batched: bool) -> App:
+def _app(model: pathlib.Path, batched: bool, stream_interval: int = 1) -> App:
     tokenizer = Tokenizer.from_dir(model)
     sampling = ModelSamplingInfo(max_model_len=128, eos_token_id=tokenizer.eos_token_id)
     client = ScriptedClient(tokenizer, batched)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
-        max_model_len=128, sampling=sampling,
+        max_model_len=128, sampling=sampling, stream_interval=stream_interval,
         chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
                                    special_tokens_map(cfg)))  # fmt: skip
     app = App(ServerSettings(served_model_names=["m"], max_model_len=128))
@@ -170,3 +170,25 @@ def test_merged_engine_steps_change_chunking_not_content(
     assert _content(merged) == _content(one_by_one)
     assert _content(merged)["text"]
     assert len(merged) < len(one_by_one)
+
+
+@pytest.mark.parametrize("path,body", [BODIES[0], BODIES[3]])
+def test_server_stream_interval_streams_like_the_same_request_interval(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any]
+) -> None:
+    """--stream-interval N chunks a stream as a request's own ``stream_interval`` N does (vLLM
+    takes the larger of the two; the request-level behaviour is checked against vLLM's output
+    processor in tests/text)."""
+    body = {**body, "model": "m", "stream": True}
+    server_level = asyncio.run(_events(_app(tiny_model, False, stream_interval=4), path, body))
+    request_level = asyncio.run(
+        _events(_app(tiny_model, False), path, {**body, "stream_interval": 4})
+    )
+    every_token = asyncio.run(_events(_app(tiny_model, False), path, body))
+
+    def chunks(events: list[dict[str, Any]]) -> list[Any]:
+        return [(e["choices"], e.get("usage")) for e in events]
+
+    assert chunks(server_level) == chunks(request_level)
+    assert _content(server_level) == _content(every_token)
+    assert len(server_level) < len(every_token)

@@ -114,6 +114,7 @@ def build_frontend_app(
         enable_force_include_usage=config.enable_force_include_usage,
         enable_prompt_tokens_details=config.enable_prompt_tokens_details,
         response_role=config.response_role,
+        stream_interval=config.stream_interval,
     )
     settings = ServerSettings(
         served_model_names=served,

@@ -104,6 +104,8 @@ class ServingContext:
     tokenizer_truncation_side: str = "left"
     """Side ``truncate_prompt_tokens`` cuts when the request names none: vLLM loads generation
     models' tokenizers with ``truncation_side="left"`` (vllm/tokenizers/registry.py)."""
+    stream_interval: int = 1
+    """``--stream-interval``: streamed updates every N tokens (a request's own may be larger)."""
 
     @property
     def model_name(self) -> str:
@@ -460,7 +462,12 @@ async def generate_sequences(
     strings = ctx.strings() if wants_logprobs else None
     procs = [
         SequenceProcessor(
-            ctx.tokenizer, prompt.token_ids, params, token_strings=strings, request_id=request_id
+            ctx.tokenizer,
+            prompt.token_ids,
+            params,
+            token_strings=strings,
+            request_id=request_id,
+            stream_interval=ctx.stream_interval,
         )
         for _ in range(n)
     ]
