@@ -132,7 +132,8 @@ def vllm_outcome(body: dict[str, Any], chat: bool, backend: str, hf: Any) -> Any
             warnings.simplefilter("ignore")
             req = cls.model_validate(body)
         sp = req.to_sampling_params(16, {})
-        model_config = SimpleNamespace(is_diffusion=False)
+        # The only ModelConfig attribute the structured-output checks read.
+        model_config: Any = SimpleNamespace(is_diffusion=False)
         config = StructuredOutputsConfig(backend=backend)  # type: ignore[arg-type]
         sp._validate_structured_outputs(model_config, config, hf)
     except Exception as e:
