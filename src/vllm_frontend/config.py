@@ -79,6 +79,8 @@ class FrontendConfig:
     seed: int | None = None
     stream_interval: int = 1
     """Stream every N tokens (the first and last always go out); a request may ask for more."""
+    sse_keep_alive_interval: float = 0
+    """Seconds without a chunk before a stream gets an SSE ``: keep-alive`` comment; 0 = never."""
 
     @property
     def served_model_names(self) -> list[str]:
@@ -115,7 +117,6 @@ UNSUPPORTED_KEYS: frozenset[str] = frozenset(
         "hf_overrides",
         "enable_tokenizer_info_endpoint",
         "enable_per_request_metrics",
-        "sse_keep_alive_interval",
         "fingerprint_mode",
         "fingerprint_value",
         "config",
@@ -154,7 +155,6 @@ _NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "middleware": ([],),
     "fingerprint_mode": ("full",),
     "grpc_port": (None,),
-    "sse_keep_alive_interval": (0, 0.0),
 }
 
 _FIELD_NAMES = {f.name for f in fields(FrontendConfig)}
@@ -248,6 +248,13 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError("api_server_count must be at least 1")
     if isinstance(config.stream_interval, bool) or not isinstance(config.stream_interval, int):
         raise ConfigError(f"stream_interval must be an integer, got {config.stream_interval!r}")
+    interval = config.sse_keep_alive_interval
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= 0:
+        # vLLM's validate_parsed_serve_args refuses negative values at startup.
+        raise ConfigError(
+            "sse_keep_alive_interval must be a non-negative number (0 disables keep-alive "
+            f"comments), got {interval!r}"
+        )
     if config.stream_interval < 1:
         # vLLM's SchedulerConfig (Field ge=1) refuses it at startup too.
         raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")

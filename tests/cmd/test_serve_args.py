@@ -70,6 +70,14 @@ def test_stream_interval_is_taken_and_a_bad_one_stops_startup() -> None:
             config_from_args({"model_tag": "m", "stream_interval": bad})
 
 
+def test_sse_keep_alive_interval_is_taken_and_a_negative_one_stops_startup() -> None:
+    cfg = config_from_args({"model_tag": "m", "sse_keep_alive_interval": 15})
+    assert cfg.sse_keep_alive_interval == 15
+    for bad in (-1, "x"):
+        with pytest.raises(ConfigError, match="sse_keep_alive_interval"):
+            config_from_args({"model_tag": "m", "sse_keep_alive_interval": bad})
+
+
 # The values our parser gives must be the ones vLLM's own `vllm serve` parser gives for the same
 # command line (run in a subprocess: the frontend itself never imports vllm).
 _VLLM_PARSE = """
@@ -90,13 +98,15 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
         '{"enable_thinking": false}', "--trust-request-chat-template",
         "--return-tokens-as-token-ids", "--enable-request-id-headers", "--response-role", "bot",
         "--allowed-origins", '["http://a"]', "--stream-interval", "3",
+        "--sse-keep-alive-interval", "15",
         "--enable-prompt-tokens-details", "--enable-force-include-usage",
     ]  # fmt: skip
     ours = parse_serve_args(_parser(), ["/m", *cmd]).frontend_args()
     keys = ["served_model_name", "max_logprobs", "api_key", "chat_template_content_format",
             "default_chat_template_kwargs", "trust_request_chat_template",
             "return_tokens_as_token_ids", "enable_request_id_headers", "response_role",
-            "allowed_origins", "stream_interval", "enable_prompt_tokens_details",
+            "allowed_origins", "stream_interval", "sse_keep_alive_interval",
+            "enable_prompt_tokens_details",
             "enable_force_include_usage"]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", _VLLM_PARSE, "--model", "/m", *cmd],

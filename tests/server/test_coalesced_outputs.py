@@ -101,7 +101,9 @@ class ScriptedClient:
         return len(request_ids)
 
 
-def _app(model: pathlib.Path, batched: bool, stream_interval: int = 1) -> App:
+def _app(
+    model: pathlib.Path, batched: bool, stream_interval: int = 1, keep_alive: float = 0.0
+) -> App:
     tokenizer = Tokenizer.from_dir(model)
     sampling = ModelSamplingInfo(max_model_len=128, eos_token_id=tokenizer.eos_token_id)
     client = ScriptedClient(tokenizer, batched)
@@ -109,6 +111,7 @@ def _app(model: pathlib.Path, batched: bool, stream_interval: int = 1) -> App:
     ctx = ServingContext(
         llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
         max_model_len=128, sampling=sampling, stream_interval=stream_interval,
+        sse_keep_alive_interval=keep_alive,
         chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
                                    special_tokens_map(cfg)))  # fmt: skip
     app = App(ServerSettings(served_model_names=["m"], max_model_len=128))
@@ -192,3 +195,20 @@ def test_server_stream_interval_streams_like_the_same_request_interval(
     assert chunks(server_level) == chunks(request_level)
     assert _content(server_level) == _content(every_token)
     assert len(server_level) < len(every_token)
+
+
+@pytest.mark.parametrize("path,body", [BODIES[0], BODIES[3]])
+def test_sse_keep_alive_interval_reaches_both_streaming_routes(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any]
+) -> None:
+    """The HTTP layer sends the comments (tests/server/test_http.py); the handlers must ask."""
+
+    async def main() -> float:
+        request = Request("POST", path, b"", {b"content-type": b"application/json"},
+                          json.dumps({**body, "model": "m", "stream": True}).encode())  # fmt: skip
+        response = await _app(tiny_model, False, keep_alive=7.5)(request)
+        assert isinstance(response, StreamingResponse)
+        [chunk async for chunk in response.body]
+        return response.keep_alive_interval
+
+    assert asyncio.run(main()) == 7.5

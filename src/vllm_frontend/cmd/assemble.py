@@ -115,6 +115,7 @@ def build_frontend_app(
         enable_prompt_tokens_details=config.enable_prompt_tokens_details,
         response_role=config.response_role,
         stream_interval=config.stream_interval,
+        sse_keep_alive_interval=float(config.sse_keep_alive_interval),
     )
     settings = ServerSettings(
         served_model_names=served,

@@ -78,9 +78,6 @@ class ServerSettings:
     enable_request_id_headers: bool = False
     enable_server_load_tracking: bool = False
     """Count in-flight inference requests for ``GET /load`` (off: it reports 0, as in vLLM)."""
-    sse_keep_alive_interval: float = 0.0
-    """Seconds of stream idleness before an SSE keep-alive comment (0 = never); generation
-    handlers pass it as ``StreamingResponse(keep_alive_interval=...)``."""
     http_timeout_keep_alive: float = 5.0
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
     http_metrics: bool = True

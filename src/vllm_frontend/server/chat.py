@@ -345,7 +345,8 @@ class ChatHandler:
         dp_rank = data_parallel_rank(request)
         if req.stream:
             return StreamingResponse(
-                self._stream(req, request_id, prompt, params, role, echo_text, dp_rank)
+                self._stream(req, request_id, prompt, params, role, echo_text, dp_rank),
+                keep_alive_interval=ctx.sse_keep_alive_interval,
             )
         body = await self._full(req, request_id, prompt, params, role, echo_text, dp_rank)
         return Response(body)

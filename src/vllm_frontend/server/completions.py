@@ -233,7 +233,10 @@ class CompletionsHandler:
             prepared.append((prompt, params))
         dp_rank = data_parallel_rank(request)
         if req.stream:
-            return StreamingResponse(self._stream(req, request_id, created, prepared, dp_rank))
+            return StreamingResponse(
+                self._stream(req, request_id, created, prepared, dp_rank),
+                keep_alive_interval=self.ctx.sse_keep_alive_interval,
+            )
         body = await self._full(req, request_id, created, prepared, dp_rank)
         return Response(body)
 

@@ -106,6 +106,9 @@ class ServingContext:
     models' tokenizers with ``truncation_side="left"`` (vllm/tokenizers/registry.py)."""
     stream_interval: int = 1
     """``--stream-interval``: streamed updates every N tokens (a request's own may be larger)."""
+    sse_keep_alive_interval: float = 0.0
+    """``--sse-keep-alive-interval``: seconds of stream idleness before an SSE keep-alive
+    comment (0 = never); handlers pass it as ``StreamingResponse(keep_alive_interval=...)``."""
 
     @property
     def model_name(self) -> str:
