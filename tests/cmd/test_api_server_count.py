@@ -307,7 +307,10 @@ def test_managed_engines_serve_both_frontends_and_their_exit_stops_everything(
 
         engine[0].send_signal(signal.SIGKILL)
         assert serve.popen.wait(60) != 0, serve.tail()
-        assert "managed engine launcher exited" in serve.log.read_text(errors="replace")
+        # Whichever is noticed first ends everything: the launcher's exit, or a frontend that
+        # saw its engine connections drop (within milliseconds) and exited itself.
+        log = serve.log.read_text(errors="replace")
+        assert "managed engine launcher exited" in log or "disconnected" in log, log
         _, alive = psutil.wait_procs(frontends, timeout=30)
         assert not alive, alive
     finally:
