@@ -223,16 +223,11 @@ class GenerationStream:
         return self._iterate()
 
     async def _next_engine_outputs(self) -> tuple[int, list[Any]] | None:
-        # Everything one sample's engine stream has queued: a consumer that fell behind the
-        # engine turns several engine steps into one update (one text delta, one chunk).
+        # One sample on a plain async iterator, or several through their pumps' queue. (One
+        # sample on an engine-client stream is awaited batch by batch in _iterate.)
         if len(self._iters) == 1:
-            it = self._iters[0]
-            next_batch = getattr(it, "next_batch", None)
-            if next_batch is not None:
-                batch = await next_batch()
-                return (0, batch) if batch else None
             try:
-                return 0, [await anext(it)]
+                return 0, [await anext(self._iters[0])]
             except StopAsyncIteration:
                 return None
         item = await self._queue.get()
@@ -244,8 +239,10 @@ class GenerationStream:
         if not self._iters:
             self._start()
         final_only = self._request.output_kind == OutputKind.FINAL_ONLY
-        # One sample on an engine client stream: await its batches directly (one coroutine
-        # level less per update on the hottest path).
+        # One sample on an engine-client stream: await its batches directly (one coroutine
+        # level less per update on the hottest path). A batch is everything the stream had
+        # queued: a consumer that fell behind the engine turns several engine steps into one
+        # update (one text delta, one chunk).
         next_batch = getattr(self._iters[0], "next_batch", None) if len(self._iters) == 1 else None
         while self._remaining > 0:
             if next_batch is not None:

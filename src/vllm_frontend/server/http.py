@@ -212,7 +212,10 @@ class HttpServer:
         self._flush_pending = False
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
-            conn._flush()
+            try:
+                conn._flush()
+            except Exception:  # one broken connection must not hold back the others' output
+                logger.exception("Error while writing to a connection")
 
     async def start(self, sock: socket.socket) -> None:
         """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it."""
