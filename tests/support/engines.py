@@ -24,6 +24,7 @@ import contextlib
 import http.client
 import os
 import pathlib
+import random
 import re
 import signal
 import socket
@@ -74,9 +75,32 @@ class EngineProcessError(RuntimeError):
     """A vLLM process exited or misbehaved; the message carries the tail of its log."""
 
 
+_PORTS = random.Random()  # its own generator: a test seeding `random` must not repeat ports
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, below the ephemeral range.
+
+    A port from bind(("", 0)) is free again once the probe closes, and until its server binds
+    it (30 s later for a vLLM server) the kernel may hand it to anyone asking for a port the
+    same way (vLLM picks its internal ports so) or, once even ports run short, to an outgoing
+    connection. Ports below the ephemeral range are never handed out like that.
+    """
+    try:
+        text = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        ephemeral_low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low = max(1024, ephemeral_low // 2)
+    for _ in range(200):
+        port = _PORTS.randrange(low, ephemeral_low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: any port
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
