@@ -749,7 +749,8 @@ def test_client_disconnect_mid_stream_aborts_the_engine_request(
             events = (line for line in response.iter_lines() if line.startswith("data: {"))
             assert any(_generated_text(event) for event in events)
             # A frozen engine can neither finish the request nor say anything: from here on,
-            # only the server noticing the closed connection can end the request.
+            # only the server noticing the closed connection can end the request (its 200
+            # tokens take the engine, niced below this process, far longer than reading one).
             with engines.paused():
                 response.close()
                 deadline = time.monotonic() + 30
