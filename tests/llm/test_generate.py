@@ -251,3 +251,25 @@ def test_outputs_queued_together_arrive_as_one_update_per_sample(n: int) -> None
     assert registry.get_sample_value("vllm:generation_tokens_total", labels) == 4 * n
     assert registry.get_sample_value("vllm:inter_token_latency_seconds_count", labels) == 3 * n
     assert engine.aborted == []
+
+
+def test_a_consumer_leaving_early_records_no_finished_request_like_vllm() -> None:
+    # vLLM's OutputProcessor.abort_requests drops the request without finished-request stats;
+    # the tokens it produced so far stay counted.
+    registry = CollectorRegistry()
+    metrics = FrontendMetrics("tiny", max_model_len=128, registry=registry)
+    engine = ScriptedEngine(steps=5, finish=None, block=True)
+    req = GenerateRequest(request_id="r", prompt_token_ids=[1], n=2, sampling_params=Params(n=2))
+
+    async def main() -> None:
+        async with _llm(engine, metrics).generate(req) as stream:
+            async for _ in stream:
+                break
+
+    asyncio.run(main())
+    labels = {"model_name": "tiny", "engine": "0"}
+    got = registry.get_sample_value
+    assert got("vllm:request_success_total", {**labels, "finished_reason": "abort"}) == 0
+    assert got("vllm:e2e_request_latency_seconds_count", labels) == 0
+    assert got("vllm:request_params_n_count", labels) == 0
+    assert (got("vllm:generation_tokens_total", labels) or 0) >= 1

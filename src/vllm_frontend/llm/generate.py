@@ -308,13 +308,13 @@ class GenerationStream:
             return sample.acc
         return SampleOutput(index=sample.index, token_ids=[], logprobs=[], finish_reason=reason)
 
-    def _mark_done(self, sample: _Sample, reason: str) -> None:
+    def _mark_done(self, sample: _Sample, reason: str, record: bool = True) -> None:
         if sample.done:
             return
         sample.done = True
         self._remaining -= 1
         metrics = self._llm.metrics
-        if metrics is not None:
+        if metrics is not None and record:
             metrics.observe_finished(
                 sample.stats,
                 reason,
@@ -338,9 +338,12 @@ class GenerationStream:
 
     def _abort_unfinished_nowait(self) -> list[str]:
         ids = [s.engine_id for s in self._samples if not s.done]
+        # Aborted here (client gone, an error, shutdown): like vLLM's OutputProcessor.
+        # abort_requests, that records no finished-request metrics (aborts the engine reports
+        # are counted as they arrive).
         for s in self._samples:
             if not s.done:
-                self._mark_done(s, "abort")
+                self._mark_done(s, "abort", record=False)
         return ids
 
     async def aclose(self) -> None:
