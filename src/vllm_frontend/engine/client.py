@@ -204,19 +204,9 @@ class RequestStream:
             if state.items:
                 return state.items.popleft()
             if state.done:
-                error = state.error
-                if error is not None:
-                    state.error = None
-                    raise error
+                self._raise_failure()
                 raise StopAsyncIteration
-            waiter = asyncio.get_running_loop().create_future()
-            state.waiter = waiter
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                state.waiter = None
-                self._client._abort_state(state)
-                raise
+            await self._wait()
 
     async def next_batch(self) -> list[EngineCoreOutput]:
         """Every output queued since the last call, in order; ``[]`` once the stream has ended.
@@ -233,20 +223,30 @@ class RequestStream:
                 items.clear()
                 return batch
             if state.done:
-                error = state.error
-                if error is not None:
-                    state.error = None
-                    raise error
+                self._raise_failure()
                 return []
-            # The client's loop, not get_running_loop(): on 3.11 that costs a getpid() call.
-            waiter = self._client._loop.create_future()
-            state.waiter = waiter
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                state.waiter = None
-                self._client._abort_state(state)
-                raise
+            await self._wait()
+
+    def _raise_failure(self) -> None:
+        # A stream that ended by failing raises its error once, then ends normally.
+        error = self._state.error
+        if error is not None:
+            self._state.error = None
+            raise error
+
+    async def _wait(self) -> None:
+        # Until an output is queued or the stream ends. Being cancelled while waiting (the
+        # consumer went away) aborts the request. The client's loop, not get_running_loop():
+        # on 3.11 that costs a getpid() call.
+        state = self._state
+        waiter = self._client._loop.create_future()
+        state.waiter = waiter
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            state.waiter = None
+            self._client._abort_state(state)
+            raise
 
     async def aclose(self) -> None:
         """Stop consuming: abort the request if it has not finished."""
