@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.e2e.ours import start_our_server
@@ -123,3 +124,15 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
                 os.killpg(cli.pid, signal.SIGKILL)
         reference.stop()
         engines.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(frontends: Frontends) -> Iterator[dict[str, openai.OpenAI]]:
+    """OpenAI SDK clients for both servers."""
+    clients = {
+        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for name, url in (("ours", frontends.ours), ("vllm", frontends.vllm))
+    }
+    yield clients
+    for c in clients.values():
+        c.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,18 +66,6 @@ def assert_same(ours: Any, ref: Any) -> None:
     """Fail with a readable list of differences unless both responses agree."""
     diffs = _diff(_strip(ours), _strip(ref))
     assert not diffs, "ours vs vLLM:\n" + "\n".join(diffs[:30])
-
-
-@pytest.fixture(scope="module")
-def sdk(frontends: Frontends) -> Iterator[dict[str, openai.OpenAI]]:
-    """OpenAI SDK clients for both servers."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        for name, url in (("ours", frontends.ours), ("vllm", frontends.vllm))
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 Call = Callable[[openai.OpenAI], Any]

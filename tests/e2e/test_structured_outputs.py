@@ -9,7 +9,6 @@ show our frontend hands it what vLLM's does: a JSON schema or JSON-object constr
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,18 +26,6 @@ PERSON = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def sdk(frontends: Frontends) -> Iterator[dict[str, openai.OpenAI]]:
-    """OpenAI SDK clients for both servers."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        for name, url in (("ours", frontends.ours), ("vllm", frontends.vllm))
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
 
 
 def _text(answer: Any) -> str:
