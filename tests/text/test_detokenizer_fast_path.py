@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
+from vllm_reference import vllm_engine_request
 
 from vllm_frontend.text import detokenizer
 from vllm_frontend.text.detokenizer import IncrementalDetokenizer
@@ -119,24 +120,12 @@ def vllm_detokenizer(
 ) -> Callable[[int], str]:
     """vLLM's own FastIncrementalDetokenizer over the same Rust tokenizer."""
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
 
     params = SamplingParams(
         max_tokens=10_000, skip_special_tokens=skip, spaces_between_special_tokens=spaces
     )
-    request = EngineCoreRequest(
-        request_id="req",
-        prompt_token_ids=list(prompt),
-        mm_features=None,
-        sampling_params=params,
-        pooling_params=None,
-        arrival_time=0.0,
-        lora_request=None,
-        cache_salt=None,
-        data_parallel_rank=None,
-        external_req_id="req",
-    )
+    request = vllm_engine_request(list(prompt), params)
     det = FastIncrementalDetokenizer(SimpleNamespace(_tokenizer=tok.backend), request)  # type: ignore[arg-type]
     return det.decode_next
 

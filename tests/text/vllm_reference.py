@@ -19,26 +19,32 @@ class RefOutput:
     aborted_engine: bool
 
 
+def vllm_engine_request(prompt: list[int], params: Any) -> Any:
+    """vLLM's EngineCoreRequest for one prompt with ``params`` (id "req")."""
+    from vllm.v1.engine import EngineCoreRequest
+
+    return EngineCoreRequest(
+        request_id="req",
+        prompt_token_ids=list(prompt),
+        mm_features=None,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=0.0,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+        external_req_id="req",
+    )
+
+
 class VllmSequence:
     """One request in vLLM's OutputProcessor; feed engine outputs, read RequestOutputs."""
 
     def __init__(self, hf_tokenizer: Any, prompt: list[int], params: Any) -> None:
-        from vllm.v1.engine import EngineCoreRequest
         from vllm.v1.engine.output_processor import OutputProcessor
 
         self._op = OutputProcessor(hf_tokenizer, log_stats=False)
-        self._request = EngineCoreRequest(
-            request_id="req",
-            prompt_token_ids=list(prompt),
-            mm_features=None,
-            sampling_params=params,
-            pooling_params=None,
-            arrival_time=0.0,
-            lora_request=None,
-            cache_salt=None,
-            data_parallel_rank=None,
-            external_req_id="req",
-        )
+        self._request = vllm_engine_request(prompt, params)
         self._op.add_request(self._request, prompt=None)
 
     def step(
