@@ -20,6 +20,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+import zmq
+
 from vllm_frontend.cmd.assemble import (
     ModelResources,
     build_frontend_app,
@@ -30,6 +32,7 @@ from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, 
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
+from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
 
@@ -72,13 +75,11 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _load(config_args: dict[str, object]) -> tuple[FrontendConfig, ModelResources]:
-    config = config_from_args(config_args)
+def _load(config: FrontendConfig) -> ModelResources:
     try:
-        model = load_model_resources(config)
+        return load_model_resources(config)
     except Exception as e:
         raise StartupError(f"cannot load model {config.model!r}: {e}") from e
-    return config, model
 
 
 # -- frontend (Mode B: launched by `vllm serve`) ---------------------------------------------
@@ -93,7 +94,8 @@ def run_frontend(args: argparse.Namespace) -> int:
         raw = json.loads(args.args_json)
         if not isinstance(raw, dict):
             raise ConfigError("--args-json must be a JSON object")
-        config, model = _load(raw)
+        config = config_from_args(raw)
+        model = _load(config)
         http_sock = socket_from_fd(args.listen_fd)
     except (ConfigError, json.JSONDecodeError) as e:
         return _fail(str(e), 2)
@@ -163,16 +165,30 @@ def run_serve(serve: ServeArgs) -> int:
         from vllm_frontend.cmd.api_servers import run_api_servers
 
         return run_api_servers(serve, spec)
+    external = ns.data_parallel_size_local == 0
+    local = not external and ns.data_parallel_size_local in (None, ns.data_parallel_size)
+    address = f"tcp://{host}:{port}"
     try:
-        config, model = _load(serve.frontend_args())
+        config = config_from_args(serve.frontend_args())
         http_sock = _http_socket(config)
     except ConfigError as e:
         return _fail(str(e), 2)
-    except (StartupError, OSError) as e:
+    except OSError as e:
         return _fail(str(e), 1)
-    external = ns.data_parallel_size_local == 0
+    try:
+        # Bound before the model loads: engines that are already waiting connect meanwhile
+        # (libzmq queues their HELLO), instead of retrying every 100 ms until we listen.
+        handshake = bind_handshake(address, range(ns.data_parallel_size), local=local)
+    except (ValueError, zmq.ZMQError) as e:
+        http_sock.close()
+        return _fail(f"cannot listen for the engines' handshake at {address}: {e}", 1)
+    try:
+        model = _load(config)
+    except StartupError as e:
+        handshake.close()
+        http_sock.close()
+        return _fail(str(e), 1)
     engines_proc = None if external else ManagedEngines(spec)
-    local = not external and ns.data_parallel_size_local in (None, ns.data_parallel_size)
 
     async def watch() -> str:
         assert engines_proc is not None
@@ -183,16 +199,9 @@ def run_serve(serve: ServeArgs) -> int:
         if engines_proc is not None:
             engines_proc.start()
         else:
-            logger.info(
-                "waiting for %d external engine(s) at tcp://%s:%d",
-                ns.data_parallel_size,
-                host,
-                port,
-            )
+            logger.info("waiting for %d external engine(s) at %s", ns.data_parallel_size, address)
         return await EngineCoreClient.connect(
-            f"tcp://{host}:{port}",
-            engine_count=ns.data_parallel_size,
-            local=local,
+            handshake,
             ready_timeout_s=config.engine_ready_timeout_secs,
             vocab_size=vocab_bound(model),
             max_logprobs=config.max_logprobs,
@@ -203,6 +212,7 @@ def run_serve(serve: ServeArgs) -> int:
         # Managed engines die with us; external ones keep us up and unhealthy until stopped.
         return _run(_serve(config, model, connect, [http_sock], exit_on_engine_death=not external))
     finally:
+        handshake.close()  # in case the engines' handshake never ran (a signal came first)
         if engines_proc is not None:
             engines_proc.stop(config.shutdown_timeout)
 

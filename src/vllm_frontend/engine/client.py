@@ -42,10 +42,11 @@ from vllm_frontend.engine.protocol import (
     engine_identity,
 )
 from vllm_frontend.engine.transport import (
+    BoundHandshake,
     EngineSockets,
     SocketOptions,
     adopt_listeners,
-    bind_and_handshake,
+    bind_handshake,
     recv_nowait,
     wait_readable,
 )
@@ -348,7 +349,7 @@ class EngineCoreClient:
     @classmethod
     async def connect(
         cls,
-        handshake_address: str,
+        handshake_address: str | BoundHandshake,
         *,
         engine_count: int = 1,
         start_index: int = 0,
@@ -372,18 +373,30 @@ class EngineCoreClient:
         ``advertise_host`` (default: the handshake host). ``process_watcher`` reports managed
         engine processes exiting, during startup and after. Raises HandshakeError or
         HandshakeTimeoutError (naming the engines still missing).
+
+        ``handshake_address`` may instead be a :func:`~vllm_frontend.engine.transport.
+        bind_handshake` result, bound earlier so that the engines join while the caller loads
+        its model; it fixes the engines, their locality, the coordinator, the parallel config
+        and the socket options, so those arguments stay unset. The client owns (and on failure
+        closes) it from this call on.
         """
-        sockets = await bind_and_handshake(
-            handshake_address,
-            range(start_index, start_index + engine_count),
-            local=local,
-            advertise_host=advertise_host,
-            parallel_config=parallel_config,
-            coordinator=coordinator,
-            timeout_s=ready_timeout_s,
-            options=socket_options,
-            abort=process_watcher,
-        )
+        if isinstance(handshake_address, BoundHandshake):
+            bound = handshake_address
+            binding = (start_index, engine_count, local, advertise_host, coordinator)
+            if binding != (0, 1, True, None, None) or parallel_config or socket_options:
+                bound.close()
+                raise ValueError("a bound handshake already fixes the engines and sockets")
+        else:
+            bound = bind_handshake(
+                handshake_address,
+                range(start_index, start_index + engine_count),
+                local=local,
+                advertise_host=advertise_host,
+                parallel_config=parallel_config,
+                coordinator=coordinator,
+                options=socket_options,
+            )
+        sockets = await bound.run(timeout_s=ready_timeout_s, abort=process_watcher)
         return await cls._start(
             sockets,
             vocab_size,

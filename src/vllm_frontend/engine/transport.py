@@ -41,11 +41,12 @@ from vllm_frontend.engine.protocol import (
 )
 
 __all__ = [
+    "BoundHandshake",
     "EngineSockets",
     "SocketOptions",
     "StreamListeners",
     "adopt_listeners",
-    "bind_and_handshake",
+    "bind_handshake",
     "bind_stream_listeners",
     "listener_endpoint",
     "own_handshake",
@@ -387,7 +388,7 @@ async def _run_handshake(
             await asyncio.gather(*waiters, return_exceptions=True)
 
 
-async def bind_and_handshake(
+def bind_handshake(
     handshake_address: str,
     engine_indices: Sequence[int],
     *,
@@ -395,23 +396,19 @@ async def bind_and_handshake(
     advertise_host: str | None = None,
     parallel_config: dict[str, object] | None = None,
     coordinator: EngineZmqAddresses | None = None,
-    timeout_s: float = 600.0,
     options: SocketOptions | None = None,
-    abort: Callable[[], Awaitable[str]] | None = None,
-) -> EngineSockets:
-    """Mode A (§3.1): bind input/output, then the handshake ROUTER, and bring up every engine.
+) -> BoundHandshake:
+    """Mode A (§3.1), first half: bind input/output, then the handshake ROUTER; no waiting.
 
     ``local`` engines (on this host) get ``ipc://`` addresses in a private temporary directory;
     otherwise the input/output sockets bind TCP ports on ``advertise_host`` (default: the
     handshake host). ``coordinator`` supplies the coordinator fields of INIT, if one runs.
-    ``abort`` (an async function returning e.g. "the managed engine process exited") ends the
-    wait early with an error.
-    Raises HandshakeError / HandshakeTimeoutError (naming the engines still missing).
+    Engines can connect from now on; :meth:`BoundHandshake.run` brings them up.
+    Raises ValueError (bad address) or zmq.ZMQError (e.g. the port is taken).
     """
     options = options or SocketOptions()
     host, port = _split_tcp(handshake_address)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    tmpdir = None
     input_sock = _make(ctx, zmq.ROUTER, options)
     output_sock = _make(ctx, zmq.PULL, options)
     handshake_sock = _make(ctx, zmq.ROUTER, options)
@@ -456,39 +453,109 @@ async def bind_and_handshake(
         if ":" in host:
             handshake_sock.setsockopt(zmq.IPV6, 1)
         handshake_sock.bind(f"tcp://{_bracket(host)}:{port}")
-        logger.info(
-            "waiting for engines %s on %s (inputs %s, outputs %s)",
-            list(engine_indices),
-            handshake_address,
-            addresses.inputs,
-            addresses.outputs,
-        )
-        await _first(
-            _run_handshake(
-                hs,
-                handshake_sock,
-                input_sock,
-                input_watch,
-                output_watch,
-                handshake_watch,
-                timeout_s,
-            ),
-            abort,
-            "engine startup aborted",
-        )
-        sockets.registrations = {i: hs.registration(i) for i in engine_indices}
-        if coordinator is not None and coordinator.frontend_stats_publish_address:
-            sockets.coordinator = _connect_coordinator(
-                ctx, coordinator.frontend_stats_publish_address, options
-            )
     except BaseException:
         handshake_watch.close()
         handshake_sock.close(linger=0)
         sockets.close()
         raise
-    handshake_watch.close()
-    handshake_sock.close(linger=0)
-    return sockets
+    logger.info(
+        "waiting for engines %s on %s (inputs %s, outputs %s)",
+        list(engine_indices),
+        handshake_address,
+        addresses.inputs,
+        addresses.outputs,
+    )
+    return BoundHandshake(
+        handshake_address,
+        sockets,
+        hs,
+        (input_watch, output_watch, handshake_watch),
+        handshake_sock,
+        coordinator.frontend_stats_publish_address if coordinator else None,
+        options,
+    )
+
+
+class BoundHandshake:
+    """Mode A's sockets, bound by :func:`bind_handshake`, the handshake not yet run.
+
+    Engines may connect as soon as this exists: libzmq's I/O thread accepts them and queues
+    their HELLO without the event loop, so a frontend can bind first and load its model while
+    the engines join. Finish with :meth:`run` (once) or :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        sockets: EngineSockets,
+        hs: EngineHandshake,
+        watches: tuple[_ConnectionWatch, _ConnectionWatch, _ConnectionWatch],
+        sock: zmq.Socket[bytes],
+        stats_publish_address: str | None,
+        options: SocketOptions,
+    ) -> None:
+        self.address = address
+        """The handshake endpoint, ``tcp://HOST:PORT``."""
+        self._sockets: EngineSockets | None = sockets
+        self._hs = hs
+        self._watches = watches  # input, output, handshake
+        self._sock: zmq.Socket[bytes] | None = sock
+        self._stats_publish_address = stats_publish_address
+        self._options = options
+
+    @property
+    def engine_indices(self) -> list[int]:
+        """The engines this handshake waits for."""
+        return list(self._hs.engine_indices)
+
+    async def run(
+        self, *, timeout_s: float = 600.0, abort: Callable[[], Awaitable[str]] | None = None
+    ) -> EngineSockets:
+        """Bring up every engine and hand over the connected sockets (the handshake socket is
+        closed; on failure everything is).
+
+        ``abort`` (an async function returning e.g. "the managed engine process exited") ends
+        the wait early with an error. Raises HandshakeError / HandshakeTimeoutError (naming the
+        engines still missing), RuntimeError if already run or closed.
+        """
+        sockets, sock = self._sockets, self._sock
+        if sockets is None or sock is None:
+            raise RuntimeError("this handshake was already run or closed")
+        self._sockets = None
+        hs = self._hs
+        input_watch, output_watch, handshake_watch = self._watches
+        try:
+            await _first(
+                _run_handshake(
+                    hs, sock, sockets.input, input_watch, output_watch, handshake_watch, timeout_s
+                ),
+                abort,
+                "engine startup aborted",
+            )
+            sockets.registrations = {i: hs.registration(i) for i in hs.engine_indices}
+            if self._stats_publish_address:
+                sockets.coordinator = _connect_coordinator(
+                    sockets.context, self._stats_publish_address, self._options
+                )
+        except BaseException:
+            self._close_handshake_socket()
+            sockets.close()
+            raise
+        self._close_handshake_socket()
+        return sockets
+
+    def close(self) -> None:
+        """Close every socket unless :meth:`run` has taken them; idempotent."""
+        self._close_handshake_socket()
+        if self._sockets is not None:
+            self._sockets.close()
+            self._sockets = None
+
+    def _close_handshake_socket(self) -> None:
+        if self._sock is not None:
+            self._watches[2].close()  # disables the monitor first
+            self._sock.close(linger=0)
+            self._sock = None
 
 
 async def adopt_listeners(

@@ -1,0 +1,151 @@
+"""`vllm-frontend serve … --data-parallel-size-local 0` startup, in front of the mock engine.
+
+The frontend binds the engines' handshake before it loads the model, so an engine that is
+already waiting joins during the load; these tests check that startup still serves, and that
+each way it can fail ends the process with status 1 and a message saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+from tests.support.engines import free_port
+
+
+def _frontend(model: str, port: int, rpc: int, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "vllm_frontend", "serve", model, "--port", str(port),
+        "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc), *extra,
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _process(argv: Sequence[str], quiet: bool = False) -> Iterator[subprocess.Popen[str]]:
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
+def _mock_engine(rpc: int) -> list[str]:
+    return [
+        sys.executable, "-m", "vllm_frontend", "mock-engine",
+        "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--max-model-len", "256",
+    ]  # fmt: skip
+
+
+def _get(port: int, path: str) -> int | None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def _wait_healthy(proc: subprocess.Popen[str], port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"frontend exited: {proc.communicate()[1][-2000:]}"
+        if _get(port, "/health") == 200:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"frontend not healthy after {timeout} s")
+
+
+def _complete(port: int, model: str) -> dict[str, object]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        body = json.dumps({"model": model, "prompt": "Hello there", "max_tokens": 3})
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data: dict[str, object] = json.loads(resp.read())
+        assert resp.status == 200, data
+        return data
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("engine_first", [True, False], ids=["engine-waiting", "engine-later"])
+def test_serve_answers_requests_once_healthy_whether_the_engine_came_first_or_later(
+    tiny_model: pathlib.Path, engine_first: bool
+) -> None:
+    port, rpc = free_port(), free_port()
+    model = str(tiny_model)
+    with contextlib.ExitStack() as stack:
+        if engine_first:
+            stack.enter_context(_process(_mock_engine(rpc), quiet=True))
+            time.sleep(0.5)  # the engine waits in its handshake, retrying its connection
+        frontend = stack.enter_context(_process(_frontend(model, port, rpc)))
+        if not engine_first:
+            stack.enter_context(_process(_mock_engine(rpc), quiet=True))
+        _wait_healthy(frontend, port)
+        out = _complete(port, model)
+        assert out["usage"]["completion_tokens"] == 3  # type: ignore[index]
+        frontend.send_signal(signal.SIGTERM)
+        assert frontend.wait(30) == 0
+
+
+def test_a_model_directory_without_a_tokenizer_stops_startup_with_status_1(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 128}))
+    port, rpc = free_port(), free_port()
+    with _process(_frontend(str(tmp_path), port, rpc)) as proc:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1
+    assert "cannot load model" in err
+    assert "tokenizer.json" in err
+    assert "Traceback" not in err
+
+
+def test_engines_that_never_come_stop_startup_after_the_ready_timeout(
+    tiny_model: pathlib.Path,
+) -> None:
+    port, rpc = free_port(), free_port()
+    argv = _frontend(str(tiny_model), port, rpc, "--engine-ready-timeout-secs", "1")
+    with _process(argv) as proc:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1
+    assert "could not connect to the engines" in err
+    assert "engine 0 (no HELLO" in err
+
+
+def test_a_taken_handshake_port_stops_startup_naming_the_address(
+    tiny_model: pathlib.Path,
+) -> None:
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        rpc = taken.getsockname()[1]
+        with _process(_frontend(str(tiny_model), port, rpc)) as proc:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 1
+    assert f"tcp://127.0.0.1:{rpc}" in err
+    assert "Traceback" not in err
