@@ -3,14 +3,14 @@
     .venv/bin/python bench/bench_pipeline.py [--concurrency 64] [--tokens 256] [--route chat]
 
 What runs is the frontend's own code from the engine client's per-request streams up to the SSE
-bytes: ``RequestStream.next_batch`` (the real engine-client stream), the llm layer, detokenizing,
-stop handling, chunk building and JSON encoding in the completions or chat handler, and our HTTP
-server's chunk framing. A driver plays the engine: every "step" it pushes one new token to every
-running request, as the client's output loop does for one engine message, then lets the event
-loop run the consumers (one step per loop iteration, like 5 ms engine steps where nothing
+bytes: ``RequestStream`` notifications and ``take`` (the real engine-client stream), the llm layer,
+detokenizing, stop handling, chunk building and JSON encoding in the completions or chat handler,
+and the HTTP layer's chunk framing. A driver plays the engine: every "step" it pushes one new token
+to every running request, as the client's output loop does for one engine message, then lets the
+event loop run the consumers (one step per loop iteration, like 5 ms engine steps where nothing
 coalesces). Left out: ZMQ, msgpack decoding of engine messages and the socket writes, which
-bench/run.py measures end to end. CPU time is this process's (``time.process_time``), so the
-figure is stable on a busy machine, unlike the end-to-end benchmark's.
+bench/run.py measures end to end. CPU time is this process's (``time.process_time``), so the figure
+is stable on a busy machine, unlike the end-to-end benchmark's.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
 from support.tiny_model import tiny_model_dir
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
-from vllm_frontend.engine.client import RequestStream, _RequestState
+from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm_frontend.llm import LLM
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
-from vllm_frontend.server.http import Request, StreamingResponse
+from vllm_frontend.server.http import PushedStreamingResponse, Request, StreamSink
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -50,9 +50,10 @@ class _Client:
         self.token_ids = list(token_ids)
         self.live: dict[str, tuple[_RequestState, int, int]] = {}
         self._loop = asyncio.get_running_loop()
+        self._notifier = _Notifier(self._loop)
 
     def add_request(self, request: EngineCoreRequest) -> RequestStream:
-        state = _RequestState(request.request_id, 0)
+        state = _RequestState(request.request_id, 0, self._notifier)
         params = request.sampling_params
         assert params is not None and params.max_tokens is not None
         self.live[request.request_id] = (state, 0, params.max_tokens)
@@ -95,14 +96,23 @@ def _app(model: pathlib.Path, client: _Client) -> App:
     return app
 
 
+class _FramingSink(StreamSink):
+    """Counts the bytes the HTTP layer would write: each chunk framed for chunked encoding."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def send(self, chunk: bytes) -> None:
+        if chunk:
+            self.size += len(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+
+
 async def _consume(app: App, path: str, body: bytes) -> int:
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, body))
-    assert isinstance(response, StreamingResponse), getattr(response, "body", response)
-    size = 0
-    async for chunk in response.body:
-        framed = b"%x\r\n%b\r\n" % (len(chunk), chunk)  # what the HTTP layer adds per chunk
-        size += len(framed)
-    return size
+    assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
+    sink = _FramingSink()
+    await response.produce(sink)
+    return sink.size
 
 
 async def run(concurrency: int, tokens: int, route: str, rounds: int) -> None:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.responses import body as body_of
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import (
     OutputParsers,
@@ -441,7 +442,7 @@ def _chat_app(
 def _post(app: Any, body: dict[str, Any]) -> tuple[int, bytes]:
     import asyncio
 
-    from vllm_frontend.server.http import Request, Response
+    from vllm_frontend.server.http import Request
 
     async def go() -> tuple[int, bytes]:
         request = Request(
@@ -452,9 +453,7 @@ def _post(app: Any, body: dict[str, Any]) -> tuple[int, bytes]:
             json.dumps(body).encode(),
         )
         response = await app(request)
-        if isinstance(response, Response):
-            return response.status, response.body
-        return response.status, b"".join([c async for c in response.body])
+        return response.status, await body_of(response)
 
     return asyncio.run(go())
 

@@ -311,6 +311,60 @@ def test_a_consumer_that_falls_behind_gets_every_queued_output_at_once() -> None
     run(main())
 
 
+def test_push_consumers_are_called_back_and_take_every_output_in_order() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            streams = [client.add_request(request(f"p{i}", [i, 7], 5 + i)) for i in range(3)]
+            got: list[list[Any]] = [[] for _ in streams]
+            calls = [0] * len(streams)
+            done = asyncio.get_running_loop().create_future()
+
+            def ready(i: int) -> None:
+                calls[i] += 1
+                got[i].extend(streams[i].take())
+                if all(s.finished for s in streams) and not done.done():
+                    done.set_result(None)
+
+            for i, s in enumerate(streams):
+                s.on_ready(lambda i=i: ready(i))
+            await done
+            for i, outs in enumerate(got):
+                assert [t for o in outs for t in o.new_token_ids] == expected_tokens([i, 7], 5 + i)
+                assert outs[-1].finish_reason is FinishReason.LENGTH
+                assert all(o.finish_reason is None for o in outs[:-1])
+                # Called per batch of engine messages, never more than once per output.
+                assert 1 <= calls[i] <= len(outs)
+                assert streams[i].take() == []
+            assert client.num_in_flight == 0
+
+    run(main())
+
+
+def test_a_push_consumer_sees_engine_death_once() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("d", [1], 10_000))
+            errors: list[BaseException] = []
+            woke = asyncio.Event()
+
+            def ready() -> None:
+                try:
+                    stream.take()
+                except EngineDeadError as e:
+                    errors.append(e)
+                    woke.set()
+
+            stream.on_ready(ready)
+            with contextlib.suppress(EngineDeadError):
+                await client.call_utility("die")
+            await woke.wait()
+            assert stream.finished
+            assert stream.take() == []  # the failure is raised once
+            assert len(errors) == 1 and "ENGINE_CORE_DEAD" in str(errors[0])
+
+    run(main())
+
+
 def test_engine_started_before_the_frontend_is_still_adopted() -> None:
     async def main() -> None:
         address = f"tcp://127.0.0.1:{_free_port()}"

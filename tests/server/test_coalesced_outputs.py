@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.responses import body as body_of
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
@@ -31,7 +32,7 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
-from vllm_frontend.server.http import Request, StreamingResponse
+from vllm_frontend.server.http import PushedStreamingResponse, Request
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -124,8 +125,8 @@ async def _events(app: App, path: str, body: dict[str, Any]) -> list[dict[str, A
     request = Request("POST", path, b"", {b"content-type": b"application/json"},
                       json.dumps(body).encode())  # fmt: skip
     response = await app(request)
-    assert isinstance(response, StreamingResponse), getattr(response, "body", response)
-    raw = b"".join([chunk async for chunk in response.body]).decode()
+    assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
+    raw = (await body_of(response)).decode()
     events = [line[6:] for line in raw.split("\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
@@ -207,8 +208,8 @@ def test_sse_keep_alive_interval_reaches_both_streaming_routes(
         request = Request("POST", path, b"", {b"content-type": b"application/json"},
                           json.dumps({**body, "model": "m", "stream": True}).encode())  # fmt: skip
         response = await _app(tiny_model, False, keep_alive=7.5)(request)
-        assert isinstance(response, StreamingResponse)
-        [chunk async for chunk in response.body]
+        assert isinstance(response, PushedStreamingResponse)
+        await body_of(response)
         return response.keep_alive_interval
 
     assert asyncio.run(main()) == 7.5

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.responses import BufferSink
+from tests.support.responses import body as body_of
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import EngineDeadError
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
@@ -22,7 +24,7 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
-from vllm_frontend.server.http import Request, Response, StreamingResponse
+from vllm_frontend.server.http import PushedStreamingResponse, Request
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -85,11 +87,7 @@ def _request(path: str, body: dict[str, Any]) -> Request:
 
 async def _call(app: App, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
     response = await app(_request(path, body))
-    if isinstance(response, Response):
-        return response.status, response.body
-    assert isinstance(response, StreamingResponse)
-    chunks = [chunk async for chunk in response.body]
-    return response.status, b"".join(chunks)
+    return response.status, await body_of(response)
 
 
 ROUTES = [
@@ -147,13 +145,16 @@ def test_client_disconnect_aborts_the_engine_request(
     app = _app(tiny_model, client)
 
     async def main() -> None:
-        # Streaming: the server closes the body iterator when the client goes away.
+        # Streaming: the server cancels the task producing the body when the client goes away.
         response = await app(_request(path, {**body, "stream": True}))
-        assert isinstance(response, StreamingResponse)
-        body_iter = response.body
-        await anext(body_iter)
-        await anext(body_iter)
-        await body_iter.aclose()
+        assert isinstance(response, PushedStreamingResponse)
+        sink = BufferSink()
+        producing = asyncio.create_task(response.produce(sink))
+        while len(sink.chunks) < 2:
+            await asyncio.sleep(0)
+        producing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await producing
         assert client.aborted == [client.added[0].request_id]
         # Non-streaming: the server cancels the handler task.
         task = asyncio.create_task(app(_request(path, body)))

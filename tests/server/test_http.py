@@ -15,9 +15,11 @@ import pytest
 
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.http import (
+    PushedStreamingResponse,
     Request,
     Response,
     StreamingResponse,
+    StreamSink,
     bind_unix,
     json_response,
     socket_from_fd,
@@ -35,6 +37,11 @@ class Probe:
         self.started = threading.Event()
         self.cancelled = threading.Event()
         self.release: asyncio.Event | None = None
+        self.pauses = 0
+
+
+BIG_CHUNK = bytes(range(256)) * 256  # 64 KiB
+BIG_CHUNKS = 512  # 32 MiB: more than loopback socket buffers hold
 
 
 def make_app(probe: Probe) -> App:
@@ -111,6 +118,68 @@ def make_app(probe: Probe) -> App:
 
         return StreamingResponse(gen())
 
+    async def pushed(request: Request) -> PushedStreamingResponse:
+        # Events sent from loop callbacks, as engine notifications do; several per iteration.
+        async def produce(sink: StreamSink) -> None:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            pending = iter(EVENTS)
+
+            def step() -> None:
+                for _ in range(3):
+                    event = next(pending, None)
+                    if event is None:
+                        done.set_result(None)
+                        return
+                    sink.send(event)
+                loop.call_soon(step)
+
+            loop.call_soon(step)
+            await done
+            sink.send(b"data: [DONE]\n\n")
+
+        return PushedStreamingResponse(produce)
+
+    async def pushed_big(request: Request) -> PushedStreamingResponse:
+        # Produces only while the client keeps up, like the generation routes.
+        async def produce(sink: StreamSink) -> None:
+            loop = asyncio.get_running_loop()
+            done = loop.create_future()
+            sent = 0
+
+            def pump() -> None:
+                nonlocal sent
+                while sent < BIG_CHUNKS:
+                    if sink.paused:
+                        probe.pauses += 1
+                        sink.on_resume(pump)
+                        return
+                    sink.send(BIG_CHUNK)
+                    sent += 1
+                    if sent % 8 == 0:
+                        loop.call_soon(pump)  # let the loop flush and notice a full socket
+                        return
+                done.set_result(None)
+
+            pump()
+            await done
+
+        return PushedStreamingResponse(produce)
+
+    async def pushed_hang(request: Request) -> PushedStreamingResponse:
+        async def produce(sink: StreamSink) -> None:
+            sink.send(b"data: first\n\n")
+            probe.started.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                probe.cancelled.set()
+
+        return PushedStreamingResponse(produce)
+
+    app.route("GET", "/pushed", pushed)
+    app.route("GET", "/pushed_big", pushed_big)
+    app.route("GET", "/pushed_hang", pushed_hang)
     app.route("GET", "/boom", boom)
     app.route("GET", "/broken_stream", broken_stream)
     app.route("GET", "/idle_stream", idle_stream)
@@ -375,3 +444,45 @@ def test_an_h2c_upgrade_request_is_answered_over_http_1_1(server: RunningServer)
         until=b'"path":"/echo"',
     )
     assert out.startswith(b"HTTP/1.1 200 OK")
+
+
+def test_pushed_stream_delivers_every_event_in_order(server: RunningServer) -> None:
+    raw = raw_exchange(
+        server.port, b"GET /pushed HTTP/1.1\r\nHost: x\r\n\r\n", until=b"\r\n0\r\n\r\n"
+    )
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert b"text/event-stream" in head
+    decoded = b""
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        decoded += rest[:size]
+        rest = rest[size + 2 :]
+    assert decoded == b"".join(EVENTS) + b"data: [DONE]\n\n"
+
+
+def test_pushed_stream_waits_for_a_slow_client_and_loses_nothing(
+    server: RunningServer, probe: Probe
+) -> None:
+    with httpx.stream("GET", server.url + "/pushed_big", timeout=60) as r:
+        threading.Event().wait(0.5)  # not reading: the socket fills and the producer must pause
+        body = b"".join(r.iter_bytes())
+    assert probe.pauses > 0
+    assert len(body) == len(BIG_CHUNK) * BIG_CHUNKS
+    assert body == BIG_CHUNK * BIG_CHUNKS
+
+
+def test_client_disconnect_during_a_pushed_stream_cancels_the_producer(
+    server: RunningServer, probe: Probe
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"GET /pushed_hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert probe.started.wait(10)
+        got = b""
+        while b"data: first" not in got:
+            got += s.recv(4096)
+    assert probe.cancelled.wait(10)
+    assert HTTP.get(server.url + "/echo").status_code == 200

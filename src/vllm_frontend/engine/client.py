@@ -107,7 +107,9 @@ _ABORTED = FinishReason.ABORT
 class _RequestState:
     """The client's side of a stream: a tiny single-consumer queue (cheaper than asyncio.Queue).
 
-    The client holds this, not the public stream, so an abandoned stream can be collected.
+    The client holds this, not the public stream, so an abandoned stream can be collected. A
+    consumer either awaits a waiter future (pull) or registers a ``notify`` callback (push), which
+    the client calls once per batch of engine messages that reached this stream.
     """
 
     __slots__ = (
@@ -116,16 +118,20 @@ class _RequestState:
         "error",
         "finish_reason",
         "items",
+        "notifier",
+        "notify",
         "request_id",
         "served_by",
         "waiter",
     )
 
-    def __init__(self, request_id: str, engine_index: int) -> None:
+    def __init__(self, request_id: str, engine_index: int, notifier: _Notifier) -> None:
         self.request_id = request_id
         self.engine_index = engine_index
         self.items: collections.deque[EngineCoreOutput] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None
+        self.notify: Callable[[], None] | None = None
+        self.notifier = notifier
         self.done = False  # nothing more will be queued
         self.error: BaseException | None = None
         self.finish_reason: FinishReason | None = None
@@ -133,11 +139,7 @@ class _RequestState:
 
     def push(self, output: EngineCoreOutput) -> None:
         self.items.append(output)
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake()
 
     def finish(self, output: EngineCoreOutput) -> None:
         self.done = True
@@ -149,11 +151,50 @@ class _RequestState:
             return
         self.done = True
         self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
         waiter = self.waiter
         if waiter is not None:
             self.waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+        elif self.notify is not None:
+            self.notifier.add(self)
+
+
+class _Notifier:
+    """Calls push consumers' callbacks once per loop iteration, for every stream that changed.
+
+    One engine message reaches many streams: instead of a task wake-up per stream, one callback
+    per iteration runs each stream's consumer directly, after the output loop has handed out
+    everything it read (so a consumer that fell behind sees several steps at once).
+    """
+
+    __slots__ = ("_loop", "_scheduled", "_states")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._states: dict[int, _RequestState] = {}
+        self._scheduled = False
+
+    def add(self, state: _RequestState) -> None:
+        self._states[id(state)] = state
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        states, self._states = self._states, {}
+        for state in states.values():
+            notify = state.notify
+            if notify is None:
+                continue
+            try:
+                notify()
+            except Exception:  # one broken consumer must not hold back the others
+                logger.exception("request output callback failed")
 
 
 class RequestStream:
@@ -217,16 +258,9 @@ class RequestStream:
         frontend merges the outputs a slow consumer has not collected yet.
         """
         state = self._state
-        while True:
-            items = state.items
-            if items:
-                batch = list(items)
-                items.clear()
-                return batch
-            if state.done:
-                self._raise_failure()
-                return []
+        while not state.items and not state.done:
             await self._wait()
+        return self.take()
 
     def _raise_failure(self) -> None:
         # A stream that ended by failing raises its error once, then ends normally.
@@ -234,6 +268,30 @@ class RequestStream:
         if error is not None:
             self._state.error = None
             raise error
+
+    def take(self) -> list[EngineCoreOutput]:
+        """Every output queued now, in order, without waiting (``[]`` if none).
+
+        Raises the stream's failure once, like :meth:`next_batch`. With :meth:`on_ready` this is
+        the push-style way to consume: no task wakes up per engine step.
+        """
+        items = self._state.items
+        if items:
+            batch = list(items)
+            items.clear()
+            return batch
+        if self._state.done:
+            self._raise_failure()
+        return []
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback()`` from the event loop whenever outputs were queued or the stream
+        ended (at most once per loop iteration); then :meth:`take` them. None unregisters.
+
+        The callback must not raise (errors are logged) and must not block. Outputs queued
+        before registering are not announced: take them right after registering.
+        """
+        self._state.notify = callback
 
     async def _wait(self) -> None:
         # Until an output is queued or the stream ends. Being cancelled while waiting (the
@@ -331,6 +389,7 @@ class EngineCoreClient:
         self._closed = False
         self._pending_aborts: list[str] = []
         self._loop = asyncio.get_running_loop()
+        self._notifier = _Notifier(self._loop)
         self._tasks = [
             asyncio.create_task(self._output_loop(), name="engine-output-loop"),
             asyncio.create_task(self._liveness_loop(), name="engine-liveness"),
@@ -595,7 +654,7 @@ class EngineCoreClient:
             frames = codec.encode_request(request)
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise InvalidRequestError(f"request cannot be encoded: {exc}") from exc
-        state = _RequestState(request_id, engine)
+        state = _RequestState(request_id, engine, self._notifier)
         self._input.send_multipart([self._identities[engine], *frames], copy=False)
         self._streams[request_id] = state
         self._in_flight[engine] += 1

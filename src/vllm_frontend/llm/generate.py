@@ -146,8 +146,81 @@ class _Sample:
         self.acc: SampleOutput | None = None
 
 
+class _PumpedStream:
+    """A plain async iterator of engine outputs (another client, a test double) behind the
+    ``take``/``on_ready`` interface of the engine client's streams: a task pumps it."""
+
+    __slots__ = ("_done", "_error", "_it", "_items", "_notify", "_task")
+
+    def __init__(self, it: AsyncIterator[Any]) -> None:
+        self._it = it
+        self._items: list[Any] = []
+        self._done = False
+        self._error: BaseException | None = None
+        self._notify: Callable[[], None] | None = None
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    @property
+    def engine_index(self) -> Any:
+        """The wrapped stream's engine, if it tells."""
+        return getattr(self._it, "engine_index", None)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will be queued."""
+        return self._done
+
+    async def _pump(self) -> None:
+        try:
+            next_batch = getattr(self._it, "next_batch", None)
+            if next_batch is not None:
+                while batch := await next_batch():
+                    self._push(batch)
+            else:
+                async for output in self._it:
+                    self._push([output])
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # surfaces in the consumer, not as a lost task error
+            self._error = e
+        finally:
+            self._done = True
+            if self._notify is not None:
+                self._notify()
+
+    def _push(self, batch: list[Any]) -> None:
+        self._items.extend(batch)
+        if self._notify is not None:
+            self._notify()
+
+    def take(self) -> list[Any]:
+        """What is queued now; raises the iterator's failure once."""
+        if self._items:
+            items, self._items = self._items, []
+            return items
+        error = self._error
+        if error is not None:
+            self._error = None
+            raise error
+        return []
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback()`` when outputs were queued or the iterator ended."""
+        self._notify = callback
+
+    async def aclose(self) -> None:
+        """Stop pumping and close the iterator."""
+        self._notify = None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        aclose = getattr(self._it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 class GenerationStream:
-    """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``.
+    """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``, or
+    push-style with :meth:`on_ready` + :meth:`take`.
 
     Leaving the ``async with`` block (normally, by an exception, or by cancellation on client
     disconnect) aborts every sample that has not finished, exactly once.
@@ -164,12 +237,12 @@ class GenerationStream:
         self._request = request
         self._samples = samples
         self._engine_requests = engine_requests
-        self._queue: asyncio.Queue[tuple[int, list[Any]] | BaseException] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._iters: list[AsyncIterator[Any]] = []
+        self._iters: list[Any] = []
         self._remaining = len(samples)
         self._closed = False
-        self._prefilled = False
+        self._final_only = request.output_kind == OutputKind.FINAL_ONLY
+        self._callback: Callable[[], None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def request_id(self) -> str:
@@ -181,19 +254,30 @@ class GenerationStream:
         """The engine ids of the samples, by sample index."""
         return [s.engine_id for s in self._samples]
 
+    @property
+    def finished(self) -> bool:
+        """Every sample has had its last output."""
+        return self._remaining == 0
+
     async def __aenter__(self) -> GenerationStream:
-        self._start()
+        self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Send the engine requests (``async with`` does this; idempotent)."""
+        if self._iters or self._closed:
+            return
         client = self._llm.client
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
-                it = client.add_request(engine_request)
+                it: Any = client.add_request(engine_request)
+                if not (hasattr(it, "take") and hasattr(it, "on_ready")):
+                    it = _PumpedStream(it)
                 self._iters.append(it)
+                it.on_ready(self._ready)
                 # The engine the client chose (data parallel) labels this sample's metrics.
                 engine_index = getattr(it, "engine_index", None)
                 if isinstance(engine_index, int):
@@ -201,75 +285,69 @@ class GenerationStream:
         except BaseException:
             self._abort_unfinished_nowait()
             raise
-        if len(self._iters) > 1:
-            for i, it in enumerate(self._iters):
-                self._tasks.append(asyncio.create_task(self._pump(i, it)))
 
-    async def _pump(self, index: int, it: AsyncIterator[Any]) -> None:
-        try:
-            next_batch = getattr(it, "next_batch", None)
-            if next_batch is not None:
-                while batch := await next_batch():
-                    self._queue.put_nowait((index, batch))
-                return
-            async for output in it:
-                self._queue.put_nowait((index, [output]))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:  # surfaces in the consumer, not as a lost task error
-            self._queue.put_nowait(e)
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback()`` from the event loop whenever :meth:`take` may have something (at
+        most about once per engine step); None goes back to ``async for``."""
+        self._callback = callback
 
-    def __aiter__(self) -> AsyncIterator[SampleOutput]:
-        return self._iterate()
+    def _ready(self) -> None:
+        callback = self._callback
+        if callback is not None:
+            callback()
+            return
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def _next_engine_outputs(self) -> tuple[int, list[Any]] | None:
-        # One sample on a plain async iterator, or several through their pumps' queue. (One
-        # sample on an engine-client stream is awaited batch by batch in _iterate.)
-        if len(self._iters) == 1:
-            try:
-                return 0, [await anext(self._iters[0])]
-            except StopAsyncIteration:
-                return None
-        item = await self._queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
+    def take(self) -> list[SampleOutput]:
+        """The updates available now, without waiting: per sample with new engine outputs, one
+        update (everything queued since the last call, merged: a consumer that fell behind turns
+        several engine steps into one update). With FINAL_ONLY, only finished samples.
 
-    async def _iterate(self) -> AsyncIterator[SampleOutput]:
-        if not self._iters:
-            self._start()
-        final_only = self._request.output_kind == OutputKind.FINAL_ONLY
-        # One sample on an engine-client stream: await its batches directly (one coroutine
-        # level less per update on the hottest path). A batch is everything the stream had
-        # queued: a consumer that fell behind the engine turns several engine steps into one
-        # update (one text delta, one chunk).
-        next_batch = getattr(self._iters[0], "next_batch", None) if len(self._iters) == 1 else None
-        while self._remaining > 0:
-            if next_batch is not None:
-                batch = await next_batch()
-                nxt = (0, batch) if batch else None
-            else:
-                nxt = await self._next_engine_outputs()
-            if nxt is None:
-                # The engine client ended a stream without a finish: treat as an abort.
-                for s in self._samples:
-                    if not s.done:
-                        yield self._close_sample(s, "abort")
-                return
-            index, outputs = nxt
-            sample = self._samples[index]
+        Raises an engine stream's failure (e.g. EngineDeadError) once.
+        """
+        updates: list[SampleOutput] = []
+        for sample, it in zip(self._samples, self._iters, strict=False):
+            outputs = it.take()
             if sample.done:
+                continue  # ended here (stop string, abort): what the engine still sent is moot
+            if not outputs:
+                if it.finished:
+                    # The engine client ended a stream without a finish: treat as an abort.
+                    updates.append(self._close_sample(sample, "abort"))
                 continue
             out = self._to_sample_output(sample, outputs[0])
             for output in outputs[1:]:
                 _merge_into(out, self._to_sample_output(sample, output))
             if out.finish_reason is not None:
                 self._mark_done(sample, out.finish_reason)
-            if final_only:
+            if self._final_only:
                 out = self._accumulate(sample, out)
                 if out.finish_reason is None:
                     continue
-            yield out
+            updates.append(out)
+        return updates
+
+    def __aiter__(self) -> AsyncIterator[SampleOutput]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[SampleOutput]:
+        self.start()
+        while True:
+            updates = self.take()
+            for update in updates:
+                yield update
+            if self._remaining == 0:
+                return
+            if not updates:
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
         token_ids = output.new_token_ids
@@ -336,6 +414,14 @@ class GenerationStream:
         self._mark_done(sample, reason)
         await self._llm._abort([sample.engine_id])
 
+    def finish_sample_nowait(self, index: int, reason: str = "stop") -> None:
+        """:meth:`finish_sample` without waiting for the abort to be sent (from a callback)."""
+        sample = self._samples[index]
+        if sample.done:
+            return
+        self._mark_done(sample, reason)
+        self._llm._abort_nowait([sample.engine_id])
+
     def _abort_unfinished_nowait(self) -> list[str]:
         ids = [s.engine_id for s in self._samples if not s.done]
         # Aborted here (client gone, an error, shutdown): like vLLM's OutputProcessor.
@@ -347,22 +433,20 @@ class GenerationStream:
         return ids
 
     async def aclose(self) -> None:
-        """Abort whatever has not finished and release the per-sample tasks (idempotent)."""
+        """Abort whatever has not finished and close the engine streams (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
+        self._callback = None
         ids = self._abort_unfinished_nowait()
         for it in self._iters:
+            it.on_ready(None)
             aclose = getattr(it, "aclose", None)
             if aclose is not None:
                 try:
                     await aclose()
                 except Exception:  # closing a broken stream must not mask the real error
                     logger.debug("error closing engine stream", exc_info=True)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
         if ids:
             # Shielded: a disconnect cancels the handler, and the abort must still reach the
             # engine or the request would keep running there.
@@ -382,6 +466,7 @@ class LLM:
         self.client = client
         self.metrics = metrics
         self._request_factory = request_factory
+        self._aborting: set[asyncio.Future[Any]] = set()
 
     async def _abort(self, engine_ids: list[str]) -> None:
         try:
@@ -390,6 +475,17 @@ class LLM:
                 await result
         except Exception:  # a dead engine cannot be aborted; its requests are gone anyway
             logger.debug("abort of %s failed", engine_ids, exc_info=True)
+
+    def _abort_nowait(self, engine_ids: list[str]) -> None:
+        try:
+            result = self.client.abort_requests(engine_ids)
+        except Exception:  # a dead engine cannot be aborted; its requests are gone anyway
+            logger.debug("abort of %s failed", engine_ids, exc_info=True)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._aborting.add(task)
+            task.add_done_callback(self._aborting.discard)
 
     def generate(self, request: GenerateRequest) -> GenerationStream:
         """Start a request; returns its stream (use ``async with`` to guarantee cleanup)."""

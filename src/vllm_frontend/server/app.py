@@ -1,6 +1,6 @@
 """The application seam: settings built once, a route table, and vLLM's middleware behaviour.
 
-A route handler is ``async def handler(request: Request) -> Response | StreamingResponse``; it
+A route handler is ``async def handler(request: Request) -> AnyResponse``; it
 raises (see ``errors.py``) instead of building error responses. :class:`App` is the callable the
 :class:`~vllm_frontend.server.http.HttpServer` runs for every request. In order, like vLLM's
 middleware stack (vllm/entrypoints/serve/middleware/register.py, outermost first):
@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from . import errors
 from .http import (
     DEFAULT_MAX_BODY_SIZE,
+    AnyResponse,
     Headers,
     HttpServer,
     Request,
     Response,
-    StreamingResponse,
 )
 from .metrics import HttpMetrics, metrics_excluded
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
+Handler = Callable[[Request], Awaitable[AnyResponse]]
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 """Paths that need the API key when one is configured (vLLM's AuthenticationMiddleware)."""
@@ -165,7 +165,7 @@ class _Cors:
 
 
 def _require_json(handler: Handler) -> Handler:
-    async def checked(request: Request) -> Response | StreamingResponse:
+    async def checked(request: Request) -> AnyResponse:
         ctype = request.headers.get(b"content-type", b"")
         if ctype.split(b";", 1)[0].strip().lower() != b"application/json":
             raise errors.RequestValidationFailed(
@@ -225,14 +225,14 @@ class App:
             ok |= hmac.compare_digest(digest, expected)
         return ok
 
-    async def __call__(self, request: Request) -> Response | StreamingResponse:
+    async def __call__(self, request: Request) -> AnyResponse:
         response = await self._dispatch(request)
         if self.settings.enable_request_id_headers:
             rid = request.headers.get(b"x-request-id")
             response.headers.append((b"x-request-id", rid if rid else uuid.uuid4().hex.encode()))
         return response
 
-    async def _dispatch(self, request: Request) -> Response | StreamingResponse:
+    async def _dispatch(self, request: Request) -> AnyResponse:
         path = request.path
         if (
             self._api_tokens
@@ -252,13 +252,13 @@ class App:
         self._cors.decorate(response.headers, origin)
         return response
 
-    async def _route(self, request: Request, path: str) -> Response | StreamingResponse:
+    async def _route(self, request: Request, path: str) -> AnyResponse:
         start = time.perf_counter()
         methods = self._routes.get(path)
         handler = None if methods is None else methods.get(request.method)
         if handler is None:
             if methods is None:
-                response: Response | StreamingResponse = errors.not_found()
+                response: AnyResponse = errors.not_found()
             else:
                 response = errors.method_not_allowed(self._allow[path])
             # vLLM's instrumentator labels what did not fully match a route "none"
@@ -286,7 +286,7 @@ class App:
         return response
 
     def _instrument(
-        self, request: Request, handler: str, response: Response | StreamingResponse, start: float
+        self, request: Request, handler: str, response: AnyResponse, start: float
     ) -> None:
         metrics = self.metrics
         assert metrics is not None
@@ -305,7 +305,7 @@ class App:
         self.server_load -= 1
 
 
-def _on_sent(response: Response | StreamingResponse, callback: Callable[[], None]) -> None:
+def _on_sent(response: AnyResponse, callback: Callable[[], None]) -> None:
     """Run ``callback`` once the response has been sent (or abandoned)."""
     previous = response.background
     if previous is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import msgspec
@@ -25,24 +25,26 @@ from vllm_frontend.text.output import SequenceOutput
 from . import errors
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
-    DONE,
     ChatUsageChunk,
     GenerationFailed,
     PreparedPrompt,
+    SequenceStream,
     ServingContext,
     SseTemplate,
+    Update,
     Usage,
     UsageChunk,
     data_parallel_rank,
     finite,
     include_usage_flags,
+    push_sequences,
     request_id_for,
     request_sequences,
     sse,
     usage,
     usage_chunk,
 )
-from .http import Request, Response, StreamingResponse
+from .http import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["ChatHandler"]
 
@@ -310,7 +312,7 @@ class ChatHandler:
         self._parse = parse
         self._parsers = parsers if parsers is not None and parsers.active else None
 
-    async def __call__(self, request: Request) -> Response | StreamingResponse:
+    async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
         ctx = self.ctx
         req = self._parse(request.body)
@@ -344,10 +346,11 @@ class ChatHandler:
         echo_text = self._echo_text(req, rendered.conversation, role)
         dp_rank = data_parallel_rank(request)
         if req.stream:
-            return StreamingResponse(
-                self._stream(req, request_id, prompt, params, role, echo_text, dp_rank),
-                keep_alive_interval=ctx.sse_keep_alive_interval,
-            )
+
+            def produce(sink: StreamSink) -> Awaitable[None]:
+                return self._stream(sink, req, request_id, prompt, params, role, echo_text, dp_rank)
+
+            return PushedStreamingResponse(produce, keep_alive_interval=ctx.sse_keep_alive_interval)
         body = await self._full(req, request_id, prompt, params, role, echo_text, dp_rank)
         return Response(body)
 
@@ -433,7 +436,7 @@ class ChatHandler:
 
     def _gen(
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
-    ) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
+    ) -> SequenceStream:
         return request_sequences(self.ctx, req, request_id, prompt, params, req.n or 1, dp_rank)
 
     async def _full(
@@ -531,6 +534,7 @@ class ChatHandler:
 
     async def _stream(
         self,
+        sink: StreamSink,
         req: Any,
         request_id: str,
         prompt: PreparedPrompt,
@@ -538,168 +542,202 @@ class ChatHandler:
         role: str,
         echo_text: str | None,
         dp_rank: int | None,
-    ) -> AsyncIterator[bytes]:
-        ctx = self.ctx
-        created = int(time.time())
-        model = ctx.model_name
-        n = req.n or 1
-        include_usage, continuous = include_usage_flags(
+    ) -> None:
+        chunks = _StreamChunks(self, req, request_id, prompt, role, echo_text)
+        source = self._gen(req, request_id, prompt, params, dp_rank)
+        await push_sequences(sink, [source], chunks.render, chunks.usage)
+
+
+class _StreamChunks:
+    """The SSE events of one streamed chat request: role (and echo) first, one per text update,
+    then usage."""
+
+    def __init__(
+        self,
+        handler: ChatHandler,
+        req: Any,
+        request_id: str,
+        prompt: PreparedPrompt,
+        role: str,
+        echo_text: str | None,
+    ) -> None:
+        ctx = handler.ctx
+        self._handler = handler
+        self._ctx = ctx
+        self._req = req
+        self._request_id = request_id
+        self._prompt = prompt
+        self._role = role
+        self._echo_text = echo_text
+        self._created = int(time.time())
+        self._model = ctx.model_name
+        self._n = n = req.n or 1
+        self._include_usage, self._continuous = include_usage_flags(
             getattr(req, "stream_options", None), ctx.enable_force_include_usage
         )
-        return_ids = bool(getattr(req, "return_token_ids", False))
-        num_prompt = len(prompt.token_ids)
-        num_tokens = [0] * n
-        finish_sent = [False] * n
-        parsers = [self._new_parser(req) for _ in range(n)]
-        reasoning_details = self._parsers is not None and self._parsers.has_reasoning
-        named_tool = isinstance(req.tool_choice, dict)
-        cached: int | None = None
-        first = True
-        obj = "chat.completion.chunk"
+        self._return_ids = bool(getattr(req, "return_token_ids", False))
+        self._num_prompt = len(prompt.token_ids)
+        self._num_tokens = [0] * n
+        self._finish_sent = [False] * n
+        self._parsers = [handler._new_parser(req) for _ in range(n)]
+        self._reasoning_details = handler._parsers is not None and handler._parsers.has_reasoning
+        self._named_tool = isinstance(req.tool_choice, dict)
+        self._cached: int | None = None
+        self._first = True
         # Text-only chunks come from a per-choice template (see SseTemplate).
-        plain = not return_ids and not continuous
-        templates: dict[int, SseTemplate | None] = {}
-        try:
-            async with contextlib.aclosing(
-                self._gen(req, request_id, prompt, params, dp_rank)
-            ) as outputs:
-                async for idx, seq, num_cached in outputs:
-                    if first:
-                        cached = num_cached
-                        first = False
-                        for i in range(n):
-                            head = FirstChunk(
-                                id=request_id,
-                                object=obj,
-                                created=created,
-                                model=model,
-                                choices=[RoleChoice(i, RoleDelta(role, ""), None, None)],
-                                prompt_token_ids=list(prompt.token_ids) if return_ids else None,
-                                prompt_text=prompt.text if req.return_prompt_text else None,
-                            )
-                            if continuous:
-                                head.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
-                            yield sse(head)
-                        if echo_text:
-                            for i in range(n):
-                                echo_chunk = Chunk(
-                                    id=request_id,
-                                    object=obj,
-                                    created=created,
-                                    model=model,
-                                    choices=[RoleChoice(i, ContentDelta(echo_text), None, None)],
-                                )
-                                if continuous:
-                                    echo_chunk.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
-                                yield sse(echo_chunk)
-                    if finish_sent[idx]:
-                        continue
-                    if seq.finish_reason == "error":
-                        raise GenerationFailed()
-                    logprobs = self._logprobs(req, seq)
-                    if not seq.text and not seq.token_ids and not num_tokens[idx]:
-                        continue  # vLLM: no empty chunks before the first token
-                    num_tokens[idx] += len(seq.token_ids)
-                    finish_reason = seq.finish_reason
-                    if (
-                        plain
-                        and finish_reason is None
-                        and logprobs is None
-                        and parsers[idx] is None
-                    ):
-                        # A running choice's chunk that only carries new text (the common case)
-                        if idx in templates:
-                            template = templates[idx]
-                        else:
-                            template = templates[idx] = _text_template(
-                                request_id, created, model, idx
-                            )
-                        if template is not None:
-                            yield template.render(seq.text)
-                            continue
-                    delta = ContentDelta(seq.text)
-                    token_ids = list(seq.token_ids) if return_ids else None
-                    if (parser := parsers[idx]) is not None:
-                        parsed = parser.feed(
-                            seq.text,
-                            seq.token_ids,
-                            prompt.token_ids,
-                            finished=finish_reason is not None,
-                        )
-                        hide = not req.include_reasoning  # no logprobs/ids that show reasoning
-                        if hide:
-                            logprobs = token_ids = None
-                        if parsed is None:
-                            if finish_reason is None and logprobs is None and token_ids is None:
-                                continue
-                            parsed = OutputDelta()
-                        if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
-                            parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
-                        delta = _delta_json(parsed)
-                        if (
-                            parser.tool_calls_streamed
-                            and not named_tool
-                            and finish_reason == "stop"
-                        ):
-                            finish_reason = "tool_calls"
-                    choice: DeltaChoice | FinishChoice
-                    if finish_reason is None:
-                        choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
-                    else:
-                        choice = FinishChoice(
-                            idx, delta, logprobs, finish_reason, seq.stop_reason, token_ids
-                        )
-                        finish_sent[idx] = True
-                    chunk = Chunk(id=request_id, object=obj, created=created, model=model,
-                                  choices=[choice])  # fmt: skip
-                    if (
-                        not include_usage
-                        and ctx.system_fingerprint is not None
-                        and seq.finish_reason is not None
-                    ):
-                        chunk.system_fingerprint = ctx.system_fingerprint
-                    if continuous:
-                        chunk.usage = ChatUsageChunk(
-                            num_prompt, num_prompt + num_tokens[idx], num_tokens[idx]
-                        )
-                        if reasoning_details and parser is not None:
-                            chunk.usage = ReasoningUsageChunk(
-                                num_prompt,
-                                num_prompt + num_tokens[idx],
-                                num_tokens[idx],
-                                None,
-                                ReasoningTokens(parser.streamed_reasoning_tokens()),
-                            )
-                    yield sse(chunk)
-            if include_usage:
-                details = cached if ctx.enable_prompt_tokens_details else None
-                last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
-                    num_prompt, sum(num_tokens), details
+        self._plain = not self._return_ids and not self._continuous
+        self._templates: dict[int, SseTemplate | None] = {}
+
+    def _heads(self) -> bytes:
+        # The role chunk of every choice (and the echoed last message), before any content.
+        req, prompt, num_prompt = self._req, self._prompt, self._num_prompt
+        out: list[bytes] = []
+        for i in range(self._n):
+            head = FirstChunk(
+                id=self._request_id,
+                object=_OBJECT,
+                created=self._created,
+                model=self._model,
+                choices=[RoleChoice(i, RoleDelta(self._role, ""), None, None)],
+                prompt_token_ids=list(prompt.token_ids) if self._return_ids else None,
+                prompt_text=prompt.text if req.return_prompt_text else None,
+            )
+            if self._continuous:
+                head.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+            out.append(sse(head))
+        if self._echo_text:
+            for i in range(self._n):
+                echo_chunk = Chunk(
+                    id=self._request_id,
+                    object=_OBJECT,
+                    created=self._created,
+                    model=self._model,
+                    choices=[RoleChoice(i, ContentDelta(self._echo_text), None, None)],
                 )
-                if reasoning_details:
-                    last_usage = ReasoningUsageChunk(
-                        last_usage.prompt_tokens,
-                        last_usage.total_tokens,
-                        last_usage.completion_tokens,
-                        last_usage.prompt_tokens_details,
-                        ReasoningTokens(
-                            sum(p.streamed_reasoning_tokens() for p in parsers if p is not None)
-                        ),
-                    )
-                yield sse(
-                    UsageOnlyChunk(
-                        id=request_id,
-                        object=obj,
-                        created=created,
-                        model=model,
-                        choices=[],
-                        usage=last_usage,
-                        system_fingerprint=ctx.system_fingerprint,
-                    )
+                if self._continuous:
+                    echo_chunk.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+                out.append(sse(echo_chunk))
+        return b"".join(out)
+
+    def render(self, p: int, update: Update) -> bytes | None:
+        """The event(s) for one text update (None: nothing to send)."""
+        idx, seq, num_cached = update
+        head = b""
+        if self._first:
+            self._cached = num_cached
+            self._first = False
+            head = self._heads()
+        event = self._event(idx, seq)
+        if not head:
+            return event
+        return head + event if event is not None else head
+
+    def _event(self, idx: int, seq: SequenceOutput) -> bytes | None:
+        req = self._req
+        num_tokens = self._num_tokens
+        if self._finish_sent[idx]:
+            return None
+        if seq.finish_reason == "error":
+            raise GenerationFailed()
+        logprobs = self._handler._logprobs(req, seq)
+        if not seq.text and not seq.token_ids and not num_tokens[idx]:
+            return None  # vLLM: no empty chunks before the first token
+        num_tokens[idx] += len(seq.token_ids)
+        finish_reason = seq.finish_reason
+        parser = self._parsers[idx]
+        if self._plain and finish_reason is None and logprobs is None and parser is None:
+            # A running choice's chunk that only carries new text (the common case)
+            templates = self._templates
+            if idx in templates:
+                template = templates[idx]
+            else:
+                template = templates[idx] = _text_template(
+                    self._request_id, self._created, self._model, idx
                 )
-        except Exception as e:
-            yield errors.error_sse_event(e)
-        yield DONE
+            if template is not None:
+                return template.render(seq.text)
+        delta = ContentDelta(seq.text)
+        token_ids = list(seq.token_ids) if self._return_ids else None
+        if parser is not None:
+            parsed = parser.feed(
+                seq.text,
+                seq.token_ids,
+                self._prompt.token_ids,
+                finished=finish_reason is not None,
+            )
+            hide = not req.include_reasoning  # no logprobs/ids that show reasoning
+            if hide:
+                logprobs = token_ids = None
+            if parsed is None:
+                if finish_reason is None and logprobs is None and token_ids is None:
+                    return None
+                parsed = OutputDelta()
+            if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
+                parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
+            delta = _delta_json(parsed)
+            if parser.tool_calls_streamed and not self._named_tool and finish_reason == "stop":
+                finish_reason = "tool_calls"
+        choice: DeltaChoice | FinishChoice
+        if finish_reason is None:
+            choice = DeltaChoice(idx, delta, logprobs, None, token_ids)
+        else:
+            choice = FinishChoice(idx, delta, logprobs, finish_reason, seq.stop_reason, token_ids)
+            self._finish_sent[idx] = True
+        chunk = Chunk(id=self._request_id, object=_OBJECT, created=self._created,
+                      model=self._model, choices=[choice])  # fmt: skip
+        ctx = self._ctx
+        if (
+            not self._include_usage
+            and ctx.system_fingerprint is not None
+            and seq.finish_reason is not None
+        ):
+            chunk.system_fingerprint = ctx.system_fingerprint
+        if self._continuous:
+            num_prompt = self._num_prompt
+            chunk.usage = ChatUsageChunk(num_prompt, num_prompt + num_tokens[idx], num_tokens[idx])
+            if self._reasoning_details and parser is not None:
+                chunk.usage = ReasoningUsageChunk(
+                    num_prompt,
+                    num_prompt + num_tokens[idx],
+                    num_tokens[idx],
+                    None,
+                    ReasoningTokens(parser.streamed_reasoning_tokens()),
+                )
+        return sse(chunk)
+
+    def usage(self) -> bytes | None:
+        """The final usage event, when the request asked for it."""
+        if not self._include_usage:
+            return None
+        ctx = self._ctx
+        details = self._cached if ctx.enable_prompt_tokens_details else None
+        last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
+            self._num_prompt, sum(self._num_tokens), details
+        )
+        if self._reasoning_details:
+            last_usage = ReasoningUsageChunk(
+                last_usage.prompt_tokens,
+                last_usage.total_tokens,
+                last_usage.completion_tokens,
+                last_usage.prompt_tokens_details,
+                ReasoningTokens(
+                    sum(p.streamed_reasoning_tokens() for p in self._parsers if p is not None)
+                ),
+            )
+        return sse(
+            UsageOnlyChunk(
+                id=self._request_id,
+                object=_OBJECT,
+                created=self._created,
+                model=self._model,
+                choices=[],
+                usage=last_usage,
+                system_fingerprint=ctx.system_fingerprint,
+            )
+        )
+
+
+_OBJECT = "chat.completion.chunk"
 
 
 def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import msgspec
@@ -22,23 +22,24 @@ from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
 from .generation import (
-    DONE,
     GenerationFailed,
     PreparedPrompt,
     ServingContext,
     SseTemplate,
+    Update,
     Usage,
     UsageChunk,
     data_parallel_rank,
     finite,
     include_usage_flags,
+    push_sequences,
     request_id_for,
     request_sequences,
     sse,
     usage,
     usage_chunk,
 )
-from .http import Request, Response, StreamingResponse
+from .http import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["CompletionsHandler"]
 
@@ -214,7 +215,7 @@ class CompletionsHandler:
         self.ctx = ctx
         self._parse = parse
 
-    async def __call__(self, request: Request) -> Response | StreamingResponse:
+    async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
         ctx = self.ctx
         req = self._parse(request.body)
@@ -233,9 +234,12 @@ class CompletionsHandler:
             prepared.append((prompt, params))
         dp_rank = data_parallel_rank(request)
         if req.stream:
-            return StreamingResponse(
-                self._stream(req, request_id, created, prepared, dp_rank),
-                keep_alive_interval=self.ctx.sse_keep_alive_interval,
+
+            def produce(sink: StreamSink) -> Awaitable[None]:
+                return self._stream(sink, req, request_id, created, prepared, dp_rank)
+
+            return PushedStreamingResponse(
+                produce, keep_alive_interval=self.ctx.sse_keep_alive_interval
             )
         body = await self._full(req, request_id, created, prepared, dp_rank)
         return Response(body)
@@ -407,180 +411,161 @@ class CompletionsHandler:
 
     async def _stream(
         self,
+        sink: StreamSink,
         req: Any,
         request_id: str,
         created: int,
         prepared: list[tuple[PreparedPrompt, Any]],
         dp_rank: int | None,
-    ) -> AsyncIterator[bytes]:
-        ctx = self.ctx
+    ) -> None:
         n = req.n or 1
-        model = ctx.model_name
-        include_usage, continuous = include_usage_flags(
+        chunks = _StreamChunks(self, req, request_id, created, prepared)
+        sources = [
+            request_sequences(self.ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
+            for p, (prompt, params) in enumerate(prepared)
+        ]
+        await push_sequences(sink, sources, chunks.render, chunks.usage)
+
+
+class _StreamChunks:
+    """The SSE events of one streamed completion request: one per text update, then usage."""
+
+    def __init__(
+        self,
+        handler: CompletionsHandler,
+        req: Any,
+        request_id: str,
+        created: int,
+        prepared: list[tuple[PreparedPrompt, Any]],
+    ) -> None:
+        ctx = handler.ctx
+        self._handler = handler
+        self._ctx = ctx
+        self._req = req
+        self._request_id = request_id
+        self._created = created
+        self._model = ctx.model_name
+        self._prompts = [prompt for prompt, _ in prepared]
+        self._n = n = req.n or 1
+        self._include_usage, self._continuous = include_usage_flags(
             getattr(req, "stream_options", None), ctx.enable_force_include_usage
         )
         total = n * len(prepared)
-        next_offsets = [0] * total
-        num_tokens = [0] * total
-        echoed = [False] * total
-        num_prompt = [0] * len(prepared)
-        cached: int | None = None
-        echo = bool(req.echo)
-        return_ids = bool(getattr(req, "return_token_ids", False))
-        as_token_ids = self._as_token_ids(req)
+        self._next_offsets = [0] * total
+        self._num_tokens = [0] * total
+        self._echoed = [False] * total
+        self._num_prompt = [0] * len(prepared)
+        self._cached: int | None = None
+        self._first = True
+        self._echo = bool(req.echo)
+        self._return_ids = bool(getattr(req, "return_token_ids", False))
+        self._as_token_ids = handler._as_token_ids(req)
         # Text-only chunks come from a per-choice template (see SseTemplate).
-        plain = req.logprobs is None and not return_ids and not continuous
-        templates: dict[int, SseTemplate | None] = {}
-        queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None]
-        queue = asyncio.Queue()
+        self._plain = req.logprobs is None and not self._return_ids and not self._continuous
+        self._templates: dict[int, SseTemplate | None] = {}
 
-        async def run(p: int, prompt: PreparedPrompt, params: Any) -> None:
-            try:
-                async with contextlib.aclosing(
-                    request_sequences(ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
-                ) as outputs:
-                    async for idx, seq, num_cached in outputs:
-                        queue.put_nowait((p, idx, seq, num_cached))
-            except Exception as e:
-                queue.put_nowait(e)
-            finally:
-                queue.put_nowait(None)
-
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            single = len(prepared) == 1
-            # One prompt streams straight from its sequences (no extra generator level per
-            # update); several are merged through a queue, tagged with their prompt index.
-            source: AsyncGenerator[Any, None]
-            if single:
-                prompt, params = prepared[0]
-                source = request_sequences(ctx, req, f"{request_id}-0", prompt, params, n, dp_rank)
+    def render(self, p: int, update: Update) -> bytes | None:
+        """The event for one text update of prompt ``p`` (None: nothing to send)."""
+        idx, seq, num_cached = update
+        req = self._req
+        prompt = self._prompts[p]
+        self._num_prompt[p] = len(prompt.token_ids)
+        if self._first:
+            self._cached = num_cached
+            self._first = False
+        i = idx + p * self._n
+        prompt_ids_out: list[int] | None = None
+        if self._echo and not self._echoed[i]:
+            prompt_text = "" if self._return_ids else self._handler._prompt_text(prompt)
+            if req.max_tokens == 0:
+                text = prompt_text
+                delta_ids: list[int] = list(prompt.token_ids)
+                lps: Sequence[PositionLogprobs | None] | None = seq.prompt_logprobs
             else:
-                tasks = [asyncio.create_task(run(p, *pp)) for p, pp in enumerate(prepared)]
-                source = self._drain(queue, len(prepared))
-            first = True
-            p = 0
-            item: Any
-            async with contextlib.aclosing(source) as outputs:
-                async for item in outputs:
-                    if single:
-                        idx, seq, num_cached = item
-                    else:
-                        p, idx, seq, num_cached = item
-                    prompt = prepared[p][0]
-                    num_prompt[p] = len(prompt.token_ids)
-                    if first:
-                        cached = num_cached
-                        first = False
-                    i = idx + p * n
-                    prompt_ids_out: list[int] | None = None
-                    if echo and not echoed[i]:
-                        prompt_text = "" if return_ids else self._prompt_text(prompt)
-                        if req.max_tokens == 0:
-                            text = prompt_text
-                            delta_ids: list[int] = list(prompt.token_ids)
-                            lps: Sequence[PositionLogprobs | None] | None = seq.prompt_logprobs
-                        else:
-                            text = prompt_text + seq.text
-                            delta_ids = [*prompt.token_ids, *seq.token_ids]
-                            lps = [*(seq.prompt_logprobs or []), *(seq.logprobs or [])]
-                        prompt_ids_out = list(prompt.token_ids)
-                        echoed[i] = True
-                    else:
-                        text = seq.text
-                        delta_ids = seq.token_ids
-                        lps = seq.logprobs
-                        if not echoed[i] and return_ids:
-                            prompt_ids_out = list(prompt.token_ids)
-                            echoed[i] = True
-                        if not text and not delta_ids and not num_tokens[i]:
-                            continue  # vLLM: no empty chunks before the first token
-                    logprobs = None
-                    if req.logprobs is not None:
-                        logprobs = completion_logprobs(
-                            delta_ids,
-                            lps or [],
-                            req.logprobs,
-                            ctx.strings().token,
-                            initial_offset=next_offsets[i],
-                            as_token_ids=as_token_ids,
-                            all_candidates=bool(req.logprob_token_ids),
-                        )
-                        if logprobs.tokens:
-                            next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
-                    num_tokens[i] += len(seq.token_ids)
-                    if plain and prompt_ids_out is None and seq.finish_reason is None:
-                        # A running choice's chunk that only carries new text (the common case)
-                        if i in templates:
-                            template = templates[i]
-                        else:
-                            template = templates[i] = _text_template(request_id, created, model, i)
-                        if template is not None:
-                            yield template.render(text)
-                            continue
-                    chunk = StreamChunk(
-                        id=request_id,
-                        object="text_completion",
-                        created=created,
-                        model=model,
-                        choices=[
-                            StreamChoice(
-                                index=i,
-                                text=text,
-                                logprobs=logprobs,
-                                finish_reason=seq.finish_reason,
-                                stop_reason=seq.stop_reason,
-                                prompt_token_ids=prompt_ids_out,
-                                token_ids=list(seq.token_ids) if return_ids else None,
-                            )
-                        ],
-                    )
-                    if (
-                        not include_usage
-                        and ctx.system_fingerprint is not None
-                        and seq.finish_reason is not None
-                    ):
-                        chunk.system_fingerprint = ctx.system_fingerprint
-                    if continuous:
-                        chunk.usage = usage_chunk(num_prompt[p], num_tokens[i])
-                    yield sse(chunk)
-            if include_usage:
-                prompt_total = sum(num_prompt)
-                details = cached if ctx.enable_prompt_tokens_details else None
-                yield sse(
-                    UsageStreamChunk(
-                        id=request_id,
-                        object="text_completion",
-                        created=created,
-                        model=model,
-                        choices=[],
-                        usage=usage_chunk(prompt_total, sum(num_tokens), details),
-                        system_fingerprint=ctx.system_fingerprint,
-                    )
+                text = prompt_text + seq.text
+                delta_ids = [*prompt.token_ids, *seq.token_ids]
+                lps = [*(seq.prompt_logprobs or []), *(seq.logprobs or [])]
+            prompt_ids_out = list(prompt.token_ids)
+            self._echoed[i] = True
+        else:
+            text = seq.text
+            delta_ids = seq.token_ids
+            lps = seq.logprobs
+            if not self._echoed[i] and self._return_ids:
+                prompt_ids_out = list(prompt.token_ids)
+                self._echoed[i] = True
+            if not text and not delta_ids and not self._num_tokens[i]:
+                return None  # vLLM: no empty chunks before the first token
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = completion_logprobs(
+                delta_ids,
+                lps or [],
+                req.logprobs,
+                self._ctx.strings().token,
+                initial_offset=self._next_offsets[i],
+                as_token_ids=self._as_token_ids,
+                all_candidates=bool(req.logprob_token_ids),
+            )
+            if logprobs.tokens:
+                self._next_offsets[i] = logprobs.text_offset[-1] + len(logprobs.tokens[-1])
+        self._num_tokens[i] += len(seq.token_ids)
+        if self._plain and prompt_ids_out is None and seq.finish_reason is None:
+            # A running choice's chunk that only carries new text (the common case)
+            templates = self._templates
+            if i in templates:
+                template = templates[i]
+            else:
+                template = templates[i] = _text_template(
+                    self._request_id, self._created, self._model, i
                 )
-        except Exception as e:
-            yield errors.error_sse_event(e)
-        finally:
-            for t in tasks:
-                t.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
-        yield DONE
+            if template is not None:
+                return template.render(text)
+        chunk = StreamChunk(
+            id=self._request_id,
+            object="text_completion",
+            created=self._created,
+            model=self._model,
+            choices=[
+                StreamChoice(
+                    index=i,
+                    text=text,
+                    logprobs=logprobs,
+                    finish_reason=seq.finish_reason,
+                    stop_reason=seq.stop_reason,
+                    prompt_token_ids=prompt_ids_out,
+                    token_ids=list(seq.token_ids) if self._return_ids else None,
+                )
+            ],
+        )
+        ctx = self._ctx
+        if (
+            not self._include_usage
+            and ctx.system_fingerprint is not None
+            and seq.finish_reason is not None
+        ):
+            chunk.system_fingerprint = ctx.system_fingerprint
+        if self._continuous:
+            chunk.usage = usage_chunk(self._num_prompt[p], self._num_tokens[i])
+        return sse(chunk)
 
-    async def _drain(
-        self,
-        queue: asyncio.Queue[tuple[int, int, SequenceOutput, int | None] | BaseException | None],
-        producers: int,
-    ) -> AsyncGenerator[tuple[int, int, SequenceOutput, int | None], None]:
-        done = 0
-        while done < producers:
-            item = await queue.get()
-            if item is None:
-                done += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
+    def usage(self) -> bytes | None:
+        """The final usage event, when the request asked for it."""
+        if not self._include_usage:
+            return None
+        ctx = self._ctx
+        details = self._cached if ctx.enable_prompt_tokens_details else None
+        return sse(
+            UsageStreamChunk(
+                id=self._request_id,
+                object="text_completion",
+                created=self._created,
+                model=self._model,
+                choices=[],
+                usage=usage_chunk(sum(self._num_prompt), sum(self._num_tokens), details),
+                system_fingerprint=ctx.system_fingerprint,
+            )
+        )
 
 
 def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:

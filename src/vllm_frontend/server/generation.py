@@ -7,9 +7,10 @@ and chat_completion/serving.py); the comments there name the vLLM behaviour bein
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,16 +29,17 @@ from vllm_frontend.text.structured_outputs import (
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from . import errors
-from .http import Request
+from .http import Request, StreamSink
 
 __all__ = [
     "DONE",
+    "SequenceStream",
     "ServingContext",
     "SseTemplate",
     "Usage",
     "UsageChunk",
-    "generate_sequences",
     "include_usage_flags",
+    "push_sequences",
     "request_sequences",
     "sse",
 ]
@@ -429,9 +431,9 @@ def request_sequences(
     params: Any,
     n: int,
     dp_rank: int | None,
-) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
-    """:func:`generate_sequences` with the request's own ``priority`` and ``cache_salt``."""
-    return generate_sequences(
+) -> SequenceStream:
+    """A :class:`SequenceStream` with the request's own ``priority`` and ``cache_salt``."""
+    return SequenceStream(
         ctx,
         request_id=request_id,
         prompt=prompt,
@@ -443,57 +445,92 @@ def request_sequences(
     )
 
 
-async def generate_sequences(
-    ctx: ServingContext,
-    *,
-    request_id: str,
-    prompt: PreparedPrompt,
-    params: Any,
-    n: int,
-    priority: int = 0,
-    data_parallel_rank: int | None = None,
-    cache_salt: str | None = None,
-) -> AsyncGenerator[tuple[int, SequenceOutput, int | None], None]:
-    """Run one prompt's ``n`` samples; yield ``(index, output, num_cached_tokens)`` per update.
+Update = tuple[int, SequenceOutput, int | None]
+"""``(sample index, text update, num_cached_tokens)``."""
+
+
+class SequenceStream:
+    """One prompt's ``n`` samples as text updates: ``(index, output, num_cached_tokens)``.
 
     Detokenization, stop strings and logprobs run incrementally on every engine output (as
     vLLM's output processor does) whatever the request's output kind; with FINAL_ONLY params
     each sample yields once, when it finishes. A stop string ends its sample and aborts the
-    engine request. Leaving early (disconnect) aborts whatever is still running.
+    engine request. Consume with ``async for`` (then :meth:`aclose`, e.g. through
+    ``contextlib.aclosing``), or push-style: :meth:`on_ready` and :meth:`take` from a callback
+    (no task wakes up per engine step). Closing early (disconnect) aborts what still runs.
     """
-    wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
-    strings = ctx.strings() if wants_logprobs else None
-    procs = [
-        SequenceProcessor(
-            ctx.tokenizer,
-            prompt.token_ids,
-            params,
-            token_strings=strings,
-            request_id=request_id,
-            stream_interval=ctx.stream_interval,
+
+    __slots__ = ("_gen", "_procs")
+
+    def __init__(
+        self,
+        ctx: ServingContext,
+        *,
+        request_id: str,
+        prompt: PreparedPrompt,
+        params: Any,
+        n: int,
+        priority: int = 0,
+        data_parallel_rank: int | None = None,
+        cache_salt: str | None = None,
+    ) -> None:
+        wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
+        strings = ctx.strings() if wants_logprobs else None
+        self._procs = [
+            SequenceProcessor(
+                ctx.tokenizer,
+                prompt.token_ids,
+                params,
+                token_strings=strings,
+                request_id=request_id,
+                stream_interval=ctx.stream_interval,
+            )
+            for _ in range(n)
+        ]
+        self._gen = ctx.llm.generate(
+            GenerateRequest(
+                request_id=request_id,
+                prompt_token_ids=prompt.token_ids,
+                sampling_params=params,
+                n=n,
+                output_kind=OutputKind.DELTA,
+                arrival_time=time.time(),
+                priority=priority,
+                data_parallel_rank=data_parallel_rank,
+                cache_salt=cache_salt,
+            )
         )
-        for _ in range(n)
-    ]
-    req = GenerateRequest(
-        request_id=request_id,
-        prompt_token_ids=prompt.token_ids,
-        sampling_params=params,
-        n=n,
-        output_kind=OutputKind.DELTA,
-        arrival_time=time.time(),
-        priority=priority,
-        data_parallel_rank=data_parallel_rank,
-        cache_salt=cache_salt,
-    )
-    async with ctx.llm.generate(req) as stream:
-        async for out in stream:
-            proc = procs[out.index]
+
+    @property
+    def finished(self) -> bool:
+        """Every sample has ended (what :meth:`take` returned last included the last update)."""
+        return self._gen.finished
+
+    def start(self) -> None:
+        """Send the engine requests (idempotent; iterating or :meth:`on_ready` also does)."""
+        self._gen.start()
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Start, and call ``callback()`` from the event loop whenever :meth:`take` may have
+        something; call :meth:`take` once right away too."""
+        self._gen.on_ready(callback)
+        self._gen.start()
+
+    def take(self) -> list[Update]:
+        """The text updates available now, without waiting.
+
+        Raises GenerationFailed on an engine ``error`` finish, EngineDeadError & co. from the
+        engine client.
+        """
+        updates: list[Update] = []
+        procs = self._procs
+        for out in self._gen.take():
             # One logprobs block per engine output merged into this update.
             blocks = out.logprobs
             lp = None if not blocks else _triple(blocks[0]) if len(blocks) == 1 else _concat(blocks)
             plp = out.prompt_logprobs
             code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
-            seq = proc.process(
+            seq = procs[out.index].process(
                 out.token_ids,
                 code,
                 out.stop_reason,
@@ -505,8 +542,87 @@ async def generate_sequences(
             if seq.finish_reason == "error":
                 raise GenerationFailed()
             if seq.abort_engine:
-                await stream.finish_sample(out.index, "stop")
-            yield out.index, seq, out.num_cached_tokens
+                self._gen.finish_sample_nowait(out.index, "stop")
+            updates.append((out.index, seq, out.num_cached_tokens))
+        return updates
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Update]:
+        gen = self._gen
+        gen.start()
+        waiter: asyncio.Future[None] | None = None
+
+        def wake() -> None:
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+        gen.on_ready(wake)
+        while True:
+            updates = self.take()
+            for update in updates:
+                yield update
+            if gen.finished:
+                return
+            if not updates:
+                waiter = asyncio.get_running_loop().create_future()
+                await waiter
+                waiter = None
+
+    async def aclose(self) -> None:
+        """Abort whatever still runs on the engine (idempotent)."""
+        await self._gen.aclose()
+
+
+async def push_sequences(
+    sink: StreamSink,
+    sources: Sequence[SequenceStream],
+    render: Callable[[int, Update], bytes | None],
+    trailer: Callable[[], bytes | None],
+) -> None:
+    """Stream ``sources`` (one per prompt) into ``sink`` as SSE, push-style, then ``[DONE]``.
+
+    Each engine step's outputs run through ``render(prompt index, update)`` from the engine
+    client's notification callback, straight into the connection's buffer: no task resumes per
+    chunk. While the client is not reading, nothing is taken (outputs queue up in the engine
+    client and go out merged on resume). After the last update comes ``trailer()`` (e.g. the
+    usage chunk); an error becomes an SSE error event. Every source is closed on the way out
+    (aborting what still runs when the client went away).
+    """
+    done = asyncio.get_running_loop().create_future()
+
+    def pump() -> None:
+        if done.done():
+            return
+        if sink.paused:
+            sink.on_resume(pump)
+            return
+        try:
+            for p, source in enumerate(sources):
+                for update in source.take():
+                    chunk = render(p, update)
+                    if chunk is not None:
+                        sink.send(chunk)
+            if all(source.finished for source in sources):
+                done.set_result(None)
+        except Exception as e:
+            done.set_exception(e)
+
+    try:
+        for source in sources:
+            source.on_ready(pump)
+        pump()
+        await done
+        tail = trailer()
+        if tail is not None:
+            sink.send(tail)
+    except Exception as e:
+        sink.send(errors.error_sse_event(e))
+    finally:
+        for source in sources:
+            await source.aclose()
+    sink.send(DONE)
 
 
 def _triple(lp: Any) -> tuple[Any, Any, Any] | None:

@@ -4,10 +4,11 @@ Why our own: SSE streaming is the hot path of the frontend, and an ASGI stack co
 Python calls, dicts and awaits per chunk (see bench/bench_http.py and BENCHMARKS.md). Here a
 streamed chunk is one ``transport.write`` of ``<hex len>\\r\\n<bytes>\\r\\n``.
 
-The surface is three classes: :class:`Request` (what a handler gets), :class:`Response` and
-:class:`StreamingResponse` (what it returns), plus :class:`HttpServer` which serves an
-``async def app(request) -> Response | StreamingResponse`` on any listening socket (inherited fd,
-TCP or Unix). The app must turn its own exceptions into responses; anything that escapes it is
+The surface: :class:`Request` (what a handler gets); :class:`Response`,
+:class:`StreamingResponse` (an iterated body) and :class:`PushedStreamingResponse` (a body pushed
+into a :class:`StreamSink` from callbacks) for what it returns; and :class:`HttpServer`, which
+serves an ``async def app(request) -> AnyResponse`` on any listening socket (inherited fd, TCP or
+Unix). The app must turn its own exceptions into responses; anything that escapes it is
 answered with a plain 500 here (a last resort, logged).
 
 Client disconnect cancels the task running the app for that request (and closes a streaming body
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -133,7 +135,89 @@ class StreamingResponse:
         self.background: BackgroundCallback | None = None
 
 
-App = Callable[[Request], Awaitable[Response | StreamingResponse]]
+class StreamSink:
+    """Where a :class:`PushedStreamingResponse` puts its body (the server's sink frames each
+    chunk and sends everything queued in one loop iteration with one write)."""
+
+    __slots__ = ()
+
+    def send(self, chunk: bytes) -> None:
+        """Queue one chunk of the body (empty chunks are skipped; dropped after a disconnect)."""
+        raise NotImplementedError
+
+    @property
+    def paused(self) -> bool:
+        """The client is not reading fast enough: stop producing until :meth:`on_resume`."""
+        return False
+
+    def on_resume(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once, from the event loop, when the client drains its backlog."""
+        asyncio.get_running_loop().call_soon(callback)
+
+    async def drain(self) -> None:
+        """Send what is queued and wait while the client's backlog is too large."""
+
+
+class _ConnectionSink(StreamSink):
+    """A connection's response body: chunked framing into the connection's output buffer."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: _HttpConnection) -> None:
+        self._conn = conn
+
+    def send(self, chunk: bytes) -> None:
+        """Frame ``chunk`` into the connection's buffer."""
+        self._conn._send_chunk(chunk)
+
+    @property
+    def paused(self) -> bool:
+        """The transport asked us to stop writing."""
+        return self._conn._write_paused
+
+    def on_resume(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the transport resumes writing."""
+        self._conn._resume_callback = callback
+
+    async def drain(self) -> None:
+        """Flush, then wait for the transport to resume writing."""
+        conn = self._conn
+        conn._flush()
+        if conn._write_paused:
+            await conn._drain()
+
+
+class PushedStreamingResponse:
+    """A streaming response whose body is pushed rather than iterated.
+
+    ``produce(sink)`` runs in the request's task and returns when the body is complete; it can
+    hand :class:`StreamSink` to callbacks (e.g. engine output notifications) that send chunks
+    directly, so no task resumes per chunk. Cancellation (client disconnect) reaches it as for
+    :class:`StreamingResponse`. Keep-alive comments as for :class:`StreamingResponse`.
+    """
+
+    __slots__ = ("background", "headers", "keep_alive_interval", "produce", "status")
+
+    def __init__(
+        self,
+        produce: Callable[[StreamSink], Awaitable[None]],
+        status: int = 200,
+        content_type: bytes = b"text/event-stream; charset=utf-8",
+        headers: Headers | None = None,
+        keep_alive_interval: float = 0.0,
+    ) -> None:
+        self.produce = produce
+        self.keep_alive_interval = keep_alive_interval
+        self.status = status
+        self.headers: Headers = headers if headers is not None else []
+        self.headers.append((b"content-type", content_type))
+        self.background: BackgroundCallback | None = None
+
+
+AnyResponse = Response | StreamingResponse | PushedStreamingResponse
+"""What an app returns."""
+
+App = Callable[[Request], Awaitable[AnyResponse]]
 
 
 def json_response(content: Any, status: int = 200, headers: Headers | None = None) -> Response:
@@ -271,6 +355,7 @@ class _HttpConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
+        self._fd = -1
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._pending: deque[tuple[Request, bool]] = deque()
@@ -282,6 +367,8 @@ class _HttpConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_chunk_at = 0.0
+        self._chunk_interval = 0.0
+        self._resume_callback: Callable[[], None] | None = None
         # per-message parse state
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
@@ -295,6 +382,7 @@ class _HttpConnection(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its interface
         self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -318,6 +406,7 @@ class _HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._fd = -1
         self._server._connections.discard(self)
         self._cancel_keep_alive()
         self._pending.clear()
@@ -335,6 +424,9 @@ class _HttpConnection(asyncio.Protocol):
         self._write_paused = False
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
+        callback, self._resume_callback = self._resume_callback, None
+        if callback is not None:
+            self._loop.call_soon(callback)
 
     # -- httptools callbacks -------------------------------------------------------------------
 
@@ -416,7 +508,7 @@ class _HttpConnection(asyncio.Protocol):
     async def _handle(self, request: Request, keep_alive: bool) -> None:
         transport = self._transport
         assert transport is not None
-        response: Response | StreamingResponse | None = None
+        response: AnyResponse | None = None
         try:
             if request.state is _TOO_LARGE:
                 response = _too_large_response()
@@ -431,7 +523,7 @@ class _HttpConnection(asyncio.Protocol):
             if self._server._closing:
                 keep_alive = False
             if isinstance(response, Response):
-                transport.write(_head(response, keep_alive) + response.body)
+                self._write(transport, _head(response, keep_alive) + response.body)
             else:
                 await self._stream(transport, response, keep_alive)
         except (asyncio.CancelledError, ConnectionError):
@@ -466,41 +558,48 @@ class _HttpConnection(asyncio.Protocol):
             self._arm_keep_alive()
 
     async def _stream(
-        self, transport: asyncio.Transport, response: StreamingResponse, keep_alive: bool
+        self,
+        transport: asyncio.Transport,
+        response: StreamingResponse | PushedStreamingResponse,
+        keep_alive: bool,
     ) -> None:
         # Chunks are framed into a per-connection buffer that is flushed once the event loop gets
         # to run its callbacks: chunks produced without an intervening await (e.g. every SSE event
         # of one engine step) leave in one send() instead of one each.
-        body = response.body
-        buf = self._out
-        buf.append(_head(response, keep_alive))
+        self._out.append(_head(response, keep_alive))
         self._schedule_flush()
         interval = response.keep_alive_interval
+        self._chunk_interval = interval
         if interval > 0:
             self._last_chunk_at = self._loop.time()
             self._idle_timer = self._loop.call_at(
                 self._last_chunk_at + interval, self._idle_tick, interval
             )
+        sink = _ConnectionSink(self)
+        body = response.body if isinstance(response, StreamingResponse) else None
         try:
-            async for chunk in body:
-                if not chunk:
-                    continue
-                buf.append(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                if not self._flush_scheduled:
-                    self._schedule_flush()
-                if interval > 0:
-                    self._last_chunk_at = self._loop.time()
-                if self._write_paused:
-                    self._flush()
-                    await self._drain()
+            if body is not None:
+                await _iterate_into(body, sink)
+            else:
+                await cast(PushedStreamingResponse, response).produce(sink)
             self._cancel_idle_timer()
-            buf.append(b"0\r\n\r\n")
+            self._out.append(b"0\r\n\r\n")
             self._flush()
         finally:
             self._cancel_idle_timer()
+            self._resume_callback = None
             aclose = getattr(body, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _send_chunk(self, chunk: bytes) -> None:
+        if not chunk or self._closed:
+            return
+        self._out.append(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        if not self._flush_scheduled:
+            self._schedule_flush()
+        if self._chunk_interval > 0:
+            self._last_chunk_at = self._loop.time()
 
     def _idle_tick(self, interval: float) -> None:
         """SSE keep-alive: a comment event when no chunk went out for ``interval`` seconds
@@ -531,8 +630,25 @@ class _HttpConnection(asyncio.Protocol):
         self._flush_scheduled = False
         out = self._out
         if out and not self._closed and self._transport is not None:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._write(self._transport, out[0] if len(out) == 1 else b"".join(out))
         out.clear()
+
+    def _write(self, transport: asyncio.Transport, data: bytes) -> None:
+        # Write-through while the transport holds nothing: one send() now, as asyncio's own
+        # socket transport does. uvloop's write() queues the data for the end of the loop
+        # iteration instead, which costs ~1.5 µs more per write (bench/BENCHMARKS.md) and buys
+        # nothing here: our writes are already batched per iteration. What the socket does not
+        # take, and every failure, goes through the transport, which reports and closes.
+        fd = self._fd  # -1 once the connection is lost: the number may belong to another socket
+        if fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
+            try:
+                sent = os.write(fd, data)
+            except OSError:  # EAGAIN/EINTR, or a broken connection for the transport to see
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        transport.write(data)
 
     async def _drain(self) -> None:
         if self._closed:
@@ -588,6 +704,14 @@ class _HttpConnection(asyncio.Protocol):
         return task
 
 
+async def _iterate_into(body: AsyncIterator[bytes], sink: StreamSink) -> None:
+    # An iterated body: each chunk into the sink, waiting out the client's backlog.
+    async for chunk in body:
+        sink.send(chunk)
+        if sink.paused:
+            await sink.drain()
+
+
 _TOO_LARGE = object()
 
 SSE_KEEP_ALIVE_COMMENT = b": keep-alive\n\n"
@@ -605,7 +729,7 @@ def _too_large_response() -> Response:
     )
 
 
-def _head(response: Response | StreamingResponse, keep_alive: bool) -> bytes:
+def _head(response: AnyResponse, keep_alive: bool) -> bytes:
     status = response.status
     line = _STATUS_LINES.get(status) or _status_line(status)
     parts = [line]
