@@ -118,6 +118,21 @@ def test_engine_error_finish_mid_stream_is_an_error_event_then_done(
     assert json.loads(events[-3].removeprefix("data: ")) == {"error": INTERNAL}
 
 
+def test_chat_stream_sends_its_role_chunk_before_an_error_in_the_first_output(
+    tiny_model: pathlib.Path,
+) -> None:
+    # vLLM's chat stream generator sends the role chunk on its first iteration, then raises.
+    app = _app(tiny_model, ScriptedClient(tokens=1, finish=FinishReason.ERROR))
+    path, body = ROUTES[1]
+    status, raw = asyncio.run(_call(app, path, {**body, "stream": True}))
+    assert status == 200
+    events = [e.removeprefix("data: ") for e in raw.decode().split("\n\n") if e]
+    assert len(events) == 3
+    assert json.loads(events[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert json.loads(events[1]) == {"error": INTERNAL}
+    assert events[2] == "[DONE]"
+
+
 @pytest.mark.parametrize("path,body", ROUTES)
 def test_a_dead_engine_fails_the_request_instead_of_hanging(
     tiny_model: pathlib.Path, path: str, body: Any

@@ -619,18 +619,16 @@ class _StreamChunks:
                 out.append(sse(echo_chunk))
         return b"".join(out)
 
-    def render(self, p: int, update: Update) -> bytes | None:
-        """The event(s) for one text update (None: nothing to send)."""
+    def render(self, sink: StreamSink, p: int, update: Update) -> None:
+        """Send the event(s) of one text update (the role chunks before the first)."""
         idx, seq, num_cached = update
-        head = b""
         if self._first:
             self._cached = num_cached
             self._first = False
-            head = self._heads()
+            sink.send(self._heads())
         event = self._event(idx, seq)
-        if not head:
-            return event
-        return head + event if event is not None else head
+        if event is not None:
+            sink.send(event)
 
     def _event(self, idx: int, seq: SequenceOutput) -> bytes | None:
         req = self._req

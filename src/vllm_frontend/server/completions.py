@@ -464,9 +464,11 @@ class _StreamChunks:
         self._plain = req.logprobs is None and not self._return_ids and not self._continuous
         self._templates: dict[int, SseTemplate | None] = {}
 
-    def render(self, p: int, update: Update) -> bytes | None:
-        """The event for one text update of prompt ``p`` (None: nothing to send)."""
+    def render(self, sink: StreamSink, p: int, update: Update) -> None:
+        """Send the event of one text update of prompt ``p`` (if it has one)."""
         idx, seq, num_cached = update
+        if seq.finish_reason == "error":
+            raise GenerationFailed()
         req = self._req
         prompt = self._prompts[p]
         self._num_prompt[p] = len(prompt.token_ids)
@@ -495,7 +497,7 @@ class _StreamChunks:
                 prompt_ids_out = list(prompt.token_ids)
                 self._echoed[i] = True
             if not text and not delta_ids and not self._num_tokens[i]:
-                return None  # vLLM: no empty chunks before the first token
+                return  # vLLM: no empty chunks before the first token
         logprobs = None
         if req.logprobs is not None:
             logprobs = completion_logprobs(
@@ -520,7 +522,8 @@ class _StreamChunks:
                     self._request_id, self._created, self._model, i
                 )
             if template is not None:
-                return template.render(text)
+                sink.send(template.render(text))
+                return
         chunk = StreamChunk(
             id=self._request_id,
             object="text_completion",
@@ -547,7 +550,7 @@ class _StreamChunks:
             chunk.system_fingerprint = ctx.system_fingerprint
         if self._continuous:
             chunk.usage = usage_chunk(self._num_prompt[p], self._num_tokens[i])
-        return sse(chunk)
+        sink.send(sse(chunk))
 
     def usage(self) -> bytes | None:
         """The final usage event, when the request asked for it."""

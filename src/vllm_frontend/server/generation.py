@@ -519,8 +519,8 @@ class SequenceStream:
     def take(self) -> list[Update]:
         """The text updates available now, without waiting.
 
-        Raises GenerationFailed on an engine ``error`` finish, EngineDeadError & co. from the
-        engine client.
+        An engine ``error`` finish is an update like any other (the handlers raise
+        GenerationFailed where vLLM does); raises EngineDeadError & co. from the engine client.
         """
         updates: list[Update] = []
         procs = self._procs
@@ -539,8 +539,6 @@ class SequenceStream:
             )
             if seq is None:
                 continue
-            if seq.finish_reason == "error":
-                raise GenerationFailed()
             if seq.abort_engine:
                 self._gen.finish_sample_nowait(out.index, "stop")
             updates.append((out.index, seq, out.num_cached_tokens))
@@ -578,12 +576,13 @@ class SequenceStream:
 async def push_sequences(
     sink: StreamSink,
     sources: Sequence[SequenceStream],
-    render: Callable[[int, Update], bytes | None],
+    render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
 ) -> None:
     """Stream ``sources`` (one per prompt) into ``sink`` as SSE, push-style, then ``[DONE]``.
 
-    Each engine step's outputs run through ``render(prompt index, update)`` from the engine
+    Each engine step's outputs run through ``render(sink, prompt index, update)`` (which sends
+    the update's events) from the engine
     client's notification callback, straight into the connection's buffer: no task resumes per
     chunk. While the client is not reading, nothing is taken (outputs queue up in the engine
     client and go out merged on resume). After the last update comes ``trailer()`` (e.g. the
@@ -601,9 +600,7 @@ async def push_sequences(
         try:
             for p, source in enumerate(sources):
                 for update in source.take():
-                    chunk = render(p, update)
-                    if chunk is not None:
-                        sink.send(chunk)
+                    render(sink, p, update)
             if all(source.finished for source in sources):
                 done.set_result(None)
         except Exception as e:
