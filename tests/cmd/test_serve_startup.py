@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -149,3 +150,22 @@ def test_a_taken_handshake_port_stops_startup_naming_the_address(
             assert proc.returncode == 1
     assert f"tcp://127.0.0.1:{rpc}" in err
     assert "Traceback" not in err
+
+
+def test_server_imports_start_no_blas_threads_and_leave_environment_and_gc_as_they_were() -> None:
+    code = (
+        "import gc, os\n"
+        "from vllm_frontend.cli import _server_imports\n"
+        "threads = len(os.listdir('/proc/self/task'))\n"
+        "with _server_imports():\n"
+        "    import vllm_frontend.cmd.runner\n"
+        "    import numpy\n"
+        "print(len(os.listdir('/proc/self/task')) - threads, "
+        "os.environ.get('OPENBLAS_NUM_THREADS'), gc.isenabled())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "None", "True"]
