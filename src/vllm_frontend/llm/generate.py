@@ -277,7 +277,7 @@ class GenerationStream:
                 if not (hasattr(it, "take") and hasattr(it, "on_ready")):
                     it = _PumpedStream(it)
                 self._iters.append(it)
-                it.on_ready(self._ready)
+                it.on_ready(self._callback or self._ready)
                 # The engine the client chose (data parallel) labels this sample's metrics.
                 engine_index = getattr(it, "engine_index", None)
                 if isinstance(engine_index, int):
@@ -290,6 +290,8 @@ class GenerationStream:
         """Call ``callback()`` from the event loop whenever :meth:`take` may have something (at
         most about once per engine step); None goes back to ``async for``."""
         self._callback = callback
+        for it in self._iters:  # straight from the engine streams: one call level less
+            it.on_ready(callback or self._ready)
 
     def _ready(self) -> None:
         callback = self._callback

@@ -590,6 +590,7 @@ async def push_sequences(
     (aborting what still runs when the client went away).
     """
     done = asyncio.get_running_loop().create_future()
+    single = sources[0] if len(sources) == 1 else None
 
     def pump() -> None:
         if done.done():
@@ -598,10 +599,16 @@ async def push_sequences(
             sink.on_resume(pump)
             return
         try:
-            for p, source in enumerate(sources):
-                for update in source.take():
-                    render(sink, p, update)
-            if all(source.finished for source in sources):
+            if single is not None:  # the common case, without the loops
+                for update in single.take():
+                    render(sink, 0, update)
+                finished = single.finished
+            else:
+                for p, source in enumerate(sources):
+                    for update in source.take():
+                        render(sink, p, update)
+                finished = all(source.finished for source in sources)
+            if finished:
                 done.set_result(None)
         except Exception as e:
             done.set_exception(e)
