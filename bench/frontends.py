@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -140,8 +140,23 @@ class Proc:
                 return
 
 
-def spawn(name: str, argv: Sequence[str], log_dir: pathlib.Path | None = None) -> Proc:
-    """Start ``argv`` in a new process group, logging to a file."""
+PINNING: dict[str, set[int]] = {}
+"""CPU sets by role ("frontend", "load": the engine side and the load client); empty: no pinning.
+``bench/run.py --pin`` gives the frontend under test a core of its own."""
+
+
+def pin_to(role: str) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that pins a child to ``role``'s CPUs (None when not pinning)."""
+    cpus = PINNING.get(role)
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def spawn(
+    name: str, argv: Sequence[str], log_dir: pathlib.Path | None = None, role: str = "load"
+) -> Proc:
+    """Start ``argv`` in a new process group, logging to a file (pinned to ``role``'s CPUs)."""
     log_dir = log_dir or pathlib.Path(tempfile.gettempdir()) / "vllm-frontend-bench"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}-{os.getpid()}-{time.strftime('%H%M%S')}.log"
@@ -150,7 +165,7 @@ def spawn(name: str, argv: Sequence[str], log_dir: pathlib.Path | None = None) -
         out.flush()
         popen = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=env(), start_new_session=True,
+            env=env(), start_new_session=True, preexec_fn=pin_to(role),
         )  # fmt: skip
     return Proc(name, popen, log)
 

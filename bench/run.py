@@ -41,11 +41,13 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from frontends import (
+    PINNING,
     REPO,
     Proc,
     free_port,
     frontend_command,
     mock_engine_command,
+    pin_to,
     spawn,
     tiny_model,
     tree_cpu_seconds,
@@ -136,7 +138,7 @@ def launch_mock(
     fe: Proc | None = None
     try:
         time.sleep(1.0)
-        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs)
+        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs, role="frontend")
         startup = wait_healthy(fe, port, timeout=180.0)
         yield Launch(name, fe, port, startup, [mock.pid])
     finally:
@@ -159,7 +161,7 @@ def launch_real(name: str, model: pathlib.Path, logs: pathlib.Path) -> Iterator[
     fe: Proc | None = None
     try:
         time.sleep(1.0)
-        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs)
+        fe = spawn(name, _frontend_argv(name, model, port, handshake), logs, role="frontend")
         startup = wait_healthy(fe, port, timeout=600.0)
         yield Launch(name, fe, port, startup, [p.pid for _, p in engines.launchers])
     finally:
@@ -235,8 +237,9 @@ def run_client(argv: Sequence[str], log: pathlib.Path, timeout: float) -> tuple[
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
         popen = subprocess.Popen(
-            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=pin_to("load"),
+        )  # fmt: skip
     timer = threading.Timer(timeout, popen.kill)
     timer.start()
     try:
@@ -579,6 +582,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="record a py-spy profile (raw collapsed stacks) of the frontend during every run; "
         "summarise with bench/pyspy_summary.py (the profiler's sampling perturbs the figures)",
     )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="give the frontend under test CPU 0 and the engine side and load client CPU 1 "
+        "(steadier per-token CPU figures on a 2-core machine; every frontend alike)",
+    )
     p.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     p.add_argument("--list", action="store_true", help="list workload names and exit")
     args = p.parse_args(argv)
@@ -598,6 +607,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name not in BASE_FRONTENDS and not (name.startswith("ours-x") and name[6:].isdigit()):
             p.error(f"unknown frontend {name!r}")
 
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            p.error("--pin needs at least 2 CPUs")
+        PINNING.update({"frontend": {cpus[0]}, "load": set(cpus[1:])})
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or RESULTS / f"frontends-{'real-' if args.real_engine else ''}{stamp}.json"
     work = out.parent / f"run-{stamp}"  # logs, client results, wrk scripts
@@ -608,6 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join([".venv/bin/python", "bench/run.py", *(argv or sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "pinning": {role: sorted(cpus) for role, cpus in PINNING.items()},
         "versions": _versions(),
         "model": str(model),
         "runs": [],
