@@ -19,6 +19,7 @@ from tests.support.responses import body as body_of
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import EngineDeadError
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm_frontend.engine.validate import RequestLimits, validate_request
 from vllm_frontend.llm import LLM
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
@@ -181,3 +182,29 @@ def test_client_disconnect_aborts_the_engine_request(
         assert client.aborted[-1] == client.added[1].request_id
 
     asyncio.run(main())
+
+
+class ValidatingClient(ScriptedClient):
+    """ScriptedClient behind the engine client's own request validation."""
+
+    def add_request(self, request: Any) -> AsyncIterator[Any]:
+        validate_request(request, RequestLimits(vocab_size=128256))
+        return super().add_request(request)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_id_no_tokenizer_has_gets_the_out_of_vocabulary_error(
+    tiny_model: pathlib.Path, stream: bool
+) -> None:
+    # An id past 32 bits must not trip the detokenizer before the engine client judges it.
+    app = _app(tiny_model, ValidatingClient())
+    body = {"prompt": [5, 2**40], "max_tokens": 3, "stream": stream}
+    status, raw = asyncio.run(_call(app, "/v1/completions", body))
+    if stream:
+        assert status == 200
+        error = json.loads(raw.decode().split("\n\n")[0].removeprefix("data: "))["error"]
+    else:
+        assert status == 400
+        error = json.loads(raw)["error"]
+    assert error["message"] == f"Token id {2**40} is out of vocabulary"
+    assert error["code"] == 400

@@ -544,8 +544,11 @@ class ChatHandler:
         dp_rank: int | None,
     ) -> None:
         chunks = _StreamChunks(self, req, request_id, prompt, role, echo_text)
-        source = self._gen(req, request_id, prompt, params, dp_rank)
-        await push_sequences(sink, [source], chunks.render, chunks.usage)
+
+        def sources() -> list[SequenceStream]:
+            return [self._gen(req, request_id, prompt, params, dp_rank)]
+
+        await push_sequences(sink, sources, chunks.render, chunks.usage)
 
 
 class _StreamChunks:

@@ -24,6 +24,7 @@ from . import errors
 from .generation import (
     GenerationFailed,
     PreparedPrompt,
+    SequenceStream,
     ServingContext,
     SseTemplate,
     Update,
@@ -420,10 +421,13 @@ class CompletionsHandler:
     ) -> None:
         n = req.n or 1
         chunks = _StreamChunks(self, req, request_id, created, prepared)
-        sources = [
-            request_sequences(self.ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
-            for p, (prompt, params) in enumerate(prepared)
-        ]
+
+        def sources() -> list[SequenceStream]:
+            return [
+                request_sequences(self.ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
+                for p, (prompt, params) in enumerate(prepared)
+            ]
+
         await push_sequences(sink, sources, chunks.render, chunks.usage)
 
 

@@ -575,11 +575,13 @@ class SequenceStream:
 
 async def push_sequences(
     sink: StreamSink,
-    sources: Sequence[SequenceStream],
+    make_sources: Callable[[], Sequence[SequenceStream]],
     render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
 ) -> None:
-    """Stream ``sources`` (one per prompt) into ``sink`` as SSE, push-style, then ``[DONE]``.
+    """Stream the sources ``make_sources()`` builds (one per prompt) into ``sink`` as SSE,
+    push-style, then ``[DONE]``. The head of the response is out already, so every failure from
+    here on, building the sources included, becomes an SSE error event.
 
     Each engine step's outputs run through ``render(sink, prompt index, update)`` (which sends
     the update's events) from the engine
@@ -590,7 +592,8 @@ async def push_sequences(
     (aborting what still runs when the client went away).
     """
     done = asyncio.get_running_loop().create_future()
-    single = sources[0] if len(sources) == 1 else None
+    sources: Sequence[SequenceStream] = ()
+    single: SequenceStream | None = None
 
     def pump() -> None:
         if done.done():
@@ -614,6 +617,8 @@ async def push_sequences(
             done.set_exception(e)
 
     try:
+        sources = make_sources()
+        single = sources[0] if len(sources) == 1 else None
         for source in sources:
             source.on_ready(pump)
         pump()

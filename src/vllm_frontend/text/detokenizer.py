@@ -354,11 +354,15 @@ def _pending_prompt_bytes(table: _ByteTable, prompt: Sequence[int]) -> bytes:
     tokens: UTF-8 resynchronises at any non-continuation byte, and 4 trailing continuation
     bytes cannot end a valid character.
     """
-    tail = b""
-    i = len(prompt)
-    while i and len(tail) < 4:
-        i -= 1
-        tail = table.token_bytes(prompt[i]) + tail
-    if not tail.decode("utf-8", "replace").endswith(_REPLACEMENT):
+    try:
+        tail = b""
+        i = len(prompt)
+        while i and len(tail) < 4:
+            i -= 1
+            tail = table.token_bytes(prompt[i]) + tail
+        if not tail.decode("utf-8", "replace").endswith(_REPLACEMENT):
+            return b""
+        return b"".join([table.token_bytes(t) for t in prompt])
+    except (OverflowError, TypeError):
+        # An id no tokenizer has: the engine client refuses the request with a clear error.
         return b""
-    return b"".join([table.token_bytes(t) for t in prompt])
