@@ -836,6 +836,10 @@ class EngineCoreClient:
                 if msg.wave_complete is not None and self._sockets.coordinator is None:
                     self._current_wave = max(self._current_wave, msg.wave_complete + 1)
                     self._engines_running = False
+                # Drop the message now: each output's last reference is then its stream's queue,
+                # so it is freed right after its consumer has used it (while in cache), not when
+                # the next message replaces this one (~5% of a 5 ms-step profile went there).
+                del msg
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not leave every stream hanging

@@ -382,7 +382,9 @@ class _HttpConnection(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its interface
         self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
-        self._fd = sock.fileno() if sock is not None else -1
+        # Write-through needs the plain socket (never under TLS, whose bytes are not ours).
+        plain = sock is not None and transport.get_extra_info("sslcontext") is None
+        self._fd = sock.fileno() if plain else -1
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -636,7 +638,7 @@ class _HttpConnection(asyncio.Protocol):
     def _write(self, transport: asyncio.Transport, data: bytes) -> None:
         # Write-through while the transport holds nothing: one send() now, as asyncio's own
         # socket transport does. uvloop's write() queues the data for the end of the loop
-        # iteration instead, which costs ~1.5 µs more per write (bench/BENCHMARKS.md) and buys
+        # iteration instead, which costs ~1.5 µs more per write (BENCHMARKS.md) and buys
         # nothing here: our writes are already batched per iteration. What the socket does not
         # take, and every failure, goes through the transport, which reports and closes.
         fd = self._fd  # -1 once the connection is lost: the number may belong to another socket
