@@ -584,12 +584,11 @@ async def push_sequences(
     here on, building the sources included, becomes an SSE error event.
 
     Each engine step's outputs run through ``render(sink, prompt index, update)`` (which sends
-    the update's events) from the engine
-    client's notification callback, straight into the connection's buffer: no task resumes per
-    chunk. While the client is not reading, nothing is taken (outputs queue up in the engine
-    client and go out merged on resume). After the last update comes ``trailer()`` (e.g. the
-    usage chunk); an error becomes an SSE error event. Every source is closed on the way out
-    (aborting what still runs when the client went away).
+    the update's events) from the engine client's notification callback, straight into the
+    connection's buffer: no task resumes per chunk. While the client is not reading, nothing is
+    taken (outputs queue up in the engine client and go out merged on resume). After the last
+    update comes ``trailer()`` (e.g. the usage chunk); an error becomes an SSE error event.
+    Every source is closed on the way out (aborting what still runs when the client went away).
     """
     done = asyncio.get_running_loop().create_future()
     sources: Sequence[SequenceStream] = ()
