@@ -426,7 +426,7 @@ def bind_handshake(
     )
     try:
         if local:
-            tmpdir = sockets._tmpdir = tempfile.mkdtemp(prefix="vllm-fe-")
+            tmpdir = sockets._tmpdir = _ipc_dir()
             input_sock.bind(f"ipc://{tmpdir}/input")
             output_sock.bind(f"ipc://{tmpdir}/output")
         else:
@@ -651,7 +651,7 @@ def bind_stream_listeners(count: int, *, local: bool, host: str) -> StreamListen
     listeners = StreamListeners([], [])
     try:
         if local:
-            listeners.tmpdir = tempfile.mkdtemp(prefix="vllm-fe-")
+            listeners.tmpdir = _ipc_dir()
         for kind in ("input", "output"):
             for k in range(count):
                 if listeners.tmpdir is not None:
@@ -760,6 +760,56 @@ async def _handshake_until_ready(
             for w in waiters:
                 w.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
+
+
+_IPC_PREFIX = "vllm-fe-"
+_STALE_AFTER_S = 60.0
+
+
+def _ipc_dir() -> str:
+    """A new private directory for this process's IPC sockets (removed on a clean shutdown).
+
+    Its name carries our pid, so that directories left behind by killed frontends (SIGKILL
+    leaves no chance to clean up) are removed here: those of our user whose process is gone and
+    which are older than a minute (engines connect to them within seconds of their creation).
+    """
+    _remove_stale_ipc_dirs()
+    return tempfile.mkdtemp(prefix=f"{_IPC_PREFIX}{os.getpid()}-")
+
+
+def _remove_stale_ipc_dirs() -> None:
+    root = tempfile.gettempdir()
+    now = time.time()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(_IPC_PREFIX):
+            continue
+        pid_text = name[len(_IPC_PREFIX) :].partition("-")[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid():
+                continue
+            if now - info.st_mtime < _STALE_AFTER_S:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. EPERM: it exists, as someone else's
+        return True
+    return True
 
 
 def _split_tcp(address: str) -> tuple[str, int]:
