@@ -26,6 +26,7 @@ from . import errors
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     ChatUsageChunk,
+    ChoiceTemplates,
     GenerationFailed,
     PreparedPrompt,
     SequenceStream,
@@ -589,7 +590,9 @@ class _StreamChunks:
         self._first = True
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = not self._return_ids and not self._continuous
-        self._templates: dict[int, SseTemplate | None] = {}
+        self._templates = ChoiceTemplates(
+            lambda i: _text_template(request_id, self._created, self._model, i)
+        )
 
     def _heads(self) -> bytes:
         # The role chunk of every choice (and the echoed last message), before any content.
@@ -648,15 +651,9 @@ class _StreamChunks:
         parser = self._parsers[idx]
         if self._plain and finish_reason is None and logprobs is None and parser is None:
             # A running choice's chunk that only carries new text (the common case)
-            templates = self._templates
-            if idx in templates:
-                template = templates[idx]
-            else:
-                template = templates[idx] = _text_template(
-                    self._request_id, self._created, self._model, idx
-                )
-            if template is not None:
-                return template.render(seq.text)
+            event = self._templates.render(idx, seq.text)
+            if event is not None:
+                return event
         delta = ContentDelta(seq.text)
         token_ids = list(seq.token_ids) if self._return_ids else None
         if parser is not None:

@@ -22,6 +22,7 @@ from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
 from .generation import (
+    ChoiceTemplates,
     GenerationFailed,
     PreparedPrompt,
     SequenceStream,
@@ -466,7 +467,9 @@ class _StreamChunks:
         self._as_token_ids = handler._as_token_ids(req)
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = req.logprobs is None and not self._return_ids and not self._continuous
-        self._templates: dict[int, SseTemplate | None] = {}
+        self._templates = ChoiceTemplates(
+            lambda i: _text_template(request_id, created, self._model, i)
+        )
 
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event of one text update of prompt ``p`` (if it has one)."""
@@ -518,15 +521,9 @@ class _StreamChunks:
         self._num_tokens[i] += len(seq.token_ids)
         if self._plain and prompt_ids_out is None and seq.finish_reason is None:
             # A running choice's chunk that only carries new text (the common case)
-            templates = self._templates
-            if i in templates:
-                template = templates[i]
-            else:
-                template = templates[i] = _text_template(
-                    self._request_id, self._created, self._model, i
-                )
-            if template is not None:
-                sink.send(template.render(text))
+            event = self._templates.render(i, text)
+            if event is not None:
+                sink.send(event)
                 return
         chunk = StreamChunk(
             id=self._request_id,

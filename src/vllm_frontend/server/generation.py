@@ -33,6 +33,7 @@ from .http import Request, StreamSink
 
 __all__ = [
     "DONE",
+    "ChoiceTemplates",
     "SequenceStream",
     "ServingContext",
     "SseTemplate",
@@ -83,6 +84,26 @@ class SseTemplate:
     def render(self, text: str) -> bytes:
         """``sse(make(text))``."""
         return self._head + _encode_str(text) + self._tail
+
+
+class ChoiceTemplates:
+    """Each choice's :class:`SseTemplate`, made on first use by ``make(choice index)`` (which
+    returns None where the chunk's shape defeats a template)."""
+
+    __slots__ = ("_make", "_templates")
+
+    def __init__(self, make: Callable[[int], SseTemplate | None]) -> None:
+        self._make = make
+        self._templates: dict[int, SseTemplate | None] = {}
+
+    def render(self, index: int, text: str) -> bytes | None:
+        """Choice ``index``'s text-only event for ``text``; None when it has no template."""
+        templates = self._templates
+        try:
+            template = templates[index]
+        except KeyError:
+            template = templates[index] = self._make(index)
+        return None if template is None else template.render(text)
 
 
 @dataclass
