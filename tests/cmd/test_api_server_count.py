@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 import openai
 import psutil
 import pytest
-from tests.support.engines import BASE_ENGINE_ARGS, engine_env, free_port, log_dir
+from tests.support.engines import BASE_ENGINE_ARGS, engine_env, free_port, http_status, log_dir
 from tests.support.reference import reference_generate
 
 MAX_TOKENS = 16
@@ -98,7 +98,7 @@ class Deployment:
         while time.monotonic() < deadline:
             assert self.serve.popen.poll() is None, f"serve exited early:\n{self.logs()}"
             log = self.serve.log.read_text(errors="replace")
-            if len(re.findall(r"\] serving ", log)) >= 2 and _status(self.port, "/health") == 200:
+            if len(re.findall(r"\] serving ", log)) >= 2 and http_status(self.port) == 200:
                 return
             time.sleep(0.3)
         raise AssertionError(f"not serving after {timeout} s:\n{self.logs()}")
@@ -111,19 +111,6 @@ class Deployment:
     def stop(self) -> None:
         self.serve.stop()
         self.mock.stop()
-
-
-def _status(port: int, path: str) -> int | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except OSError:
-        return None
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -229,7 +216,7 @@ def test_killing_one_frontend_stops_the_rest_with_an_error_status(deployment: De
     assert rc != 0, deployment.logs()
     _, alive = psutil.wait_procs(frontends, timeout=30)
     assert not alive, f"frontends left running: {alive}\n{deployment.logs()}"
-    assert _status(deployment.port, "/health") is None  # nobody listens on the port any more
+    assert http_status(deployment.port, "/health") is None  # nobody listens on the port any more
 
 
 def test_sigterm_stops_every_frontend_with_status_zero(deployment: Deployment) -> None:
@@ -397,7 +384,7 @@ def test_two_frontends_over_a_managed_engine_match_vllms_greedy_output(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 600
-        while _status(port, "/health") != 200:
+        while http_status(port, "/health") != 200:
             assert serve.popen.poll() is None, f"serve exited early:\n{serve.tail()}"
             assert time.monotonic() < deadline, serve.tail()
             time.sleep(0.5)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import pytest
-from tests.support.engines import free_port
+from tests.support.engines import free_port, http_status
 
 
 def _frontend(model: str, port: int, rpc: int, *extra: str) -> list[str]:
@@ -56,24 +56,11 @@ def _mock_engine(rpc: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _get(port: int, path: str) -> int | None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except OSError:
-        return None
-    finally:
-        conn.close()
-
-
 def _wait_healthy(proc: subprocess.Popen[str], port: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"frontend exited: {proc.communicate()[1][-2000:]}"
-        if _get(port, "/health") == 200:
+        if http_status(port, "/health") == 200:
             return
         time.sleep(0.05)
     raise AssertionError(f"frontend not healthy after {timeout} s")

@@ -448,7 +448,7 @@ class VllmServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.process.check_running()
-            if _http_status("127.0.0.1", self.port, "/health") == 200:
+            if http_status(self.port, timeout=2) == 200:
                 return time.monotonic() - self.process.started_at
             time.sleep(0.5)
         raise EngineProcessError(
@@ -505,11 +505,16 @@ def vllm_server(
         server.stop()
 
 
-def _http_status(host: str, port: int, path: str) -> int | None:
-    connection = http.client.HTTPConnection(host, port, timeout=2)
+def http_status(
+    port: int, path: str = "/health", host: str = "127.0.0.1", timeout: float = 5.0
+) -> int | None:
+    """The status of ``GET path``; None when nothing answers (not up yet, or gone)."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)
-        return connection.getresponse().status
+        response = connection.getresponse()
+        response.read()
+        return response.status
     except OSError:
         return None
     finally:
