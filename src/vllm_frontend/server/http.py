@@ -109,7 +109,23 @@ class Response:
         self.background: BackgroundCallback | None = None
 
 
-class StreamingResponse:
+class _Streaming:
+    """What both streaming responses carry besides their body: status, headers (content type
+    included), the SSE keep-alive interval and the completion callback."""
+
+    __slots__ = ("background", "headers", "keep_alive_interval", "status")
+
+    def __init__(
+        self, status: int, content_type: bytes, headers: Headers | None, keep_alive_interval: float
+    ) -> None:
+        self.keep_alive_interval = keep_alive_interval
+        self.status = status
+        self.headers: Headers = headers if headers is not None else []
+        self.headers.append((b"content-type", content_type))
+        self.background: BackgroundCallback | None = None
+
+
+class StreamingResponse(_Streaming):
     """A response whose body is produced by an async iterator of byte chunks (chunked encoding).
 
     Chunks yielded without an await in between leave in one write. Empty chunks are skipped
@@ -117,7 +133,7 @@ class StreamingResponse:
     comment (``: keep-alive``) whenever no chunk went out for that many seconds.
     """
 
-    __slots__ = ("background", "body", "headers", "keep_alive_interval", "status")
+    __slots__ = ("body",)
 
     def __init__(
         self,
@@ -127,12 +143,8 @@ class StreamingResponse:
         headers: Headers | None = None,
         keep_alive_interval: float = 0.0,
     ) -> None:
+        super().__init__(status, content_type, headers, keep_alive_interval)
         self.body = body
-        self.keep_alive_interval = keep_alive_interval
-        self.status = status
-        self.headers: Headers = headers if headers is not None else []
-        self.headers.append((b"content-type", content_type))
-        self.background: BackgroundCallback | None = None
 
 
 class StreamSink:
@@ -187,7 +199,7 @@ class _ConnectionSink(StreamSink):
             await conn._drain()
 
 
-class PushedStreamingResponse:
+class PushedStreamingResponse(_Streaming):
     """A streaming response whose body is pushed rather than iterated.
 
     ``produce(sink)`` runs in the request's task and returns when the body is complete; it can
@@ -196,7 +208,7 @@ class PushedStreamingResponse:
     :class:`StreamingResponse`. Keep-alive comments as for :class:`StreamingResponse`.
     """
 
-    __slots__ = ("background", "headers", "keep_alive_interval", "produce", "status")
+    __slots__ = ("produce",)
 
     def __init__(
         self,
@@ -206,12 +218,8 @@ class PushedStreamingResponse:
         headers: Headers | None = None,
         keep_alive_interval: float = 0.0,
     ) -> None:
+        super().__init__(status, content_type, headers, keep_alive_interval)
         self.produce = produce
-        self.keep_alive_interval = keep_alive_interval
-        self.status = status
-        self.headers: Headers = headers if headers is not None else []
-        self.headers.append((b"content-type", content_type))
-        self.background: BackgroundCallback | None = None
 
 
 AnyResponse = Response | StreamingResponse | PushedStreamingResponse
@@ -580,10 +588,10 @@ class _HttpConnection(asyncio.Protocol):
         sink = _ConnectionSink(self)
         body = response.body if isinstance(response, StreamingResponse) else None
         try:
-            if body is not None:
-                await _iterate_into(body, sink)
+            if isinstance(response, StreamingResponse):
+                await _iterate_into(response.body, sink)
             else:
-                await cast(PushedStreamingResponse, response).produce(sink)
+                await response.produce(sink)
             self._cancel_idle_timer()
             self._out.append(b"0\r\n\r\n")
             self._flush()
