@@ -16,6 +16,11 @@ from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, ReasoningParser
+from vllm_frontend.chat.tool_choice import (
+    ForcedToolCallStream,
+    forced_tool_choice,
+    parse_required_tool_calls,
+)
 from vllm_frontend.chat.tool_parsers import TOOL_PARSERS, ToolParser
 
 __all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
@@ -188,6 +193,10 @@ class OutputParser:
         self._reasoning_ids: list[int] = []
         self.tool_calls_streamed = False
         """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
+        # "required" or a named function: the output is JSON the engine was constrained to
+        # (chat/tool_choice.py), read without the tool parser, as vLLM's Parser does.
+        self.forced = forced_tool_choice(options.tool_choice) if tool is not None else None
+        self._forced_stream = ForcedToolCallStream(self.forced) if self.forced else None
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -262,12 +271,12 @@ class OutputParser:
         choice = self.options.tool_choice
         if choice == "none":
             return OutputDelta(content=delta_text) if delta_text else None
-        if choice == "required" or isinstance(choice, dict):
-            raise NotImplementedError("tool_choice 'required' / named function")
+        if self._forced_stream is not None:
+            return self._forced_stream.feed(self._prev_text, current_text, delta_text)
         return self.tool.stream(self._prev_text, current_text, delta_text)
 
     def _finish(self, msg: OutputDelta | None) -> OutputDelta | None:
-        if self.tool is not None and msg is not None and msg.tool_calls:
+        if self.tool is not None and self.forced is None and msg is not None and msg.tool_calls:
             last = msg.tool_calls[-1]
             last.arguments = (last.arguments or "") + self.tool.remaining_arguments()
         reasoning = self.reasoning
@@ -298,6 +307,18 @@ class OutputParser:
         else:
             reasoning, content = None, text
         out = ParsedOutput(reasoning=reasoning, content=content)
+        if self.forced is not None:
+            # vLLM's JSON branches of Parser._extract_tool_calls: the content is consumed.
+            out.content = None
+            if self.forced.name is not None:
+                if content is not None and content.strip():
+                    out.tool_calls = [ToolCall(new_tool_call_id(), self.forced.name, content)]
+            else:
+                out.tool_calls = [
+                    ToolCall(new_tool_call_id(), name, arguments)
+                    for name, arguments in parse_required_tool_calls(content or "")
+                ]
+            return out
         choice = self.options.tool_choice
         auto = self.enable_auto_tools and (choice == "auto" or choice is None)
         if self.tool is None or choice == "none" or not auto:

@@ -19,6 +19,7 @@ import msgspec
 
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 
@@ -321,15 +322,11 @@ class ChatHandler:
         if getattr(req, "use_beam_search", False):
             raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
         self._check_tool_choice(req)
-        if req.tools and (req.tool_choice == "required" or isinstance(req.tool_choice, dict)):
-            # vLLM constrains such output with structured outputs, which we do not have yet.
-            raise errors.NotImplementedFeature(
-                "tool_choice 'required' or a named function is not supported by this frontend yet."
-            )
         requested = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
         rendered = self._render(req)
+        self._force_tool_calls(req)
         prompt = ctx.prepare_prompt(
             rendered.prompt,
             add_special_tokens=bool(req.add_special_tokens),
@@ -370,6 +367,18 @@ class ChatHandler:
         else:
             desc = f'"{choice}"'
         raise errors.BadRequest(f"tool_choice={desc} requires --tool-call-parser to be set")
+
+    def _force_tool_calls(self, req: Any) -> None:
+        # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
+        # replaces any response_format / structured_outputs with the tools' JSON schema.
+        if self._parsers is None or not self._parsers.has_tools or not req.tools:
+            return
+        forced = forced_tool_choice(_plain(req.tool_choice))
+        if forced is None:
+            return
+        schema = forced_tool_schema(_plain(req.tools), forced, req.parallel_tool_calls)
+        req.structured_outputs = {"json": schema}
+        req.response_format = None
 
     def _options(self, req: Any) -> RequestToolOptions:
         kwargs = dict(self.ctx.chat_renderer.options.default_chat_template_kwargs)
@@ -481,6 +490,12 @@ class ChatHandler:
             if (parser := self._new_parser(req)) is not None:
                 parsed = parser.parse(seq.text)
                 message.content = parsed.content
+                if parser.forced is not None:
+                    # vLLM: a forced call's message has "" content, and "required" finishes
+                    # with tool_calls whenever the engine stopped (named ones with "stop").
+                    message.content = parsed.content or ""
+                    if parser.forced.required and seq.finish_reason == "stop":
+                        finish_reason = "tool_calls"
                 if req.include_reasoning:
                     message.reasoning = parsed.reasoning
                 hide = not req.include_reasoning  # vLLM then also drops logprobs and token ids
