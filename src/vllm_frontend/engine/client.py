@@ -48,7 +48,9 @@ from vllm_frontend.engine.transport import (
     adopt_listeners,
     bind_handshake,
     recv_nowait,
+    recv_ready,
     wait_readable,
+    watch_readable,
 )
 from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits, validate_request
 
@@ -390,6 +392,8 @@ class EngineCoreClient:
         self._pending_aborts: list[str] = []
         self._loop = asyncio.get_running_loop()
         self._notifier = _Notifier(self._loop)
+        self._outputs_stopped: asyncio.Future[None] | None = None
+        self._output_sources_known = sockets.output_sources_known()
         self._tasks = [
             asyncio.create_task(self._output_loop(), name="engine-output-loop"),
             asyncio.create_task(self._liveness_loop(), name="engine-liveness"),
@@ -791,29 +795,38 @@ class EngineCoreClient:
     # -- loops ----------------------------------------------------------------------------------
 
     async def _output_loop(self) -> None:
+        # The outputs are handled from the socket's reader callback (no task resumes per engine
+        # message); this task only holds the watch for as long as the client lives.
+        self._outputs_stopped = stopped = self._loop.create_future()
+        unwatch = watch_readable(self._sockets.output, self._read_outputs)
+        try:
+            await stopped
+        finally:
+            unwatch()
+
+    def _read_outputs(self) -> None:
+        # Everything queued on the output socket, in order.
         sock = self._sockets.output
         decode = codec.decode_outputs
         in_flight = self._in_flight
         sockets = self._sockets
-        map_sources = not sockets.output_sources_known()
         try:
             while self._dead is None:
-                frames = recv_nowait(sock)
+                frames = recv_ready(sock)
                 if frames is None:
-                    await wait_readable(sock)
-                    continue
+                    return
                 try:
                     msg = decode(frames)
                 except EngineDeadSignal:
                     self._die(EngineDeadError("engine core died (it sent ENGINE_CORE_DEAD)"))
-                    return
+                    break
                 except ProtocolError as exc:
                     # Which requests it carried is unknown; failing beats hanging them.
                     self._die(EngineDeadError(f"undecodable message from an engine: {exc}"))
-                    return
-                if map_sources:
+                    break
+                if not self._output_sources_known:
                     sockets.note_output_source(frames[0], msg.engine_index)
-                    map_sources = not sockets.output_sources_known()
+                    self._output_sources_known = sockets.output_sources_known()
                 streams = self._streams
                 for out in msg.outputs:
                     stream = streams.get(out.request_id)
@@ -840,11 +853,12 @@ class EngineCoreClient:
                 # so it is freed right after its consumer has used it (while in cache), not when
                 # the next message replaces this one (~5% of a 5 ms-step profile went there).
                 del msg
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # a bug here must not leave every stream hanging
             logger.exception("engine output loop failed")
             self._die(EngineDeadError(f"engine output loop failed: {exc!r}"))
+        stopped = self._outputs_stopped
+        if stopped is not None and not stopped.done():
+            stopped.set_result(None)
 
     def _finished_elsewhere(self, request_ids: Iterable[str]) -> None:
         # Finished without a final output for us (engine-side abort bookkeeping, §5.2).

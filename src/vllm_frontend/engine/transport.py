@@ -51,7 +51,9 @@ __all__ = [
     "listener_endpoint",
     "own_handshake",
     "recv_nowait",
+    "recv_ready",
     "wait_readable",
+    "watch_readable",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,35 @@ async def wait_readable(sock: zmq.Socket[bytes]) -> None:
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def watch_readable(sock: zmq.Socket[bytes], callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback()`` from the event loop whenever ``sock`` may have input, and once now.
+
+    The callback must take everything queued (:func:`recv_ready` until it returns None): the
+    notification fd only signals changes. Returns the function that stops watching. Unlike a
+    coroutine parked in :func:`wait_readable`, nothing is created or registered per message.
+    """
+    loop = asyncio.get_running_loop()
+    fd = int(sock.get(zmq.FD))
+    loop.add_reader(fd, callback)
+    loop.call_soon(callback)  # what was queued before the watch began
+
+    def unwatch() -> None:
+        loop.remove_reader(fd)
+
+    return unwatch
+
+
+def recv_ready(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
+    """Like :func:`recv_nowait`, but asks the socket first instead of catching zmq.Again (a
+    raised ZMQError costs more than the check when the queue is empty, as it is once per batch)."""
+    if not int(sock.get(zmq.EVENTS)) & zmq.POLLIN:
+        return None
+    try:
+        return sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
 
 
 def recv_nowait(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
