@@ -115,7 +115,7 @@ async def _consume(app: App, path: str, body: bytes) -> int:
     return sink.size
 
 
-async def run(concurrency: int, tokens: int, route: str, rounds: int) -> None:
+async def run(concurrency: int, tokens: int, route: str, rounds: int, pause: float = 0.0) -> None:
     """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
     model = tiny_model_dir()
     tok = Tokenizer.from_dir(model)
@@ -140,6 +140,8 @@ async def run(concurrency: int, tokens: int, route: str, rounds: int) -> None:
             client.step()
             steps += 1
             await asyncio.sleep(0)  # one loop iteration: every consumer handles its token
+            if pause:
+                time.sleep(pause)  # the process idles between engine steps, as in a server
         await asyncio.gather(*tasks)
         cpu = time.process_time() - t0
         if r:
@@ -155,8 +157,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--route", choices=("completions", "chat"), default="completions")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--step-ms", type=float, default=0.0, help="sleep this long after each step")
     args = p.parse_args()
-    uvloop.run(run(args.concurrency, args.tokens, args.route, args.rounds))
+    uvloop.run(run(args.concurrency, args.tokens, args.route, args.rounds, args.step_ms / 1e3))
 
 
 if __name__ == "__main__":

@@ -213,14 +213,19 @@ def wait_healthy(proc: Proc, port: int, timeout: float = 300.0) -> float:
 
 def tree_cpu_seconds(pid: int, exclude: Sequence[int] = ()) -> float:
     """utime+stime (s) of ``pid`` and its descendants (minus ``exclude`` subtrees), from /proc."""
+    return sum(tree_cpu_times(pid, exclude))
+
+
+def tree_cpu_times(pid: int, exclude: Sequence[int] = ()) -> tuple[float, float]:
+    """(utime, stime) in s of ``pid`` and its descendants (minus ``exclude`` subtrees)."""
     import psutil
 
-    total = 0.0
+    user = system = 0.0
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0
+        return 0.0, 0.0
     skip: set[int] = set()
     for x in exclude:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -230,8 +235,9 @@ def tree_cpu_seconds(pid: int, exclude: Sequence[int] = ()) -> float:
             continue
         with contextlib.suppress(psutil.NoSuchProcess):
             t = p.cpu_times()
-            total += t.user + t.system
-    return total
+            user += t.user
+            system += t.system
+    return user, system
 
 
 def tree_rss_bytes(pid: int) -> int:

@@ -51,6 +51,7 @@ from frontends import (
     spawn,
     tiny_model,
     tree_cpu_seconds,
+    tree_cpu_times,
     tree_rss_bytes,
     vllm_rs_binary,
     wait_healthy,
@@ -322,10 +323,12 @@ end
 """
 
 
-def _start_py_spy(pid: int, out: pathlib.Path) -> subprocess.Popen[bytes]:
+def _start_py_spy(pid: int, out: pathlib.Path, native: bool) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent)) or "py-spy"
-    argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--format",
-            "raw", "--nolineno", "--rate", "200", "-o", str(out)]  # fmt: skip
+    argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--format", "raw",
+            "--nolineno", "--rate", "500" if native else "200", "-o", str(out)]  # fmt: skip
+    # --native needs the process stopped while it reads the native stack.
+    argv.append("--native" if native else "--nonblocking")
     with (out.parent / (out.name + ".log")).open("wb") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -336,7 +339,7 @@ def run_workload(
     model: pathlib.Path,
     work: pathlib.Path,
     idle_cpu_rate: float,
-    profile: bool = False,
+    profile: str = "",
 ) -> dict[str, Any]:
     """Drive ``w`` against ``launch``; the figures as a flat dict."""
     tag = f"{launch.frontend}-{w.name}"
@@ -387,15 +390,21 @@ def run_workload(
         result = work / f"{tag}.json"
         argv = _stream_client(w, launch, model, result)
     engine_cpu0 = sum(tree_cpu_seconds(p) for p in launch.engine_pids)
-    cpu0 = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids)
-    spy = _start_py_spy(launch.fe.pid, work / f"{tag}.pyspy.txt") if profile else None
+    user0, sys0 = tree_cpu_times(launch.fe.pid, exclude=launch.engine_pids)
+    spy = (
+        _start_py_spy(launch.fe.pid, work / f"{tag}.pyspy.txt", profile == "native")
+        if profile
+        else None
+    )
     with Sampler(launch.fe.pid) as rss:
         status, client_cpu, wall = run_client(argv, log, timeout=600.0)
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its output when interrupted
         spy.wait(60)
         row["profile"] = str(work / f"{tag}.pyspy.txt")
-    cpu = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids) - cpu0
+    user1, sys1 = tree_cpu_times(launch.fe.pid, exclude=launch.engine_pids)
+    cpu_sys = sys1 - sys0
+    cpu = user1 - user0 + cpu_sys
     engine_cpu = sum(tree_cpu_seconds(p) for p in launch.engine_pids) - engine_cpu0
     row["loadavg_end"] = os.getloadavg()[0]
     if status != 0:
@@ -443,6 +452,8 @@ def run_workload(
     row.update(
         frontend_cpu_s=cpu,
         frontend_cpu_us_per_token=cpu / tokens * 1e6,
+        # Kernel time (stime) of the frontend, not corrected for idling: sends and wake-ups.
+        frontend_sys_us_per_token=cpu_sys / tokens * 1e6,
         client_cpu_s=client_cpu,
         client_cpu_us_per_token=client_cpu / tokens * 1e6,
         engine_cpu_s=engine_cpu,
@@ -578,9 +589,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--py-spy",
-        action="store_true",
-        help="record a py-spy profile (raw collapsed stacks) of the frontend during every run; "
-        "summarise with bench/pyspy_summary.py (the profiler's sampling perturbs the figures)",
+        nargs="?",
+        const="python",
+        default="",
+        choices=["python", "native"],
+        help="record a py-spy profile (raw collapsed stacks) of the frontend during every run "
+        "(`--py-spy native`: with native frames, 500 Hz); summarise with bench/pyspy_summary.py "
+        "(the profiler's sampling perturbs the figures)",
     )
     p.add_argument(
         "--pin",
