@@ -95,16 +95,23 @@ def build_odd_byte_level() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def byte_level_tokenizers(tokenizer_dirs: dict[str, Path]) -> dict[str, Tokenizer]:
-    tokenizers = {
-        "odd": build_odd_byte_level(),
-        "gpt2_like": Tokenizer.from_dir(tokenizer_dirs["byte_level"]),
+    builders: dict[str, Callable[[], Tokenizer]] = {
+        "odd": build_odd_byte_level,
+        "gpt2_like": lambda: Tokenizer.from_dir(tokenizer_dirs["byte_level"]),
     }
     if "tiny_model" in tokenizer_dirs:
-        tokenizers["llama3"] = Tokenizer.from_dir(tokenizer_dirs["tiny_model"])
+        builders["llama3"] = lambda: Tokenizer.from_dir(tokenizer_dirs["tiny_model"])
+    tokenizers = {name: build() for name, build in builders.items()}
+    # The same tokenizers with their tables filled ahead of use (what a server does at start)
+    # instead of token by token: separate objects, so separate tables.
+    for name, build in builders.items():
+        tokenizers[f"{name}-prefilled"] = prefilled = build()
+        for _ in detokenizer.prefill(prefilled, slice_size=100):  # slices end mid-vocabulary
+            pass
     return tokenizers
 
 
-NAMES = ["odd", "gpt2_like", "llama3"]
+NAMES = ["odd", "gpt2_like", "llama3", "odd-prefilled", "gpt2_like-prefilled", "llama3-prefilled"]
 
 
 @pytest.fixture(params=NAMES)
@@ -265,6 +272,27 @@ def test_special_tokens_vanish_when_skipped_and_show_when_kept(tok: Tokenizer) -
         det = ours(tok, [], skip, True)
         text = "".join(det.decode_next(t) for t in ids)
         assert text == tok.decode(ids, skip_special_tokens=skip)
+
+
+def test_prefilled_text_is_what_tokenizers_decodes_for_each_token_alone(tok: Tokenizer) -> None:
+    # Every id the prefill marks as text decodes, alone, to that text with the Rust decoder.
+    tables = detokenizer._byte_tables(tok)
+    assert tables is not None
+    for _ in detokenizer.prefill(tok):
+        pass
+    for skip, table in ((True, tables.skip), (False, tables.keep)):
+        filled = [i for i, text in enumerate(table.text) if text is not None]
+        assert filled
+        decoded = tok.backend.decode_batch([[i] for i in filled], skip_special_tokens=skip)
+        assert decoded == [table.text[i] for i in filled]
+
+
+@pytest.mark.parametrize("kind", ["byte_fallback", "unigram_metaspace"])
+def test_prefilling_other_tokenizers_does_nothing(
+    tokenizer_dirs: dict[str, Path], kind: str
+) -> None:
+    tok = Tokenizer.from_dir(tokenizer_dirs[kind])
+    assert list(detokenizer.prefill(tok)) == []
 
 
 @pytest.mark.parametrize("kind", ["byte_fallback", "unigram_metaspace"])

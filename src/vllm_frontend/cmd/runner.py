@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import zmq
 
@@ -35,6 +35,7 @@ from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.text.detokenizer import prefill
 
 logger = logging.getLogger("vllm_frontend")
 
@@ -259,6 +260,7 @@ async def _serve(
     gc.collect()
     gc.freeze()
     _release_startup_heap()
+    _run_in_slices(loop, prefill(model.tokenizer))
     logger.info(
         "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
         ", ".join(config.served_model_names),
@@ -284,6 +286,23 @@ async def _serve(
     await http.shutdown(config.shutdown_timeout)
     await client.close()
     return code
+
+
+def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
+    """Run ``steps`` one ``next()`` per event loop iteration, between whatever else is due
+    (the detokenizer tables fill within ~0.1 s of /health turning ready, a few ms at a time)."""
+
+    def step() -> None:
+        try:
+            next(steps)
+        except StopIteration:
+            return
+        except Exception:  # a warm-up is an optimisation: never worth a crash
+            logger.exception("background warm-up failed")
+            return
+        loop.call_soon(step)
+
+    loop.call_soon(step)
 
 
 def _release_startup_heap() -> None:

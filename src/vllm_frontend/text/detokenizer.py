@@ -21,24 +21,26 @@ fixed bytes, then decode UTF-8 replacing invalid sequences", so DecodeStream's s
 its "invalid prefix" error cannot occur.) Priming with the prompt only matters when the prompt's
 text ends with U+FFFD (a character cut off, an invalid byte, or a real U+FFFD): DecodeStream then
 keeps the whole prompt pending and emits the prompt's text again with the first chunk; vLLM does
-so, and so do we. Token bytes come from per-tokenizer tables filled on first use of each id, so
-there is no start-up cost; a token whose bytes are complete UTF-8 is a single dictionary hit.
+so, and so do we. Token bytes come from per-tokenizer tables filled on first use of each id, or
+ahead of use for the whole vocabulary by :func:`prefill` (a server runs it in slices once it is
+serving); a token whose bytes are complete UTF-8 is then a single list lookup.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import weakref
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Iterator, Sequence
 
+import numpy as np
 import tokenizers
 from tokenizers import decoders
 from tokenizers.decoders import DecodeStream
 
 from vllm_frontend.text.tokenizer import Tokenizer
 
-__all__ = ["IncrementalDetokenizer"]
+__all__ = ["IncrementalDetokenizer", "prefill"]
 
 _log = logging.getLogger(__name__)
 
@@ -197,23 +199,24 @@ def _piece_bytes(piece: str) -> bytes:
 class _ByteTable:
     """One tokenizer's token bytes for one skip_special_tokens setting, filled on first use.
 
-    `text` holds tokens whose bytes are complete UTF-8 not ending with U+FFFD (their text is
-    what DecodeStream emits for them when nothing is pending); `raw` holds the bytes of the rest.
+    `text[id]` holds the text of tokens whose bytes are complete UTF-8 not ending with U+FFFD
+    (what DecodeStream emits for them when nothing is pending), None where not known yet;
+    `raw` holds the bytes of the rest.
     """
 
     __slots__ = ("_backend", "_skipped", "raw", "text")
 
-    def __init__(self, backend: tokenizers.Tokenizer, skipped: frozenset[str]) -> None:
+    def __init__(self, backend: tokenizers.Tokenizer, skipped: frozenset[str], size: int) -> None:
         self._backend = backend
         self._skipped = skipped
-        self.text: dict[int, str] = {}
+        self.text: list[str | None] = [None] * size
         self.raw: dict[int, bytes] = {}
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes this token adds; OverflowError/TypeError for an id that is not a u32."""
-        text = self.text.get(token_id)
-        if text is not None:
-            return text.encode()
+        known = self.text[token_id] if 0 <= token_id < len(self.text) else None
+        if known is not None:
+            return known.encode()
         raw = self.raw.get(token_id)
         if raw is not None:
             return raw
@@ -226,7 +229,7 @@ class _ByteTable:
         except UnicodeDecodeError:
             self.raw[token_id] = raw
         else:
-            if decoded.endswith(_REPLACEMENT):
+            if decoded.endswith(_REPLACEMENT) or not 0 <= token_id < len(self.text):
                 self.raw[token_id] = raw
             else:
                 self.text[token_id] = decoded
@@ -236,14 +239,89 @@ class _ByteTable:
 class _ByteTables:
     """A tokenizer's two byte tables: special tokens kept, and skipped."""
 
-    __slots__ = ("keep", "skip")
+    __slots__ = ("_added", "_backend", "keep", "skip")
 
     def __init__(self, backend: tokenizers.Tokenizer) -> None:
-        special = frozenset(
-            t.content for t in backend.get_added_tokens_decoder().values() if t.special
-        )
-        self.keep = _ByteTable(backend, frozenset())
-        self.skip = _ByteTable(backend, special)
+        added = backend.get_added_tokens_decoder()
+        special = frozenset(t.content for t in added.values() if t.special)
+        size = max([backend.get_vocab_size(with_added_tokens=True), *(i + 1 for i in added)])
+        self._backend = backend
+        # Ids and pieces that decode differently from a plain vocabulary piece, or only in one
+        # of the tables: prefilling leaves them to the lazy path.
+        self._added = (frozenset(added), frozenset(t.content for t in added.values()))
+        self.keep = _ByteTable(backend, frozenset(), size)
+        self.skip = _ByteTable(backend, special, size)
+
+    def prefill(self, start: int, stop: int) -> None:
+        """Fill both tables' `text` for the plain vocabulary pieces among ids [start, stop)."""
+        added_ids, added_pieces = self._added
+        id_to_token = self._backend.id_to_token
+        pieces: list[str] = []
+        skip: list[int] = []  # positions (in this slice) left to the lazy path
+        for k, token_id in enumerate(range(start, stop)):
+            piece = id_to_token(token_id)
+            if piece is None or token_id in added_ids or piece in added_pieces:
+                skip.append(k)
+                piece = ""
+            pieces.append(piece)
+        texts = _decode_pieces(pieces)
+        for k in skip:
+            texts[k] = None
+        for table in (self.keep, self.skip):
+            known = table.text[start:stop]
+            table.text[start:stop] = [
+                t if t is not None else old for t, old in zip(texts, known, strict=True)
+            ]
+
+
+# Each ByteLevel character's byte, indexed by code point; -1 outside the alphabet. The alphabet
+# ends below U+0144.
+_BYTE_OF_CODE = np.full(0x144, -1, np.int16)
+for _char, _byte in _BYTE_OF_CHAR.items():
+    _BYTE_OF_CODE[ord(_char)] = _byte
+# Pieces are joined by the character for byte 0xFF: never valid in UTF-8, so it always decodes
+# on its own (to a lone surrogate with surrogateescape) and cannot merge with its neighbours.
+_SEPARATOR = 0xFF
+_SEPARATOR_PIECE = next(c for c, b in _BYTE_OF_CHAR.items() if b == _SEPARATOR)
+_SEPARATOR_CHAR = "\udcff"
+# In the decoded pieces: an undecodable byte (other than the separator), or U+FFFD at a piece's end.
+_NOT_TEXT = re.compile("[\udc80-\udcfe]|\ufffd(?=\udcff|\\Z)")
+
+
+def _decode_pieces(pieces: list[str]) -> list[str | None]:
+    """Each piece's text as :meth:`_ByteTable.token_bytes` would find it, or None where it
+    would not be text (invalid UTF-8, ending with U+FFFD, a character outside the alphabet).
+
+    One pass over all pieces at once: map the characters to bytes with numpy, decode everything
+    with one ``bytes.decode``, split on the separator, and find the exceptions with one regex.
+    """
+    if not pieces:
+        return []
+    joined = _SEPARATOR_PIECE.join(pieces)
+    codes = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
+    mapped = _BYTE_OF_CODE[np.minimum(codes, len(_BYTE_OF_CODE) - 1)]
+    mapped[codes >= len(_BYTE_OF_CODE)] = -1
+    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    ends = np.cumsum(lengths + 1) - 1  # each piece's separator position (one past the last)
+    is_separator = np.zeros(len(codes), bool)
+    is_separator[ends[:-1]] = True
+    piece_of = np.cumsum(is_separator)  # the piece each position belongs to
+    odd = (mapped < 0) | ((mapped == _SEPARATOR) & ~is_separator)
+    excluded = np.zeros(len(pieces), bool)
+    excluded[piece_of[odd]] = True
+    mapped[odd] = 0xC0  # an invalid byte of no consequence: the piece is excluded anyway
+    text = mapped.astype(np.uint8).tobytes().decode("utf-8", "surrogateescape")
+    parts: list[str | None] = list(text.split(_SEPARATOR_CHAR))
+    if len(parts) != len(pieces):  # cannot happen; never guess
+        return [None] * len(pieces)
+    positions = [m.start() for m in _NOT_TEXT.finditer(text)]
+    if positions:
+        char_lengths = np.fromiter(map(len, text.split(_SEPARATOR_CHAR)), np.int64, len(parts))
+        char_starts = np.cumsum(char_lengths + 1) - char_lengths - 1
+        excluded[np.searchsorted(char_starts, positions, side="right") - 1] = True
+    for k in np.flatnonzero(excluded).tolist():
+        parts[k] = None
+    return parts
 
 
 # Keyed by the Tokenizer (which is immutable once built); None: not a byte-level tokenizer.
@@ -266,8 +344,25 @@ def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
     return tables
 
 
+def prefill(tokenizer: Tokenizer, slice_size: int = 8192) -> Iterator[None]:
+    """Fill a byte-level tokenizer's tables ahead of use, ``slice_size`` ids per step.
+
+    A generator: each ``next()`` does one slice (a few milliseconds for 8192 ids), so a server
+    can run it between requests. Without it every id's first use costs ~7x a table hit, which a
+    fresh server pays for most tokens of its first requests (Llama 3: 128k ids; ~15 MB). Does
+    nothing for tokenizers on the DecodeStream path.
+    """
+    tables = _byte_tables(tokenizer)
+    if tables is None:
+        return
+    size = len(tables.keep.text)
+    for start in range(0, size, slice_size):
+        tables.prefill(start, min(start + slice_size, size))
+        yield
+
+
 # The table a detokenizer looks tokens up in while bytes are pending: every lookup misses.
-_NOTHING: Mapping[int, str] = MappingProxyType({})
+_NOTHING: tuple[str | None, ...] = ()
 
 
 class _ByteLevelDetokenizer(IncrementalDetokenizer):
@@ -289,14 +384,16 @@ class _ByteLevelDetokenizer(IncrementalDetokenizer):
         table = tables.skip if skip_special_tokens else tables.keep
         self._table = table
         self._pending = _pending_prompt_bytes(table, prompt_token_ids)
-        self._lookup: Mapping[int, str] = _NOTHING if self._pending else table.text
+        self._lookup: Sequence[str | None] = _NOTHING if self._pending else table.text
 
     def decode_next(self, token_id: int) -> str:
         """The text this token adds (possibly empty while a character is incomplete)."""
         try:
-            return self._lookup[token_id]
-        except (KeyError, TypeError):  # TypeError: not hashable, reported below
-            pass
+            text = self._lookup[token_id]
+        except (IndexError, TypeError):  # TypeError: not an index, reported below
+            text = None
+        if text is not None and token_id >= 0:  # a negative index would find another token
+            return text
         return self._decode_pending(token_id)
 
     def _decode_pending(self, token_id: int) -> str:
