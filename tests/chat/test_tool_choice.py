@@ -439,6 +439,8 @@ def test_required_request_streams_calls_and_finishes_with_tool_calls() -> None:
         for tc in chunk["choices"][0]["delta"].get("tool_calls", []):
             if "id" in tc:
                 names[tc["index"]] = tc["function"]["name"]
+            else:  # vLLM's later pieces say "name": null
+                assert tc["function"]["name"] is None
             args[tc["index"]] = args.get(tc["index"], "") + tc["function"]["arguments"]
     assert [(names[i], args[i]) for i in sorted(names)] == vllm_parse(REQUIRED_TEXT, "required")[1]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -175,13 +175,20 @@ class DeltaFunctionJSON(msgspec.Struct, omit_defaults=True):
     arguments: str | None = None
 
 
+class ArgumentsOnlyJSON(msgspec.Struct):
+    """``function`` of a later ``tool_choice: "required"`` piece: vLLM sets ``name`` to null."""
+
+    name: None
+    arguments: str | None
+
+
 class DeltaToolCallJSON(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A streamed tool-call piece (``id``/``type`` only on the first piece of a call)."""
 
     id: str | None = None
     type: str | None = None
     index: int
-    function: DeltaFunctionJSON | None = None
+    function: DeltaFunctionJSON | ArgumentsOnlyJSON | None = None
 
 
 class ContentDelta(msgspec.Struct, omit_defaults=True):
@@ -687,7 +694,8 @@ class _StreamChunks:
                 parsed = OutputDelta()
             if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
                 parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
-            delta = _delta_json(parsed)
+            forced = parser.forced
+            delta = _delta_json(parsed, null_names=forced is not None and forced.required)
             if parser.tool_calls_streamed and not self._named_tool and finish_reason == "stop":
                 finish_reason = "tool_calls"
         choice: DeltaChoice | FinishChoice
@@ -766,19 +774,25 @@ def _text_template(request_id: str, created: int, model: str, index: int) -> Sse
     )
 
 
-def _delta_json(delta: OutputDelta) -> ContentDelta:
-    """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape)."""
-    calls = [
-        DeltaToolCallJSON(
-            id=tc.id,
-            type="function" if tc.id is not None else None,
-            index=tc.index,
-            function=DeltaFunctionJSON(tc.name, tc.arguments)
-            if tc.name is not None or tc.arguments is not None
-            else None,
+def _delta_json(delta: OutputDelta, null_names: bool = False) -> ContentDelta:
+    """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape);
+    ``null_names``: later pieces say ``"name": null`` (vLLM's
+    ``extract_required_tool_call_streaming``)."""
+    calls = []
+    for tc in delta.tool_calls:
+        function: DeltaFunctionJSON | ArgumentsOnlyJSON | None = None
+        if null_names and tc.id is None:
+            function = ArgumentsOnlyJSON(None, tc.arguments)
+        elif tc.name is not None or tc.arguments is not None:
+            function = DeltaFunctionJSON(tc.name, tc.arguments)
+        calls.append(
+            DeltaToolCallJSON(
+                id=tc.id,
+                type="function" if tc.id is not None else None,
+                index=tc.index,
+                function=function,
+            )
         )
-        for tc in delta.tool_calls
-    ]
     return ContentDelta(delta.content, delta.reasoning, calls or None)
 
 

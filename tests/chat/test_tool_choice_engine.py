@@ -1,0 +1,224 @@
+"""Forced tool calls end to end: ``tool_choice: "required"`` and a named function through the
+OpenAI SDK, to our ``vllm-frontend serve`` and to vLLM's own ``vllm serve``, both with
+``--enable-auto-tool-choice --tool-call-parser llama3_json``, each in front of an identical fresh
+CPU engine running the tiny model (greedy).
+
+The engine really constrains the gibberish model to the tools' JSON schema, so the answers must
+parse into tool calls with JSON arguments, and both frontends must give the same calls. vLLM
+runs with ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``: with it on (its default) vLLM 0.32 constrains
+llama3_json and hermes requests with xgrammar structural tags instead of the JSON schema, which
+this frontend does not build (see chat/tool_choice.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.test_differential import assert_same
+from tests.support.engines import (
+    HeadlessEngines,
+    engine_env,
+    free_port,
+    log_dir,
+    start_headless_engines,
+    start_vllm_server,
+)
+
+pytestmark = pytest.mark.engine
+
+TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
+# Without whitespace in the grammar the gibberish model cannot pad its JSON until max_tokens
+# (the engines compile the grammars; the frontends get the same option).
+SO_CONFIG = (
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+)
+ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"utc": {"type": "boolean"}},
+            "required": ["utc"],
+            "additionalProperties": False,
+        },
+    },
+}
+MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def _wait_http(
+    url: str, proc: subprocess.Popen[bytes], engines: HeadlessEngines, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        engines.check_running()
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
+    """SDK clients for our CLI server and vLLM's server, each with its own engine."""
+    handshake = free_port()
+    engines = start_headless_engines(
+        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=10
+    )
+    reference = start_vllm_server(
+        model=tiny_model,
+        extra_args=(*ENGINE_ARGS, *TOOL_FLAGS),
+        env=engine_env({"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}),
+    )
+    port = free_port()
+    exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
+    argv = [str(exe), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+            "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
+            "--data-parallel-rpc-port", str(handshake), *TOOL_FLAGS, *SO_CONFIG]  # fmt: skip
+    log = (log_dir() / f"ours-tool-choice-{port}.log").open("wb")
+    ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    clients: dict[str, openai.OpenAI] = {}
+    try:
+        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 600)
+        reference.wait_ready(600)
+        for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
+            clients[name] = openai.OpenAI(
+                base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300
+            )
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(ours.pid, signal.SIGTERM)
+        try:
+            ours.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(ours.pid, signal.SIGKILL)
+        log.close()
+        reference.stop()
+        engines.stop()
+
+
+def _create(client: openai.OpenAI, **kw: Any) -> Any:
+    return client.chat.completions.create(
+        model=str(client.models.list().data[0].id),
+        messages=MESSAGES,  # type: ignore[arg-type]
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
+        temperature=0,
+        max_tokens=kw.pop("max_tokens", 120),
+        parallel_tool_calls=False,
+        **kw,
+    )
+
+
+def _without_call_ids(response: dict[str, Any]) -> dict[str, Any]:
+    for choice in response["choices"]:
+        for call in choice["message"].get("tool_calls") or []:
+            assert call["id"].startswith("chatcmpl-tool-")
+            call["id"] = "<random>"
+    return response
+
+
+TOOL_CHOICES = [
+    pytest.param("required", id="required"),
+    pytest.param({"type": "function", "function": {"name": "get_weather"}}, id="named"),
+]
+
+
+@pytest.mark.parametrize("tool_choice", TOOL_CHOICES)
+def test_forced_tool_choice_gives_vllms_tool_calls(
+    sdk: dict[str, openai.OpenAI], tool_choice: Any
+) -> None:
+    answers = {
+        name: _without_call_ids(_create(c, tool_choice=tool_choice).model_dump(exclude_unset=True))
+        for name, c in sdk.items()
+    }
+    assert_same(answers["ours"], answers["vllm"])
+    choice = answers["ours"]["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert calls, choice
+    for call in calls:
+        assert call["function"]["name"] in ("get_weather", "get_time")
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    if tool_choice == "required":
+        assert choice["finish_reason"] == "tool_calls"
+    else:
+        assert [c["function"]["name"] for c in calls] == ["get_weather"]
+        assert choice["finish_reason"] == "stop"
+
+
+def _streamed(client: openai.OpenAI, tool_choice: Any) -> dict[str, Any]:
+    """What a stream says, however its deltas were coalesced into chunks."""
+    calls: dict[int, dict[str, Any]] = {}
+    content = ""
+    finish = None
+    piece_keys = set()
+    delta_keys = set()
+    for chunk in _create(client, tool_choice=tool_choice, stream=True):
+        for choice in chunk.choices:
+            delta = choice.delta.model_dump(exclude_unset=True)
+            delta_keys.add(tuple(sorted(delta)))
+            content += delta.get("content") or ""
+            for piece in delta.get("tool_calls") or []:
+                piece_keys.add((tuple(sorted(piece)), tuple(sorted(piece.get("function") or {}))))
+                call = calls.setdefault(piece["index"], {"name": None, "arguments": ""})
+                if "id" in piece:
+                    assert call["name"] is None  # announced once
+                    assert piece["id"].startswith("chatcmpl-tool-")
+                    call["name"] = piece["function"]["name"]
+                call["arguments"] += (piece.get("function") or {}).get("arguments") or ""
+            if choice.finish_reason is not None:
+                finish = choice.finish_reason
+    return {
+        "calls": calls,
+        "content": content,
+        "finish": finish,
+        "piece_keys": sorted(piece_keys),
+        "delta_keys": sorted(delta_keys),
+    }
+
+
+@pytest.mark.parametrize("tool_choice", TOOL_CHOICES)
+def test_forced_tool_choice_streams_vllms_tool_calls(
+    sdk: dict[str, openai.OpenAI], tool_choice: Any
+) -> None:
+    ours, ref = (_streamed(sdk[name], tool_choice) for name in ("ours", "vllm"))
+    assert ours == ref
+    assert ours["calls"]
+    for call in ours["calls"].values():
+        assert call["name"] in ("get_weather", "get_time")
+        assert isinstance(json.loads(call["arguments"]), dict)
+    assert ours["finish"] == ("tool_calls" if tool_choice == "required" else "stop")
