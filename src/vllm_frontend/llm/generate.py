@@ -226,6 +226,19 @@ class GenerationStream:
     disconnect) aborts every sample that has not finished, exactly once.
     """
 
+    __slots__ = (
+        "_callback",
+        "_closed",
+        "_engine_requests",
+        "_final_only",
+        "_iters",
+        "_llm",
+        "_remaining",
+        "_request",
+        "_samples",
+        "_waiter",
+    )
+
     def __init__(
         self,
         llm: LLM,
@@ -322,8 +335,10 @@ class GenerationStream:
                     updates.append(self._close_sample(sample, "abort"))
                 continue
             out = self._to_sample_output(sample, outputs[0])
-            for output in outputs[1:]:
-                _merge_into(out, self._to_sample_output(sample, output))
+            if len(outputs) > 1:
+                out.token_ids = list(out.token_ids)  # merged into: not the engine output's list
+                for output in outputs[1:]:
+                    _merge_into(out, self._to_sample_output(sample, output))
             if out.finish_reason is not None:
                 self._mark_done(sample, out.finish_reason)
             if self._final_only:
@@ -361,10 +376,11 @@ class GenerationStream:
             metrics.observe_output(stats, len(token_ids), getattr(output, "events", None))
         lp = output.new_logprobs
         finish = output.finish_reason
-        # Positional, cheap checks first: this runs for every engine output.
+        # Positional, cheap checks first: this runs for every engine output. The engine output's
+        # own list of ids (decoded for this output alone) is taken over, not copied.
         return SampleOutput(
             sample.index,
-            list(token_ids),
+            token_ids if type(token_ids) is list else list(token_ids),
             [lp] if lp is not None else [],
             getattr(output, "new_prompt_logprobs_tensors", None),
             None if finish is None else _finish_reason(finish),

@@ -435,6 +435,30 @@ class CompletionsHandler:
 class _StreamChunks:
     """The SSE events of one streamed completion request: one per text update, then usage."""
 
+    __slots__ = (
+        "_as_token_ids",
+        "_cached",
+        "_continuous",
+        "_created",
+        "_ctx",
+        "_echo",
+        "_echoed",
+        "_first",
+        "_handler",
+        "_include_usage",
+        "_model",
+        "_n",
+        "_next_offsets",
+        "_num_prompt",
+        "_num_tokens",
+        "_plain",
+        "_prompts",
+        "_req",
+        "_request_id",
+        "_return_ids",
+        "_templates",
+    )
+
     def __init__(
         self,
         handler: CompletionsHandler,

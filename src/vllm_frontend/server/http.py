@@ -358,6 +358,34 @@ class _HttpConnection(asyncio.Protocol):
     Pipelined requests are queued and served one at a time (HTTP/1.1 requires in-order replies).
     """
 
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_chunk_interval",
+        "_closed",
+        "_drain_waiter",
+        "_fd",
+        "_flush_scheduled",
+        "_head_size",
+        "_header_count",
+        "_headers",
+        "_idle_timer",
+        "_keep_alive_handle",
+        "_last_chunk_at",
+        "_loop",
+        "_out",
+        "_parser",
+        "_pending",
+        "_reading_paused",
+        "_resume_callback",
+        "_server",
+        "_task",
+        "_too_large",
+        "_transport",
+        "_url",
+        "_write_paused",
+    )
+
     def __init__(self, server: HttpServer) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
