@@ -578,6 +578,33 @@ class _StreamChunks:
     """The SSE events of one streamed chat request: role (and echo) first, one per text update,
     then usage."""
 
+    __slots__ = (
+        "_cached",
+        "_continuous",
+        "_created",
+        "_ctx",
+        "_echo_text",
+        "_finish_sent",
+        "_first",
+        "_handler",
+        "_include_usage",
+        "_model",
+        "_n",
+        "_named_tool",
+        "_num_prompt",
+        "_num_tokens",
+        "_parsers",
+        "_plain",
+        "_prompt",
+        "_reasoning_details",
+        "_req",
+        "_request_id",
+        "_return_ids",
+        "_role",
+        "_templates",
+        "_text_only",
+    )
+
     def __init__(
         self,
         handler: ChatHandler,
@@ -612,6 +639,9 @@ class _StreamChunks:
         self._first = True
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = not self._return_ids and not self._continuous
+        # ...and with nothing else per chunk (no logprobs, no parser) a running choice's update
+        # goes straight to it (render's first branch).
+        self._text_only = self._plain and not req.logprobs and all(p is None for p in self._parsers)
         self._templates = ChoiceTemplates(
             lambda i: _text_template(request_id, self._created, self._model, i)
         )
@@ -654,6 +684,18 @@ class _StreamChunks:
             self._cached = num_cached
             self._first = False
             sink.send(self._heads())
+        elif (
+            self._text_only
+            and seq.finish_reason is None
+            and seq.text
+            and not self._finish_sent[idx]
+        ):
+            # The common case, as _event would make it: new text of a running choice.
+            event = self._templates.render(idx, seq.text)
+            if event is not None:
+                self._num_tokens[idx] += len(seq.token_ids)
+                sink.send(event)
+                return
         event = self._event(idx, seq)
         if event is not None:
             sink.send(event)

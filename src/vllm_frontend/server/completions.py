@@ -457,6 +457,7 @@ class _StreamChunks:
         "_request_id",
         "_return_ids",
         "_templates",
+        "_text_only",
     )
 
     def __init__(
@@ -491,6 +492,9 @@ class _StreamChunks:
         self._as_token_ids = handler._as_token_ids(req)
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = req.logprobs is None and not self._return_ids and not self._continuous
+        # ...and for one prompt without echo, a running choice's text update goes straight to
+        # it once the first update has been through the whole of render.
+        self._text_only = self._plain and not self._echo and len(prepared) == 1
         self._templates = ChoiceTemplates(
             lambda i: _text_template(request_id, created, self._model, i)
         )
@@ -498,6 +502,12 @@ class _StreamChunks:
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event of one text update of prompt ``p`` (if it has one)."""
         idx, seq, num_cached = update
+        if self._text_only and not self._first and seq.finish_reason is None and seq.text:
+            event = self._templates.render(idx, seq.text)
+            if event is not None:
+                self._num_tokens[idx] += len(seq.token_ids)
+                sink.send(event)
+                return
         if seq.finish_reason == "error":
             raise GenerationFailed()
         req = self._req
