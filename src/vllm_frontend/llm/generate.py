@@ -237,6 +237,7 @@ class GenerationStream:
         "_request",
         "_samples",
         "_waiter",
+        "finished",
     )
 
     def __init__(
@@ -252,6 +253,8 @@ class GenerationStream:
         self._engine_requests = engine_requests
         self._iters: list[Any] = []
         self._remaining = len(samples)
+        self.finished = not samples
+        """Every sample has had its last output."""
         self._closed = False
         self._final_only = request.output_kind == OutputKind.FINAL_ONLY
         self._callback: Callable[[], None] | None = None
@@ -266,11 +269,6 @@ class GenerationStream:
     def engine_request_ids(self) -> list[str]:
         """The engine ids of the samples, by sample index."""
         return [s.engine_id for s in self._samples]
-
-    @property
-    def finished(self) -> bool:
-        """Every sample has had its last output."""
-        return self._remaining == 0
 
     async def __aenter__(self) -> GenerationStream:
         self.start()
@@ -409,6 +407,7 @@ class GenerationStream:
             return
         sample.done = True
         self._remaining -= 1
+        self.finished = self._remaining == 0
         metrics = self._llm.metrics
         if metrics is not None and record:
             metrics.observe_finished(

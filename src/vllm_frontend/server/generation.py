@@ -103,7 +103,9 @@ class ChoiceTemplates:
             template = templates[index]
         except KeyError:
             template = templates[index] = self._make(index)
-        return None if template is None else template.render(text)
+        if template is None:
+            return None
+        return template._head + _encode_str(text) + template._tail  # SseTemplate.render, inline
 
 
 @dataclass
@@ -546,18 +548,28 @@ class SequenceStream:
         updates: list[Update] = []
         procs = self._procs
         for out in self._gen.take():
-            # One logprobs block per engine output merged into this update.
-            blocks = out.logprobs
-            lp = None if not blocks else _triple(blocks[0]) if len(blocks) == 1 else _concat(blocks)
-            plp = out.prompt_logprobs
-            code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
-            seq = procs[out.index].process(
-                out.token_ids,
-                code,
-                out.stop_reason,
-                new_logprobs=lp,
-                new_prompt_logprobs=None if plp is None else _triple(plp),
-            )
+            proc = procs[out.index]
+            if out.finish_reason is None and not out.logprobs and out.prompt_logprobs is None:
+                seq = proc.process(out.token_ids)  # a running sample's new tokens, nothing else
+            else:
+                # One logprobs block per engine output merged into this update.
+                blocks = out.logprobs
+                lp = (
+                    None
+                    if not blocks
+                    else _triple(blocks[0])
+                    if len(blocks) == 1
+                    else _concat(blocks)
+                )
+                plp = out.prompt_logprobs
+                code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
+                seq = proc.process(
+                    out.token_ids,
+                    code,
+                    out.stop_reason,
+                    new_logprobs=lp,
+                    new_prompt_logprobs=None if plp is None else _triple(plp),
+                )
             if seq is None:
                 continue
             if seq.abort_engine:

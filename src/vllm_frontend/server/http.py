@@ -170,35 +170,6 @@ class StreamSink:
         """Send what is queued and wait while the client's backlog is too large."""
 
 
-class _ConnectionSink(StreamSink):
-    """A connection's response body: chunked framing into the connection's output buffer."""
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: _HttpConnection) -> None:
-        self._conn = conn
-
-    def send(self, chunk: bytes) -> None:
-        """Frame ``chunk`` into the connection's buffer."""
-        self._conn._send_chunk(chunk)
-
-    @property
-    def paused(self) -> bool:
-        """The transport asked us to stop writing."""
-        return self._conn._write_paused
-
-    def on_resume(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when the transport resumes writing."""
-        self._conn._resume_callback = callback
-
-    async def drain(self) -> None:
-        """Flush, then wait for the transport to resume writing."""
-        conn = self._conn
-        conn._flush()
-        if conn._write_paused:
-            await conn._drain()
-
-
 class PushedStreamingResponse(_Streaming):
     """A streaming response whose body is pushed rather than iterated.
 
@@ -292,15 +263,8 @@ class HttpServer:
         self._dirty: list[_HttpConnection] = []
         self._flush_pending = False
 
-    def _mark_dirty(self, conn: _HttpConnection) -> None:
-        self._dirty.append(conn)
-        if not self._flush_pending:
-            self._flush_pending = True
-            conn._loop.call_soon(self._flush_dirty)
-
     def _flush_dirty(self) -> None:
-        # One callback per loop iteration for every connection that produced output in it
-        # (one engine step reaches many streams), instead of one callback per connection.
+        # Scheduled by the first connection that queued output in this loop iteration.
         self._flush_pending = False
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
@@ -352,7 +316,7 @@ class HttpServer:
         self._servers.clear()
 
 
-class _HttpConnection(asyncio.Protocol):
+class _HttpConnection(asyncio.Protocol, StreamSink):
     """One client connection: parses requests, runs the app for each in order, writes responses.
 
     Pipelined requests are queued and served one at a time (HTTP/1.1 requires in-order replies).
@@ -613,13 +577,13 @@ class _HttpConnection(asyncio.Protocol):
             self._idle_timer = self._loop.call_at(
                 self._last_chunk_at + interval, self._idle_tick, interval
             )
-        sink = _ConnectionSink(self)
+        # The connection is the body's sink itself: one call per chunk, not two.
         body = response.body if isinstance(response, StreamingResponse) else None
         try:
             if isinstance(response, StreamingResponse):
-                await _iterate_into(response.body, sink)
+                await _iterate_into(response.body, self)
             else:
-                await response.produce(sink)
+                await response.produce(self)
             self._cancel_idle_timer()
             self._out.append(b"0\r\n\r\n")
             self._flush()
@@ -630,7 +594,10 @@ class _HttpConnection(asyncio.Protocol):
             if aclose is not None:
                 await aclose()
 
-    def _send_chunk(self, chunk: bytes) -> None:
+    # -- the response body's sink (StreamSink) ---------------------------------------------------
+
+    def send(self, chunk: bytes) -> None:
+        """Frame ``chunk`` into this connection's buffer (skipped when empty or disconnected)."""
         if not chunk or self._closed:
             return
         self._out.append(b"%x\r\n%b\r\n" % (len(chunk), chunk))
@@ -638,6 +605,21 @@ class _HttpConnection(asyncio.Protocol):
             self._schedule_flush()
         if self._chunk_interval > 0:
             self._last_chunk_at = self._loop.time()
+
+    @property
+    def paused(self) -> bool:
+        """The transport asked us to stop writing."""
+        return self._write_paused
+
+    def on_resume(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the transport resumes writing."""
+        self._resume_callback = callback
+
+    async def drain(self) -> None:
+        """Flush, then wait for the transport to resume writing."""
+        self._flush()
+        if self._write_paused:
+            await self._drain()
 
     def _idle_tick(self, interval: float) -> None:
         """SSE keep-alive: a comment event when no chunk went out for ``interval`` seconds
@@ -661,8 +643,14 @@ class _HttpConnection(asyncio.Protocol):
             self._idle_timer = None
 
     def _schedule_flush(self) -> None:
+        # One server callback per loop iteration flushes every connection that produced output
+        # in it (one engine step reaches many streams), instead of one callback per connection.
         self._flush_scheduled = True
-        self._server._mark_dirty(self)
+        server = self._server
+        server._dirty.append(self)
+        if not server._flush_pending:
+            server._flush_pending = True
+            self._loop.call_soon(server._flush_dirty)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
