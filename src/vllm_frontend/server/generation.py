@@ -623,34 +623,12 @@ async def push_sequences(
     update comes ``trailer()`` (e.g. the usage chunk); an error becomes an SSE error event.
     Every source is closed on the way out (aborting what still runs when the client went away).
     """
-    done = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    pump = _Pump(sink, render, done)
     sources: Sequence[SequenceStream] = ()
-    single: SequenceStream | None = None
-
-    def pump() -> None:
-        if done.done():
-            return
-        if sink.paused:
-            sink.on_resume(pump)
-            return
-        try:
-            if single is not None:  # the common case, without the loops
-                for update in single.take():
-                    render(sink, 0, update)
-                finished = single.finished
-            else:
-                for p, source in enumerate(sources):
-                    for update in source.take():
-                        render(sink, p, update)
-                finished = all(source.finished for source in sources)
-            if finished:
-                done.set_result(None)
-        except Exception as e:
-            done.set_exception(e)
-
     try:
-        sources = make_sources()
-        single = sources[0] if len(sources) == 1 else None
+        sources = pump.sources = make_sources()
+        pump.single = sources[0] if len(sources) == 1 else None
         for source in sources:
             source.on_ready(pump)
         pump()
@@ -664,6 +642,55 @@ async def push_sequences(
         for source in sources:
             await source.aclose()
     sink.send(DONE)
+
+
+class _Pump:
+    """push_sequences' notification callback: renders whatever the sources have now into the
+    sink, and resolves ``done`` when they have all finished (or with the error that stopped it).
+
+    One object with slots rather than a closure: its state is one cache line or two, not a cell
+    per variable, and this runs for every stream at every engine step.
+    """
+
+    __slots__ = ("done", "render", "single", "sink", "sources")
+
+    def __init__(
+        self,
+        sink: StreamSink,
+        render: Callable[[StreamSink, int, Update], None],
+        done: asyncio.Future[None],
+    ) -> None:
+        self.sink = sink
+        self.render = render
+        self.done = done
+        self.sources: Sequence[SequenceStream] = ()
+        self.single: SequenceStream | None = None
+
+    def __call__(self) -> None:
+        done = self.done
+        if done.done():
+            return
+        sink = self.sink
+        if sink.paused:
+            sink.on_resume(self)
+            return
+        render = self.render
+        try:
+            single = self.single
+            if single is not None:  # the common case, without the loops
+                for update in single.take():
+                    render(sink, 0, update)
+                finished = single.finished
+            else:
+                sources = self.sources
+                for p, source in enumerate(sources):
+                    for update in source.take():
+                        render(sink, p, update)
+                finished = all(source.finished for source in sources)
+            if finished:
+                done.set_result(None)
+        except Exception as e:
+            done.set_exception(e)
 
 
 def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
