@@ -79,8 +79,10 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     trace_headers: dict[str, str] | None = None
 
 
-class SampleOutput(msgspec.Struct):
-    """New tokens of one sample (DELTA) or all of them (FINAL_ONLY)."""
+class SampleOutput(msgspec.Struct, gc=False):
+    """New tokens of one sample (DELTA) or all of them (FINAL_ONLY).
+
+    Untracked by the cyclic GC (it holds no cycles): one is made per sample per engine step."""
 
     index: int
     token_ids: list[int]

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import msgspec
+
 from vllm_frontend.text.detokenizer import IncrementalDetokenizer
 from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs, TokenStrings
 from vllm_frontend.text.stop import TextAccumulator
@@ -60,62 +62,37 @@ class OutputOptions(Protocol):
     def output_kind(self) -> int: ...
 
 
-class SequenceOutput:
-    """What one engine update produced for one sequence."""
+class SequenceOutput(msgspec.Struct, gc=False):
+    """What one engine update produced for one sequence.
 
-    __slots__ = (
-        "abort_engine",
-        "cumulative_logprob",
-        "finish_reason",
-        "logprobs",
-        "num_output_tokens",
-        "prompt_logprobs",
-        "stop_reason",
-        "text",
-        "token_ids",
-    )
+    A msgspec struct made without a Python ``__init__`` frame and left out of the cyclic GC
+    (it holds no cycles): one is made for every streamed update, and at 5 ms engine steps
+    linking it into the GC's list and running an ``__init__`` were ~8% of a c256 profile.
+    """
 
-    def __init__(
-        self,
-        text: str,
-        token_ids: list[int],
-        logprobs: list[PositionLogprobs] | None,
-        prompt_logprobs: list[PositionLogprobs | None] | None,
-        cumulative_logprob: float | None,
-        finish_reason: str | None,
-        stop_reason: int | str | None,
-        num_output_tokens: int,
-        abort_engine: bool,
-    ) -> None:
-        self.text = text
-        """New text (DELTA) or the whole text (FINAL_ONLY)."""
-        self.token_ids = token_ids
-        """New token ids (DELTA) or all output token ids (FINAL_ONLY)."""
-        self.logprobs = logprobs
-        """Per-position logprob maps matching `token_ids`, or None if not requested."""
-        self.prompt_logprobs = prompt_logprobs
-        """Prompt logprobs (first entry None), sent once; None if not requested/already sent."""
-        self.cumulative_logprob = cumulative_logprob
-        """Sum of sampled-token logprobs so far (None without logprobs)."""
-        self.finish_reason = finish_reason
-        """"stop", "length", "abort", "error", "repetition" or None while running."""
-        self.stop_reason = stop_reason
-        """The stop token id or stop string that ended the sequence, if any."""
-        self.num_output_tokens = num_output_tokens
-        """Output tokens generated so far (after stop-string trimming): usage.completion_tokens."""
-        self.abort_engine = abort_engine
-        """True when a stop string ended the sequence before the engine did: abort it."""
+    text: str
+    """New text (DELTA) or the whole text (FINAL_ONLY)."""
+    token_ids: list[int]
+    """New token ids (DELTA) or all output token ids (FINAL_ONLY)."""
+    logprobs: list[PositionLogprobs] | None
+    """Per-position logprob maps matching `token_ids`, or None if not requested."""
+    prompt_logprobs: list[PositionLogprobs | None] | None
+    """Prompt logprobs (first entry None), sent once; None if not requested/already sent."""
+    cumulative_logprob: float | None
+    """Sum of sampled-token logprobs so far (None without logprobs)."""
+    finish_reason: str | None
+    """"stop", "length", "abort", "error", "repetition" or None while running."""
+    stop_reason: int | str | None
+    """The stop token id or stop string that ended the sequence, if any."""
+    num_output_tokens: int
+    """Output tokens generated so far (after stop-string trimming): usage.completion_tokens."""
+    abort_engine: bool
+    """True when a stop string ended the sequence before the engine did: abort it."""
 
     @property
     def finished(self) -> bool:
         """Whether this is the sequence's last output."""
         return self.finish_reason is not None
-
-    def __repr__(self) -> str:
-        return (
-            f"SequenceOutput(text={self.text!r}, token_ids={self.token_ids!r}, "
-            f"finish_reason={self.finish_reason!r}, stop_reason={self.stop_reason!r})"
-        )
 
 
 class SequenceProcessor:
