@@ -287,13 +287,10 @@ def vllm_deltas(pieces: list[str], tool_choice: Any) -> list[Any]:
             piece, [], req, prompt_token_ids=[1], finished=k == len(pieces) - 1
         )
         calls = [
-            (tc.index, tc.id is not None, tc.function.name, tc.function.arguments)
+            (tc.index, tc.id, tc.function.name, tc.function.arguments)
             for tc in (msg.tool_calls if msg else [])
         ]
-        out.append(None if msg is None else (msg.content, msg.reasoning, calls))
-        if msg is not None:
-            for tc in msg.tool_calls:
-                assert tc.id is None or re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", tc.id)
+        out.append(None if msg is None else delta_shape(msg.content, msg.reasoning, calls))
     return out
 
 
@@ -303,15 +300,20 @@ def ours_deltas(pieces: list[str], tool_choice: Any) -> list[Any]:
     out = []
     for k, piece in enumerate(pieces):
         msg = parser.feed(piece, [], [1], finished=k == len(pieces) - 1)
-        calls = [
-            (tc.index, tc.id is not None, tc.name, tc.arguments)
-            for tc in (msg.tool_calls if msg else [])
-        ]
-        out.append(None if msg is None else (msg.content, msg.reasoning, calls))
-        if msg is not None:
-            for tc in msg.tool_calls:
-                assert tc.id is None or re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", tc.id)
+        calls = [(tc.index, tc.id, tc.name, tc.arguments) for tc in (msg.tool_calls if msg else [])]
+        out.append(None if msg is None else delta_shape(msg.content, msg.reasoning, calls))
     return out
+
+
+def delta_shape(
+    content: str | None, reasoning: str | None, calls: list[tuple[int, str | None, Any, Any]]
+) -> tuple[Any, ...]:
+    """One streamed delta, comparable across vLLM and us: a call's id only says whether it is
+    there (and must look like vLLM's when it is)."""
+    for _, call_id, _, _ in calls:
+        assert call_id is None or re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", call_id)
+    shaped = [(index, call_id is not None, name, args) for index, call_id, name, args in calls]
+    return (content, reasoning, shaped)
 
 
 @_SETTINGS

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
@@ -35,6 +33,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
+    stop_group,
 )
 
 pytestmark = pytest.mark.engine
@@ -121,12 +120,7 @@ def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
     finally:
         for client in clients.values():
             client.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(ours.pid, signal.SIGTERM)
-        try:
-            ours.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(ours.pid, signal.SIGKILL)
+        stop_group(ours)
         log.close()
         reference.stop()
         engines.stop()

@@ -3,10 +3,8 @@ an identical fresh engine, started once (concurrently) and shared by every test.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
+    stop_group,
 )
 
 # Both engines get exactly these arguments (after tests/support/engines.py's BASE_ENGINE_ARGS):
@@ -116,12 +115,7 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
         if ours is not None:
             ours.stop()
         if cli is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(cli.pid, signal.SIGTERM)
-            try:
-                cli.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(cli.pid, signal.SIGKILL)
+            stop_group(cli)
         reference.stop()
         engines.stop()
 

@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,13 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.engines import engine_env, free_port, log_dir, start_vllm_server
+from tests.support.engines import (
+    engine_env,
+    free_port,
+    log_dir,
+    start_vllm_server,
+    stop_group,
+)
 from tests.support.tiny_model import tiny_model_dir
 from tests.support.vllm_rs import vllm_rs_path
 
@@ -78,17 +83,6 @@ def _start(
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
-    with_group = proc.poll() is None
-    if with_group:
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(5)
 
 
 def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -155,10 +149,10 @@ def deployment(
                 _wait_healthy(port, rs, 120)
                 yield Deployment(name, port, model, stats_file, mock)
             finally:
-                _stop(rs)
+                stop_group(rs)
     finally:
         # The mock engine exits cleanly (status 0) on SIGTERM.
-        assert _stop(mock) == 0
+        assert stop_group(mock) == 0
 
 
 def test_streamed_completion_gets_max_tokens_and_finishes_with_length(

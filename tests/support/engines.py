@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -556,6 +557,18 @@ def _stop_groups(popens: Sequence[subprocess.Popen[bytes]], timeout: float) -> N
         if watchdog is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 watchdog.wait(5)  # it exits by itself once the group is empty
+
+
+def stop_group(popen: subprocess.Popen[Any], timeout: float = 15.0) -> int:
+    """Stop one process started with ``start_new_session``: SIGTERM to its group, SIGKILL to the
+    group after ``timeout``; returns the leader's exit status."""
+    if popen.poll() is None:
+        _signal_group(popen.pid, signal.SIGTERM)
+    try:
+        return popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(popen.pid, signal.SIGKILL)
+        return popen.wait(5)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
