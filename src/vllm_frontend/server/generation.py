@@ -103,9 +103,7 @@ class ChoiceTemplates:
             template = templates[index]
         except KeyError:
             template = templates[index] = self._make(index)
-        if template is None:
-            return None
-        return template._head + _encode_str(text) + template._tail  # SseTemplate.render, inline
+        return None if template is None else template.render(text)
 
 
 @dataclass

@@ -311,14 +311,15 @@ def _decode_pieces(pieces: list[str]) -> list[str | None]:
     excluded[piece_of[odd]] = True
     mapped[odd] = 0xC0  # an invalid byte of no consequence: the piece is excluded anyway
     text = mapped.astype(np.uint8).tobytes().decode("utf-8", "surrogateescape")
-    parts: list[str | None] = list(text.split(_SEPARATOR_CHAR))
-    if len(parts) != len(pieces):  # cannot happen; never guess
+    texts = text.split(_SEPARATOR_CHAR)
+    if len(texts) != len(pieces):  # cannot happen; never guess
         return [None] * len(pieces)
     positions = [m.start() for m in _NOT_TEXT.finditer(text)]
     if positions:
-        char_lengths = np.fromiter(map(len, text.split(_SEPARATOR_CHAR)), np.int64, len(parts))
+        char_lengths = np.fromiter(map(len, texts), np.int64, len(texts))
         char_starts = np.cumsum(char_lengths + 1) - char_lengths - 1
         excluded[np.searchsorted(char_starts, positions, side="right") - 1] = True
+    parts: list[str | None] = list(texts)
     for k in np.flatnonzero(excluded).tolist():
         parts[k] = None
     return parts
