@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import uvloop
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
@@ -77,7 +78,7 @@ class _Client:
                 state.finish(EngineCoreOutput(rid, [tok], finish_reason=FinishReason.LENGTH))
             else:
                 self.live[rid] = (state, done + 1, limit)
-                state.push(EngineCoreOutput(rid, [tok]))
+                state.put(EngineCoreOutput(rid, [tok]))
         return len(ids)
 
 
@@ -115,8 +116,11 @@ async def _consume(app: App, path: str, body: bytes) -> int:
     return sink.size
 
 
-async def run(concurrency: int, tokens: int, route: str, rounds: int, pause: float = 0.0) -> None:
+async def run(
+    concurrency: int, tokens: int, route: str, rounds: int, pause: float = 0.0, sweep_mb: int = 0
+) -> None:
     """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
+    sweep = np.zeros(sweep_mb * 2**20 // 8) if sweep_mb else None
     model = tiny_model_dir()
     tok = Tokenizer.from_dir(model)
     text = " The quick brown fox jumps over the lazy dog, and the story goes on." * 4
@@ -136,14 +140,19 @@ async def run(concurrency: int, tokens: int, route: str, rounds: int, pause: flo
             await asyncio.sleep(0)
         t0 = time.process_time()
         steps = 0
+        swept = 0.0
         while client.live:
             client.step()
             steps += 1
             await asyncio.sleep(0)  # one loop iteration: every consumer handles its token
             if pause:
                 time.sleep(pause)  # the process idles between engine steps, as in a server
+            if sweep is not None:  # what other processes do to the caches meanwhile, uncounted
+                t = time.process_time()
+                sweep += 1.0
+                swept += time.process_time() - t
         await asyncio.gather(*tasks)
-        cpu = time.process_time() - t0
+        cpu = time.process_time() - t0 - swept
         if r:
             per_token = cpu / (concurrency * tokens) * 1e6
             print(f"{route} c{concurrency} round {r}: {per_token:.2f} µs CPU per token "
@@ -158,8 +167,24 @@ def main() -> None:
     p.add_argument("--route", choices=("completions", "chat"), default="completions")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--step-ms", type=float, default=0.0, help="sleep this long after each step")
+    p.add_argument(
+        "--sweep-mb",
+        type=int,
+        default=0,
+        help="write this many MB after each step, outside the measured CPU time (cold caches, "
+        "as after an idle period on a busy machine; steadier than --step-ms)",
+    )
     args = p.parse_args()
-    uvloop.run(run(args.concurrency, args.tokens, args.route, args.rounds, args.step_ms / 1e3))
+    uvloop.run(
+        run(
+            args.concurrency,
+            args.tokens,
+            args.route,
+            args.rounds,
+            args.step_ms / 1e3,
+            args.sweep_mb,
+        )
+    )
 
 
 if __name__ == "__main__":

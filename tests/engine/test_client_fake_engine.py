@@ -340,6 +340,76 @@ def test_push_consumers_are_called_back_and_take_every_output_in_order() -> None
     run(main())
 
 
+def test_an_output_handler_gets_running_outputs_in_order_and_take_gets_the_rest() -> None:
+    """``on_output``: running outputs go to the handler as they are read unless it declines
+    (then they queue, and everything after them queues too until taken); the final output is
+    always queued. Nothing is lost, duplicated or reordered."""
+
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("h", [3, 4], 12))
+            handled: list[Any] = []
+            taken: list[Any] = []
+            order: list[Any] = []
+            declined = False
+            done = asyncio.get_running_loop().create_future()
+
+            def handler(out: Any) -> bool:
+                nonlocal declined
+                if len(handled) == 2 and not declined:  # decline one: it and later ones queue
+                    declined = True
+                    return False
+                handled.append(out)
+                order.append(out)
+                return True
+
+            def ready() -> None:
+                batch = stream.take()
+                order.extend(batch)
+                taken.extend(batch)
+                if stream.finished and not done.done():
+                    done.set_result(None)
+
+            stream.on_ready(ready)
+            stream.on_output(handler)
+            await done
+            assert [t for o in order for t in o.new_token_ids] == expected_tokens([3, 4], 12)
+            assert len(handled) >= 2 and all(o.finish_reason is None for o in handled)
+            assert declined and taken[0].new_token_ids == expected_tokens([3, 4], 12)[2:3]
+            assert order[-1].finish_reason is FinishReason.LENGTH
+            assert client.num_in_flight == 0
+
+    run(main())
+
+
+def test_an_output_handler_that_raises_fails_its_request() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            stream = client.add_request(request("r", [1], 10_000))
+            errors: list[BaseException] = []
+            woke = asyncio.Event()
+
+            def handler(out: Any) -> bool:
+                raise ValueError("consumer bug")
+
+            def ready() -> None:
+                try:
+                    stream.take()
+                except ValueError as e:
+                    errors.append(e)
+                    woke.set()
+
+            stream.on_ready(ready)
+            stream.on_output(handler)
+            await asyncio.wait_for(woke.wait(), 10)
+            assert stream.finished and len(errors) == 1
+            await stream.aclose()  # the consumer's clean-up aborts it on the engine
+            other = await collect(client.add_request(request("o", [2], 3)))
+            assert [t for o in other for t in o.new_token_ids] == expected_tokens([2], 3)
+
+    run(main())
+
+
 def test_a_push_consumer_sees_engine_death_once() -> None:
     async def main() -> None:
         async with fake_engines() as (client, _):

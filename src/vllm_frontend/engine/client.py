@@ -110,10 +110,12 @@ class _RequestState:
 
     The client holds this, not the public stream, so an abandoned stream can be collected. A
     consumer either awaits a waiter future (pull) or registers a ``notify`` callback (push), which
-    the client calls once per batch of engine messages that reached this stream.
+    the client calls once per batch of engine messages that reached this stream. A push consumer
+    may also register ``direct``, offered each running output as it is read (see ``put``).
     """
 
     __slots__ = (
+        "direct",
         "done",
         "engine_index",
         "error",
@@ -134,6 +136,7 @@ class _RequestState:
         self.items: list[EngineCoreOutput] = []
         self.waiter: asyncio.Future[None] | None = None
         self.notify: Callable[[], None] | None = None
+        self.direct: Callable[[EngineCoreOutput], bool] | None = None
         self.notifier = notifier
         self.done = False  # nothing more will be queued
         self.error: BaseException | None = None
@@ -141,6 +144,22 @@ class _RequestState:
         self.served_by: int | None = None  # engine_index of the message with the final output
 
     def push(self, output: EngineCoreOutput) -> None:
+        self.items.append(output)
+        self._wake()
+
+    def put(self, output: EngineCoreOutput) -> None:
+        """Hand over a running (unfinished) output: to ``direct`` when nothing is queued before
+        it and it takes the output, else to the queue."""
+        direct = self.direct
+        if direct is not None and not self.items:
+            try:
+                if direct(output):
+                    return
+            except Exception as e:  # a broken consumer: the request fails rather than the loop
+                logger.exception("request output handler failed")
+                self.direct = None
+                self.fail(e)
+                return
         self.items.append(output)
         self._wake()
 
@@ -295,6 +314,15 @@ class RequestStream:
         before registering are not announced: take them right after registering.
         """
         self._state.notify = callback
+
+    def on_output(self, handler: Callable[[EngineCoreOutput], bool] | None) -> None:
+        """Offer ``handler`` each running output (not the final one) as the client reads it,
+        while nothing is queued for this stream; it returns True when it consumed the output,
+        False to have it queued and announced as usual. It must not block; an exception fails
+        the request. For a push consumer (:meth:`on_ready`) that can handle the common output
+        on the spot, without waiting for the announcement. None unregisters.
+        """
+        self._state.direct = handler
 
     async def _wait(self) -> None:
         # Until an output is queued or the stream ends. Being cancelled while waiting (the
@@ -834,7 +862,7 @@ class EngineCoreClient:
                     if stream is None:
                         continue  # already finished or aborted here
                     if out.finish_reason is None:
-                        stream.push(out)
+                        stream.put(out)
                     else:
                         del streams[out.request_id]
                         in_flight[stream.engine_index] -= 1

@@ -148,6 +148,47 @@ class _Sample:
         self.acc: SampleOutput | None = None
 
 
+class _TokenLane:
+    """:meth:`GenerationStream.on_tokens`' handler of engine outputs, one per stream."""
+
+    __slots__ = ("handler", "metrics", "sample")
+
+    def __init__(
+        self,
+        sample: _Sample,
+        metrics: FrontendMetrics | None,
+        handler: Callable[[list[int]], bool],
+    ) -> None:
+        self.sample = sample
+        self.metrics = metrics
+        self.handler = handler
+
+    def __call__(self, output: Any) -> bool:
+        # What take() would do for this output, if it is one take() makes an update of token
+        # ids alone from (finished outputs never come here); anything else goes to take().
+        if (
+            output.new_logprobs is not None
+            or output.new_prompt_logprobs_tensors is not None
+            or output.events is not None
+            or output.prefill_stats is not None
+            or output.kv_transfer_params is not None
+        ):
+            return False
+        sample = self.sample
+        if sample.done:
+            return False
+        metrics = self.metrics
+        stats = sample.stats
+        if metrics is not None and not stats.num_generation_tokens:
+            return False  # the first tokens: take() also records the prefill
+        token_ids = output.new_token_ids
+        if not token_ids or not self.handler(token_ids):
+            return False
+        if metrics is not None:
+            metrics.observe_output(stats, len(token_ids))
+        return True
+
+
 class _PumpedStream:
     """A plain async iterator of engine outputs (another client, a test double) behind the
     ``take``/``on_ready`` interface of the engine client's streams: a task pumps it."""
@@ -306,6 +347,22 @@ class GenerationStream:
         for it in self._iters:  # straight from the engine streams: one call level less
             it.on_ready(callback or self._ready)
 
+    def on_tokens(self, handler: Callable[[list[int]], bool]) -> bool:
+        """For a one-sample DELTA stream, after :meth:`on_ready`: offer ``handler`` the new
+        token ids of each plain running engine output (no logprobs, events or stats: what
+        :meth:`take` would turn into an update of token ids alone) as the engine client reads
+        it, when nothing is queued before it. ``handler`` returns True when it consumed them
+        (the stream then accounts them as :meth:`take` would), False to leave them to
+        :meth:`take`. Returns whether the engine stream supports this.
+        """
+        if len(self._iters) != 1 or self._final_only:
+            return False
+        on_output = getattr(self._iters[0], "on_output", None)
+        if on_output is None:
+            return False
+        on_output(_TokenLane(self._samples[0], self._llm.metrics, handler))
+        return True
+
     def _ready(self) -> None:
         callback = self._callback
         if callback is not None:
@@ -460,6 +517,9 @@ class GenerationStream:
         ids = self._abort_unfinished_nowait()
         for it in self._iters:
             it.on_ready(None)
+            on_output = getattr(it, "on_output", None)
+            if on_output is not None:
+                on_output(None)
             aclose = getattr(it, "aclose", None)
             if aclose is not None:
                 try:

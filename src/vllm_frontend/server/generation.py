@@ -575,6 +575,22 @@ class SequenceStream:
             updates.append((out.index, seq, out.num_cached_tokens))
         return updates
 
+    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> bool:
+        """After :meth:`on_ready`, for one sample: offer ``consumer`` a running sample's plain new
+        token ids as soon as the engine client reads them (see ``GenerationStream.on_tokens``);
+        it returns True when it handled them, through :meth:`take_tokens`. Returns whether the
+        stream supports this."""
+        return len(self._procs) == 1 and self._gen.on_tokens(consumer)
+
+    def take_tokens(self, token_ids: list[int]) -> Update | None:
+        """The update :meth:`take` would make of a running sample's plain new tokens (given to
+        an :meth:`on_tokens` consumer); None, having done nothing, when it would need more."""
+        proc = self._procs[0]
+        if not proc.passes_through:
+            return None
+        seq = proc.process(token_ids)
+        return None if seq is None else (0, seq, None)
+
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._iterate()
 
@@ -629,6 +645,8 @@ async def push_sequences(
         pump.single = sources[0] if len(sources) == 1 else None
         for source in sources:
             source.on_ready(pump)
+        if pump.single is not None:
+            pump.single.on_tokens(pump.tokens)
         pump()
         await done
         tail = trailer()
@@ -689,6 +707,23 @@ class _Pump:
                 done.set_result(None)
         except Exception as e:
             done.set_exception(e)
+
+    def tokens(self, token_ids: list[int]) -> bool:
+        """The single source's plain new tokens, straight from the engine client's read loop:
+        rendered now when nothing stands in the way (what ``__call__`` would do with them),
+        else False and they go the usual way."""
+        done = self.done
+        single = self.single
+        if single is None or done.done() or self.sink.paused:
+            return False
+        update = single.take_tokens(token_ids)
+        if update is None:
+            return False
+        try:
+            self.render(self.sink, 0, update)
+        except Exception as e:
+            done.set_exception(e)
+        return True
 
 
 def _triple(lp: Any) -> tuple[Any, Any, Any] | None:

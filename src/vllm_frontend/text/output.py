@@ -163,6 +163,12 @@ class SequenceProcessor:
         """All output token ids so far."""
         return self._output_ids
 
+    @property
+    def passes_through(self) -> bool:
+        """Whether :meth:`process` of a running output's new tokens (without logprobs) only
+        decodes them: a streamed sequence without stop strings or batching, not finished."""
+        return self._fast and not self.finished
+
     def process(
         self,
         new_token_ids: Sequence[int],

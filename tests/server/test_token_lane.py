@@ -1,0 +1,221 @@
+"""The token lane: a streamed request's plain running outputs rendered from the engine client's
+read loop (``RequestStream.on_output`` → ``GenerationStream.on_tokens`` → the push pump) must
+change nothing a client or /metrics can see.
+
+The same scripted engine steps go through the engine client's real per-request streams twice:
+once with the lane (what the server does) and once through streams that only offer
+``take``/``on_ready`` (the general path). Every SSE event, in order, and every metric sample
+must be the same. The text has multi-byte characters split over several byte-level tokens
+(empty text updates), some steps carry two tokens, and the requests cover the cases the lane
+must decline (logprobs, stop strings, n > 1, echo, continuous usage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import pathlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.support.responses import body as body_of
+from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
+from vllm_frontend.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreRequest,
+    FinishReason,
+    LogprobsLists,
+)
+from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.chat import ChatHandler
+from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.http import PushedStreamingResponse, Request
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
+
+TEXT = " Le café 🦊 jumps — naïve 北京 fox; the lazy dog 🐕 sleeps. Stop here, then more."
+
+
+class _TakeOnly:
+    """An engine stream without ``on_output``: every output goes through take()."""
+
+    def __init__(self, stream: RequestStream) -> None:
+        self._stream = stream
+        self.engine_index = 0
+
+    @property
+    def finished(self) -> bool:
+        return self._stream.finished
+
+    def take(self) -> list[Any]:
+        return self._stream.take()
+
+    def on_ready(self, callback: Any) -> None:
+        self._stream.on_ready(callback)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class StepClient:
+    """Plays the engine: ``step()`` hands each live request its next output, as the engine
+    client's read loop does with one engine message."""
+
+    def __init__(self, tokenizer: Tokenizer, lane: bool) -> None:
+        self.ids = tokenizer.encode(TEXT, add_special_tokens=False)
+        self.lane = lane
+        self.live: dict[str, tuple[_RequestState, list[EngineCoreOutput]]] = {}
+        self.direct = 0  # outputs the lane took on the spot
+        self._notifier = _Notifier(asyncio.get_running_loop())
+
+    def _outputs(self, req: EngineCoreRequest) -> list[EngineCoreOutput]:
+        params = req.sampling_params
+        assert params is not None
+        limit = min(len(self.ids), params.max_tokens or len(self.ids))
+        rng = np.random.default_rng(limit)
+        outs: list[EngineCoreOutput] = []
+        i = 0
+        while i < limit:
+            take = 2 if len(outs) % 5 == 3 else 1  # now and then two tokens in one step
+            toks = self.ids[i : i + take]
+            i += len(toks)
+            out = EngineCoreOutput(req.request_id, toks)
+            if params.logprobs is not None:
+                k = len(toks)
+                out.new_logprobs = LogprobsLists(
+                    np.array([[t, (t + 1) % 1000] for t in toks], dtype=np.int32),
+                    np.sort(rng.uniform(-5, 0, size=(k, 2)).astype(np.float32))[:, ::-1].copy(),
+                    np.ones(k, dtype=np.int32),
+                )
+            outs.append(out)
+        outs[-1].finish_reason = FinishReason.LENGTH
+        return outs
+
+    def add_request(self, request: EngineCoreRequest) -> Any:
+        state = _RequestState(request.request_id, 0, self._notifier)
+        self.live[request.request_id] = (state, self._outputs(request))
+        stream = RequestStream(self, state)  # type: ignore[arg-type]
+        return stream if self.lane else _TakeOnly(stream)
+
+    def _abort_state(self, state: _RequestState) -> None:
+        self.live.pop(state.request_id, None)
+
+    def abort_requests(self, request_ids: Sequence[str]) -> int:
+        for rid in request_ids:
+            self.live.pop(rid, None)
+        return len(request_ids)
+
+    def step(self) -> None:
+        for rid, (state, outs) in list(self.live.items()):
+            out = outs.pop(0)
+            if out.finish_reason is None:
+                state.put(out)
+                self.direct += not state.items
+            else:
+                del self.live[rid]
+                state.finish(out)
+
+
+@functools.cache
+def _tokenizer(model: pathlib.Path) -> Tokenizer:
+    return Tokenizer.from_dir(model)
+
+
+def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry) -> App:
+    tokenizer = _tokenizer(model)
+    sampling = ModelSamplingInfo(max_model_len=256, eos_token_id=tokenizer.eos_token_id)
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    metrics = FrontendMetrics("m", max_model_len=256, registry=registry)
+    ctx = ServingContext(
+        llm=LLM(client, EngineCoreRequest, metrics), tokenizer=tokenizer,
+        served_model_names=["m"], max_model_len=256, sampling=sampling,
+        chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
+                                   special_tokens_map(cfg)))  # fmt: skip
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=256))
+    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
+    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
+    return app
+
+
+async def _stream(model: pathlib.Path, lane: bool, path: str, body: dict[str, Any]) -> Any:
+    client = StepClient(_tokenizer(model), lane)
+    registry = CollectorRegistry()
+    app = _app(model, client, registry)
+    raw = json.dumps({**body, "model": "m", "stream": True}).encode()
+    response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
+    assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
+    reading = asyncio.create_task(body_of(response))
+    while not client.live:
+        await asyncio.sleep(0)
+    while client.live:
+        client.step()
+        await asyncio.sleep(0)  # one loop iteration per engine step
+    data = (await reading).decode()
+    # Ids and timestamps differ from run to run; everything else must not.
+    data = re.sub(r'"(chatcmpl|cmpl)-[^"]*"', '"ID"', data)
+    data = re.sub(r'"created":\d+', '"created":0', data)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created") and "latency" not in s.name and "time" not in s.name
+    }
+    # Latency histograms: how many observations, not the (timing-dependent) values.
+    counts = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name.endswith("_count")
+    }
+    return data, samples, counts, client.direct
+
+
+CHAT = [{"role": "user", "content": "hi"}]
+# (route, body, whether the lane takes its outputs: one sample without logprobs or stops)
+BODIES = [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "stream_options":
+                         {"include_usage": True}}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "stream_options":
+                         {"include_usage": True, "continuous_usage_stats": True}}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "return_token_ids": True}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "echo": True}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "logprobs": 1}, False),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "stop": ["lazy"]}, False),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "n": 2}, False),
+    ("/v1/completions", {"prompt": ["hi", "there"], "max_tokens": 60}, False),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60}, True),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60, "stream_options":
+                              {"include_usage": True, "continuous_usage_stats": True}}, True),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60, "logprobs": True,
+                              "top_logprobs": 1}, False),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60, "stop": "dog"}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path,body,laned", BODIES)
+def test_the_lane_changes_no_event_and_no_metric(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool
+) -> None:
+    with_lane = asyncio.run(_stream(tiny_model, True, path, body))
+    general = asyncio.run(_stream(tiny_model, False, path, body))
+    assert with_lane[0] == general[0]
+    assert with_lane[1] == general[1]
+    assert with_lane[2] == general[2]
+    assert general[3] == 0
+    # The first output (it carries the prefill metrics) always goes the long way.
+    assert (with_lane[3] > 10) if laned else (with_lane[3] == 0)
+    events = [e for e in with_lane[0].split("\n\n") if e.startswith("data: {")]
+    assert len(events) > 8  # an event per step or so (fewer with a stop string): it ran
+    itl = ("vllm:inter_token_latency_seconds_count", (("engine", "0"), ("model_name", "m")))
+    assert with_lane[2][itl] > 8
