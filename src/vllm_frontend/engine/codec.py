@@ -335,6 +335,11 @@ def is_engine_dead(frame: object) -> bool:
     if type(frame) is bytes:
         return frame == ENGINE_CORE_DEAD
     try:
+        if len(frame) != len(ENGINE_CORE_DEAD):  # type: ignore[arg-type]
+            return False  # an outputs message (zmq.Frame has a cheap len(); a memoryview is not)
+    except TypeError:
+        pass
+    try:
         view = memoryview(frame)  # type: ignore[arg-type]
     except TypeError:
         return False
