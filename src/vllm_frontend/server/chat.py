@@ -571,7 +571,7 @@ class ChatHandler:
         def sources() -> list[SequenceStream]:
             return [self._gen(req, request_id, prompt, params, dp_rank)]
 
-        await push_sequences(sink, sources, chunks.render, chunks.usage)
+        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.send_text)
 
 
 class _StreamChunks:
@@ -677,6 +677,18 @@ class _StreamChunks:
                 out.append(sse(echo_chunk))
         return b"".join(out)
 
+    def send_text(self, sink: StreamSink, idx: int, text: str, num_tokens: int) -> bool:
+        """Send the event of a running choice's update that is new text alone, as
+        :meth:`render` would, from the choice's template; False where :meth:`render` must."""
+        if not self._text_only or self._first or not text or self._finish_sent[idx]:
+            return False
+        event = self._templates.render(idx, text)
+        if event is None:
+            return False
+        self._num_tokens[idx] += num_tokens
+        sink.send(event)
+        return True
+
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event(s) of one text update (the role chunks before the first)."""
         idx, seq, num_cached = update
@@ -684,18 +696,8 @@ class _StreamChunks:
             self._cached = num_cached
             self._first = False
             sink.send(self._heads())
-        elif (
-            self._text_only
-            and seq.finish_reason is None
-            and seq.text
-            and not self._finish_sent[idx]
-        ):
-            # The common case, as _event would make it: new text of a running choice.
-            event = self._templates.render(idx, seq.text)
-            if event is not None:
-                self._num_tokens[idx] += len(seq.token_ids)
-                sink.send(event)
-                return
+        elif seq.finish_reason is None and self.send_text(sink, idx, seq.text, len(seq.token_ids)):
+            return
         event = self._event(idx, seq)
         if event is not None:
             sink.send(event)

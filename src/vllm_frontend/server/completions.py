@@ -429,7 +429,7 @@ class CompletionsHandler:
                 for p, (prompt, params) in enumerate(prepared)
             ]
 
-        await push_sequences(sink, sources, chunks.render, chunks.usage)
+        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.send_text)
 
 
 class _StreamChunks:
@@ -499,15 +499,23 @@ class _StreamChunks:
             lambda i: _text_template(request_id, created, self._model, i)
         )
 
+    def send_text(self, sink: StreamSink, idx: int, text: str, num_tokens: int) -> bool:
+        """Send the event of a running choice's update that is new text alone, as
+        :meth:`render` would, from the choice's template; False where :meth:`render` must."""
+        if not self._text_only or self._first or not text:
+            return False
+        event = self._templates.render(idx, text)
+        if event is None:
+            return False
+        self._num_tokens[idx] += num_tokens
+        sink.send(event)
+        return True
+
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event of one text update of prompt ``p`` (if it has one)."""
         idx, seq, num_cached = update
-        if self._text_only and not self._first and seq.finish_reason is None and seq.text:
-            event = self._templates.render(idx, seq.text)
-            if event is not None:
-                self._num_tokens[idx] += len(seq.token_ids)
-                sink.send(event)
-                return
+        if seq.finish_reason is None and self.send_text(sink, idx, seq.text, len(seq.token_ids)):
+            return
         if seq.finish_reason == "error":
             raise GenerationFailed()
         req = self._req

@@ -575,21 +575,15 @@ class SequenceStream:
             updates.append((out.index, seq, out.num_cached_tokens))
         return updates
 
-    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> bool:
+    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> SequenceProcessor | None:
         """After :meth:`on_ready`, for one sample: offer ``consumer`` a running sample's plain new
-        token ids as soon as the engine client reads them (see ``GenerationStream.on_tokens``);
-        it returns True when it handled them, through :meth:`take_tokens`. Returns whether the
-        stream supports this."""
-        return len(self._procs) == 1 and self._gen.on_tokens(consumer)
-
-    def take_tokens(self, token_ids: list[int]) -> Update | None:
-        """The update :meth:`take` would make of a running sample's plain new tokens (given to
-        an :meth:`on_tokens` consumer); None, having done nothing, when it would need more."""
-        proc = self._procs[0]
-        if not proc.passes_through:
+        token ids as soon as the engine client reads them (see ``GenerationStream.on_tokens``).
+        Returns the sample's processor, None where the stream cannot do this: the consumer
+        returns True when it handled the ids, through the processor's ``take_text`` (False when
+        that declines), and makes of them what :meth:`take` would."""
+        if len(self._procs) != 1 or not self._gen.on_tokens(consumer):
             return None
-        seq = proc.process(token_ids)
-        return None if seq is None else (0, seq, None)
+        return self._procs[0]
 
     def __aiter__(self) -> AsyncIterator[Update]:
         return self._iterate()
@@ -620,11 +614,18 @@ class SequenceStream:
         await self._gen.aclose()
 
 
+TextSender = Callable[[StreamSink, int, str, int], bool]
+"""``send_text(sink, choice index, new text, new token count)``: send the event of a running
+choice's update that is new text alone, as ``render`` would; False (nothing sent) where
+``render`` must make the event."""
+
+
 async def push_sequences(
     sink: StreamSink,
     make_sources: Callable[[], Sequence[SequenceStream]],
     render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
+    send_text: TextSender | None = None,
 ) -> None:
     """Stream the sources ``make_sources()`` builds (one per prompt) into ``sink`` as SSE,
     push-style, then ``[DONE]``. The head of the response is out already, so every failure from
@@ -636,9 +637,11 @@ async def push_sequences(
     taken (outputs queue up in the engine client and go out merged on resume). After the last
     update comes ``trailer()`` (e.g. the usage chunk); an error becomes an SSE error event.
     Every source is closed on the way out (aborting what still runs when the client went away).
+    With one source, its plain running updates are rendered as the engine client reads them,
+    new text alone through ``send_text`` when given.
     """
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    pump = _Pump(sink, render, done)
+    pump = _Pump(sink, render, send_text, done)
     sources: Sequence[SequenceStream] = ()
     try:
         sources = pump.sources = make_sources()
@@ -646,7 +649,7 @@ async def push_sequences(
         for source in sources:
             source.on_ready(pump)
         if pump.single is not None:
-            pump.single.on_tokens(pump.tokens)
+            pump.proc = pump.single.on_tokens(pump.tokens)
         pump()
         await done
         tail = trailer()
@@ -668,19 +671,22 @@ class _Pump:
     per variable, and this runs for every stream at every engine step.
     """
 
-    __slots__ = ("done", "render", "single", "sink", "sources")
+    __slots__ = ("done", "proc", "render", "send_text", "single", "sink", "sources")
 
     def __init__(
         self,
         sink: StreamSink,
         render: Callable[[StreamSink, int, Update], None],
+        send_text: TextSender | None,
         done: asyncio.Future[None],
     ) -> None:
         self.sink = sink
         self.render = render
+        self.send_text = send_text
         self.done = done
         self.sources: Sequence[SequenceStream] = ()
         self.single: SequenceStream | None = None
+        self.proc: SequenceProcessor | None = None  # the single source's, for tokens()
 
     def __call__(self) -> None:
         done = self.done
@@ -710,17 +716,20 @@ class _Pump:
 
     def tokens(self, token_ids: list[int]) -> bool:
         """The single source's plain new tokens, straight from the engine client's read loop:
-        rendered now when nothing stands in the way (what ``__call__`` would do with them),
-        else False and they go the usual way."""
+        rendered now when nothing stands in the way (as ``__call__`` would render them, text
+        alone through ``send_text`` where that takes it), else False and they go the usual way.
+        """
         done = self.done
-        single = self.single
-        if single is None or done.done() or self.sink.paused:
+        proc = self.proc
+        if proc is None or done.done() or self.sink.paused:
             return False
-        update = single.take_tokens(token_ids)
-        if update is None:
+        text = proc.take_text(token_ids)
+        if text is None:
             return False
         try:
-            self.render(self.sink, 0, update)
+            send_text = self.send_text
+            if send_text is None or not send_text(self.sink, 0, text, len(token_ids)):
+                self.render(self.sink, 0, (0, proc.plain_output(text, token_ids), None))
         except Exception as e:
             done.set_exception(e)
         return True

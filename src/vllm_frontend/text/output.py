@@ -163,11 +163,27 @@ class SequenceProcessor:
         """All output token ids so far."""
         return self._output_ids
 
-    @property
-    def passes_through(self) -> bool:
-        """Whether :meth:`process` of a running output's new tokens (without logprobs) only
-        decodes them: a streamed sequence without stop strings or batching, not finished."""
-        return self._fast and not self.finished
+    def take_text(self, new_token_ids: Sequence[int]) -> str | None:
+        """:meth:`process` of a running output's new tokens (no logprobs) where it only decodes
+        them (a streamed sequence without stop strings or batching, not finished): their text,
+        with the state advanced as :meth:`process` advances it. None, having done nothing,
+        where :meth:`process` would have more to do."""
+        if not self._fast or self.finished:
+            return None
+        self._output_ids.extend(new_token_ids)
+        decode = self._detok.decode_next
+        if len(new_token_ids) == 1:
+            text = decode(new_token_ids[0])
+        else:
+            text = "".join(map(decode, new_token_ids))
+        self._text.pass_through(text, len(new_token_ids))
+        return text
+
+    def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:
+        """The update :meth:`process` returns for the tokens :meth:`take_text` just took."""
+        return SequenceOutput(
+            text, list(new_token_ids), None, None, None, None, None, len(self._output_ids), False
+        )
 
     def process(
         self,
@@ -183,15 +199,10 @@ class SequenceProcessor:
         `new_logprobs` / `new_prompt_logprobs` are `(token_ids, logprobs, ranks)` arrays as
         the engine sends them (LogprobsLists / LogprobsTensors fields 0..2).
         """
-        if self._fast and finish_reason is None and not self.finished:
-            new_ids = list(new_token_ids)
-            self._output_ids.extend(new_ids)
-            decode = self._detok.decode_next
-            text = decode(new_ids[0]) if len(new_ids) == 1 else "".join(map(decode, new_ids))
-            self._text.pass_through(text, len(new_ids))
-            return SequenceOutput(
-                text, new_ids, None, None, None, None, None, len(self._output_ids), False
-            )
+        if finish_reason is None:
+            text = self.take_text(new_token_ids)
+            if text is not None:
+                return self.plain_output(text, new_token_ids)
         if self.finished:
             return None
         new_ids = list(new_token_ids)
