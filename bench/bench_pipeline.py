@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import sys
 import time
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import uvloop
+from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
@@ -33,7 +35,7 @@ from support.tiny_model import tiny_model_dir
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
-from vllm_frontend.llm import LLM
+from vllm_frontend.llm import LLM, FrontendMetrics
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
@@ -82,13 +84,21 @@ class _Client:
         return len(ids)
 
 
+def _metrics() -> FrontendMetrics | None:
+    # The server records per-token metrics unless --disable-log-stats; so does the harness
+    # unless BENCH_NO_METRICS is set.
+    if os.environ.get("BENCH_NO_METRICS"):
+        return None
+    return FrontendMetrics("m", max_model_len=4096, registry=CollectorRegistry())
+
+
 def _app(model: pathlib.Path, client: _Client) -> App:
     tokenizer = Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     sampling = ModelSamplingInfo(max_model_len=4096, eos_token_id=tokenizer.eos_token_id)
     ctx = ServingContext(
-        llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
-        max_model_len=4096, sampling=sampling,
+        llm=LLM(client, EngineCoreRequest, _metrics()), tokenizer=tokenizer,
+        served_model_names=["m"], max_model_len=4096, sampling=sampling,
         chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
                                    special_tokens_map(cfg)))  # fmt: skip
     app = App(ServerSettings(served_model_names=["m"], max_model_len=4096))

@@ -185,7 +185,7 @@ class _TokenLane:
         if not token_ids or not self.handler(token_ids):
             return False
         if metrics is not None:
-            metrics.observe_output(stats, len(token_ids))
+            metrics.observe_tokens(stats, len(token_ids))
         return True
 
 

@@ -117,10 +117,10 @@ class _CounterChild:
 class _HistogramChild:
     """One labelled series of a histogram: per-bucket counts (not cumulative), sum, creation."""
 
-    __slots__ = ("_bounds", "counts", "created", "sum")
+    __slots__ = ("bounds", "counts", "created", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
-        self._bounds = bounds
+        self.bounds = bounds
         self.counts = [0] * len(bounds)
         self.sum = 0.0
         self.created = time.time()
@@ -129,7 +129,7 @@ class _HistogramChild:
         """Count ``value`` in the first bucket whose bound is ``>= value`` (prometheus_client's
         ``le`` rule; the last bound is +Inf) and add it to the sum."""
         if value == value:
-            self.counts[bisect_left(self._bounds, value)] += 1
+            self.counts[bisect_left(self.bounds, value)] += 1
         # NaN falls in no bucket but poisons the sum, as in prometheus_client.
         self.sum += value
 
@@ -420,13 +420,34 @@ class FrontendMetrics:
                     stats.num_preemptions += 1
         if num_new_tokens <= 0:
             return
+        if stats.num_generation_tokens:
+            self.observe_tokens(stats, num_new_tokens, now)
+            return
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
-        if stats.num_generation_tokens == 0:
-            series.time_to_first_token.observe(now - stats.arrival_monotonic)
-            stats.first_token_ts = now
-        else:
-            series.inter_token_latency.observe(now - stats.last_token_ts)
+        series.time_to_first_token.observe(now - stats.arrival_monotonic)
+        stats.first_token_ts = now
+        stats.last_token_ts = now
+        stats.num_generation_tokens += num_new_tokens
+
+    def observe_tokens(
+        self, stats: RequestStats, num_new_tokens: int, now: float | None = None
+    ) -> None:
+        """:meth:`observe_output` of an output without events that brings a request which has
+        its first token some more (the common output, once per token when streaming):
+        generation tokens and inter-token latency."""
+        if stats.finished:
+            return
+        if now is None:
+            now = time.monotonic()
+        series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
+        series.generation_tokens.value += num_new_tokens
+        # _HistogramChild.observe, inline: this runs per streamed token.
+        itl = series.inter_token_latency
+        value = now - stats.last_token_ts
+        if value == value:
+            itl.counts[bisect_left(itl.bounds, value)] += 1
+        itl.sum += value
         stats.last_token_ts = now
         stats.num_generation_tokens += num_new_tokens
 
