@@ -31,9 +31,10 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
+from support.stream_client import StreamClient
 from support.tiny_model import tiny_model_dir
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
-from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
+from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm_frontend.llm import LLM, FrontendMetrics
 from vllm_frontend.server.app import App, ServerSettings
@@ -46,29 +47,19 @@ from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
 
-class _Client:
+class _Client(StreamClient):
     """Engine-client stand-in: real per-request streams, tokens pushed by :meth:`step`."""
 
     def __init__(self, token_ids: Sequence[int]) -> None:
+        super().__init__()
         self.token_ids = list(token_ids)
-        self.live: dict[str, tuple[_RequestState, int, int]] = {}
-        self._loop = asyncio.get_running_loop()
-        self._notifier = _Notifier(self._loop)
 
     def add_request(self, request: EngineCoreRequest) -> RequestStream:
-        state = _RequestState(request.request_id, 0, self._notifier)
+        state, stream = self.open_stream(request.request_id)
         params = request.sampling_params
         assert params is not None and params.max_tokens is not None
         self.live[request.request_id] = (state, 0, params.max_tokens)
-        return RequestStream(self, state)  # type: ignore[arg-type]
-
-    def _abort_state(self, state: _RequestState) -> None:
-        self.live.pop(state.request_id, None)
-
-    def abort_requests(self, request_ids: Sequence[str]) -> int:
-        for rid in request_ids:
-            self.live.pop(rid, None)
-        return len(request_ids)
+        return stream
 
     def step(self) -> int:
         """One engine step: a token for every running request."""

@@ -17,7 +17,6 @@ import functools
 import json
 import pathlib
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.responses import body as body_of
+from tests.support.stream_client import StreamClient
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
-from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
+from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
     EngineCoreRequest,
@@ -67,16 +67,15 @@ class _TakeOnly:
         await self._stream.aclose()
 
 
-class StepClient:
+class StepClient(StreamClient):
     """Plays the engine: ``step()`` hands each live request its next output, as the engine
     client's read loop does with one engine message."""
 
     def __init__(self, tokenizer: Tokenizer, lane: bool) -> None:
+        super().__init__()
         self.ids = tokenizer.encode(TEXT, add_special_tokens=False)
         self.lane = lane
-        self.live: dict[str, tuple[_RequestState, list[EngineCoreOutput]]] = {}
         self.direct = 0  # outputs the lane took on the spot
-        self._notifier = _Notifier(asyncio.get_running_loop())
 
     def _outputs(self, req: EngineCoreRequest) -> list[EngineCoreOutput]:
         params = req.sampling_params
@@ -102,18 +101,9 @@ class StepClient:
         return outs
 
     def add_request(self, request: EngineCoreRequest) -> Any:
-        state = _RequestState(request.request_id, 0, self._notifier)
+        state, stream = self.open_stream(request.request_id)
         self.live[request.request_id] = (state, self._outputs(request))
-        stream = RequestStream(self, state)  # type: ignore[arg-type]
         return stream if self.lane else _TakeOnly(stream)
-
-    def _abort_state(self, state: _RequestState) -> None:
-        self.live.pop(state.request_id, None)
-
-    def abort_requests(self, request_ids: Sequence[str]) -> int:
-        for rid in request_ids:
-            self.live.pop(rid, None)
-        return len(request_ids)
 
     def step(self) -> None:
         for rid, (state, outs) in list(self.live.items()):

@@ -682,12 +682,7 @@ class _StreamChunks:
         :meth:`render` would, from the choice's template; False where :meth:`render` must."""
         if not self._text_only or self._first or not text or self._finish_sent[idx]:
             return False
-        event = self._templates.render(idx, text)
-        if event is None:
-            return False
-        self._num_tokens[idx] += num_tokens
-        sink.send(event)
-        return True
+        return self._templates.send(sink, idx, text, num_tokens, self._num_tokens)
 
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event(s) of one text update (the role chunks before the first)."""

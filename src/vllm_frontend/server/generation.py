@@ -105,6 +105,18 @@ class ChoiceTemplates:
             template = templates[index] = self._make(index)
         return None if template is None else template.render(text)
 
+    def send(
+        self, sink: StreamSink, index: int, text: str, num_tokens: int, counts: list[int]
+    ) -> bool:
+        """Send choice ``index``'s text-only event for ``text`` and add ``num_tokens`` to
+        ``counts[index]``; False, doing nothing, when the choice has no template."""
+        event = self.render(index, text)
+        if event is None:
+            return False
+        counts[index] += num_tokens
+        sink.send(event)
+        return True
+
 
 @dataclass
 class ServingContext:
