@@ -118,7 +118,13 @@ async def _consume(app: App, path: str, body: bytes) -> int:
 
 
 async def run(
-    concurrency: int, tokens: int, route: str, rounds: int, pause: float = 0.0, sweep_mb: int = 0
+    concurrency: int,
+    tokens: int,
+    route: str,
+    rounds: int,
+    pause: float = 0.0,
+    sweep_mb: int = 0,
+    steps_per_iteration: int = 1,
 ) -> None:
     """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
     sweep = np.zeros(sweep_mb * 2**20 // 8) if sweep_mb else None
@@ -143,7 +149,8 @@ async def run(
         steps = 0
         swept = 0.0
         while client.live:
-            client.step()
+            for _ in range(steps_per_iteration):  # >1: the consumers fall behind
+                client.step()
             steps += 1
             await asyncio.sleep(0)  # one loop iteration: every consumer handles its token
             if pause:
@@ -175,6 +182,13 @@ def main() -> None:
         help="write this many MB after each step, outside the measured CPU time (cold caches, "
         "as after an idle period on a busy machine; steadier than --step-ms)",
     )
+    p.add_argument(
+        "--behind",
+        type=int,
+        default=1,
+        help="engine steps per loop iteration (2+: the frontend reads several at once, as "
+        "when it falls behind at 0 ms steps)",
+    )
     args = p.parse_args()
     uvloop.run(
         run(
@@ -184,6 +198,7 @@ def main() -> None:
             args.rounds,
             args.step_ms / 1e3,
             args.sweep_mb,
+            args.behind,
         )
     )
 
