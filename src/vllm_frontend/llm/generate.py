@@ -164,8 +164,8 @@ class _TokenLane:
         self.handler = handler
 
     def __call__(self, output: Any) -> bool:
-        # What take() would do for this output, if it is one take() makes an update of token
-        # ids alone from (finished outputs never come here); anything else goes to take().
+        # Only outputs that take() would turn into an update of token ids alone (finished ones
+        # never come here); anything else is left to take().
         if (
             output.new_logprobs is not None
             or output.new_prompt_logprobs_tensors is not None

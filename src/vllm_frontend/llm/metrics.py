@@ -433,9 +433,9 @@ class FrontendMetrics:
     def observe_tokens(
         self, stats: RequestStats, num_new_tokens: int, now: float | None = None
     ) -> None:
-        """:meth:`observe_output` of an output without events that brings a request which has
-        its first token some more (the common output, once per token when streaming):
-        generation tokens and inter-token latency."""
+        """:meth:`observe_output` for an output without events of a request that already has
+        its first token (the common output: one per token when streaming): generation tokens
+        and inter-token latency."""
         if stats.finished:
             return
         if now is None:
