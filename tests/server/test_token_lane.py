@@ -121,11 +121,11 @@ def _tokenizer(model: pathlib.Path) -> Tokenizer:
     return Tokenizer.from_dir(model)
 
 
-def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry) -> App:
+def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry | None) -> App:
     tokenizer = _tokenizer(model)
     sampling = ModelSamplingInfo(max_model_len=256, eos_token_id=tokenizer.eos_token_id)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
-    metrics = FrontendMetrics("m", max_model_len=256, registry=registry)
+    metrics = None if registry is None else FrontendMetrics("m", 256, registry=registry)
     ctx = ServingContext(
         llm=LLM(client, EngineCoreRequest, metrics), tokenizer=tokenizer,
         served_model_names=["m"], max_model_len=256, sampling=sampling,
@@ -137,10 +137,12 @@ def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry) -
     return app
 
 
-async def _stream(model: pathlib.Path, lane: bool, path: str, body: dict[str, Any]) -> Any:
+async def _stream(
+    model: pathlib.Path, lane: bool, path: str, body: dict[str, Any], metrics: bool = True
+) -> Any:
     client = StepClient(_tokenizer(model), lane)
     registry = CollectorRegistry()
-    app = _app(model, client, registry)
+    app = _app(model, client, registry if metrics else None)
     raw = json.dumps({**body, "model": "m", "stream": True}).encode()
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
     assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
@@ -209,3 +211,17 @@ def test_the_lane_changes_no_event_and_no_metric(
     assert len(events) > 8  # an event per step or so (fewer with a stop string): it ran
     itl = ("vllm:inter_token_latency_seconds_count", (("engine", "0"), ("model_name", "m")))
     assert with_lane[2][itl] > 8
+
+
+@pytest.mark.parametrize("path,body,laned", [b for b in BODIES if b[2]])
+def test_without_metrics_the_lane_also_takes_the_first_tokens(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool
+) -> None:
+    """With --disable-log-stats there is no prefill to record, so the first output goes the
+    lane too (the renderers' first-update handling then runs from it)."""
+    with_lane = asyncio.run(_stream(tiny_model, True, path, body, metrics=False))
+    general = asyncio.run(_stream(tiny_model, False, path, body, metrics=False))
+    assert with_lane[0] == general[0]
+    assert general[3] == 0
+    with_metrics = asyncio.run(_stream(tiny_model, True, path, body))
+    assert with_lane[3] == with_metrics[3] + 1  # the first output as well
