@@ -3,14 +3,15 @@
     .venv/bin/python bench/bench_pipeline.py [--concurrency 64] [--tokens 256] [--route chat]
 
 What runs is the frontend's own code from the engine client's per-request streams up to the SSE
-bytes: ``RequestStream`` notifications and ``take`` (the real engine-client stream), the llm layer,
-detokenizing, stop handling, chunk building and JSON encoding in the completions or chat handler,
-and the HTTP layer's chunk framing. A driver plays the engine: every "step" it pushes one new token
-to every running request, as the client's output loop does for one engine message, then lets the
-event loop run the consumers (one step per loop iteration, like 5 ms engine steps where nothing
-coalesces). Left out: ZMQ, msgpack decoding of engine messages and the socket writes, which
-bench/run.py measures end to end. CPU time is this process's (``time.process_time``), so the figure
-is stable on a busy machine, unlike the end-to-end benchmark's.
+bytes: ``RequestStream`` notifications, ``take`` and the token lane (the real engine-client
+stream), the llm layer with its metrics, detokenizing, stop handling, chunk building and JSON
+encoding in the completions or chat handler, and the HTTP layer's chunk framing. A driver plays
+the engine: every "step" it pushes one new token to every running request, as the client's
+output loop does for one engine message, then lets the event loop run the consumers (one step per
+loop iteration, like 5 ms engine steps where nothing coalesces; ``--behind N`` for N). Left out:
+ZMQ, msgpack decoding of engine messages and the socket writes, which bench/run.py measures end to
+end. CPU time is this process's (``time.process_time``), so the figure is stable on a busy
+machine, unlike the end-to-end benchmark's.
 """
 
 from __future__ import annotations
@@ -31,19 +32,14 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
+from support.generation_app import generation_app
 from support.stream_client import StreamClient
 from support.tiny_model import tiny_model_dir
-from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
-from vllm_frontend.llm import LLM, FrontendMetrics
-from vllm_frontend.server.app import App, ServerSettings
-from vllm_frontend.server.chat import ChatHandler
-from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.llm import FrontendMetrics
+from vllm_frontend.server.app import App
 from vllm_frontend.server.http import PushedStreamingResponse, Request, StreamSink
-from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
 
@@ -84,18 +80,7 @@ def _metrics() -> FrontendMetrics | None:
 
 
 def _app(model: pathlib.Path, client: _Client) -> App:
-    tokenizer = Tokenizer.from_dir(model)
-    cfg = json.loads((model / "tokenizer_config.json").read_text())
-    sampling = ModelSamplingInfo(max_model_len=4096, eos_token_id=tokenizer.eos_token_id)
-    ctx = ServingContext(
-        llm=LLM(client, EngineCoreRequest, _metrics()), tokenizer=tokenizer,
-        served_model_names=["m"], max_model_len=4096, sampling=sampling,
-        chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
-                                   special_tokens_map(cfg)))  # fmt: skip
-    app = App(ServerSettings(served_model_names=["m"], max_model_len=4096))
-    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
-    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
-    return app
+    return generation_app(model, client, max_model_len=4096, metrics=_metrics())
 
 
 class _FramingSink(StreamSink):

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.generation_app import generation_app
 from tests.support.responses import body as body_of
-from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
     EngineCoreRequest,
@@ -27,14 +27,8 @@ from vllm_frontend.engine.protocol import (
     LogprobsLists,
     LogprobsTensors,
 )
-from vllm_frontend.llm import LLM
-from vllm_frontend.server.app import App, ServerSettings
-from vllm_frontend.server.chat import ChatHandler
-from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.app import App
 from vllm_frontend.server.http import PushedStreamingResponse, Request
-from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
 TEXT = " The quick brown fox jumps over the lazy dog. It was 2 o'clock; café time!"
@@ -106,19 +100,14 @@ def _app(
     model: pathlib.Path, batched: bool, stream_interval: int = 1, keep_alive: float = 0.0
 ) -> App:
     tokenizer = Tokenizer.from_dir(model)
-    sampling = ModelSamplingInfo(max_model_len=128, eos_token_id=tokenizer.eos_token_id)
-    client = ScriptedClient(tokenizer, batched)
-    cfg = json.loads((model / "tokenizer_config.json").read_text())
-    ctx = ServingContext(
-        llm=LLM(client, EngineCoreRequest), tokenizer=tokenizer, served_model_names=["m"],
-        max_model_len=128, sampling=sampling, stream_interval=stream_interval,
+    return generation_app(
+        model,
+        ScriptedClient(tokenizer, batched),
+        max_model_len=128,
+        tokenizer=tokenizer,
+        stream_interval=stream_interval,
         sse_keep_alive_interval=keep_alive,
-        chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
-                                   special_tokens_map(cfg)))  # fmt: skip
-    app = App(ServerSettings(served_model_names=["m"], max_model_len=128))
-    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
-    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
-    return app
+    )
 
 
 async def _events(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:

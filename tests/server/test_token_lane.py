@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.support.generation_app import generation_app
 from tests.support.responses import body as body_of
 from tests.support.stream_client import StreamClient
-from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
@@ -33,14 +33,9 @@ from vllm_frontend.engine.protocol import (
     FinishReason,
     LogprobsLists,
 )
-from vllm_frontend.llm import LLM, FrontendMetrics
-from vllm_frontend.server.app import App, ServerSettings
-from vllm_frontend.server.chat import ChatHandler
-from vllm_frontend.server.completions import CompletionsHandler
-from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.llm import FrontendMetrics
+from vllm_frontend.server.app import App
 from vllm_frontend.server.http import PushedStreamingResponse, Request
-from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
 TEXT = " Le café 🦊 jumps — naïve 北京 fox; the lazy dog 🐕 sleeps. Stop here, then more."
@@ -122,19 +117,10 @@ def _tokenizer(model: pathlib.Path) -> Tokenizer:
 
 
 def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry | None) -> App:
-    tokenizer = _tokenizer(model)
-    sampling = ModelSamplingInfo(max_model_len=256, eos_token_id=tokenizer.eos_token_id)
-    cfg = json.loads((model / "tokenizer_config.json").read_text())
     metrics = None if registry is None else FrontendMetrics("m", 256, registry=registry)
-    ctx = ServingContext(
-        llm=LLM(client, EngineCoreRequest, metrics), tokenizer=tokenizer,
-        served_model_names=["m"], max_model_len=256, sampling=sampling,
-        chat_renderer=ChatRenderer(ModelChatTemplates.from_model_dir(model, cfg),
-                                   special_tokens_map(cfg)))  # fmt: skip
-    app = App(ServerSettings(served_model_names=["m"], max_model_len=256))
-    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
-    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
-    return app
+    return generation_app(
+        model, client, max_model_len=256, metrics=metrics, tokenizer=_tokenizer(model)
+    )
 
 
 async def _stream(
