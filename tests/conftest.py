@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,6 +13,16 @@ import pytest
 
 from tests.support.engines import HeadlessEngines, start_headless_engines
 from tests.support.tiny_model import tiny_model_dir
+
+# The frontends that tests start keep their tokenizer cache (vllm_frontend.text.tokenizer_cache)
+# in a directory of this run's, not in the user's ~/.cache.
+_CACHE_ROOT = tempfile.mkdtemp(prefix="vllm-frontend-test-cache-")
+os.environ.setdefault("VLLM_FRONTEND_CACHE_ROOT", _CACHE_ROOT)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this run's tokenizer cache."""
+    shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

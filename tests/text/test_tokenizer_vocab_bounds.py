@@ -1,10 +1,11 @@
 """The largest token id and the longest piece, which bound prompt token ids and prompt text,
 agree with vLLM's cached transformers tokenizer for unusual vocabularies too.
 
-Our tokenizer reads them from tokenizer.json instead of asking the Rust library for the whole
-vocabulary; these vocabularies are the cases where a shortcut could go wrong: ids with holes, an
-added token taking over a model piece, duplicate entries, every model type. The common
-tokenizers are compared in test_tokenizer_matches_transformers.py.
+Our tokenizer reads them from tokenizer.json (or from the summary the tokenizer cache keeps of
+it) instead of asking the Rust library for the whole vocabulary; these vocabularies are the
+cases where a shortcut could go wrong: ids with holes, an added token taking over a model piece,
+duplicate entries, every model type. The common tokenizers are compared in
+test_tokenizer_matches_transformers.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 import tokenizers
 
 from vllm_frontend.text.tokenizer import Tokenizer
+from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
 
 def _added(token_id: int, content: str) -> dict[str, Any]:
@@ -90,11 +92,16 @@ def model_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_bounds_match_vllms_cached_tokenizer(model_dir: Path) -> None:
+@pytest.mark.parametrize("cached", [False, True], ids=["file", "cached-summary"])
+def test_bounds_match_vllms_cached_tokenizer(model_dir: Path, cached: bool) -> None:
     from vllm.tokenizers.hf import CachedHfTokenizer
 
     hf = CachedHfTokenizer.from_pretrained(str(model_dir))
-    ours = Tokenizer.from_dir(model_dir)
+    cache = TokenizerCache(model_dir / "cache") if cached else None
+    if cache is not None:
+        assert cache.build(model_dir / "tokenizer.json") is not None
+    ours = Tokenizer.from_dir(model_dir, cache=cache)
+    assert (ours._vocab_summary is not None) == cached
     assert (ours.max_token_id, ours.max_chars_per_token) == (
         hf.max_token_id,
         hf.max_chars_per_token,

@@ -27,6 +27,7 @@ from vllm_frontend.server.routes import Services, build_app, chat_tokenizer
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
+from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
 
 @dataclass
@@ -51,7 +52,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         if config.tokenizer
         else files.path
     )
-    tokenizer = Tokenizer.from_dir(tokenizer_dir)
+    tokenizer = Tokenizer.from_dir(tokenizer_dir, cache=TokenizerCache.from_env())
     output_parsers(config, tokenizer)  # an unservable parser fails before engines start
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
     options = ChatTemplateOptions(

@@ -15,11 +15,13 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import tokenizers
 from tokenizers import AddedToken
+
+from vllm_frontend.text.tokenizer_cache import TokenizerCache, VocabSummary, read_vocab
 
 __all__ = ["Tokenizer", "TokenizerError"]
 
@@ -92,11 +94,13 @@ class Tokenizer:
         *,
         use_fastokens: bool | None = None,
         source: Path | None = None,
+        vocab_summary: VocabSummary | None = None,
     ) -> None:
         """Configure ``backend`` as transformers would from the two config files' contents.
 
         ``source``: the ``tokenizer.json`` ``backend`` was loaded from, which lets
-        :attr:`max_token_id` and :attr:`max_chars_per_token` be computed at half the cost.
+        :attr:`max_token_id` and :attr:`max_chars_per_token` be computed at half the cost;
+        ``vocab_summary`` (of that file's model vocabulary) makes them nearly free.
         """
         config: dict[str, Any] = dict(tokenizer_config or {})
         if "added_tokens_decoder" not in config:
@@ -124,6 +128,7 @@ class Tokenizer:
             if token.special
         )
         self._source = source
+        self._vocab_summary = vocab_summary
         self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~50 ms)
         if use_fastokens is None:
             use_fastokens = os.environ.get("VLLM_USE_FASTOKENS", "0").lower() in ("1", "true")
@@ -132,26 +137,46 @@ class Tokenizer:
         )
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, *, use_fastokens: bool | None = None) -> Tokenizer:
+    def from_dir(
+        cls,
+        model_dir: str | Path,
+        *,
+        use_fastokens: bool | None = None,
+        cache: TokenizerCache | None = None,
+    ) -> Tokenizer:
         """Load `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`).
 
         `use_fastokens` (default: `VLLM_USE_FASTOKENS=1`, as in vLLM) encodes prompts with the
-        `fastokens` package when it is installed and supports the tokenizer.
+        `fastokens` package when it is installed and supports the tokenizer. With a `cache`,
+        a faster-loading copy of `tokenizer.json` is loaded when one was built, and a builder is
+        started in the background when none was (see :mod:`vllm_frontend.text.tokenizer_cache`).
         """
         directory = Path(model_dir)
         path = directory / "tokenizer.json"
         if not path.is_file():
             raise TokenizerError(f"no tokenizer.json in {directory}")
-        try:
-            backend = tokenizers.Tokenizer.from_file(str(path))
-        except Exception as e:  # the Rust library raises a bare Exception on bad files
-            raise TokenizerError(f"cannot load {path}: {e}") from e
+        cached = cache.lookup(path) if cache is not None else None
+        if cache is not None and cached is None:
+            cache.start_build(path)
+        backend = None
+        if cached is not None and cached.path != path:
+            try:
+                backend = tokenizers.Tokenizer.from_file(str(cached.path))
+            except Exception as e:  # a damaged copy: the original still serves
+                _log.warning("ignoring the cached copy of %s (%s)", path, e)
+                cached = None
+        if backend is None:
+            try:
+                backend = tokenizers.Tokenizer.from_file(str(path))
+            except Exception as e:  # the Rust library raises a bare Exception on bad files
+                raise TokenizerError(f"cannot load {path}: {e}") from e
         return cls(
             backend,
             _read_json(directory / "tokenizer_config.json"),
             _read_json(directory / "special_tokens_map.json"),
             use_fastokens=use_fastokens,
             source=path,
+            vocab_summary=cached.vocab if cached is not None else None,
         )
 
     def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> None:
@@ -280,7 +305,7 @@ class Tokenizer:
 
     def _stats(self) -> tuple[int, int]:
         if self._vocab_stats is None:
-            stats = self._stats_from_source()
+            stats = self._stats_from_summary() or self._stats_from_source()
             if stats is None:
                 vocab = self._backend.get_vocab(with_added_tokens=True)
                 stats = max(vocab.values(), default=-1), max(map(len, vocab), default=0)
@@ -289,60 +314,77 @@ class Tokenizer:
             self._vocab_stats = (max(stats[0], base - 1), stats[1])
         return self._vocab_stats
 
+    def _added_token_ids(self) -> dict[str, int] | None:
+        """Every added token's content and current id (None if one has no id)."""
+        backend = self._backend
+        added: dict[str, int] = {}
+        for token in backend.get_added_tokens_decoder().values():
+            token_id = backend.token_to_id(token.content)
+            if token_id is None:
+                return None
+            added[token.content] = token_id
+        return added
+
+    def _checked(self, max_id: int, longest: str) -> tuple[int, int] | None:
+        backend = self._backend
+        if backend.id_to_token(max_id) is None or backend.token_to_id(longest) is None:
+            return None
+        return max_id, len(longest)
+
+    def _stats_from_summary(self) -> tuple[int, int] | None:
+        """The largest id and longest piece of ``get_vocab(with_added_tokens=True)``, from the
+        tokenizer cache's summary of the model vocabulary; None when it cannot tell.
+
+        The map the library builds is the model's pieces with their ids, then every added token
+        with its current id over them. Unless an added token takes the model's largest id away,
+        the largest id is the larger of the model's and the added tokens', and the longest
+        piece the longer of the two longest.
+        """
+        summary = self._vocab_summary
+        if summary is None:
+            return None
+        if summary.entries != self._backend.get_vocab_size(with_added_tokens=False):
+            return None
+        added = self._added_token_ids()
+        if added is None or added.get(summary.max_id_piece, summary.max_id) != summary.max_id:
+            return None
+        max_id = max([summary.max_id, *added.values()])
+        longest = max([summary.longest_piece, *added], key=len)
+        if max_id < 0 or not longest:
+            return None
+        return self._checked(max_id, longest)
+
     def _stats_from_source(self) -> tuple[int, int] | None:
         """The largest id and longest piece of ``get_vocab(with_added_tokens=True)``, from
         tokenizer.json; None when it cannot tell.
 
         The Rust call spends ~0.1 s on a 128k vocabulary (a copy of the model's map, then one
         Python object per entry); decoding just the model's vocabulary from the file takes half
-        that. The map is rebuilt the way the Rust library builds it: the model's pieces with
-        their ids (a Unigram model numbers its list), then every added token with its current
-        id over them. The loaded tokenizer must agree on the entry count and know the results.
+        that. The map is rebuilt the way the Rust library builds it (see
+        :meth:`_stats_from_summary`). The loaded tokenizer must agree on the entry count and
+        know the results.
         """
         if self._source is None:
             return None
         try:
-            entries = _TOKENIZER_JSON.decode(self._source.read_bytes()).model.vocab
+            entries = read_vocab(self._source.read_bytes())
         except (OSError, msgspec.ValidationError, msgspec.DecodeError):
             return None
         if entries is None:
             return None
-        backend = self._backend
-        if len(entries) != backend.get_vocab_size(with_added_tokens=False):
+        if len(entries) != self._backend.get_vocab_size(with_added_tokens=False):
             return None
         if isinstance(entries, list):
             vocab = {piece: i for i, (piece, _) in enumerate(entries)}
         else:
             vocab = entries
-        for token in backend.get_added_tokens_decoder().values():
-            token_id = backend.token_to_id(token.content)
-            if token_id is None:
-                return None
-            vocab[token.content] = token_id
+        added = self._added_token_ids()
+        if added is None:
+            return None
+        vocab.update(added)
         if not vocab:
             return None
-        max_id = max(vocab.values())
-        longest = max(vocab, key=len)
-        if backend.id_to_token(max_id) is None or backend.token_to_id(longest) is None:
-            return None
-        return max_id, len(longest)
-
-
-# A constrained key type keeps msgspec from caching dict keys: its 512-entry key cache would
-# keep vocabulary strings alive, pinning ~6 MB of freed small-object arenas (resident memory).
-_Piece = Annotated[str, msgspec.Meta(max_length=1 << 30)]
-
-
-class _ModelVocab(msgspec.Struct):
-    # BPE, WordPiece and WordLevel: {piece: id}; Unigram: [[piece, score], ...] numbered by index.
-    vocab: dict[_Piece, int] | list[tuple[str, float]] | None = None
-
-
-class _TokenizerJson(msgspec.Struct):
-    model: _ModelVocab
-
-
-_TOKENIZER_JSON = msgspec.json.Decoder(_TokenizerJson)
+        return self._checked(max(vocab.values()), max(vocab, key=len))
 
 
 def _fastokens_encoder(backend: tokenizers.Tokenizer) -> Callable[[str, bool], list[int]] | None:
