@@ -1,14 +1,15 @@
 """Startup time to /health 200 and idle resident memory of each frontend, engine already waiting.
 
-    .venv/bin/python bench/startup.py [--frontends ours,vllm-rs,vllm] [--runs 5]
-        [--warmup 1] [--no-tokenizer-cache]
+    .venv/bin/python bench/startup.py [--frontends ours,vllm-rs,vllm,ours-nocache] [--runs 5]
+        [--warmup 1]
 
 The mock engine is started first and waits in the handshake, so the time measured is the
 frontend's own: process start, imports, tokenizer and template loading, handshake, listening.
-Each frontend is first started ``--warmup`` times unmeasured: the files it reads are then in the
-page cache for all three alike, and ours has built its tokenizer cache (the first start with a
-new tokenizer.json loads the original and builds the cache in the background; see
-vllm_frontend/text/tokenizer_cache.py). ``--no-tokenizer-cache`` measures ours without it.
+Each frontend is first started ``--warmup`` times unmeasured, so the files it reads are in the
+page cache for all alike. Our tokenizer cache entry is built before anything starts (the first
+start of ours with a new tokenizer.json would build it in the background; see
+vllm_frontend/text/tokenizer_cache.py); ``ours-nocache`` is ours without that cache. The
+frontends take turns, run after run.
 RSS is taken after the frontend is healthy and has served one request (it includes the
 frontend's non-engine children, e.g. vLLM's API-server process).
 """
@@ -26,6 +27,8 @@ import urllib.request
 
 from frontends import FRONTENDS, served, tiny_model, tree_rss_bytes
 
+CHOICES = (*FRONTENDS, "ours-nocache")
+
 
 def _one_request(port: int, model: str) -> None:
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 4}).encode()
@@ -38,55 +41,50 @@ def _one_request(port: int, model: str) -> None:
         resp.read()
 
 
-def _wait_for_tokenizer_cache(name: str, model: pathlib.Path, timeout: float = 60.0) -> None:
-    """After ours started with no entry for ``model``, let its background builder finish."""
-    if name != "ours" or os.environ.get("VLLM_FRONTEND_TOKENIZER_CACHE") == "0":
-        return
-    from vllm_frontend.text.tokenizer_cache import TokenizerCache
-
-    cache = TokenizerCache.from_env()
-    deadline = time.monotonic() + timeout
-    while cache is not None and cache.lookup(model / "tokenizer.json") is None:
-        if time.monotonic() > deadline:
-            print("warning: the tokenizer cache was not built in time", file=sys.stderr)
-            return
-        time.sleep(0.2)
+def _start_once(name: str, model: pathlib.Path) -> tuple[float, int]:
+    """Start ``name`` (``ours-nocache``: ours without its tokenizer cache) once: (startup s,
+    resident bytes after one request)."""
+    no_cache = name == "ours-nocache"
+    if no_cache:
+        os.environ["VLLM_FRONTEND_TOKENIZER_CACHE"] = "0"
+    try:
+        with served("ours" if no_cache else name, model) as (fe, _mock, port, startup):
+            _one_request(port, str(model))
+            time.sleep(0.5)
+            return startup, tree_rss_bytes(fe.pid)
+    finally:
+        os.environ.pop("VLLM_FRONTEND_TOKENIZER_CACHE", None)
 
 
 def main() -> int:
     """Measure and print a table (and JSON with --json)."""
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--frontends", default=",".join(FRONTENDS))
+    p.add_argument("--frontends", default=",".join(FRONTENDS), help=f"of {CHOICES}")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="unmeasured starts per frontend first")
-    p.add_argument(
-        "--no-tokenizer-cache",
-        action="store_true",
-        help="ours loads the original tokenizer.json (VLLM_FRONTEND_TOKENIZER_CACHE=0)",
-    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = p.parse_args()
-    if args.no_tokenizer_cache:
-        os.environ["VLLM_FRONTEND_TOKENIZER_CACHE"] = "0"
+    names = args.frontends.split(",")
+    if unknown := set(names) - set(CHOICES):
+        p.error(f"unknown frontends {sorted(unknown)}; choose from {CHOICES}")
     model = tiny_model()
+    for _ in range(args.warmup):
+        for name in names:
+            _start_once(name, model)
+    starts: dict[str, list[float]] = {name: [] for name in names}
+    rss: dict[str, list[int]] = {name: [] for name in names}
+    for _ in range(args.runs):  # round-robin, so that a slow spell of the host hits all alike
+        for name in names:
+            startup, resident = _start_once(name, model)
+            starts[name].append(startup)
+            rss[name].append(resident)
     results: dict[str, dict[str, float]] = {}
-    for name in args.frontends.split(","):
-        starts: list[float] = []
-        rss: list[int] = []
-        for run in range(args.warmup + args.runs):
-            with served(name, model) as (fe, _mock, port, startup):
-                _one_request(port, str(model))
-                time.sleep(0.5)
-                if run < args.warmup:
-                    _wait_for_tokenizer_cache(name, model)
-                    continue
-                starts.append(startup)
-                rss.append(tree_rss_bytes(fe.pid))
+    for name in names:
         results[name] = {
-            "startup_s_median": statistics.median(starts),
-            "startup_s_min": min(starts),
-            "startup_s_max": max(starts),
-            "idle_rss_mb_median": statistics.median(rss) / 2**20,
+            "startup_s_median": statistics.median(starts[name]),
+            "startup_s_min": min(starts[name]),
+            "startup_s_max": max(starts[name]),
+            "idle_rss_mb_median": statistics.median(rss[name]) / 2**20,
         }
         print(f"{name}: {results[name]}", file=sys.stderr)
     if args.json:

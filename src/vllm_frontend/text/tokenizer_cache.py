@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -167,7 +168,7 @@ class TokenizerCache:
         os.close(fd)
         argv = [sys.executable, "-m", __name__, "--root", str(self.root), str(source)]
         try:
-            subprocess.Popen(
+            builder = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -178,6 +179,8 @@ class TokenizerCache:
         except OSError:
             lock.unlink(missing_ok=True)
             return False
+        # Reap it when it exits (no zombie left beside a long-running server).
+        threading.Thread(target=builder.wait, name="tokenizer-cache", daemon=True).start()
         return True
 
     def build(self, source: Path) -> CachedTokenizer | None:
