@@ -5,8 +5,9 @@ behind `serve --data-parallel-size-local 0`; one runs a real vLLM CPU engine man
 and compares greedy completions with vLLM's own offline generation.
 
 Which frontend process served what is read from the processes themselves: the supervisor's
-children (psutil) own the server side of each client connection, and `/metrics` asked over a
-connection owned by one child reports that child's counters.
+children (psutil) own the server side of each client connection, so requests sent over a
+connection owned by one child are served by that child; and each child hands its own metrics
+to its siblings on a private Unix socket (what `/metrics` merges), which the tests read too.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 
+import msgspec
 import openai
+import prometheus_client
 import psutil
 import pytest
 from tests.support.engines import BASE_ENGINE_ARGS, engine_env, free_port, http_status, log_dir
 from tests.support.reference import reference_generate
+
+from vllm_frontend.cmd.runner import METRICS_DIR_ENV
+from vllm_frontend.server.metrics_merge import MetricsSnapshot
+from vllm_frontend.server.sibling_metrics import snapshot_path
 
 MAX_TOKENS = 16
 ENGINES = 2  # mock engines (data parallel): each frontend balances over both
@@ -138,28 +146,21 @@ def _successes(metrics: str) -> float:
     )
 
 
+def _own_metrics(proc: psutil.Process) -> str:
+    """The exposition of this child's own series (what it hands its siblings to merge)."""
+    cmdline = proc.cmdline()
+    index = int(cmdline[cmdline.index("--client-index") + 1])
+    path = snapshot_path(proc.environ()[METRICS_DIR_ENV], index)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(path)
+        data = b"".join(iter(lambda: s.recv(65536), b""))
+    return msgspec.msgpack.decode(data, type=MetricsSnapshot).exposition.decode()
+
+
 def _per_frontend_successes(d: Deployment) -> dict[int, float]:
-    """Each child's own `vllm:request_success_total`, asked over a connection it accepted."""
-    frontends = d.frontends()
-    found: dict[int, float] = {}
-    held: list[http.client.HTTPConnection] = []
-    try:
-        for _ in range(200):
-            if len(found) == len(frontends):
-                break
-            conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=10)
-            held.append(conn)  # kept open so the kernel cannot hand the port to another child
-            conn.request("GET", "/health")
-            conn.getresponse().read()
-            pid = _owner(frontends, conn.sock.getsockname()[1], d.port)
-            if pid is None or pid in found:
-                continue
-            conn.request("GET", "/metrics")
-            found[pid] = _successes(conn.getresponse().read().decode())
-    finally:
-        for conn in held:
-            conn.close()
-    return found
+    """Each child's own `vllm:request_success_total`."""
+    return {proc.pid: _successes(_own_metrics(proc)) for proc in d.frontends()}
 
 
 def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
@@ -192,8 +193,188 @@ def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
     assert sorted(served) == sorted(p.pid for p in frontends), served
     assert all(n > 0 for n in served.values()), f"a frontend served nothing: {served}"
     assert sum(served.values()) == total, served
-    by_engine = _mock_requests_by_engine(deployment.stats_file, total)
-    assert all(n > 0 for n in by_engine.values()), f"an engine got nothing: {by_engine}"
+    assert _successes(_scrape(deployment.port)[1]) == total
+    # Nothing runs any more. An engine's stats go to one child per step, so a child's own
+    # gauges may be from long ago (seen here: one child still had 1 running on each engine);
+    # whichever child answers shows each engine's latest: none running, none waiting.
+    deadline = time.monotonic() + 10
+    while _engine_gauges(deployment.port) != {"running": 0, "waiting": 0}:
+        assert time.monotonic() < deadline, _engine_gauges(deployment.port)
+        time.sleep(0.2)
+    for _ in range(8):
+        assert _engine_gauges(deployment.port) == {"running": 0, "waiting": 0}
+
+
+def _engine_gauges(port: int) -> dict[str, float]:
+    """The largest running and waiting counts of any engine in one scrape (ENGINES samples)."""
+    series = _series(_scrape(port)[1])
+    out = {}
+    for name in ("running", "waiting"):
+        values = [v for k, v in series.items() if k.startswith(f"vllm:num_requests_{name}{{")]
+        assert len(values) == ENGINES, series
+        out[name] = max(values)
+    return out
+
+
+def _scrape(port: int, conn: http.client.HTTPConnection | None = None) -> tuple[str, str]:
+    """``GET /metrics`` (over ``conn`` if given): its content type and body."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        body = response.read().decode()
+        assert response.status == 200, body
+        return response.getheader("content-type", ""), body
+    finally:
+        if own:
+            conn.close()
+
+
+def _connections_per_frontend(d: Deployment) -> dict[int, http.client.HTTPConnection]:
+    """One open keep-alive connection accepted by each child (the others opened on the way are
+    closed): requests sent over one are served by the child that owns it."""
+    frontends = d.frontends()
+    found: dict[int, http.client.HTTPConnection] = {}
+    spare: list[http.client.HTTPConnection] = []
+    try:
+        for _ in range(200):
+            if len(found) == len(frontends):
+                return found
+            conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+            pid = _owner(frontends, conn.sock.getsockname()[1], d.port)
+            if pid is None or pid in found:
+                spare.append(conn)  # kept open meanwhile so the kernel cannot reuse its port
+            else:
+                found[pid] = conn
+        raise AssertionError(f"no connection reached every frontend: {sorted(found)}")
+    finally:
+        for conn in spare:
+            conn.close()
+
+
+def _series(metrics: str) -> dict[str, float]:
+    """Every sample of an exposition: ``name{labels}`` → value (duplicates are an error)."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            assert key not in out, f"series shown twice: {key}"
+            out[key] = float(value)
+    return out
+
+
+def _total(series: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(
+        v
+        for key, v in series.items()
+        if key.split("{", 1)[0] == name and all(w in key for w in wanted)
+    )
+
+
+def test_every_scrape_shows_the_whole_servers_requests_and_tokens(
+    deployment: Deployment,
+) -> None:
+    conns = _connections_per_frontend(deployment)
+    pids = sorted(conns)
+    assert len(pids) == 2
+    sent = {pids[0]: 3, pids[1]: 5}  # different, so a count from one process cannot pass
+    prompt_tokens = completion_tokens = 0
+    for pid, conn in conns.items():
+        for i in range(sent[pid]):
+            body = {"model": deployment.model, "prompt": f"request {pid} {i} " * (i + 1),
+                    "max_tokens": 3 + i}  # fmt: skip
+            conn.request(
+                "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
+            )
+            response = conn.getresponse()
+            out = json.loads(response.read())
+            assert response.status == 200, out
+            prompt_tokens += out["usage"]["prompt_tokens"]
+            completion_tokens += out["usage"]["completion_tokens"]
+    requests = sum(sent.values())
+    # Each child counted exactly what its connection carried ...
+    own = {p.pid: _successes(_own_metrics(p)) for p in deployment.frontends()}
+    assert own == sent, own
+
+    # ... and whichever child answers /metrics shows the sum: over each child's own connection,
+    # then over new connections (wherever the kernel puts them).
+    single_process_type = prometheus_client.CONTENT_TYPE_LATEST
+    scrapes = [_scrape(deployment.port, conn) for conn in conns.values()]
+    scrapes += [_scrape(deployment.port) for _ in range(6)]
+    for conn in conns.values():
+        conn.close()
+    for content_type, metrics in scrapes:
+        assert content_type == single_process_type
+        series = _series(metrics)
+        assert _total(series, "vllm:request_success_total") == requests
+        assert _total(series, "vllm:request_success_total", finished_reason="length") == requests
+        assert _total(series, "vllm:prompt_tokens_total") == prompt_tokens
+        assert _total(series, "vllm:generation_tokens_total") == completion_tokens
+        assert _total(series, "vllm:request_prompt_tokens_count") == requests
+        assert _total(series, "vllm:request_prompt_tokens_sum") == prompt_tokens
+        assert _total(series, "vllm:request_generation_tokens_sum") == completion_tokens
+        assert _total(series, "vllm:e2e_request_latency_seconds_count") == requests
+        assert _total(series, "vllm:e2e_request_latency_seconds_bucket", le="+Inf") == requests
+        assert (
+            _total(series, "http_requests_total", handler="/v1/completions", status="2xx")
+            == requests
+        )
+        assert _total(series, "http_request_duration_highr_seconds_count") == requests
+        # The engine gauges: one sample per engine, not one per frontend process.
+        for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                      "vllm:kv_cache_usage_perc"):  # fmt: skip
+            engines = [re.search(r'engine="(\d+)"', k) for k in series if k.startswith(gauge + "{")]
+            assert sorted(e.group(1) for e in engines if e) == [str(i) for i in range(ENGINES)]
+
+
+def _complete(conn: http.client.HTTPConnection, model: str, prompt: str) -> None:
+    body = {"model": model, "prompt": prompt, "max_tokens": 2}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200, response.read()
+    response.read()
+
+
+def test_a_stalled_frontend_does_not_hold_up_the_scrape(deployment: Deployment) -> None:
+    conns = _connections_per_frontend(deployment)
+    (_, conn_a), (b, conn_b) = sorted(conns.items())
+    stalled = psutil.Process(b)
+    index_b = stalled.cmdline()[stalled.cmdline().index("--client-index") + 1]
+    for i in range(2):
+        _complete(conn_a, deployment.model, f"a {i}")
+    for i in range(3):
+        _complete(conn_b, deployment.model, f"b {i}")
+
+    def scrape_a() -> tuple[float, float]:
+        start = time.monotonic()
+        metrics = _scrape(deployment.port, conn_a)[1]
+        return _successes(metrics), time.monotonic() - start
+
+    try:
+        # Never heard from: left out, after the sibling timeout (1 s), not a hang.
+        stalled.suspend()
+        successes, elapsed = scrape_a()
+        assert (successes, elapsed < 5) == (2, True), elapsed
+        stalled.resume()
+        assert scrape_a()[0] == 5
+        # Heard from before: its last snapshot stands in, so no counter goes backwards.
+        stalled.suspend()
+        successes, elapsed = scrape_a()
+        assert (successes, elapsed < 5) == (5, True), elapsed
+    finally:
+        stalled.resume()
+    assert scrape_a()[0] == 5
+    for conn in conns.values():
+        conn.close()
+    log = deployment.serve.log.read_text(errors="replace")
+    assert f"metrics: API server {index_b} left out of /metrics" in log, log
+    assert f"metrics: API server {index_b} answers again" in log, log
+    assert re.search(f"metrics: API server {index_b}: .*uses its snapshot from", log), log
 
 
 def _mock_requests_by_engine(stats_file: pathlib.Path, total: int) -> dict[str, int]:

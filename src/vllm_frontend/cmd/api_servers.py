@@ -15,10 +15,13 @@ stops everything (frontends get SIGTERM, then SIGKILL after the grace period; ma
 are stopped as in the single-process path). Exit status 0 after a requested shutdown, 1 when
 something died or startup failed, 2 for bad configuration.
 
-Known limitation: every frontend keeps its own Prometheus registry, so ``/metrics`` shows the
-counters of whichever frontend accepted the scrape's connection (vLLM aggregates them with
-prometheus_client's multiprocess mode, which would put an mmap write on every metric update of
-the hot path).
+``/metrics`` shows the whole server whichever frontend accepts the scrape, as vLLM's does with
+prometheus_client's multiprocess mode (``setup_multiprocess_prometheus`` in
+``run_multi_api_server``, vllm/entrypoints/cli/serve.py). That mode would put an mmap write on
+every metric update of the hot path; instead each child keeps its in-memory series and serves
+them to the others on a Unix socket in a private directory made here (named to the children in
+``METRICS_DIR_ENV``), and the child that takes a scrape merges
+(``vllm_frontend.server.sibling_metrics``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from vllm_frontend.cmd.managed_engine import (
@@ -39,7 +44,7 @@ from vllm_frontend.cmd.managed_engine import (
     ManagedEngineSpec,
     death_signal_setter,
 )
-from vllm_frontend.cmd.runner import _fail, _run
+from vllm_frontend.cmd.runner import METRICS_DIR_ENV, _fail, _run
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.handshake import HandshakeError
@@ -58,9 +63,10 @@ class _Frontends:
     """The N frontend child processes (same process group as this one, so a group kill of the
     supervisor reaches them too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics_dir: str) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._preexec = death_signal_setter()
+        self._env = {**os.environ, METRICS_DIR_ENV: metrics_dir}
 
     def spawn(
         self,
@@ -89,7 +95,7 @@ class _Frontends:
             "--args-json", args_json,
         ]  # fmt: skip
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, pass_fds=fds, preexec_fn=self._preexec
+            cmd, stdin=subprocess.DEVNULL, pass_fds=fds, preexec_fn=self._preexec, env=self._env
         )
         self.procs.append(proc)
         logger.info("started frontend %d/%d (pid %d)", index, count, proc.pid)
@@ -155,7 +161,8 @@ def run_api_servers(serve: ServeArgs, spec: ManagedEngineSpec) -> int:
         http_sock.close()
         return _fail(f"cannot bind the engine listeners: {e}", 1)
     engines = None if external else ManagedEngines(spec)
-    frontends = _Frontends()
+    metrics_dir = tempfile.mkdtemp(prefix="vllm-fe-metrics-")  # mode 0700
+    frontends = _Frontends(metrics_dir)
     try:
         return _run(
             _supervise(serve, spec, config, http_sock, listeners, engines, frontends, args_json)
@@ -167,6 +174,7 @@ def run_api_servers(serve: ServeArgs, spec: ManagedEngineSpec) -> int:
             engines.stop(config.shutdown_timeout)
         listeners.cleanup()
         http_sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 async def _supervise(

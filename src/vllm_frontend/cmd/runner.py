@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
 import zmq
 
@@ -33,13 +34,20 @@ from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
+from vllm_frontend.llm.metrics import EngineStatsArrivals
 from vllm_frontend.server.app import make_server
-from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.http import HttpServer, bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.sibling_metrics import SiblingMetrics
 from vllm_frontend.text.detokenizer import prefill
 
 logger = logging.getLogger("vllm_frontend")
 
 _STARTED = time.monotonic()
+
+METRICS_DIR_ENV = "VLLM_FRONTEND_API_SERVER_METRICS_DIR"
+"""Set by the ``--api-server-count`` supervisor for its children: the private directory where
+each one serves its own metrics to the others, so that any of them answers ``/metrics`` for all
+(as vLLM's ``PROMETHEUS_MULTIPROC_DIR``)."""
 
 
 class StartupError(Exception):
@@ -117,8 +125,24 @@ def run_frontend(args: argparse.Namespace) -> int:
             client_count=args.client_count,
         )
 
+    siblings = None
+    metrics_dir = os.environ.get(METRICS_DIR_ENV)
+    if args.client_count > 1:
+        if metrics_dir:
+            siblings = _MetricsGroup(metrics_dir, args.client_index, args.client_count)
+        else:
+            logger.warning("%s is not set: /metrics shows this process only", METRICS_DIR_ENV)
     # Under `vllm serve` a non-zero exit makes the supervisor tear everything down (§3.2.4).
-    return _run(_serve(config, model, connect, [http_sock], exit_on_engine_death=True))
+    return _run(
+        _serve(config, model, connect, [http_sock], exit_on_engine_death=True, siblings=siblings)
+    )
+
+
+@dataclass(frozen=True)
+class _MetricsGroup:
+    directory: str
+    index: int
+    count: int
 
 
 # -- serve (Mode A: we own the handshake) --------------------------------------------------
@@ -227,6 +251,7 @@ async def _serve(
     connect: Callable[[], Awaitable[EngineCoreClient]],
     sockets: list[socket.socket],
     exit_on_engine_death: bool,
+    siblings: _MetricsGroup | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -247,13 +272,29 @@ async def _serve(
     except Exception as e:
         logger.error("could not connect to the engines: %s", e)
         return 1
+    group: SiblingMetrics | None = None
+    arrivals: asyncio.Future[None] | None = None
     try:
         app = build_frontend_app(config, model, client)
-        http = make_server(app)
+        if siblings is None:
+            http = make_server(app)
+        else:
+            stats = EngineStatsArrivals()
+            arrivals = asyncio.ensure_future(stats.follow(client.wait_for_scheduler_stats))
+            group = SiblingMetrics(
+                siblings.directory, siblings.index, siblings.count, stats.by_engine_label
+            )
+            await group.start(app)
+            http = HttpServer(
+                group.wrap(app),
+                keep_alive_timeout=app.settings.http_timeout_keep_alive,
+                max_body_size=app.settings.max_body_size,
+            )
         for sock in sockets:
             await http.start(sock)
     except Exception as e:
         logger.error("could not start the HTTP server: %s", e)
+        await _stop_sibling_metrics(group, arrivals)
         await client.close()
         return 1
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
@@ -284,8 +325,20 @@ async def _serve(
             await asyncio.wait_for(stop.wait(), 0.5)
     logger.info("shutting down")
     await http.shutdown(config.shutdown_timeout)
+    await _stop_sibling_metrics(group, arrivals)
     await client.close()
     return code
+
+
+async def _stop_sibling_metrics(
+    group: SiblingMetrics | None, arrivals: asyncio.Future[None] | None
+) -> None:
+    if group is not None:
+        await group.close()
+    if arrivals is not None:
+        arrivals.cancel()
+        # It may have ended by itself already, with the engines' death: reported elsewhere.
+        await asyncio.gather(arrivals, return_exceptions=True)
 
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
