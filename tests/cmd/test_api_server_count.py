@@ -30,7 +30,14 @@ import openai
 import prometheus_client
 import psutil
 import pytest
-from tests.support.engines import BASE_ENGINE_ARGS, engine_env, free_port, http_status, log_dir
+from tests.support.engines import (
+    BASE_ENGINE_ARGS,
+    engine_env,
+    free_port,
+    http_status,
+    log_dir,
+    start_vllm_server,
+)
 from tests.support.reference import reference_generate
 
 from vllm_frontend.cmd.runner import METRICS_DIR_ENV
@@ -587,3 +594,105 @@ def test_two_frontends_over_a_managed_engine_match_vllms_greedy_output(
         assert serve.popen.wait(60) == 0, serve.tail()
     finally:
         serve.stop()
+
+
+def _families(metrics: str) -> dict[str, tuple[str, dict[str, float]]]:
+    """TYPE name → (kind, its samples)."""
+    out: dict[str, tuple[str, dict[str, float]]] = {}
+    current: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            current = {}
+            out[name] = (kind, current)
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            current[key] = float(value)
+    return out
+
+
+def _over_engines(samples: dict[str, float]) -> dict[str, float]:
+    """``samples`` summed over the ``engine`` label."""
+    out: dict[str, float] = {}
+    for key, value in samples.items():
+        key = re.sub(r'engine="\d+",?', "", key).replace(",}", "}")
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def _metrics_after_requests(port: int, model: str) -> str:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: _complete_once(port, model, f"hello {i}", 3 + i % 3), range(12)))
+    return _scrape(port)[1]
+
+
+def _complete_once(port: int, model: str, prompt: str, max_tokens: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+        conn.request(
+            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        response = conn.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+    finally:
+        conn.close()
+
+
+# Families whose every value follows from the requests sent (no timing in them).
+SAME_VALUES = {
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_n",
+    "vllm:request_params_max_tokens", "vllm:request_max_num_generation_tokens",
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "http_requests_total",
+    "http_request_size_bytes",
+}  # fmt: skip
+
+
+@pytest.mark.engine  # vLLM's own frontend takes a minute to start
+def test_metrics_of_two_api_servers_have_vllms_series_and_totals(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    ours = Deployment(tiny_model, tmp_path)
+    try:
+        ours.wait_all_serving()
+        our_metrics = _metrics_after_requests(ours.port, ours.model)
+    finally:
+        ours.stop()
+    rpc = free_port()
+    mock = Proc(
+        "mock-for-vllm",
+        ["mock-engine", "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "2",
+         "--engine-count", str(ENGINES), "--max-model-len", "2048"],
+    )  # fmt: skip
+    server = start_vllm_server(
+        model=tiny_model,
+        extra_args=["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
+                    "--data-parallel-size", str(ENGINES), "--data-parallel-address", "127.0.0.1",
+                    "--api-server-count", "2"],
+    )  # fmt: skip
+    try:
+        server.wait_ready(600)
+        vllm_metrics = _metrics_after_requests(server.port, str(tiny_model))
+    finally:
+        server.stop()
+        mock.stop()
+
+    theirs = _families(vllm_metrics)
+    # Every family we show is vLLM's, with the same kind and the very same series (label
+    # names and values: one per engine, no per-process `pid` label) and the same totals.
+    # Not compared: our `_created` series (prometheus_client's multiprocess mode drops them) and
+    # the order of families (vLLM's comes grouped by kind out of its MultiProcessCollector).
+    for name, (kind, samples) in _families(our_metrics).items():
+        if name.endswith("_created"):
+            continue
+        assert name in theirs, name
+        assert theirs[name][0] == kind, name
+        assert sorted(samples) == sorted(theirs[name][1]), name
+        # Which engine a request went to is the frontends' choice: totals over engines.
+        ours_total, their_total = _over_engines(samples), _over_engines(theirs[name][1])
+        for key, value in ours_total.items():
+            if name in SAME_VALUES or key.split("{")[0].endswith("_count"):
+                assert value == their_total[key], key
+    assert "pid=" not in vllm_metrics and "pid=" not in our_metrics
