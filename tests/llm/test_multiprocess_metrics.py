@@ -239,3 +239,14 @@ def test_stats_arrivals_stamp_each_new_stats_message() -> None:
         return arrivals.times
 
     asyncio.run(run())
+
+
+def test_samples_with_timestamps_are_read_by_their_value() -> None:
+    # prometheus_client writes no timestamps for these series; a collector could. The merge
+    # keeps the value (summed) and drops the timestamp.
+    a = b'# HELP x_total X.\n# TYPE x_total counter\nx_total{v="} 1"} 2.0 1700000000000\n'
+    b = b'# HELP x_total X.\n# TYPE x_total counter\nx_total{v="} 1"} 3.0\nx_total 1.0 17\n'
+    merged = merge_expositions([MetricsSnapshot(a), MetricsSnapshot(b)])
+    assert merged == (
+        b'# HELP x_total X.\n# TYPE x_total counter\nx_total{v="} 1"} 5.0\nx_total 1.0\n'
+    )

@@ -25,7 +25,7 @@ applies in that mode (``prometheus_client/multiprocess.py``) and the gauge modes
 Families and samples keep the first process's order (the scraped process comes first), samples
 that only other processes have follow; HELP and TYPE lines are copied as they are, values are
 rendered as prometheus_client renders them, so one process's exposition merges into itself
-byte for byte.
+byte for byte. Sample timestamps (prometheus_client writes none for these series) are dropped.
 """
 
 from __future__ import annotations
@@ -116,16 +116,19 @@ def _parse(text: str) -> list[_Family]:
                 families.append(current)
             current.header.append(line)
             continue
-        end = _sample_key_end(line)
-        if end <= 0:
-            raise ValueError(f"not a sample line: {line!r}")
-        fields = line[end:].split()
-        if not fields:
-            raise ValueError(f"sample without a value: {line!r}")
+        key, _, value = line.rpartition(" ")
+        # The value is the last field unless a timestamp follows it: then the part before the
+        # last space ends in neither the label set's brace nor a bare name.
+        if not key or not (key[-1] == "}" or ("{" not in key and " " not in key)):
+            end = _sample_key_end(line)
+            fields = line[end:].split() if end > 0 else []
+            if not fields:
+                raise ValueError(f"not a sample line: {line!r}")
+            key, value = line[:end], fields[0]
         if current is None:
             current = _Family("")
             families.append(current)
-        current.samples[line[:end]] = float(fields[0])
+        current.samples[key] = float(value)
     return families
 
 
