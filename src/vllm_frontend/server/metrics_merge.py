@@ -51,7 +51,7 @@ class MetricsSnapshot(msgspec.Struct, frozen=True):
     (``time.monotonic()``, one clock for every process on the machine)."""
 
 
-_SUM, _MIN, _MOSTRECENT, _FIRST = range(4)
+_SUM, _MIN, _GAUGE, _FIRST = range(4)
 _SUMMED_KINDS = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 _ENGINE_LABEL = re.compile(r'[{,]\s*engine="((?:[^"\\]|\\.)*)"')
 
@@ -70,6 +70,7 @@ class _Merged:
     rule: int
     values: dict[str, float] = field(default_factory=dict)
     received: dict[str, float] = field(default_factory=dict)
+    """Per engine-labelled gauge sample: when the process it was taken from heard last."""
 
 
 def _sample_key_end(line: str) -> int:
@@ -117,8 +118,8 @@ def _parse(text: str) -> list[_Family]:
             current.header.append(line)
             continue
         key, _, value = line.rpartition(" ")
-        # The value is the last field unless a timestamp follows it: then the part before the
-        # last space ends in neither the label set's brace nor a bare name.
+        # The value is the last field, unless a timestamp follows it: then what precedes the last
+        # space is neither a bare name nor ends with the label set's brace, and a scan decides.
         if not key or not (key[-1] == "}" or ("{" not in key and " " not in key)):
             end = _sample_key_end(line)
             fields = line[end:].split() if end > 0 else []
@@ -133,7 +134,8 @@ def _parse(text: str) -> list[_Family]:
 
 
 def _rules(families: Sequence[_Family]) -> dict[str, int]:
-    """Each family's aggregation (per family; gauges pick per sample between mostrecent/sum)."""
+    """Each family's aggregation (a gauge's samples with an ``engine`` label take the most recent
+    value, the others are summed)."""
     bases = set()
     for f in families:
         if f.kind == "counter":
@@ -147,7 +149,7 @@ def _rules(families: Sequence[_Family]) -> dict[str, int]:
         elif f.kind == "gauge" and f.name.endswith("_created") and f.name[:-8] in bases:
             rules[f.name] = _MIN
         elif f.kind == "gauge":
-            rules[f.name] = _MOSTRECENT
+            rules[f.name] = _GAUGE
         else:
             rules[f.name] = _FIRST
     return rules
@@ -176,7 +178,7 @@ def _merge_family(into: _Merged, family: _Family, received: Mapping[str, float])
     values = into.values
     rule = into.rule
     for key, value in family.samples.items():
-        if rule == _MOSTRECENT:
+        if rule == _GAUGE:
             engine = _ENGINE_LABEL.search(key)
             if engine is not None:
                 heard = received.get(engine.group(1), -math.inf)
@@ -188,8 +190,7 @@ def _merge_family(into: _Merged, family: _Family, received: Mapping[str, float])
         old = values.get(key)
         if old is None:
             values[key] = value
-            into.received[key] = -math.inf
-        elif rule in (_SUM, _MOSTRECENT):
+        elif rule in (_SUM, _GAUGE):
             values[key] = old + value
         elif rule == _MIN and value < old:
             values[key] = value
