@@ -24,6 +24,13 @@ from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
+from .beam_search import (
+    BeamSearch,
+    BeamSearchParams,
+    BeamSearchStream,
+    beam_search_params,
+    beam_token_text,
+)
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     ChatUsageChunk,
@@ -326,8 +333,6 @@ class ChatHandler:
         ctx = self.ctx
         req = self._parse(request.body)
         ctx.check_model(req.model)
-        if getattr(req, "use_beam_search", False):
-            raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
         self._check_tool_choice(req)
         requested = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -344,7 +349,11 @@ class ChatHandler:
         max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
         if self._parsers is not None and self._parsers.needs_special_tokens(self._options(req)):
             req.skip_special_tokens = False  # the parsers' adjust_request in vLLM
-        params = ctx.lower(req, chat=True, max_tokens=max_tokens)
+        params: Any
+        if req.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
+            params = beam_search_params(ctx, req, max_tokens)
+        else:
+            params = ctx.lower(req, chat=True, max_tokens=max_tokens)
         role = ctx.response_role if req.add_generation_prompt is not False else None
         if role is None:
             role = rendered.conversation[-1]["role"]
@@ -442,11 +451,13 @@ class ChatHandler:
     def _logprobs(self, req: Any, seq: SequenceOutput) -> ChatLogprobs | None:
         if not req.logprobs:
             return None
+        ctx = self.ctx
+        token_text = beam_token_text(ctx.tokenizer) if req.use_beam_search else ctx.strings().token
         return chat_logprobs(
             seq.token_ids,
             seq.logprobs or [],
             req.top_logprobs,
-            self.ctx.strings().token,
+            token_text,
             self._as_token_ids(req),
             all_candidates=bool(req.logprob_token_ids),
         )
@@ -454,6 +465,15 @@ class ChatHandler:
     def _gen(
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
     ) -> SequenceStream:
+        if isinstance(params, BeamSearchParams):
+            search = BeamSearch(
+                self.ctx,
+                request_id=request_id,
+                prompt=prompt,
+                params=params,
+                cache_salt=getattr(req, "cache_salt", None),
+            )
+            return BeamSearchStream(search)
         return request_sequences(self.ctx, req, request_id, prompt, params, req.n or 1, dp_rank)
 
     async def _full(
@@ -469,7 +489,8 @@ class ChatHandler:
         ctx = self.ctx
         created = int(time.time())
         n = req.n or 1
-        finals: list[SequenceOutput | None] = [None] * n
+        # The finished choices by index (beam search may return fewer than n).
+        finals: dict[int, SequenceOutput] = {}
         cached: int | None = None
         async with contextlib.aclosing(
             self._gen(req, request_id, prompt, params, dp_rank)
@@ -483,9 +504,9 @@ class ChatHandler:
         choices: list[ChatChoice] = []
         prompt_lps = None
         reasoning_tokens = 0
-        for idx, final in enumerate(finals):
-            assert final is not None
-            seq = final
+        if not isinstance(params, BeamSearchParams):
+            assert len(finals) == n
+        for idx, seq in sorted(finals.items()):
             if seq.finish_reason == "error":
                 raise GenerationFailed()
             if seq.prompt_logprobs is not None:
@@ -528,7 +549,7 @@ class ChatHandler:
                     token_ids=list(seq.token_ids) if return_ids and not hide else None,
                 )
             )
-        num_gen = sum(s.num_output_tokens for s in finals if s is not None)
+        num_gen = sum(s.num_output_tokens for s in finals.values())
         full_usage: Usage | ReasoningUsage = usage(
             len(prompt.token_ids), num_gen, cached if ctx.enable_prompt_tokens_details else None
         )

@@ -21,6 +21,13 @@ from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
+from .beam_search import (
+    BeamSearch,
+    BeamSearchParams,
+    BeamSearchStream,
+    beam_search_params,
+    beam_token_text,
+)
 from .generation import (
     ChoiceTemplates,
     GenerationFailed,
@@ -221,18 +228,19 @@ class CompletionsHandler:
         """Handle one request (errors are raised, the app maps them)."""
         ctx = self.ctx
         req = self._parse(request.body)
-        if req.stream and getattr(req, "use_beam_search", False):
+        if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
-        if getattr(req, "use_beam_search", False):
-            raise errors.NotImplementedFeature("Beam search is not supported by this frontend.")
         prompts = self._render(req)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         created = int(time.time())
         prepared: list[tuple[PreparedPrompt, Any]] = []
         for prompt in prompts:
             max_tokens = ctx.resolve_max_tokens(req.max_tokens, len(prompt.token_ids))
-            params = ctx.lower(req, chat=False, max_tokens=max_tokens)
+            if req.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
+                params: Any = beam_search_params(ctx, req, max_tokens)
+            else:
+                params = ctx.lower(req, chat=False, max_tokens=max_tokens)
             prepared.append((prompt, params))
         dp_rank = data_parallel_rank(request)
         if req.stream:
@@ -313,13 +321,25 @@ class CompletionsHandler:
     ) -> bytes:
         ctx = self.ctx
         n = req.n or 1
-        finals: list[list[SequenceOutput | None]] = [[None] * n for _ in prepared]
+        # Per prompt, its finished choices by index (beam search may return fewer than n).
+        finals: list[dict[int, SequenceOutput]] = [{} for _ in prepared]
         cached: list[int | None] = [None] * len(prepared)
 
+        def source(i: int, prompt: PreparedPrompt, params: Any) -> SequenceStream:
+            if isinstance(params, BeamSearchParams):
+                # vLLM gives every prompt's search the request's own id (no "-<i>").
+                search = BeamSearch(
+                    ctx,
+                    request_id=request_id,
+                    prompt=prompt,
+                    params=params,
+                    cache_salt=getattr(req, "cache_salt", None),
+                )
+                return BeamSearchStream(search)
+            return request_sequences(ctx, req, f"{request_id}-{i}", prompt, params, n, dp_rank)
+
         async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
-            async with contextlib.aclosing(
-                request_sequences(ctx, req, f"{request_id}-{i}", prompt, params, n, dp_rank)
-            ) as outputs:
+            async with contextlib.aclosing(source(i, prompt, params)) as outputs:
                 async for idx, seq, num_cached in outputs:
                     if num_cached is not None:
                         cached[i] = num_cached
@@ -329,17 +349,23 @@ class CompletionsHandler:
         if len(prepared) == 1:
             await run(0, *prepared[0])
         else:
-            async with asyncio.TaskGroup() as tg:
-                for i, (prompt, params) in enumerate(prepared):
-                    tg.create_task(run(i, prompt, params))
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for i, (prompt, params) in enumerate(prepared):
+                        tg.create_task(run(i, prompt, params))
+            except ExceptionGroup as group:
+                # vLLM merges the prompts' generators: the first failure is the request's (e.g. a
+                # beam search's step refused by the engine's limits, which is a 400).
+                raise group.exceptions[0] from None
 
         choices: list[CompletionChoice] = []
         num_prompt = num_gen = 0
         echo = bool(req.echo)
         return_ids = bool(getattr(req, "return_token_ids", False))
-        for i, (prompt, _params) in enumerate(prepared):
-            for seq in finals[i]:
-                assert seq is not None
+        for i, (prompt, params) in enumerate(prepared):
+            if not isinstance(params, BeamSearchParams):
+                assert len(finals[i]) == n
+            for _, seq in sorted(finals[i].items()):
                 if seq.finish_reason == "error":
                     raise GenerationFailed()
                 choices.append(self._full_choice(req, len(choices), prompt, seq, echo, return_ids))
@@ -392,7 +418,7 @@ class CompletionsHandler:
                 token_ids,
                 out_lps or [],
                 req.logprobs,
-                ctx.strings().token,
+                beam_token_text(ctx.tokenizer) if req.use_beam_search else ctx.strings().token,
                 as_token_ids=self._as_token_ids(req),
                 all_candidates=bool(req.logprob_token_ids),
             )
