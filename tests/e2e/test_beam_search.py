@@ -28,8 +28,16 @@ _CHAT_X = [{"role": "user", "content": "Tell me a story."}]
 
 def _beam(**kw: Any) -> dict[str, Any]:
     """SDK keyword arguments with vLLM's beam-search fields in ``extra_body``."""
-    extra = {k: kw.pop(k) for k in ("length_penalty", "ignore_eos", "include_stop_str_in_output",
-                                     "return_token_ids", "echo") if k in kw}  # fmt: skip
+    names = (
+        "length_penalty",
+        "ignore_eos",
+        "include_stop_str_in_output",
+        "return_token_ids",
+        "echo",
+        "prompt_logprobs",
+        "return_tokens_as_token_ids",
+    )
+    extra = {k: kw.pop(k) for k in names if k in kw}
     kw["extra_body"] = {**_BEAM, **extra}
     return kw
 
@@ -64,6 +72,9 @@ def _assert_in_flight_is_zero(frontends: Frontends) -> None:
         pytest.param({"n": 2, "max_tokens": 4, "ignore_eos": True, "top_p": 0.1,
                       "presence_penalty": 1.5}, id="sampling-knobs-ignored"),
         pytest.param({"n": 3, "max_tokens": 2, "temperature": 0}, id="n3-greedy-allowed"),
+        pytest.param({"n": 2, "max_tokens": 3, "temperature": 0, "logprobs": 1,
+                      "prompt_logprobs": 1, "return_tokens_as_token_ids": True},
+                     id="prompt-logprobs-ignored-token-ids"),
     ],
 )  # fmt: skip
 def test_beam_search_completion_matches_vllm(
@@ -134,6 +145,8 @@ def test_beam_search_chat_matches_vllm(
                       "top_logprobs": 1, "stream_options": {"include_usage": True,
                                                             "continuous_usage_stats": True}},
                      id="n2-logprobs-continuous-usage"),
+        pytest.param({"n": 2, "max_tokens": 0, "stream_options": {"include_usage": True}},
+                     id="max-tokens-0"),
     ],
 )  # fmt: skip
 def test_streamed_beam_search_chat_matches_vllm(

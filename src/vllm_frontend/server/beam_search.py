@@ -13,14 +13,14 @@ be fewer choices than ``n`` (``max_tokens`` 0 leaves the prompt alone); logprob 
 decoded text (the engine requests do not detokenize).
 
 Every engine request a step started is aborted when the search stops early (client disconnect,
-a dead engine, an error): each step's streams live in one ``AsyncExitStack``.
+a dead engine, an error): each step's streams live in one ``AsyncExitStack`` and are awaited
+together, so the first failure ends the step at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
-from vllm_frontend.engine.validate import InvalidRequestError
+from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits
 from vllm_frontend.llm import LLM, GenerateRequest, GenerationStream, OutputKind, SampleOutput
 from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs
 from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
@@ -71,10 +71,7 @@ def beam_search_params(ctx: ServingContext, req: Any, max_tokens: int) -> BeamSe
     width = req.n if req.n is not None else 1
     if width < 1:
         raise InvalidRequestError(f"beam_width must be at least 1, got {width}.")
-    limits = ctx.sampling.limits
-    max_n = (
-        limits.max_n if limits is not None else int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
-    )
+    max_n = (ctx.sampling.limits or RequestLimits()).max_n  # VLLM_MAX_N_SEQUENCES
     if width > max_n:
         raise InvalidRequestError(
             f"beam_width must be at most {max_n}, got {width}. To increase this limit, set the "
