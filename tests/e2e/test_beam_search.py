@@ -11,6 +11,8 @@ token, which is random otherwise.
 from __future__ import annotations
 
 import json
+import socket
+import time
 from typing import Any
 
 import httpx
@@ -18,7 +20,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import Frontends
-from tests.e2e.test_differential import PROMPTS, _raw, assert_same, compare
+from tests.e2e.test_differential import PROMPTS, _raw, _scrape, assert_same, compare
 
 pytestmark = pytest.mark.engine
 
@@ -213,3 +215,50 @@ def test_a_streamed_chat_beam_search_that_fails_ends_with_vllms_error_event(
     assert ref[0] == 200 and ref[1][-1] == "[DONE]" and "error" in ref[1][-2]
     assert ours == ref
     _assert_in_flight_is_zero(frontends)
+
+
+def test_beam_search_metrics_count_like_vllm(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    # Each step's one-token engine requests are requests of their own, on both sides.
+    urls = (("ours", frontends.ours), ("vllm", frontends.vllm))
+    before = {name: _scrape(url) for name, url in urls}
+    compare(sdk, _completion(frontends.model, prompt=PROMPTS[0], n=2, max_tokens=3))
+    compare(sdk, _chat(frontends.model, n=3, max_tokens=2, stream=True))
+    after = {name: _scrape(url) for name, url in urls}
+    deltas = {
+        name: {k: v - before[name].get(k, 0.0) for k, v in after[name].items()}
+        for name in ("ours", "vllm")
+    }
+    assert deltas["ours"] == deltas["vllm"]
+
+
+def test_a_client_leaving_mid_search_aborts_every_engine_request(frontends: Frontends) -> None:
+    client, engines = frontends.our_engine_client, frontends.our_engines
+    if client is None or engines is None:
+        pytest.skip("needs our in-process server and its engine")
+    body = json.dumps({"model": frontends.model, **_BEAM, "prompt": PROMPTS[0], "n": 4,
+                       "max_tokens": 200}).encode()  # fmt: skip
+    host, port = frontends.ours.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        # Past the first step: several beams' requests in flight at once.
+        deadline = time.monotonic() + 60
+        while client.num_in_flight < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.num_in_flight >= 2
+        # A frozen engine cannot finish them: only the server noticing the closed connection
+        # can end them now.
+        with engines.paused():
+            sock.close()
+            deadline = time.monotonic() + 30
+            while client.num_in_flight and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert client.num_in_flight == 0
+    r = httpx.post(frontends.ours + "/v1/completions", timeout=60,
+                   json={"model": frontends.model, "prompt": "hi", "max_tokens": 2})  # fmt: skip
+    assert r.status_code == 200
+    gauges = {name: v for (name, _), v in _scrape(frontends.ours).items()
+              if name in ("vllm:num_requests_running", "vllm:num_requests_waiting")}  # fmt: skip
+    assert gauges == {"vllm:num_requests_running": 0, "vllm:num_requests_waiting": 0}

@@ -47,8 +47,8 @@ class ScriptedLM:
     ``table`` maps generated tokens (after the prompt: the first request's ids) to
     ``{token: logprob}``; other contexts get a seeded random distribution over VOCAB and EOS.
     The sampled token is the most likely one. At ``fail_at`` generated tokens, beam ``fail_beam``
-    fails (``fail``: an ERROR finish, or EngineDeadError) and, with ``hang``, the others never
-    answer (with ``fail`` None: every beam hangs there)."""
+    fails (``fail``: an ERROR or ABORT finish, or EngineDeadError) and, with ``hang``, the
+    others never answer (with ``fail`` None: every beam hangs there)."""
 
     def __init__(self, eos: int, table: dict[tuple[int, ...], dict[int, float]] | None = None,
                  *, fail_at: int | None = None, fail: str | None = None, fail_beam: int = 0,
@@ -100,7 +100,7 @@ class ScriptedLM:
             new_logprobs=LogprobsLists(np.array([ids], dtype=np.int64),
                                        np.array([lps], dtype=np.float32), np.array([1])),
             finish_reason=FinishReason.ERROR if failing and self.fail == "error"
-            else FinishReason.LENGTH,
+            else FinishReason.ABORT if failing and self.fail == "abort" else FinishReason.LENGTH,
         )  # fmt: skip
 
     def abort_requests(self, request_ids: Sequence[str]) -> int:
@@ -363,6 +363,23 @@ def test_an_engine_error_finish_in_a_step_is_vllms_500(
     lm = ScriptedLM(tokenizer.eos_token_id or 0, fail_at=2, fail="error", fail_beam=1)
     status, out = asyncio.run(_call(_app(tiny_model, lm), path, body))
     assert _error_of(status, out, body) == INTERNAL
+    assert _left_running(lm) == set()
+
+
+def test_an_engine_abort_ends_the_search_with_the_beams_so_far_finished_abort(
+    tiny_model: pathlib.Path, tokenizer: Tokenizer
+) -> None:
+    # vLLM: any "abort" output of a step marks every live beam "abort" and ends the search; the
+    # completed and live beams are then ranked as usual.
+    eos = tokenizer.eos_token_id
+    assert eos is not None
+    lm = ScriptedLM(eos, fail_at=1, fail="abort", fail_beam=2)
+    status, out = _complete(_app(tiny_model, lm), n=3, max_tokens=5, return_token_ids=True)
+    assert status == 200
+    expected = reference_search(lm, 3, 1)
+    assert [(c["token_ids"], c["finish_reason"]) for c in out["choices"]] == [
+        (gen, "abort" if finish == "length" else finish) for gen, _, finish, _ in expected
+    ]
     assert _left_running(lm) == set()
 
 
