@@ -153,8 +153,8 @@ def _successes(metrics: str) -> float:
     )
 
 
-def _own_metrics(proc: psutil.Process) -> str:
-    """The exposition of this child's own series (what it hands its siblings to merge)."""
+def _own_snapshot(proc: psutil.Process) -> MetricsSnapshot:
+    """This child's own series and stats arrival times (what it hands its siblings to merge)."""
     cmdline = proc.cmdline()
     index = int(cmdline[cmdline.index("--client-index") + 1])
     path = snapshot_path(proc.environ()[METRICS_DIR_ENV], index)
@@ -162,7 +162,12 @@ def _own_metrics(proc: psutil.Process) -> str:
         s.settimeout(10)
         s.connect(path)
         data = b"".join(iter(lambda: s.recv(65536), b""))
-    return msgspec.msgpack.decode(data, type=MetricsSnapshot).exposition.decode()
+    return msgspec.msgpack.decode(data, type=MetricsSnapshot)
+
+
+def _own_metrics(proc: psutil.Process) -> str:
+    """The exposition of this child's own series."""
+    return _own_snapshot(proc).exposition.decode()
 
 
 def _per_frontend_successes(d: Deployment) -> dict[int, float]:
@@ -201,26 +206,43 @@ def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
     assert all(n > 0 for n in served.values()), f"a frontend served nothing: {served}"
     assert sum(served.values()) == total, served
     assert _successes(_scrape(deployment.port)[1]) == total
-    # Nothing runs any more. An engine's stats go to one child per step, so a child's own
-    # gauges may be from long ago (seen here: one child still had 1 running on each engine);
-    # whichever child answers shows each engine's latest: none running, none waiting.
+    # Nothing runs any more, so the engines send no more stats. An engine's stats go to one
+    # child per step, so the children's own gauges may differ (one child may still show requests
+    # running from long ago); whichever child answers shows, per engine, the values of the child
+    # that received that engine's stats last (vLLM's "mostrecent"), once.
+    own = [_own_snapshot(p) for p in frontends]
     deadline = time.monotonic() + 10
-    while _engine_gauges(deployment.port) != {"running": 0, "waiting": 0}:
-        assert time.monotonic() < deadline, _engine_gauges(deployment.port)
-        time.sleep(0.2)
-    for _ in range(8):
-        assert _engine_gauges(deployment.port) == {"running": 0, "waiting": 0}
+    while (again := [_own_snapshot(p) for p in frontends]) != own:  # until the last stats are in
+        assert time.monotonic() < deadline
+        own = again
+    expected = {}
+    for engine in map(str, range(ENGINES)):
+        latest = max(own, key=lambda o: o.stats_received.get(engine, -1.0))
+        assert engine in latest.stats_received, own  # the mock engines log stats
+        series = _series(latest.exposition.decode())
+        for gauge in ENGINE_GAUGES:
+            expected[gauge, engine] = _total(series, gauge, engine=engine)
+    for _ in range(6):
+        series = _series(_scrape(deployment.port)[1])
+        shown = {
+            (key.split("{", 1)[0], _engine_label(key)): value
+            for key, value in series.items()
+            if key.split("{", 1)[0] in ENGINE_GAUGES
+        }
+        assert shown == expected
 
 
-def _engine_gauges(port: int) -> dict[str, float]:
-    """The largest running and waiting counts of any engine in one scrape (ENGINES samples)."""
-    series = _series(_scrape(port)[1])
-    out = {}
-    for name in ("running", "waiting"):
-        values = [v for k, v in series.items() if k.startswith(f"vllm:num_requests_{name}{{")]
-        assert len(values) == ENGINES, series
-        out[name] = max(values)
-    return out
+def _engine_label(key: str) -> str:
+    found = re.search(r'engine="(\d+)"', key)
+    assert found is not None, key
+    return found.group(1)
+
+
+ENGINE_GAUGES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+)
 
 
 def _scrape(port: int, conn: http.client.HTTPConnection | None = None) -> tuple[str, str]:

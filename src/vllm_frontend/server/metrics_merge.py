@@ -18,7 +18,10 @@ applies in that mode (``prometheus_client/multiprocess.py``) and the gauge modes
   of the process that heard from that engine last, so each engine shows once. An engine sends
   its scheduler stats to one frontend per step (``vllm/v1/core/sched/scheduler.py``
   ``update_from_output``: "Return stats to only one of the front-ends"), so the others' values
-  are older, not another share;
+  are older, not another share. "Last" is by each process's clock when it took the stats in, as
+  prometheus_client stamps a ``mostrecent`` gauge when the recording process sets it: two
+  messages of one engine reaching two processes closer together than their processing delays
+  may come out in the wrong order, in vLLM as here;
 * other gauges: summed (vLLM's ``"sum"``/``"livesum"`` modes, e.g. ``vllm:lora_requests_info``);
 * anything else: the first process's samples.
 
