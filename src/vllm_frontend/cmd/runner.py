@@ -36,7 +36,7 @@ from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.metrics import EngineStatsArrivals
 from vllm_frontend.server.app import make_server
-from vllm_frontend.server.http import HttpServer, bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
 from vllm_frontend.server.sibling_metrics import SiblingMetrics
 from vllm_frontend.text.detokenizer import prefill
 
@@ -285,11 +285,7 @@ async def _serve(
                 siblings.directory, siblings.index, siblings.count, stats.by_engine_label
             )
             await group.start(app)
-            http = HttpServer(
-                group.wrap(app),
-                keep_alive_timeout=app.settings.http_timeout_keep_alive,
-                max_body_size=app.settings.max_body_size,
-            )
+            http = make_server(app, group.wrap)
         for sock in sockets:
             await http.start(sock)
     except Exception as e:

@@ -321,10 +321,11 @@ def _on_sent(response: AnyResponse, callback: Callable[[], None]) -> None:
     response.background = both
 
 
-def make_server(app: App) -> HttpServer:
-    """The HTTP server for ``app``, with its settings' keep-alive timeout and body limit."""
+def make_server(app: App, wrap: Callable[[Handler], Handler] | None = None) -> HttpServer:
+    """The HTTP server for ``app``, with its settings' keep-alive timeout and body limit;
+    ``wrap(app)``, when given, takes the requests instead (e.g. to answer a route otherwise)."""
     return HttpServer(
-        app,
+        wrap(app) if wrap is not None else app,
         keep_alive_timeout=app.settings.http_timeout_keep_alive,
         max_body_size=app.settings.max_body_size,
     )

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 
-from .http import AnyResponse, Request, Response
+from .http import AnyResponse, App, Request, Response
 from .metrics_merge import MetricsSnapshot, merge_expositions
 
 __all__ = ["SIBLING_TIMEOUT_S", "SiblingMetrics", "snapshot_path"]
@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 SIBLING_TIMEOUT_S = 1.0
 """How long a scrape waits for the siblings' snapshots (all at once) before answering without
 the late ones."""
-
-HttpApp = Callable[[Request], Awaitable[AnyResponse]]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(MetricsSnapshot)
@@ -62,12 +60,12 @@ class SiblingMetrics:
         self._siblings = [i for i in range(count) if i != index]
         self._stats_received = stats_received
         self._timeout_s = timeout_s
-        self._app: HttpApp | None = None
+        self._app: App | None = None
         self._server: asyncio.AbstractServer | None = None
         self._last: dict[int, tuple[MetricsSnapshot, float]] = {}
         self._failing: set[int] = set()
 
-    async def start(self, app: HttpApp) -> None:
+    async def start(self, app: App) -> None:
         """Listen for siblings on this process's socket; ``app`` renders its own ``/metrics``."""
         self._app = app
         path = snapshot_path(self._directory, self._index)
@@ -90,7 +88,7 @@ class SiblingMetrics:
         with contextlib.suppress(OSError):
             os.unlink(snapshot_path(self._directory, self._index))
 
-    def wrap(self, app: HttpApp) -> HttpApp:
+    def wrap(self, app: App) -> App:
         """``app`` with ``GET /metrics`` answered for all processes (everything else, and the
         local part of ``/metrics`` with its middleware, still goes through ``app``)."""
 
@@ -101,7 +99,7 @@ class SiblingMetrics:
 
         return dispatch
 
-    async def _scrape(self, app: HttpApp, request: Request) -> AnyResponse:
+    async def _scrape(self, app: App, request: Request) -> AnyResponse:
         response = await app(request)
         if not isinstance(response, Response) or response.status != 200:
             return response
