@@ -109,6 +109,8 @@ def test_beam_search_with_max_tokens_0_returns_the_prompt_alone_as_vllm_does(
         ("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 0, "n": 3}),
         ("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 0, "n": 2, "echo": True}),
         ("/v1/chat/completions", {"messages": _CHAT_X, "max_tokens": 0, "n": 2}),
+        # No step is sent, so the engine's max_logprobs (20 < 2 * 11) is never checked.
+        ("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 0, "n": 11}),
     ):
         body = {"model": frontends.model, **_BEAM, **body}
         (s1, ours), (s2, ref) = _raw(frontends, path, body)
@@ -184,6 +186,8 @@ def test_streamed_beam_search_chat_matches_vllm(
                      id="several-prompts-logprobs-2n-above-max"),
         pytest.param("/v1/completions", {"prompt": "hi", "temperature": -1, "max_tokens": 2},
                      id="negative-temperature"),
+        pytest.param("/v1/completions", {"prompt": "hi", "temperature": -1, "max_tokens": 0},
+                     id="negative-temperature-without-steps"),
         pytest.param("/v1/completions", {"prompt": "hi", "max_tokens": 100000},
                      id="max-tokens-too-large"),
     ],

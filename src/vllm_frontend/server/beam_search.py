@@ -201,8 +201,12 @@ class BeamSearch:
     def _step_params(self) -> SamplingParams:
         # vLLM's SamplingParams(logprobs=2 * width, max_tokens=1, temperature, watermarking=False,
         # detokenize=False): none of the request's other knobs, nor the generation config's
-        # defaults; the engine still gets the EOS ids and the max_logprobs check (a 400).
-        model: ModelSamplingInfo = msgspec.structs.replace(self._sampling, sampling_defaults={})
+        # defaults, but the EOS ids. Checked here as its constructor does (even for max_tokens
+        # 0); the engine's limits (max_logprobs) only when a step is sent, by the engine client,
+        # as vLLM's input processor checks them in generate().
+        model: ModelSamplingInfo = msgspec.structs.replace(
+            self._sampling, sampling_defaults={}, limits=None
+        )
         params = lower_sampling_params(
             SamplingRequest(
                 n=1,
