@@ -151,6 +151,7 @@ def test_beam_search_chat_matches_vllm(
                      id="n2-logprobs-continuous-usage"),
         pytest.param({"n": 2, "max_tokens": 0, "stream_options": {"include_usage": True}},
                      id="max-tokens-0"),
+        pytest.param({"n": 2, "max_tokens": 3, "return_token_ids": True}, id="token-ids"),
     ],
 )  # fmt: skip
 def test_streamed_beam_search_chat_matches_vllm(

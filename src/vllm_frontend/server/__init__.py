@@ -11,5 +11,6 @@
   validators and error messages); ``validation``: decoding and pydantic-style error reports.
 - ``errors``: the exception hierarchy and the one mapping to vLLM's error JSON.
 - ``metrics``: vLLM's ``http_*`` Prometheus series.
-- ``completions``, ``chat``, ``generation``: the generation handlers.
+- ``completions``, ``chat``, ``generation``: the generation handlers; ``beam_search``: vLLM's
+  frontend-side beam search (``use_beam_search``) over the llm layer.
 """
