@@ -37,7 +37,7 @@ from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
 from vllm_frontend.text.tokenizer import Tokenizer
 
-from .generation import PreparedPrompt, SequenceStream, ServingContext, Update
+from .generation import PreparedPrompt, ServingContext, Update
 
 __all__ = [
     "Beam",
@@ -364,8 +364,8 @@ def _output(
     )
 
 
-class BeamSearchStream(SequenceStream):
-    """A :class:`BeamSearch` where the handlers take a :class:`SequenceStream`: its choices, all
+class BeamSearchStream:
+    """A :class:`BeamSearch` as an :class:`UpdateSource` for the handlers: its choices, all
     finished, come as one batch of updates when the search ends.
 
     Iterated (``async for``), the search runs in the consumer's task; push-style
@@ -373,7 +373,7 @@ class BeamSearchStream(SequenceStream):
 
     __slots__ = ("_callback", "_ended", "_error", "_finished", "_search", "_task", "_updates")
 
-    def __init__(self, search: BeamSearch) -> None:  # no engine stream of its own
+    def __init__(self, search: BeamSearch) -> None:
         """Wrap ``search`` (not started)."""
         self._search = search
         self._task: asyncio.Task[None] | None = None

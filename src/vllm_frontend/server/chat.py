@@ -37,10 +37,10 @@ from .generation import (
     ChoiceTemplates,
     GenerationFailed,
     PreparedPrompt,
-    SequenceStream,
     ServingContext,
     SseTemplate,
     Update,
+    UpdateSource,
     Usage,
     UsageChunk,
     data_parallel_rank,
@@ -464,7 +464,7 @@ class ChatHandler:
 
     def _gen(
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
-    ) -> SequenceStream:
+    ) -> UpdateSource:
         if isinstance(params, BeamSearchParams):
             search = BeamSearch(
                 self.ctx,
@@ -589,7 +589,7 @@ class ChatHandler:
     ) -> None:
         chunks = _StreamChunks(self, req, request_id, prompt, role, echo_text)
 
-        def sources() -> list[SequenceStream]:
+        def sources() -> list[UpdateSource]:
             return [self._gen(req, request_id, prompt, params, dp_rank)]
 
         await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.send_text)

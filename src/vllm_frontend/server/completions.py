@@ -36,6 +36,7 @@ from .generation import (
     ServingContext,
     SseTemplate,
     Update,
+    UpdateSource,
     Usage,
     UsageChunk,
     data_parallel_rank,
@@ -325,7 +326,7 @@ class CompletionsHandler:
         finals: list[dict[int, SequenceOutput]] = [{} for _ in prepared]
         cached: list[int | None] = [None] * len(prepared)
 
-        def source(i: int, prompt: PreparedPrompt, params: Any) -> SequenceStream:
+        def source(i: int, prompt: PreparedPrompt, params: Any) -> UpdateSource:
             if isinstance(params, BeamSearchParams):
                 # vLLM gives every prompt's search the request's own id (no "-<i>").
                 search = BeamSearch(

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -37,6 +37,7 @@ __all__ = [
     "SequenceStream",
     "ServingContext",
     "SseTemplate",
+    "UpdateSource",
     "Usage",
     "UsageChunk",
     "include_usage_flags",
@@ -482,6 +483,34 @@ Update = tuple[int, SequenceOutput, int | None]
 """``(sample index, text update, num_cached_tokens)``."""
 
 
+class UpdateSource(Protocol):
+    """One prompt's choices as text updates, as the handlers consume them: a
+    :class:`SequenceStream`, or a beam search's (``server.beam_search.BeamSearchStream``)."""
+
+    @property
+    def finished(self) -> bool:
+        """Every choice has ended and its last update was taken."""
+        ...
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Start, and call ``callback()`` whenever :meth:`take` may have something."""
+
+    def take(self) -> list[Update]:
+        """The updates available now, without waiting."""
+        ...
+
+    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> SequenceProcessor | None:
+        """Offer ``consumer`` plain new token ids as they arrive (None: not supported)."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        """Iterate the updates as they come."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop, aborting whatever still runs on the engine."""
+
+
 class SequenceStream:
     """One prompt's ``n`` samples as text updates: ``(index, output, num_cached_tokens)``.
 
@@ -634,7 +663,7 @@ choice's update that is new text alone, as ``render`` would; False (nothing sent
 
 async def push_sequences(
     sink: StreamSink,
-    make_sources: Callable[[], Sequence[SequenceStream]],
+    make_sources: Callable[[], Sequence[UpdateSource]],
     render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
     send_text: TextSender | None = None,
@@ -654,7 +683,7 @@ async def push_sequences(
     """
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     pump = _Pump(sink, render, send_text, done)
-    sources: Sequence[SequenceStream] = ()
+    sources: Sequence[UpdateSource] = ()
     try:
         sources = pump.sources = make_sources()
         pump.single = sources[0] if len(sources) == 1 else None
@@ -696,8 +725,8 @@ class _Pump:
         self.render = render
         self.send_text = send_text
         self.done = done
-        self.sources: Sequence[SequenceStream] = ()
-        self.single: SequenceStream | None = None
+        self.sources: Sequence[UpdateSource] = ()
+        self.single: UpdateSource | None = None
         self.proc: SequenceProcessor | None = None  # the single source's, for tokens()
 
     def __call__(self) -> None:
