@@ -46,6 +46,7 @@ __all__ = [
     "BeamSearchStream",
     "beam_score",
     "beam_search_params",
+    "beam_search_source",
     "beam_token_text",
     "next_beams",
     "rank_beams",
@@ -442,3 +443,17 @@ class BeamSearchStream:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+def beam_search_source(
+    ctx: ServingContext, req: Any, request_id: str, prompt: PreparedPrompt, params: BeamSearchParams
+) -> BeamSearchStream:
+    """The handlers' source for one prompt's beam search (the request's ``cache_salt`` kept)."""
+    search = BeamSearch(
+        ctx,
+        request_id=request_id,
+        prompt=prompt,
+        params=params,
+        cache_salt=getattr(req, "cache_salt", None),
+    )
+    return BeamSearchStream(search)

@@ -25,10 +25,9 @@ from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
 from .beam_search import (
-    BeamSearch,
     BeamSearchParams,
-    BeamSearchStream,
     beam_search_params,
+    beam_search_source,
     beam_token_text,
 )
 from .completions import PromptLogprob, prompt_logprobs_json
@@ -466,14 +465,7 @@ class ChatHandler:
         self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
     ) -> UpdateSource:
         if isinstance(params, BeamSearchParams):
-            search = BeamSearch(
-                self.ctx,
-                request_id=request_id,
-                prompt=prompt,
-                params=params,
-                cache_salt=getattr(req, "cache_salt", None),
-            )
-            return BeamSearchStream(search)
+            return beam_search_source(self.ctx, req, request_id, prompt, params)
         return request_sequences(self.ctx, req, request_id, prompt, params, req.n or 1, dp_rank)
 
     async def _full(

@@ -22,10 +22,9 @@ from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
 from .beam_search import (
-    BeamSearch,
     BeamSearchParams,
-    BeamSearchStream,
     beam_search_params,
+    beam_search_source,
     beam_token_text,
 )
 from .generation import (
@@ -329,14 +328,7 @@ class CompletionsHandler:
         def source(i: int, prompt: PreparedPrompt, params: Any) -> UpdateSource:
             if isinstance(params, BeamSearchParams):
                 # vLLM gives every prompt's search the request's own id (no "-<i>").
-                search = BeamSearch(
-                    ctx,
-                    request_id=request_id,
-                    prompt=prompt,
-                    params=params,
-                    cache_salt=getattr(req, "cache_salt", None),
-                )
-                return BeamSearchStream(search)
+                return beam_search_source(ctx, req, request_id, prompt, params)
             return request_sequences(ctx, req, f"{request_id}-{i}", prompt, params, n, dp_rank)
 
         async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
