@@ -114,6 +114,17 @@ def test_a_damaged_copy_falls_back_to_the_original(
     assert tok.max_token_id == _vocab_stats(tok)[0]
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="giving an entry to another user needs root")
+def test_an_entry_another_user_owns_is_not_used(own_copy: Path, cache: TokenizerCache) -> None:
+    source = own_copy / "tokenizer.json"
+    entry = cache.build(source)
+    assert entry is not None
+    os.chown(entry.path.parent, 12345, 12345)
+    assert cache.lookup(source) is None
+    os.chown(entry.path.parent, 0, 0)
+    assert cache.lookup(source) == entry
+
+
 def test_a_miss_builds_once_in_the_background(own_copy: Path, cache: TokenizerCache) -> None:
     source = own_copy / "tokenizer.json"
     tok = Tokenizer.from_dir(own_copy, cache=cache)  # a miss: loads the original, starts one

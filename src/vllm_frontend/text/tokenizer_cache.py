@@ -11,7 +11,8 @@ A copy is only used when the library, loading it, serializes to exactly what it 
 original file to: the builder checks that before it publishes anything. The builder also records
 the vocabulary's statistics (largest id, longest piece), which otherwise cost a second pass over
 the file at every start. Entries are keyed by the file's identity (path, size, mtime, inode) and
-the library's version, so an edited file or an upgraded library never meets a stale copy.
+the library's version, so an edited file or an upgraded library never meets a stale copy; only
+entries the current user owns are used.
 
 The first start with a new file loads the original and starts the builder in a background
 process at low priority; later starts load the copy. ``VLLM_FRONTEND_TOKENIZER_CACHE=0`` turns
@@ -145,6 +146,8 @@ class TokenizerCache:
         try:
             identity = _identity(source)
             entry = self._entry(identity)
+            if os.stat(entry).st_uid != os.getuid():
+                return None  # only entries this user built (a shared root is not trusted)
             meta = msgspec.json.decode((entry / _META).read_bytes(), type=_Meta)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             return None
