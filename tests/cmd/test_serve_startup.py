@@ -99,6 +99,37 @@ def test_serve_answers_requests_once_healthy_whether_the_engine_came_first_or_la
         assert frontend.wait(30) == 0
 
 
+def test_the_first_start_builds_the_tokenizer_cache_and_the_next_start_loads_it(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_frontend.text.tokenizer_cache import TokenizerCache
+
+    monkeypatch.setenv("VLLM_FRONTEND_CACHE_ROOT", str(tmp_path / "cache"))
+    monkeypatch.delenv("VLLM_FRONTEND_TOKENIZER_CACHE", raising=False)
+    cache = TokenizerCache.from_env()
+    assert cache is not None
+    source = tiny_model / "tokenizer.json"
+    model = str(tiny_model)
+    logs = []
+    for _ in range(2):
+        port, rpc = free_port(), free_port()
+        with (
+            _process(_mock_engine(rpc), quiet=True),
+            _process(_frontend(model, port, rpc)) as frontend,
+        ):
+            _wait_healthy(frontend, port)
+            assert _complete(port, model)["usage"]["completion_tokens"] == 3  # type: ignore[index]
+            frontend.send_signal(signal.SIGTERM)
+            logs.append(frontend.communicate(timeout=30)[1])
+            assert frontend.returncode == 0
+        deadline = time.monotonic() + 120
+        while cache.lookup(source) is None:  # the first start's background builder
+            assert time.monotonic() < deadline, "no tokenizer cache entry after the first start"
+            time.sleep(0.2)
+    assert "from its cached copy" not in logs[0]
+    assert "from its cached copy" in logs[1]
+
+
 def test_a_model_directory_without_a_tokenizer_stops_startup_with_status_1(
     tmp_path: pathlib.Path,
 ) -> None:

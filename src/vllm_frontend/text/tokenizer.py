@@ -165,6 +165,8 @@ class Tokenizer:
             except Exception as e:  # a damaged copy: the original still serves
                 _log.warning("ignoring the cached copy of %s (%s)", path, e)
                 cached = None
+            else:
+                _log.info("loaded %s from its cached copy %s", path, cached.path)
         if backend is None:
             try:
                 backend = tokenizers.Tokenizer.from_file(str(path))
