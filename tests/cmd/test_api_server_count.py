@@ -209,7 +209,7 @@ def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
     # Nothing runs any more, so the engines send no more stats. An engine's stats go to one
     # child per step, so the children's own gauges may differ (one child may still show requests
     # running from long ago); whichever child answers shows, per engine, the values of the child
-    # that received that engine's stats last (vLLM's "mostrecent"), once.
+    # holding that engine's newest stats (by the engine's clock; vLLM's "mostrecent"), once.
     own = [_own_snapshot(p) for p in frontends]
     deadline = time.monotonic() + 10
     while (again := [_own_snapshot(p) for p in frontends]) != own:  # until the last stats are in
@@ -217,8 +217,8 @@ def test_concurrent_streams_all_complete_and_both_frontends_serve_them(
         own = again
     expected = {}
     for engine in map(str, range(ENGINES)):
-        latest = max(own, key=lambda o: o.stats_received.get(engine, -1.0))
-        assert engine in latest.stats_received, own  # the mock engines log stats
+        latest = max(own, key=lambda o: o.stats_times.get(engine, -1.0))
+        assert engine in latest.stats_times, own  # the mock engines log stats
         series = _series(latest.exposition.decode())
         for gauge in ENGINE_GAUGES:
             expected[gauge, engine] = _total(series, gauge, engine=engine)

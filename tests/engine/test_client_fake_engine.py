@@ -190,7 +190,8 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
             if done:
                 del live[rid]
         stats = SchedulerStats(num_running_reqs=len(live), num_waiting_reqs=0)
-        send(EngineCoreOutputs(outputs=outputs, scheduler_stats=stats))
+        # Stamped as vLLM's EngineCoreOutputs.__post_init__ does (the engine's monotonic clock).
+        send(EngineCoreOutputs(outputs=outputs, scheduler_stats=stats, timestamp=time.monotonic()))
         stats_due = False
 
 
@@ -464,6 +465,23 @@ def test_abort_ends_the_stream_with_abort_and_the_engine_stops_the_request() -> 
             )
             assert await client.call_utility("aborted_ids") == ["long"]
             assert not client.abort("long")  # no longer live
+
+    run(main())
+
+
+def test_scheduler_stats_times_are_the_engines_own_timestamps() -> None:
+    async def main() -> None:
+        async with fake_engines() as (client, _):
+            start = time.monotonic()  # one clock for the processes of a host
+            await collect(client.add_request(request("a", [5], 3)))
+            await client.wait_for_scheduler_stats(lambda s: 0 in s, timeout=10)
+            first = client.scheduler_stats_times()[0]
+            assert start <= first <= time.monotonic()
+            await collect(client.add_request(request("b", [5], 3)))
+            await client.wait_for_scheduler_stats(
+                lambda s: client.scheduler_stats_times()[0] > first, timeout=10
+            )
+            assert sorted(client.scheduler_stats_times()) == sorted(client.scheduler_stats())
 
     run(main())
 

@@ -4,7 +4,7 @@ Several processes each get a random share of the same observations; a reference
 ``FrontendMetrics`` (plus vLLM's ``http_*`` series) gets all of them. The merge of the processes'
 expositions must equal the reference's byte for byte, except the ``_created`` series, which must
 hold the earliest of the processes' values. Observation values are multiples of 1/8 so that
-sums are exact in any order. Engine gauges follow the process that heard from the engine last.
+sums are exact in any order. Engine gauges follow the process holding the engine's newest stats.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from prometheus_client.registry import Collector
 from vllm_frontend.llm.metrics import (
     FINISH_REASON_LABELS,
     EngineGauges,
-    EngineStatsArrivals,
     FrontendMetrics,
     RequestStats,
 )
@@ -161,22 +160,22 @@ def _stats(running: int, waiting: int, kv: float) -> Any:
     return SimpleNamespace(num_running_reqs=running, num_waiting_reqs=waiting, kv_cache_usage=kv)
 
 
-def test_engine_gauges_come_from_the_process_that_heard_from_the_engine_last() -> None:
-    # process → (its latest stats per engine, when it received them)
+def test_engine_gauges_come_from_the_process_holding_the_engines_newest_stats() -> None:
+    # process → (its latest stats per engine, when the engine made them)
     seen: list[tuple[Mapping[int, Any], dict[str, float]]] = [
         ({0: _stats(4, 1, 0.5), 1: _stats(9, 9, 0.9)}, {"0": 10.0, "1": 30.0}),
         ({0: _stats(2, 0, 0.25)}, {"0": 20.0}),
         ({1: _stats(3, 3, 0.75), 0: _stats(7, 7, 0.125)}, {"1": 35.0, "0": 5.0}),
     ]
     snapshots = []
-    for i, (latest, received) in enumerate(seen):
+    for i, (latest, made) in enumerate(seen):
         registry = CollectorRegistry()
         registry.register(EngineGauges(MODEL, ENGINES, lambda latest=latest: latest))
         registry.register(_Gauges(i + 1))
-        snapshots.append(MetricsSnapshot(generate_latest(registry), received))
+        snapshots.append(MetricsSnapshot(generate_latest(registry), made))
     merged = merge_expositions(snapshots).decode()
 
-    # Independently: per engine, the stats of the latest receiver; engine 2 never reported (0).
+    # Independently: per engine, the newest stats any process holds; engine 2 never reported (0).
     expected = []
     for engine in ENGINES:
         heard = [(r[str(engine)], latest[engine]) for latest, r in seen if str(engine) in r]
@@ -206,39 +205,6 @@ def test_label_values_with_spaces_braces_and_quotes_stay_one_series() -> None:
     assert _without_created(merged.decode()) == _without_created(
         generate_latest(reference).decode()
     )
-
-
-def test_stats_arrivals_stamp_each_new_stats_message() -> None:
-    import asyncio
-
-    async def run() -> dict[int, float]:
-        latest: dict[int, object] = {}
-        updated = asyncio.Event()
-        stamps: list[dict[int, float]] = []
-        arrivals = EngineStatsArrivals()
-
-        async def wait_for_stats(predicate: Any) -> Mapping[int, object]:
-            while not predicate(latest):
-                updated.clear()
-                await updated.wait()
-            return dict(latest)
-
-        task = asyncio.ensure_future(arrivals.follow(wait_for_stats))
-        for engine in (0, 1, 0):
-            latest[engine] = object()
-            updated.set()
-            for _ in range(3):
-                await asyncio.sleep(0)
-            stamps.append(dict(arrivals.times))
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        assert sorted(stamps[0]) == [0] and sorted(stamps[1]) == [0, 1]
-        assert stamps[1][0] == stamps[0][0] < stamps[1][1]  # engine 0 unchanged meanwhile
-        assert stamps[2][0] > stamps[1][1]  # engine 0's new stats: later than engine 1's
-        assert arrivals.by_engine_label() == {str(k): v for k, v in stamps[2].items()}
-        return arrivals.times
-
-    asyncio.run(run())
 
 
 def test_samples_with_timestamps_are_read_by_their_value() -> None:

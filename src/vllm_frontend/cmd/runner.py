@@ -34,7 +34,6 @@ from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
-from vllm_frontend.llm.metrics import EngineStatsArrivals
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
 from vllm_frontend.server.sibling_metrics import SiblingMetrics
@@ -273,16 +272,16 @@ async def _serve(
         logger.error("could not connect to the engines: %s", e)
         return 1
     group: SiblingMetrics | None = None
-    arrivals: asyncio.Future[None] | None = None
     try:
         app = build_frontend_app(config, model, client)
         if siblings is None:
             http = make_server(app)
         else:
-            stats = EngineStatsArrivals()
-            arrivals = asyncio.ensure_future(stats.follow(client.wait_for_scheduler_stats))
             group = SiblingMetrics(
-                siblings.directory, siblings.index, siblings.count, stats.by_engine_label
+                siblings.directory,
+                siblings.index,
+                siblings.count,
+                lambda: {str(i): t for i, t in client.scheduler_stats_times().items()},
             )
             await group.start(app)
             http = make_server(app, group.wrap)
@@ -290,7 +289,8 @@ async def _serve(
             await http.start(sock)
     except Exception as e:
         logger.error("could not start the HTTP server: %s", e)
-        await _stop_sibling_metrics(group, arrivals)
+        if group is not None:
+            await group.close()
         await client.close()
         return 1
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
@@ -321,20 +321,10 @@ async def _serve(
             await asyncio.wait_for(stop.wait(), 0.5)
     logger.info("shutting down")
     await http.shutdown(config.shutdown_timeout)
-    await _stop_sibling_metrics(group, arrivals)
-    await client.close()
-    return code
-
-
-async def _stop_sibling_metrics(
-    group: SiblingMetrics | None, arrivals: asyncio.Future[None] | None
-) -> None:
     if group is not None:
         await group.close()
-    if arrivals is not None:
-        arrivals.cancel()
-        # It may have ended by itself already, with the engines' death: reported elsewhere.
-        await asyncio.gather(arrivals, return_exceptions=True)
+    await client.close()
+    return code
 
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:

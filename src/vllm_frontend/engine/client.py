@@ -408,6 +408,7 @@ class EngineCoreClient:
         self._streams: dict[str, _RequestState] = {}
         self._in_flight: dict[int, int] = dict.fromkeys(self._engines, 0)
         self._stats: dict[int, SchedulerStats] = {}
+        self._stats_times: dict[int, float] = {}
         self._coord_counts: dict[int, list[float]] = {}
         self._stats_waiters: list[asyncio.Future[None]] = []
         # Frontends start their rotation at different engines so they do not all pick the same.
@@ -631,6 +632,13 @@ class EngineCoreClient:
     def scheduler_stats(self) -> Mapping[int, SchedulerStats]:
         """The latest scheduler stats each engine sent (engines that log stats only)."""
         return dict(self._stats)
+
+    def scheduler_stats_times(self) -> Mapping[int, float]:
+        """When each engine made the stats :meth:`scheduler_stats` holds (its outputs message's
+        ``timestamp``, the engine's monotonic clock). An engine sends each step's stats to one
+        frontend only: among several, the one with the larger time has the engine's newer stats.
+        """
+        return dict(self._stats_times)
 
     def load(self) -> list[EngineLoad]:
         """Current load of every engine, in index order."""
@@ -872,6 +880,7 @@ class EngineCoreClient:
                     self._finished_elsewhere(msg.finished_requests)
                 if msg.scheduler_stats is not None:
                     self._stats[msg.engine_index] = msg.scheduler_stats
+                    self._stats_times[msg.engine_index] = msg.timestamp
                     self._wake_stats_waiters()
                 if msg.utility_output is not None:
                     self._utility_reply(msg.engine_index, msg.utility_output)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,13 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = [
-    "FINISH_REASON_LABELS",
-    "EngineGauges",
-    "EngineStatsArrivals",
-    "FrontendMetrics",
-    "RequestStats",
-]
+__all__ = ["FINISH_REASON_LABELS", "EngineGauges", "FrontendMetrics", "RequestStats"]
 
 #: vLLM's FinishReason values as their label strings (``str(FinishReason.X)``).
 FINISH_REASON_LABELS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
@@ -551,41 +545,3 @@ class EngineGauges(Collector):
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """No up-front description (the gauges are produced at collect time)."""
         return iter(())
-
-
-class EngineStatsArrivals:
-    """When this process last received scheduler stats from each engine (``time.monotonic()``).
-
-    With several API server processes an engine sends its stats to one of them per step, so the
-    process that heard from an engine last holds its current gauges (vLLM's ``"mostrecent"``
-    gauges, ``vllm/v1/metrics/loggers.py``). Only followed then: one wake-up per stats message.
-    """
-
-    def __init__(self) -> None:
-        self.times: dict[int, float] = {}
-        """Engine index → arrival time of its latest stats seen here."""
-
-    def by_engine_label(self) -> dict[str, float]:
-        """:attr:`times` keyed by the ``engine`` label value."""
-        return {str(i): t for i, t in self.times.items()}
-
-    async def follow(
-        self,
-        wait_for_stats: Callable[
-            [Callable[[Mapping[int, Any]], bool]], Awaitable[Mapping[int, Any]]
-        ],
-    ) -> None:
-        """Stamp each new stats message (``EngineCoreClient.wait_for_scheduler_stats``) until
-        cancelled, or until waiting raises (the engines are dead)."""
-        seen: dict[int, object] = {}
-
-        def changed(stats: Mapping[int, Any]) -> bool:
-            return any(seen.get(i) is not s for i, s in stats.items())
-
-        while True:
-            stats = await wait_for_stats(changed)
-            now = time.monotonic()
-            for i, s in stats.items():
-                if seen.get(i) is not s:
-                    seen[i] = s
-                    self.times[i] = now

@@ -15,13 +15,13 @@ applies in that mode (``prometheus_client/multiprocess.py``) and the gauge modes
   every single-process exposition has, with the value that means "counting since");
 * gauges with an ``engine`` label (``vllm:num_requests_running``, ``…_waiting``,
   ``vllm:kv_cache_usage_perc``, declared ``multiprocess_mode="mostrecent"`` in vLLM): the value
-  of the process that heard from that engine last, so each engine shows once. An engine sends
+  of the process holding that engine's newest stats, so each engine shows once. An engine sends
   its scheduler stats to one frontend per step (``vllm/v1/core/sched/scheduler.py``
   ``update_from_output``: "Return stats to only one of the front-ends"), so the others' values
-  are older, not another share. "Last" is by each process's clock when it took the stats in, as
-  prometheus_client stamps a ``mostrecent`` gauge when the recording process sets it: two
-  messages of one engine reaching two processes closer together than their processing delays
-  may come out in the wrong order, in vLLM as here;
+  are older, not another share. "Newest" is by the engine's own clock (the outputs message's
+  ``timestamp``), so it is exact; prometheus_client stamps a ``mostrecent`` gauge when the
+  recording process sets it, which can put two messages of one engine that reach two processes
+  close together in the wrong order (a stale value that stays until the engine's next stats);
 * other gauges: summed (vLLM's ``"sum"``/``"livesum"`` modes, e.g. ``vllm:lora_requests_info``);
 * anything else: the first process's samples.
 
@@ -49,9 +49,9 @@ class MetricsSnapshot(msgspec.Struct, frozen=True):
 
     exposition: bytes
     """Its own ``/metrics`` body (prometheus_client's text format)."""
-    stats_received: dict[str, float] = msgspec.field(default_factory=dict)
-    """``engine`` label value → when this process last received that engine's scheduler stats
-    (``time.monotonic()``, one clock for every process on the machine)."""
+    stats_times: dict[str, float] = msgspec.field(default_factory=dict)
+    """``engine`` label value → when that engine made the scheduler stats this process holds
+    (the engine's own monotonic clock: ``EngineCoreClient.scheduler_stats_times``)."""
 
 
 _SUM, _MIN, _GAUGE, _FIRST = range(4)
@@ -73,7 +73,7 @@ class _Merged:
     rule: int
     values: dict[str, float] = field(default_factory=dict)
     received: dict[str, float] = field(default_factory=dict)
-    """Per engine-labelled gauge sample: when the process it was taken from heard last."""
+    """Per engine-labelled gauge sample: when its engine made the stats it was taken from."""
 
 
 def _sample_key_end(line: str) -> int:
@@ -164,7 +164,7 @@ def merge_expositions(snapshots: Sequence[MetricsSnapshot]) -> bytes:
     for snapshot in snapshots:
         families = _parse(snapshot.exposition.decode())
         rules = _rules(families)
-        received = snapshot.stats_received
+        received = snapshot.stats_times
         for family in families:
             into = merged.get(family.name)
             if into is None:
@@ -184,10 +184,10 @@ def _merge_family(into: _Merged, family: _Family, received: Mapping[str, float])
         if rule == _GAUGE:
             engine = _ENGINE_LABEL.search(key)
             if engine is not None:
-                heard = received.get(engine.group(1), -math.inf)
-                if key not in values or heard > into.received[key]:
+                made = received.get(engine.group(1), -math.inf)
+                if key not in values or made > into.received[key]:
                     values[key] = value
-                    into.received[key] = heard
+                    into.received[key] = made
                 continue
             # a gauge no engine owns: each process's own share (vLLM's "sum" gauges)
         old = values.get(key)

@@ -52,13 +52,15 @@ class SiblingMetrics:
         directory: str,
         index: int,
         count: int,
-        stats_received: Callable[[], Mapping[str, float]],
+        stats_times: Callable[[], Mapping[str, float]],
         timeout_s: float = SIBLING_TIMEOUT_S,
     ) -> None:
+        """API server ``index`` of ``count``, its socket in ``directory``; ``stats_times()``
+        gives, per ``engine`` label, when that engine made the stats this process holds."""
         self._directory = directory
         self._index = index
         self._siblings = [i for i in range(count) if i != index]
-        self._stats_received = stats_received
+        self._stats_times = stats_times
         self._timeout_s = timeout_s
         self._app: App | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -103,17 +105,17 @@ class SiblingMetrics:
         response = await app(request)
         if not isinstance(response, Response) or response.status != 200:
             return response
-        local = MetricsSnapshot(response.body, dict(self._stats_received()))
+        local = MetricsSnapshot(response.body, dict(self._stats_times()))
         response.body = merge_expositions([local, *await self.gather()])
         return response
 
     async def local_snapshot(self) -> MetricsSnapshot:
-        """This process's own exposition and stats arrival times."""
+        """This process's own exposition and its engine stats' times."""
         assert self._app is not None, "start() first"
         response = await self._app(Request("GET", "/metrics", b"", {}, b""))
         if not isinstance(response, Response) or response.status != 200:
             raise RuntimeError(f"/metrics answered {response.status}")
-        return MetricsSnapshot(response.body, dict(self._stats_received()))
+        return MetricsSnapshot(response.body, dict(self._stats_times()))
 
     async def gather(self) -> list[MetricsSnapshot]:
         """The siblings' snapshots, in index order (late or failed ones as described above)."""
