@@ -39,7 +39,7 @@ from vllm_frontend.engine.protocol import (
     FinishReason,
     SamplingParams,
 )
-from vllm_frontend.engine.transport import SocketOptions
+from vllm_frontend.engine.transport import BoundHandshake, SocketOptions, bind_handshake
 
 STEP_S = 0.005
 VOCAB = 1000
@@ -241,11 +241,20 @@ async def fake_engines(
     count: int = 1, **kwargs: Any
 ) -> AsyncIterator[tuple[EngineCoreClient, list[subprocess.Popen[bytes]]]]:
     address = f"tcp://127.0.0.1:{_free_port()}"
+    # Bound before the engines start, as `serve` does: an engine connecting to a port nobody
+    # listens on yet can get that very port as its own source port and connect to itself (TCP
+    # simultaneous open), then wait forever on a handshake that never reaches us.
+    target: str | BoundHandshake = address
+    if not kwargs:
+        target = bind_handshake(address, range(count))
     with processes() as procs:
         procs.extend(start_fake("handshake", address, str(i)) for i in range(count))
-        client = await EngineCoreClient.connect(
-            address, engine_count=count, ready_timeout_s=60, **kwargs
-        )
+        if isinstance(target, BoundHandshake):
+            client = await EngineCoreClient.connect(target, ready_timeout_s=60)
+        else:
+            client = await EngineCoreClient.connect(
+                address, engine_count=count, ready_timeout_s=60, **kwargs
+            )
         try:
             yield client, procs
         finally:
