@@ -329,7 +329,7 @@ async def _serve(
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
     """Run ``steps`` one ``next()`` per event loop iteration, between whatever else is due
-    (the detokenizer tables fill within ~0.1 s of /health turning ready, a few ms at a time)."""
+    (the detokenizer tables fill within ~0.3 s of /health turning ready, a few ms at a time)."""
 
     def step() -> None:
         try:
