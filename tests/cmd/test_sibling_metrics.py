@@ -29,7 +29,7 @@ class FakeServer:
         self.requests = Counter("served", "Requests served.", registry=self.registry)
         self.stalled = asyncio.Event()
         self.stalled.set()
-        self.siblings = SiblingMetrics(directory, index, count, dict, timeout_s=TIMEOUT_S)
+        self.siblings = SiblingMetrics(directory, index, count, timeout_s=TIMEOUT_S)
         self.app = self.siblings.wrap(self.own_app)
 
     async def own_app(self, request: Request) -> AnyResponse:

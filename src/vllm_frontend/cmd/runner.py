@@ -19,7 +19,6 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 
 import zmq
 
@@ -128,20 +127,13 @@ def run_frontend(args: argparse.Namespace) -> int:
     metrics_dir = os.environ.get(METRICS_DIR_ENV)
     if args.client_count > 1:
         if metrics_dir:
-            siblings = _MetricsGroup(metrics_dir, args.client_index, args.client_count)
+            siblings = SiblingMetrics(metrics_dir, args.client_index, args.client_count)
         else:
             logger.warning("%s is not set: /metrics shows this process only", METRICS_DIR_ENV)
     # Under `vllm serve` a non-zero exit makes the supervisor tear everything down (§3.2.4).
     return _run(
         _serve(config, model, connect, [http_sock], exit_on_engine_death=True, siblings=siblings)
     )
-
-
-@dataclass(frozen=True)
-class _MetricsGroup:
-    directory: str
-    index: int
-    count: int
 
 
 # -- serve (Mode A: we own the handshake) --------------------------------------------------
@@ -250,7 +242,7 @@ async def _serve(
     connect: Callable[[], Awaitable[EngineCoreClient]],
     sockets: list[socket.socket],
     exit_on_engine_death: bool,
-    siblings: _MetricsGroup | None = None,
+    siblings: SiblingMetrics | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -271,26 +263,21 @@ async def _serve(
     except Exception as e:
         logger.error("could not connect to the engines: %s", e)
         return 1
-    group: SiblingMetrics | None = None
     try:
         app = build_frontend_app(config, model, client)
         if siblings is None:
             http = make_server(app)
         else:
-            group = SiblingMetrics(
-                siblings.directory,
-                siblings.index,
-                siblings.count,
-                lambda: {str(i): t for i, t in client.scheduler_stats_times().items()},
+            await siblings.start(
+                app, lambda: {str(i): t for i, t in client.scheduler_stats_times().items()}
             )
-            await group.start(app)
-            http = make_server(app, group.wrap)
+            http = make_server(app, siblings.wrap)
         for sock in sockets:
             await http.start(sock)
     except Exception as e:
         logger.error("could not start the HTTP server: %s", e)
-        if group is not None:
-            await group.close()
+        if siblings is not None:
+            await siblings.close()
         await client.close()
         return 1
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
@@ -321,8 +308,8 @@ async def _serve(
             await asyncio.wait_for(stop.wait(), 0.5)
     logger.info("shutting down")
     await http.shutdown(config.shutdown_timeout)
-    if group is not None:
-        await group.close()
+    if siblings is not None:
+        await siblings.close()
     await client.close()
     return code
 

@@ -52,24 +52,25 @@ class SiblingMetrics:
         directory: str,
         index: int,
         count: int,
-        stats_times: Callable[[], Mapping[str, float]],
         timeout_s: float = SIBLING_TIMEOUT_S,
     ) -> None:
-        """API server ``index`` of ``count``, its socket in ``directory``; ``stats_times()``
-        gives, per ``engine`` label, when that engine made the stats this process holds."""
+        """API server ``index`` of ``count``, its socket in ``directory``."""
         self._directory = directory
         self._index = index
         self._siblings = [i for i in range(count) if i != index]
-        self._stats_times = stats_times
+        self._stats_times: Callable[[], Mapping[str, float]] = dict
         self._timeout_s = timeout_s
         self._app: App | None = None
         self._server: asyncio.AbstractServer | None = None
         self._last: dict[int, tuple[MetricsSnapshot, float]] = {}
         self._failing: set[int] = set()
 
-    async def start(self, app: App) -> None:
-        """Listen for siblings on this process's socket; ``app`` renders its own ``/metrics``."""
+    async def start(self, app: App, stats_times: Callable[[], Mapping[str, float]] = dict) -> None:
+        """Listen for siblings on this process's socket; ``app`` renders its own ``/metrics``,
+        ``stats_times()`` gives, per ``engine`` label, when that engine made the stats this
+        process holds."""
         self._app = app
+        self._stats_times = stats_times
         path = snapshot_path(self._directory, self._index)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -82,7 +83,7 @@ class SiblingMetrics:
         self._server = await asyncio.start_unix_server(self._serve_snapshot, sock=sock)
 
     async def close(self) -> None:
-        """Stop answering siblings."""
+        """Stop answering siblings (harmless when never started)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
