@@ -20,6 +20,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from vllm_frontend.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    PrefillStats,
+    PrefixCacheStats,
+    SchedulerStats,
+)
 from vllm_frontend.llm.metrics import FINISH_REASON_LABELS, FrontendMetrics, RequestStats
 
 MODEL = "org/tiny-model"
@@ -33,6 +40,10 @@ TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2
 ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
        20.0, 40.0, 80.0)  # fmt: skip
 PARAMS_N = (1, 2, 5, 10, 20)
+ITERATION_TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+NUM_PREEMPTIONS = (1, 2, 3, 4, 5, 10, 20)
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHE_TIERS = ("device", "host", "p2p", "disk", "external_unspecified")
 
 
 def one_two_five(max_value: int) -> list[int]:
@@ -64,7 +75,61 @@ class PrometheusReference:
         def histogram(name: str, doc: str, buckets: Sequence[float]) -> Histogram:
             return Histogram(name, doc, LABELS, buckets=buckets, registry=registry)
 
+        mfu = " (for Model Flops Utilization calculations)."
+        self.flops = counter(
+            "vllm:estimated_flops_per_gpu_total",
+            "Estimated number of floating point operations per GPU" + mfu,
+        )
+        self.read_bytes = counter(
+            "vllm:estimated_read_bytes_per_gpu_total",
+            "Estimated number of bytes read from memory per GPU" + mfu,
+        )
+        self.write_bytes = counter(
+            "vllm:estimated_write_bytes_per_gpu_total",
+            "Estimated number of bytes written to memory per GPU" + mfu,
+        )
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        )
+        self.prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
+        self.external_queries = counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector cross-instance cache sharing, "
+            "in terms of number of queried tokens.",
+        )
+        self.external_hits = counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, "
+            "in terms of number of cached tokens.",
+        )
+        self.mm_queries = counter(
+            "vllm:mm_cache_queries",
+            "Multi-modal cache queries, in terms of number of queried items.",
+        )
+        self.mm_hits = counter(
+            "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."
+        )
+        self.preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        )
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.by_source = counter(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ["source"]
+        )
+        self.cached = counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        )
+        self.cached_by_source = counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+            "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.",
+            ["source"],
+        )
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         )
@@ -72,11 +137,22 @@ class PrometheusReference:
             "vllm:request_success", "Count of successfully processed requests.",
             ["finished_reason"],
         )  # fmt: skip
+        self.admission = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"],
+            registry=registry,
+        )
         self.prompt_len = histogram(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
         )
         self.generation_len = histogram(
             "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_TOKENS,
         )
         self.max_generation_len = histogram(
             "vllm:request_max_num_generation_tokens",
@@ -131,30 +207,100 @@ class PrometheusReference:
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY,
         )
+        self.request_preemptions = histogram(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            NUM_PREEMPTIONS,
+        )
+        self.kv_computed = histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
+        )
+        # Children in the order vLLM's PrometheusStatLogger.__init__ creates them.
         per_engine = [
-            self.prompt_tokens, self.generation_tokens, self.prompt_len, self.generation_len,
-            self.max_generation_len, self.n, self.max_tokens, self.ttft, self.itl, self.tpot,
-            self.e2e, self.queue, self.inference, self.prefill, self.decode,
+            self.flops, self.read_bytes, self.write_bytes, self.prefix_queries,
+            self.prefix_hits, self.external_queries, self.external_hits, self.mm_queries,
+            self.mm_hits, self.preemptions, self.prompt_tokens, self.cached,
+            self.generation_tokens, self.prompt_len, self.generation_len,
+            self.iteration_tokens, self.max_generation_len, self.n, self.max_tokens, self.ttft,
+            self.itl, self.tpot, self.e2e, self.queue, self.inference, self.prefill,
+            self.decode, self.request_preemptions, self.kv_computed,
         ]  # fmt: skip
-        for engine in engine_indexes:
-            for metric in per_engine:
+        for metric in per_engine:
+            for engine in engine_indexes:
                 metric.labels(MODEL, str(engine))
-            for reason in FINISH_REASON_LABELS:
-                self.success.labels(MODEL, str(engine), reason)
+        for labelled, values in ((self.by_source, PROMPT_SOURCES),
+                                 (self.cached_by_source, CACHE_TIERS),
+                                 (self.success, FINISH_REASON_LABELS)):  # fmt: skip
+            for value in values:
+                for engine in engine_indexes:
+                    labelled.labels(MODEL, str(engine), value)
+        for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+            self.admission.labels(MODEL, reason)
+
+    def observe_step(self, message: EngineCoreOutputs, tracked: set[str]) -> None:
+        """vLLM's output_handler for one message: an IterationStats over the tracked requests'
+        outputs, then PrometheusStatLogger.record with the message's scheduler stats."""
+        engine = str(message.engine_index)
+        if message.outputs:
+            outputs = [o for o in message.outputs if o.request_id in tracked]
+            firsts = [o.prefill_stats for o in outputs if o.prefill_stats is not None]
+            generated = sum(len(o.new_token_ids) for o in outputs)
+            computed = sum(p.num_computed_tokens for p in firsts)
+            for source, total in (
+                ("local_compute", computed),
+                ("local_cache_hit", sum(p.num_local_cached_tokens for p in firsts)),
+                ("external_kv_transfer", sum(p.num_external_cached_tokens for p in firsts)),
+            ):
+                self.by_source.labels(MODEL, engine, source).inc(total)
+            self.cached.labels(MODEL, engine).inc(sum(p.num_cached_tokens for p in firsts))
+            self.iteration_tokens.labels(MODEL, engine).observe(computed + generated)
+        stats = message.scheduler_stats
+        if stats is None:
+            return
+        self.prefix_queries.labels(MODEL, engine).inc(stats.prefix_cache_stats.queries)
+        self.prefix_hits.labels(MODEL, engine).inc(stats.prefix_cache_stats.hits)
+        self.cached_by_source.labels(MODEL, engine, "device").inc(stats.prefix_cache_stats.hits)
+        connector = stats.connector_prefix_cache_stats
+        if connector is not None:
+            self.external_queries.labels(MODEL, engine).inc(connector.queries)
+            self.external_hits.labels(MODEL, engine).inc(connector.hits)
+            for tier, count in connector.hits_by_source.items():
+                self.cached_by_source.labels(MODEL, engine, tier).inc(count)
+        perf = stats.perf_stats
+        if perf is not None:
+            values = [perf.get(k, 0) for k in ("num_flops_per_gpu", "num_read_bytes_per_gpu",
+                                               "num_write_bytes_per_gpu")]  # fmt: skip
+            if any(values):
+                for metric, value in zip(
+                    (self.flops, self.read_bytes, self.write_bytes), values, strict=True
+                ):
+                    metric.labels(MODEL, engine).inc(value)
 
     def observe_prefill(self, stats: RequestStats, num_prompt_tokens: int) -> None:
         self.prompt_tokens.labels(MODEL, str(stats.engine_index)).inc(num_prompt_tokens)
 
     def observe_output(
-        self, stats: RequestStats, num_new_tokens: int, events: Sequence[Event], now: float
+        self,
+        stats: RequestStats,
+        num_new_tokens: int,
+        events: Sequence[Event],
+        now: float,
+        num_cached_tokens: int | None = None,
     ) -> None:
         if stats.finished:
             return
+        if num_cached_tokens is not None:
+            stats.num_cached_tokens = num_cached_tokens
         for event in events:
             if event.type == 1:
                 stats.queued_ts = event.timestamp
             elif event.type == 2 and stats.scheduled_ts == 0.0:
                 stats.scheduled_ts = event.timestamp
+            elif event.type == 3:
+                stats.num_preemptions += 1
+                self.preemptions.labels(MODEL, str(stats.engine_index)).inc()
         if num_new_tokens <= 0:
             return
         engine = str(stats.engine_index)
@@ -192,6 +338,10 @@ class PrometheusReference:
         decode = last - first if first else 0.0
         self.tpot.labels(*labels).observe(decode / (n_gen - 1) if n_gen > 1 else 0)
         self.decode.labels(*labels).observe(decode)
+        self.request_preemptions.labels(*labels).observe(stats.num_preemptions)
+        self.kv_computed.labels(*labels).observe(
+            num_prompt_tokens - max(stats.num_cached_tokens, 0)
+        )
         if stats.scheduled_ts:
             self.queue.labels(*labels).observe(max(0.0, stats.scheduled_ts - stats.queued_ts))
             if first:
@@ -254,11 +404,17 @@ def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) ->
                 Event(rng.choice([1, 2, 2, 3]), interesting_time(rng))
                 for _ in range(rng.choice([0, 0, 0, 1, 2]))
             ]
+            cached = None
             if ref.num_generation_tokens == 0 and tokens and not ref.finished:
                 pair.ours.observe_prefill(ours, prompt_len)
                 pair.reference.observe_prefill(ref, prompt_len)
-            pair.ours.observe_output(ours, tokens, events, now)
-            pair.reference.observe_output(ref, tokens, events, now)
+                cached = rng.choice([None, 0, prompt_len // 2, prompt_len])
+            pair.ours.observe_output(ours, tokens, events, now, num_cached_tokens=cached)
+            pair.reference.observe_output(ref, tokens, events, now, num_cached_tokens=cached)
+            if rng.random() < 0.5:
+                message, tracked = random_message(rng, engines)
+                pair.ours.observe_step(message, tracked)
+                pair.reference.observe_step(message, tracked)
             continue
         reason = rng.choice([*FINISH_REASON_LABELS, "timeout"])
         max_tokens = rng.choice([None, 0, 1, 16, 100, 5000])
@@ -270,6 +426,50 @@ def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) ->
             pair.ours.observe_parent_finished(n, ref.num_generation_tokens, ref.engine_index)
             pair.reference.observe_parent_finished(n, ref.num_generation_tokens, ref.engine_index)
         # else: the request stays and gets later outputs / finishes, which must be ignored.
+
+
+def random_message(
+    rng: random.Random, engines: Sequence[int]
+) -> tuple[EngineCoreOutputs, set[str]]:
+    """An engine's outputs message: some requests' outputs (first ones with prefill stats),
+    often scheduler stats, sometimes a KV connector's and performance estimates; and which of
+    its requests the frontend still tracks."""
+    outputs = []
+    for i in range(rng.choice([0, 1, 3, 40])):
+        prefill = None
+        if rng.random() < 0.3:
+            prompt, local, external = rng.choice([1, 17, 300]), rng.randrange(9), rng.randrange(5)
+            prefill = PrefillStats(
+                num_prompt_tokens=prompt + local + external,
+                num_computed_tokens=prompt,
+                num_cached_tokens=local + external,
+                num_local_cached_tokens=local,
+                num_external_cached_tokens=external,
+            )
+        tokens = list(range(rng.choice([0, 1, 1, 4])))
+        outputs.append(EngineCoreOutput(f"r{i}", tokens, prefill_stats=prefill))
+    stats = None
+    if rng.random() < 0.7:
+        stats = SchedulerStats(
+            prefix_cache_stats=PrefixCacheStats(queries=rng.randrange(500), hits=rng.randrange(200))
+        )
+        if rng.random() < 0.3:
+            stats.connector_prefix_cache_stats = PrefixCacheStats(
+                queries=rng.randrange(99),
+                hits=5,
+                hits_by_source=rng.choice([{}, {"host": 3, "disk": 2}, {"p2p": 5}]),
+            )
+        if rng.random() < 0.3:
+            perf: list[dict[str, Any]] = [
+                {"num_flops_per_gpu": 10**12, "num_read_bytes_per_gpu": 7,
+                 "num_write_bytes_per_gpu": 0, "debug_stats": None},
+                {"num_flops_per_gpu": 0, "num_read_bytes_per_gpu": 0,
+                 "num_write_bytes_per_gpu": 0},
+            ]  # fmt: skip
+            stats.perf_stats = rng.choice(perf)
+    engine = rng.choice(engines) if rng.random() < 0.9 else 7
+    tracked = {o.request_id for o in outputs if rng.random() < 0.8}
+    return EngineCoreOutputs(engine, outputs, stats), tracked
 
 
 _CREATED = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.M)

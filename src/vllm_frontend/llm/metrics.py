@@ -9,6 +9,13 @@ inter-token gaps), and the finish. Times are taken with the frontend's monotonic
 output arrives; the engine's QUEUED/SCHEDULED events (monotonic clock of the same machine) give the
 queue, prefill and inference phases when the engine logs stats.
 
+What vLLM computes per engine message (``vllm/v1/engine/async_llm.py`` ``output_handler``: one
+``IterationStats`` per message with outputs, then ``PrometheusStatLogger.record`` with the
+message's ``SchedulerStats``) comes from :meth:`FrontendMetrics.observe_step`, which the engine
+client calls once per outputs message: tokens per step, prompt tokens by source (the requests'
+``prefill_stats``), prefix-cache queries and hits, the engine's performance estimates. The
+scheduler gauges are read from each engine's latest stats at scrape time (:class:`EngineGauges`).
+
 The counters and histograms are plain Python accumulators rather than prometheus_client's
 ``Counter``/``Histogram``: those take a lock per value and walk the buckets in Python on every
 observation, which showed as ~5-8% of the frontend's CPU since ``observe_output`` runs for every
@@ -27,7 +34,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import prometheus_client.metrics
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -40,7 +47,20 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["FINISH_REASON_LABELS", "EngineGauges", "FrontendMetrics", "RequestStats"]
+if TYPE_CHECKING:
+    from collections.abc import Container
+
+    from vllm_frontend.engine.protocol import EngineCoreOutputs
+
+__all__ = [
+    "ADMISSION_REASONS",
+    "CACHE_HIT_SOURCES",
+    "FINISH_REASON_LABELS",
+    "PROMPT_TOKEN_SOURCES",
+    "EngineGauges",
+    "FrontendMetrics",
+    "RequestStats",
+]
 
 #: vLLM's FinishReason values as their label strings (``str(FinishReason.X)``).
 FINISH_REASON_LABELS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
@@ -58,6 +78,17 @@ _ITL_BUCKETS = (
     10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
 _N_BUCKETS = (1, 2, 5, 10, 20)
+_ITERATION_TOKENS_BUCKETS = (
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+)  # fmt: skip
+_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+
+#: ``source`` values of ``vllm:prompt_tokens_by_source`` (vLLM's ``PromptTokenStats.ALL_SOURCES``).
+PROMPT_TOKEN_SOURCES: tuple[str, ...] = ("local_compute", "local_cache_hit", "external_kv_transfer")
+#: ``source`` values of ``vllm:prompt_tokens_cached_by_source`` (vLLM's ``CacheHitSource``).
+CACHE_HIT_SOURCES: tuple[str, ...] = ("device", "host", "p2p", "disk", "external_unspecified")
+#: ``reason`` values of ``vllm:admission_rejections`` (``vllm/v1/metrics/loggers.py``).
+ADMISSION_REASONS: tuple[str, ...] = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
@@ -89,6 +120,8 @@ class RequestStats:
     scheduled_ts: float = 0.0
     num_generation_tokens: int = 0
     num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    """Prompt tokens the engine did not compute (its ``prefill_stats.num_cached_tokens``)."""
     finished: bool = False
 
     @classmethod
@@ -277,20 +310,85 @@ class FrontendMetrics:
         self._engines = [str(i) for i in engine_indexes]
         token_buckets = _one_two_five_buckets(max(1, max_model_len))
 
-        def counter(name: str, doc: str) -> _Counter:
-            return _Counter(name, doc, labels)
+        def counter(name: str, doc: str, extra: Sequence[str] = ()) -> _Counter:
+            return _Counter(name, doc, (*labels, *extra))
 
         def histogram(name: str, doc: str, buckets: Iterable[float]) -> _Histogram:
             return _Histogram(name, doc, labels, buckets)
 
+        # Names, help texts, labels and buckets as vLLM's PrometheusStatLogger and
+        # PerfMetricsProm (vllm/v1/metrics/perf.py) define them.
+        mfu = " (for Model Flops Utilization calculations)."
+        self.estimated_flops = counter(
+            "vllm:estimated_flops_per_gpu_total",
+            "Estimated number of floating point operations per GPU" + mfu,
+        )
+        self.estimated_read_bytes = counter(
+            "vllm:estimated_read_bytes_per_gpu_total",
+            "Estimated number of bytes read from memory per GPU" + mfu,
+        )
+        self.estimated_write_bytes = counter(
+            "vllm:estimated_write_bytes_per_gpu_total",
+            "Estimated number of bytes written to memory per GPU" + mfu,
+        )
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+        )
+        self.prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
+        self.external_prefix_cache_queries = counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector cross-instance cache sharing, "
+            "in terms of number of queried tokens.",
+        )
+        self.external_prefix_cache_hits = counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, "
+            "in terms of number of cached tokens.",
+        )
+        # This frontend has no multi-modal processor cache (it sends no multi-modal inputs):
+        # vLLM's stays at 0 too for a text-only model (renderer.stat_mm_cache() is None).
+        self.mm_cache_queries = counter(
+            "vllm:mm_cache_queries",
+            "Multi-modal cache queries, in terms of number of queried items.",
+        )
+        self.mm_cache_hits = counter(
+            "vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."
+        )
+        self.num_preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        )
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.prompt_tokens_by_source = counter(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", ("source",)
+        )
+        self.prompt_tokens_cached = counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        )
+        self.prompt_tokens_cached_by_source = counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+            "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.",
+            ("source",),
+        )
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         )
-        self.request_success = _Counter(
+        self.request_success = counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            (*labels, "finished_reason"),
+            ("finished_reason",),
+        )
+        # Frontend admission limits (max_num_queued_reqs / _tokens): not implemented here, so
+        # nothing is ever rejected for them, as in vLLM with its defaults (no limit).
+        self.admission_rejections = _Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ("model_name", "reason"),
         )
         self.request_prompt_tokens = histogram(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets
@@ -299,6 +397,11 @@ class FrontendMetrics:
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
             token_buckets,
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            _ITERATION_TOKENS_BUCKETS,
         )
         self.request_max_num_generation_tokens = histogram(
             "vllm:request_max_num_generation_tokens",
@@ -353,27 +456,62 @@ class FrontendMetrics:
             "Histogram of time spent in DECODE phase for request.",
             _REQUEST_LATENCY_BUCKETS,
         )
-        # Exported in this order, which is the order vLLM registers them in.
+        self.request_num_preemptions = histogram(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            _NUM_PREEMPTIONS_BUCKETS,
+        )
+        self.request_prefill_kv_computed_tokens = histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            token_buckets,
+        )
+        # Exported in this order, which is the order vLLM registers them in (its scheduler
+        # gauges, between the estimates and the prefix cache, are EngineGauges').
         families: list[_Counter | _Histogram] = [
-            self.prompt_tokens, self.generation_tokens, self.request_success,
-            self.request_prompt_tokens, self.request_generation_tokens,
+            self.estimated_flops, self.estimated_read_bytes, self.estimated_write_bytes,
+            self.prefix_cache_queries, self.prefix_cache_hits,
+            self.external_prefix_cache_queries, self.external_prefix_cache_hits,
+            self.mm_cache_queries, self.mm_cache_hits, self.num_preemptions,
+            self.prompt_tokens, self.prompt_tokens_by_source, self.prompt_tokens_cached,
+            self.prompt_tokens_cached_by_source, self.generation_tokens, self.request_success,
+            self.admission_rejections, self.request_prompt_tokens,
+            self.request_generation_tokens, self.iteration_tokens,
             self.request_max_num_generation_tokens, self.request_params_n,
             self.request_params_max_tokens, self.time_to_first_token, self.inter_token_latency,
             self.time_per_output_token, self.e2e_latency, self.queue_time, self.inference_time,
-            self.prefill_time, self.decode_time,
+            self.prefill_time, self.decode_time, self.request_num_preemptions,
+            self.request_prefill_kv_computed_tokens,
         ]  # fmt: skip
         reg.register(_Collector(families))
         # vLLM creates every per-engine child up front so the series exist (at 0) from startup.
-        for engine in self._engines:
-            for family in families:
-                if family is not self.request_success:
+        # Its labelled families create theirs label value by label value (source by source):
+        # the same order here.
+        extra_labels = {
+            id(self.prompt_tokens_by_source): PROMPT_TOKEN_SOURCES,
+            id(self.request_success): FINISH_REASON_LABELS,
+        }
+        for family in families:
+            if family is self.admission_rejections or family is self.prompt_tokens_cached_by_source:
+                continue
+            values = extra_labels.get(id(family))
+            if values is None:
+                for engine in self._engines:
                     family.child((model_name, engine))
-            for reason in FINISH_REASON_LABELS:
-                self.request_success.child((model_name, engine, reason))
+            else:
+                for value in values:
+                    for engine in self._engines:
+                        family.child((model_name, engine, value))
+        for source in CACHE_HIT_SOURCES:
+            for engine in self._engines:
+                self.prompt_tokens_cached_by_source.child((model_name, engine, source))
+        for reason in ADMISSION_REASONS:
+            self.admission_rejections.child((model_name, reason))
         # Label tuples per engine index, and the series the per-token path touches: resolved once
         # so that a token costs two attribute updates and a bisect.
         self._keys: dict[int, tuple[str, str]] = {}
         self._series: dict[int, _EngineSeries] = {}
+        self._steps: dict[int, _StepSeries] = {}
 
     def _labels(self, engine_index: int) -> tuple[str, str]:
         key = self._keys.get(engine_index)
@@ -392,6 +530,82 @@ class FrontendMetrics:
             )
         return series
 
+    def _step_engine(self, engine_index: int) -> _StepSeries:
+        key = self._labels(engine_index)
+        by_source = self.prompt_tokens_by_source
+        series = self._steps[engine_index] = _StepSeries(
+            self.iteration_tokens.child(key),
+            by_source.child((*key, "local_compute")),
+            by_source.child((*key, "local_cache_hit")),
+            by_source.child((*key, "external_kv_transfer")),
+            self.prompt_tokens_cached.child(key),
+            self.prefix_cache_queries.child(key),
+            self.prefix_cache_hits.child(key),
+            self.prompt_tokens_cached_by_source.child((*key, "device")),
+        )
+        return series
+
+    def observe_step(self, message: EngineCoreOutputs, tracked: Container[str]) -> None:
+        """Account one outputs message of an engine, as vLLM's ``output_handler`` does with the
+        message's ``IterationStats`` and ``SchedulerStats`` (``vllm/v1/engine/async_llm.py``,
+        ``vllm/v1/metrics/stats.py``, ``PrometheusStatLogger.record``).
+
+        ``tracked`` holds the engine request ids still streamed to a caller: like vLLM's output
+        processor, outputs of other requests (aborted here meanwhile) are not counted. A message
+        with outputs is one engine step: ``vllm:iteration_tokens_total`` observes the prompt
+        tokens it computed (first outputs' ``prefill_stats``) plus the tokens it generated.
+        """
+        engine = message.engine_index
+        series = self._steps.get(engine) or self._step_engine(engine)
+        outputs = message.outputs
+        if outputs:
+            generated = computed = local = external = cached = 0
+            for output in outputs:
+                if output.request_id not in tracked:
+                    continue
+                generated += len(output.new_token_ids)
+                prefill = output.prefill_stats
+                if prefill is not None:  # a request's first output only
+                    computed += prefill.num_computed_tokens
+                    local += prefill.num_local_cached_tokens
+                    external += prefill.num_external_cached_tokens
+                    cached += prefill.num_cached_tokens
+            series.iteration_tokens.observe(computed + generated)
+            if computed or local or external or cached:
+                series.local_compute.inc(computed)
+                series.local_cache_hit.inc(local)
+                series.external_kv_transfer.inc(external)
+                series.prompt_tokens_cached.inc(cached)
+        stats = message.scheduler_stats
+        if stats is None:
+            return
+        prefix = stats.prefix_cache_stats
+        series.prefix_cache_queries.inc(prefix.queries)
+        series.prefix_cache_hits.inc(prefix.hits)
+        series.cached_on_device.inc(prefix.hits)
+        connector = stats.connector_prefix_cache_stats
+        if connector is not None:
+            key = self._labels(engine)
+            self.external_prefix_cache_queries.child(key).inc(connector.queries)
+            self.external_prefix_cache_hits.child(key).inc(connector.hits)
+            for tier, num_tokens in connector.hits_by_source.items():
+                self.prompt_tokens_cached_by_source.child((*key, str(tier))).inc(num_tokens)
+        perf = stats.perf_stats
+        if perf:
+            # PerfMetricsProm.observe (vllm/v1/metrics/perf.py): all three or none.
+            flops = perf.get("num_flops_per_gpu") or 0
+            read = perf.get("num_read_bytes_per_gpu") or 0
+            write = perf.get("num_write_bytes_per_gpu") or 0
+            if flops or read or write:
+                key = self._labels(engine)
+                self.estimated_flops.child(key).inc(flops)
+                self.estimated_read_bytes.child(key).inc(read)
+                self.estimated_write_bytes.child(key).inc(write)
+
+    def record_admission_rejection(self, reason: str) -> None:
+        """Count a request refused by a frontend queue limit (one of :data:`ADMISSION_REASONS`)."""
+        self.admission_rejections.child((self._model_name, reason)).inc()
+
     def observe_prefill(self, stats: RequestStats, num_prompt_tokens: int) -> None:
         """Account a finished prefill (vLLM counts prompt tokens when the prefill completes)."""
         self.prompt_tokens.child(self._labels(stats.engine_index)).value += num_prompt_tokens
@@ -402,12 +616,16 @@ class FrontendMetrics:
         num_new_tokens: int,
         events: Sequence[object] | None = None,
         now: float | None = None,
+        num_cached_tokens: int | None = None,
     ) -> None:
-        """Account one engine output of a request: first token / inter-token latency, events."""
+        """Account one engine output of a request: first token / inter-token latency, events,
+        and the prompt tokens the engine found cached (``prefill_stats``, first output only)."""
         if stats.finished:
             return
         if now is None:
             now = time.monotonic()
+        if num_cached_tokens is not None:
+            stats.num_cached_tokens = num_cached_tokens
         if events:
             for event in events:
                 kind = getattr(event, "type", None)
@@ -418,6 +636,7 @@ class FrontendMetrics:
                     stats.scheduled_ts = ts
                 elif kind == _PREEMPTED:
                     stats.num_preemptions += 1
+                    self.num_preemptions.child(self._labels(stats.engine_index)).value += 1
         if num_new_tokens <= 0:
             return
         if stats.num_generation_tokens:
@@ -477,6 +696,10 @@ class FrontendMetrics:
         tpot = decode / (stats.num_generation_tokens - 1) if stats.num_generation_tokens > 1 else 0
         self.time_per_output_token.child(key).observe(tpot)
         self.decode_time.child(key).observe(decode)
+        self.request_num_preemptions.child(key).observe(stats.num_preemptions)
+        self.request_prefill_kv_computed_tokens.child(key).observe(
+            num_prompt_tokens - max(stats.num_cached_tokens, 0)
+        )
         if stats.scheduled_ts:
             self.queue_time.child(key).observe(max(0.0, stats.scheduled_ts - stats.queued_ts))
             if stats.first_token_ts:
@@ -502,9 +725,21 @@ class _EngineSeries(NamedTuple):
     inter_token_latency: _HistogramChild
 
 
+class _StepSeries(NamedTuple):
+    iteration_tokens: _HistogramChild
+    local_compute: _CounterChild
+    local_cache_hit: _CounterChild
+    external_kv_transfer: _CounterChild
+    prompt_tokens_cached: _CounterChild
+    prefix_cache_queries: _CounterChild
+    prefix_cache_hits: _CounterChild
+    cached_on_device: _CounterChild
+
+
 class EngineGauges(Collector):
     """The scheduler gauges vLLM exports (``vllm:num_requests_running``, ``…_waiting``,
-    ``vllm:kv_cache_usage_perc``), read at scrape time from the latest stats each engine sent."""
+    ``…_waiting_by_reason``, ``vllm:engine_sleep_state``, ``vllm:kv_cache_usage_perc``), read at
+    scrape time from the latest stats each engine sent."""
 
     def __init__(
         self,
@@ -517,7 +752,8 @@ class EngineGauges(Collector):
         self._latest = latest_stats
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """One sample per engine (0 until the engine has reported)."""
+        """One sample per engine (and reason, state) in vLLM's order; 0 until an engine has
+        reported."""
         stats = self._latest()
         labels = ["model_name", "engine"]
         running = GaugeMetricFamily(
@@ -528,18 +764,49 @@ class EngineGauges(Collector):
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
             labels=labels,
         )  # fmt: skip
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
+            "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
+            "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            labels=[*labels, "reason"],
+        )
+        sleep_state = GaugeMetricFamily(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+            "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+            "level 2.",
+            labels=[*labels, "sleep_state"],
+        )
         kv = GaugeMetricFamily(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
             labels=labels,
         )  # fmt: skip
+        capacity: list[float] = []
+        deferred: list[float] = []
         for engine in self._engines:
             s = stats.get(engine)
             values = [self._model_name, str(engine)]
+            num_waiting = float(getattr(s, "num_waiting_reqs", 0) or 0)
+            num_deferred = float(getattr(s, "num_skipped_waiting_reqs", 0) or 0)
+            capacity.append(num_waiting)
+            deferred.append(num_deferred)
             running.add_metric(values, float(getattr(s, "num_running_reqs", 0) or 0))
-            waiting.add_metric(values, float(getattr(s, "num_waiting_reqs", 0) or 0))
+            # vLLM's total counts the deferred (skipped) waiting requests too.
+            waiting.add_metric(values, num_waiting + num_deferred)
             kv.add_metric(values, float(getattr(s, "kv_cache_usage", 0.0) or 0.0))
+        for reason, counts in (("capacity", capacity), ("deferred", deferred)):
+            for engine, count in zip(self._engines, counts, strict=True):
+                by_reason.add_metric([self._model_name, str(engine), reason], count)
+        # This frontend never puts its engines to sleep (vLLM does from its dev-mode /sleep
+        # route): they stay at vLLM's initial state, awake.
+        for state, value in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+            for engine in self._engines:
+                sleep_state.add_metric([self._model_name, str(engine), state], value)
         yield running
         yield waiting
+        yield by_reason
+        yield sleep_state
         yield kv
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
