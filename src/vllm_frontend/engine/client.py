@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from vllm_frontend.engine.errors import EngineDeadSignal, ProtocolError
 from vllm_frontend.engine.protocol import (
     CoordinatorFirstRequest,
     EngineCoreOutput,
+    EngineCoreOutputs,
     EngineCoreReadyResponse,
     EngineCoreRequest,
     EngineZmqAddresses,
@@ -411,6 +412,7 @@ class EngineCoreClient:
         self._stats_times: dict[int, float] = {}
         self._coord_counts: dict[int, list[float]] = {}
         self._stats_waiters: list[asyncio.Future[None]] = []
+        self._step_observer: Callable[[EngineCoreOutputs, Container[str]], None] | None = None
         # Frontends start their rotation at different engines so they do not all pick the same.
         self._rotation = len(self._engines) * client_index // client_count
         self._current_wave = 0
@@ -640,6 +642,13 @@ class EngineCoreClient:
         """
         return dict(self._stats_times)
 
+    def observe_steps(
+        self, observer: Callable[[EngineCoreOutputs, Container[str]], None] | None
+    ) -> None:
+        """Call ``observer(message, tracked)`` with every outputs message, before its outputs go
+        to their streams; ``tracked`` holds the request ids still streamed (for metrics)."""
+        self._step_observer = observer
+
     def load(self) -> list[EngineLoad]:
         """Current load of every engine, in index order."""
         out = []
@@ -865,6 +874,8 @@ class EngineCoreClient:
                     sockets.note_output_source(frames[0], msg.engine_index)
                     self._output_sources_known = sockets.output_sources_known()
                 streams = self._streams
+                if self._step_observer is not None:
+                    self._step_observer(msg, streams)
                 for out in msg.outputs:
                     stream = streams.get(out.request_id)
                     if stream is None:
