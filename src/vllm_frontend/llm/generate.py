@@ -425,12 +425,15 @@ class GenerationStream:
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
         token_ids = output.new_token_ids
+        cached = _num_cached_tokens(output)
         metrics = self._llm.metrics
         if metrics is not None:
             stats = sample.stats
             if stats.num_generation_tokens == 0 and token_ids:
                 metrics.observe_prefill(stats, len(self._request.prompt_token_ids))
-            metrics.observe_output(stats, len(token_ids), getattr(output, "events", None))
+            metrics.observe_output(
+                stats, len(token_ids), getattr(output, "events", None), num_cached_tokens=cached
+            )
         lp = output.new_logprobs
         finish = output.finish_reason
         # Positional, cheap checks first: this runs for every engine output. The engine output's
@@ -442,7 +445,7 @@ class GenerationStream:
             getattr(output, "new_prompt_logprobs_tensors", None),
             None if finish is None else _finish_reason(finish),
             output.stop_reason,
-            None if getattr(output, "prefill_stats", None) is None else _num_cached_tokens(output),
+            cached,
             getattr(output, "kv_transfer_params", None),
         )
 
@@ -544,6 +547,9 @@ class LLM:
         """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py)."""
         self.client = client
         self.metrics = metrics
+        observe_steps = getattr(client, "observe_steps", None)
+        if metrics is not None and observe_steps is not None:
+            observe_steps(metrics.observe_step)  # the per-engine-step series
         self._request_factory = request_factory
         self._aborting: set[asyncio.Future[Any]] = set()
 
