@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -35,8 +36,10 @@ from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
-from vllm_frontend.server.sibling_metrics import SiblingMetrics
 from vllm_frontend.text.detokenizer import prefill
+
+if TYPE_CHECKING:
+    from vllm_frontend.server.sibling_metrics import SiblingMetrics
 
 logger = logging.getLogger("vllm_frontend")
 
@@ -127,6 +130,8 @@ def run_frontend(args: argparse.Namespace) -> int:
     metrics_dir = os.environ.get(METRICS_DIR_ENV)
     if args.client_count > 1:
         if metrics_dir:
+            from vllm_frontend.server.sibling_metrics import SiblingMetrics  # only with siblings
+
             siblings = SiblingMetrics(metrics_dir, args.client_index, args.client_count)
         else:
             logger.warning("%s is not set: /metrics shows this process only", METRICS_DIR_ENV)

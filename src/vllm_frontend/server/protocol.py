@@ -31,6 +31,7 @@ from .validation import (
     DictOf,
     Float,
     Int,
+    LazyModel,
     ListOf,
     Model,
     Optional,
@@ -390,53 +391,61 @@ _MESSAGE = Model("ChatCompletionMessageParam", {"role": Str()}, ["role"])
 """Simplified: vLLM validates each message against a union of TypedDicts and reports every
 branch; here a message must be an object with a string ``role``."""
 
-_COMPLETION_SCHEMA = _schema(
-    CompletionRequest,
-    {
-        "prompt": Optional(
-            Union(
-                ListOf(_TOKEN),
-                ListOf(ListOf(_TOKEN)),
-                Str(),
-                ListOf(Str()),
-            )
-        ),
-        "prompt_embeds": Optional(Union(Str(), ListOf(Str()))),
-        "response_format": _RESPONSE_FORMAT,
-        "structured_outputs": _STRUCTURED_OUTPUTS,
-        "repetition_detection": _REPETITION_DETECTION,
-    },
+_COMPLETION_SCHEMA = LazyModel(
+    lambda: _schema(
+        CompletionRequest,
+        {
+            "prompt": Optional(
+                Union(
+                    ListOf(_TOKEN),
+                    ListOf(ListOf(_TOKEN)),
+                    Str(),
+                    ListOf(Str()),
+                )
+            ),
+            "prompt_embeds": Optional(Union(Str(), ListOf(Str()))),
+            "response_format": _RESPONSE_FORMAT,
+            "structured_outputs": _STRUCTURED_OUTPUTS,
+            "repetition_detection": _REPETITION_DETECTION,
+        },
+    )
 )
-_CHAT_SCHEMA = _schema(
-    ChatCompletionRequest,
-    {
-        "messages": ListOf(_MESSAGE),
-        "tools": Optional(ListOf(_TOOL)),
-        "tool_choice": Optional(
-            Union(
-                LiteralSpec("none"),
-                LiteralSpec("auto"),
-                LiteralSpec("required"),
-                Model(
-                    "ChatCompletionNamedToolChoiceParam",
-                    {
-                        "function": Model("ChatCompletionNamedFunction", {"name": Str()}, ["name"]),
-                        "type": LiteralSpec("function"),
-                    },
-                    ["function"],
-                ),
-            )
-        ),
-        "response_format": _RESPONSE_FORMAT,
-        "structured_outputs": _STRUCTURED_OUTPUTS,
-        "repetition_detection": _REPETITION_DETECTION,
-    },
+_CHAT_SCHEMA = LazyModel(
+    lambda: _schema(
+        ChatCompletionRequest,
+        {
+            "messages": ListOf(_MESSAGE),
+            "tools": Optional(ListOf(_TOOL)),
+            "tool_choice": Optional(
+                Union(
+                    LiteralSpec("none"),
+                    LiteralSpec("auto"),
+                    LiteralSpec("required"),
+                    Model(
+                        "ChatCompletionNamedToolChoiceParam",
+                        {
+                            "function": Model(
+                                "ChatCompletionNamedFunction", {"name": Str()}, ["name"]
+                            ),
+                            "type": LiteralSpec("function"),
+                        },
+                        ["function"],
+                    ),
+                )
+            ),
+            "response_format": _RESPONSE_FORMAT,
+            "structured_outputs": _STRUCTURED_OUTPUTS,
+            "repetition_detection": _REPETITION_DETECTION,
+        },
+    )
 )
-_TOKENIZE_COMPLETION_SCHEMA = _schema(TokenizeCompletionRequest)
-_TOKENIZE_CHAT_SCHEMA = _schema(
-    TokenizeChatRequest, {"messages": ListOf(_MESSAGE), "tools": Optional(ListOf(_TOOL))}
+_TOKENIZE_COMPLETION_SCHEMA = LazyModel(lambda: _schema(TokenizeCompletionRequest))
+_TOKENIZE_CHAT_SCHEMA = LazyModel(
+    lambda: _schema(
+        TokenizeChatRequest, {"messages": ListOf(_MESSAGE), "tools": Optional(ListOf(_TOOL))}
+    )
 )
-_DETOKENIZE_SCHEMA = _schema(DetokenizeRequest)
+_DETOKENIZE_SCHEMA = LazyModel(lambda: _schema(DetokenizeRequest))
 
 
 # ---------------------------------------------------------------------------------------------

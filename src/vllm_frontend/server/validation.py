@@ -315,6 +315,22 @@ class Model(Spec):
         return out
 
 
+class LazyModel(Model):
+    """A :class:`Model` built by ``build`` on first use: schemas only describe errors, so
+    building them (``msgspec.inspect`` over the request Structs) waits for the first bad body."""
+
+    def __init__(self, build: Callable[[], Model]) -> None:
+        self._build = build
+
+    def __getattr__(self, attr: str) -> Any:
+        # Only called while ``name``, ``fields`` and ``required`` are still unset.
+        if attr not in ("name", "fields", "required"):
+            raise AttributeError(attr)
+        model = self._build()
+        self.name, self.fields, self.required = model.name, model.fields, model.required
+        return getattr(self, attr)
+
+
 # ---------------------------------------------------------------------------------------------
 # rendering like vLLM's validation_exception_handler
 
