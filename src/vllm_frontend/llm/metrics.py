@@ -16,6 +16,15 @@ client calls once per outputs message: tokens per step, prompt tokens by source 
 ``prefill_stats``), prefix-cache queries and hits, the engine's performance estimates. The
 scheduler gauges are read from each engine's latest stats at scrape time (:class:`EngineGauges`).
 
+Not exported: ``vllm:cache_config_info``, whose labels are vLLM's whole ``CacheConfig`` (~37
+fields): the engine reports a few of them when it registers (``block_size``, ``num_gpu_blocks``,
+``kv_cache_size_tokens`` …), the rest are engine arguments and platform defaults
+(``gpu_memory_utilization``, ``cache_dtype``, ``kv_cache_memory_bytes`` …) that the frontend's
+configuration does not keep (and that a frontend joining engines started elsewhere never sees),
+and an info metric with guessed labels would mislead. Families vLLM registers
+only with features off by default here (speculative decoding, KV connectors, LoRA,
+``--kv-cache-metrics``, ``VLLM_COMPUTE_NANS_IN_LOGITS``, watermarking) are not exported either.
+
 The counters and histograms are plain Python accumulators rather than prometheus_client's
 ``Counter``/``Histogram``: those take a lock per value and walk the buckets in Python on every
 observation, which showed as ~5-8% of the frontend's CPU since ``observe_output`` runs for every
