@@ -338,8 +338,8 @@ class ChatHandler:
         )
         rendered = self._render(req)
         self._force_tool_calls(req)
-        prompt = ctx.prepare_prompt(
-            rendered.prompt,
+        [prompt] = await ctx.prepare_prompts(
+            [rendered.prompt],
             add_special_tokens=bool(req.add_special_tokens),
             truncate=ctx.truncation(req.truncate_prompt_tokens, requested or 0),
             truncation_side=req.truncation_side,

@@ -231,7 +231,7 @@ class CompletionsHandler:
         if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
-        prompts = self._render(req)
+        prompts = await self._render(req)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         created = int(time.time())
         prepared: list[tuple[PreparedPrompt, Any]] = []
@@ -254,7 +254,7 @@ class CompletionsHandler:
         body = await self._full(req, request_id, created, prepared, dp_rank)
         return Response(body)
 
-    def _render(self, req: Any) -> list[PreparedPrompt]:
+    async def _render(self, req: Any) -> list[PreparedPrompt]:
         ctx = self.ctx
         prompt = req.prompt
         add_special = getattr(req, "add_special_tokens", True)
@@ -296,15 +296,12 @@ class CompletionsHandler:
             items = list(prompt)
         ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
         truncate = ctx.truncation(req.truncate_prompt_tokens, req.max_tokens or 0)
-        return [
-            ctx.prepare_prompt(
-                item,
-                add_special_tokens=add_special,
-                truncate=truncate,
-                truncation_side=req.truncation_side,
-            )
-            for item in items
-        ]
+        return await ctx.prepare_prompts(
+            items,
+            add_special_tokens=add_special,
+            truncate=truncate,
+            truncation_side=req.truncation_side,
+        )
 
     def _prompt_text(self, prompt: PreparedPrompt) -> str:
         if prompt.text is None:

@@ -11,6 +11,7 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +34,7 @@ from .http import Request, StreamSink
 
 __all__ = [
     "DONE",
+    "OFF_LOOP_ENCODE_CHARS",
     "ChoiceTemplates",
     "SequenceStream",
     "ServingContext",
@@ -40,6 +42,7 @@ __all__ = [
     "UpdateSource",
     "Usage",
     "UsageChunk",
+    "encode_off_loop",
     "include_usage_flags",
     "push_sequences",
     "request_sequences",
@@ -320,26 +323,88 @@ class ServingContext:
                 ids = _truncated(ids, truncate, side)
             self.check_prompt_length(len(ids), from_text=False)
             return PreparedPrompt(ids, None)
-        text = prompt
-        if truncate is None:
-            self.check_text_length(text)
-            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        elif truncation_side is not None:
-            # vLLM trims the text by characters first, then tokenizes it whole and slices.
-            limit = self.max_model_len * self.tokenizer.max_chars_per_token
-            if len(text) > limit:
-                text = text[-limit:] if truncation_side == "left" else text[:limit]
-            ids = _truncated(
-                self.tokenizer.encode(text, add_special_tokens=add_special_tokens), truncate, side
-            )
-        else:
+        if truncate is not None and truncation_side is None:
             # vLLM lets the HF tokenizer truncate (max_length counts the special tokens, which
             # stay): encode bare, truncate the content, then add the special tokens.
             backend = self.tokenizer.backend
-            encoding = backend.encode(text, add_special_tokens=False)
+            encoding = backend.encode(prompt, add_special_tokens=False)
             special = backend.num_special_tokens_to_add(False) if add_special_tokens else 0
             encoding.truncate(max(truncate - special, 0), direction=side)
             ids = backend.post_process(encoding, add_special_tokens=add_special_tokens).ids
+            self.check_prompt_length(len(ids), from_text=True)
+            return PreparedPrompt(ids, prompt)
+        text = self._text_to_encode(prompt, truncate, truncation_side)
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return self._encoded_prompt(prompt, ids, truncate, side)
+
+    async def prepare_prompts(
+        self,
+        prompts: Sequence[str | list[int]],
+        *,
+        add_special_tokens: bool,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+    ) -> list[PreparedPrompt]:
+        """:meth:`prepare_prompt` for each prompt, in order, with the same results and errors;
+        when their texts come to :data:`OFF_LOOP_ENCODE_CHARS` or more, they are encoded on a
+        worker thread (the library releases the GIL there), so running streams are not held up
+        for the milliseconds a long prompt takes to encode."""
+        chars = sum(len(p) for p in prompts if isinstance(p, str))
+        if chars < OFF_LOOP_ENCODE_CHARS or (truncate is not None and truncation_side is None):
+            return [
+                self.prepare_prompt(
+                    p,
+                    add_special_tokens=add_special_tokens,
+                    truncate=truncate,
+                    truncation_side=truncation_side,
+                )
+                for p in prompts
+            ]
+        # The texts prepare_prompt would encode, up to the first one it refuses unencoded.
+        texts: dict[int, str] = {}
+        refused: tuple[int, errors.ApiError] | None = None
+        for k, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                try:
+                    texts[k] = self._text_to_encode(prompt, truncate, truncation_side)
+                except errors.ApiError as e:
+                    refused = (k, e)
+                    break
+        ids = await encode_off_loop(self.tokenizer, list(texts.values()), add_special_tokens)
+        encoded = dict(zip(texts, ids, strict=True))
+        side = truncation_side or self.tokenizer_truncation_side
+        out = []
+        for k, prompt in enumerate(prompts):
+            if refused is not None and k == refused[0]:
+                raise refused[1]
+            if isinstance(prompt, str):
+                out.append(self._encoded_prompt(prompt, encoded[k], truncate, side))
+            else:
+                out.append(
+                    self.prepare_prompt(
+                        prompt,
+                        add_special_tokens=add_special_tokens,
+                        truncate=truncate,
+                        truncation_side=truncation_side,
+                    )
+                )
+        return out
+
+    def _text_to_encode(self, text: str, truncate: int | None, truncation_side: str | None) -> str:
+        if truncate is None:
+            self.check_text_length(text)
+            return text
+        # vLLM trims the text by characters first, then tokenizes it whole and slices.
+        limit = self.max_model_len * self.tokenizer.max_chars_per_token
+        if len(text) > limit:
+            text = text[-limit:] if truncation_side == "left" else text[:limit]
+        return text
+
+    def _encoded_prompt(
+        self, prompt: str, ids: list[int], truncate: int | None, side: str
+    ) -> PreparedPrompt:
+        if truncate is not None:
+            ids = _truncated(ids, truncate, side)
         self.check_prompt_length(len(ids), from_text=True)
         return PreparedPrompt(ids, prompt)
 
@@ -360,6 +425,39 @@ def _truncated(ids: list[int], length: int, side: str) -> list[int]:
     if length == 0:
         return []
     return ids[-length:] if side == "left" else ids[:length]
+
+
+OFF_LOOP_ENCODE_CHARS = 8192
+"""Prompt texts of at least this many characters (a request's in all) are encoded off the event
+loop: ~2k tokens, which take `tokenizers` 5-10 ms here, a stall for every running stream."""
+
+_encoder_pool: ThreadPoolExecutor | None = None
+
+
+class BatchEncoder(Protocol):
+    """What :func:`encode_off_loop` needs of a tokenizer (``text.Tokenizer`` has it)."""
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        """Token ids of several texts, computed without holding the GIL."""
+        ...
+
+
+async def encode_off_loop(
+    tokenizer: BatchEncoder, texts: list[str], add_special_tokens: bool
+) -> list[list[int]]:
+    """Token ids of ``texts`` computed on the (one) encoder thread; ``encode_batch`` releases
+    the GIL, so the event loop runs meanwhile. The same ids as ``tokenizer.encode``."""
+    global _encoder_pool
+    if not texts:
+        return []
+    if _encoder_pool is None:
+        _encoder_pool = ThreadPoolExecutor(1, thread_name_prefix="vllm-frontend-encode")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        _encoder_pool, tokenizer.encode_batch, texts, add_special_tokens
+    )
 
 
 def request_id_for(prefix: str, request: Request, body_request_id: str | None) -> str:

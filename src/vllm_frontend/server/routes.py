@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from . import errors
 from .app import App, Handler, ServerSettings
+from .generation import OFF_LOOP_ENCODE_CHARS, encode_off_loop
 from .http import Request, Response, json_response
 from .metrics import HttpMetrics
 from .protocol import (
@@ -47,6 +48,12 @@ class TokenizerLike(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``."""
+        ...
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        """Token ids of several texts (releasing the GIL)."""
         ...
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -201,7 +208,10 @@ def build_app(
         if tokenizer is None:
             raise errors.NotImplementedFeature("Tokenization is not available.")
         if isinstance(req, TokenizeCompletionRequest):
-            ids = tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            if len(req.prompt) < OFF_LOOP_ENCODE_CHARS:
+                ids = tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            else:
+                [ids] = await encode_off_loop(tokenizer, [req.prompt], req.add_special_tokens)
         else:
             if services.chat_tokenizer is None:
                 raise errors.NotImplementedFeature("Chat tokenization is not available.")
