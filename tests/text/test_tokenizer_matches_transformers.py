@@ -79,9 +79,34 @@ def test_single_token_strings_match_vllm(ours: Tokenizer, hf: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def ours_fastokens(model_dir: Path) -> Tokenizer:
+def ours_fastokens(model_dir: Path, kind: str) -> Tokenizer:
     pytest.importorskip("fastokens")
-    return Tokenizer.from_dir(model_dir, use_fastokens=True)
+    tokenizer = Tokenizer.from_dir(model_dir, use_fastokens=True)
+    assert tokenizer.wait_for_fast_encoder(300)
+    if kind == "unigram_metaspace":  # fastokens has no Metaspace: `tokenizers` encodes
+        assert tokenizer._encode_fast is None
+    else:
+        assert tokenizer._encode_fast is not None
+    return tokenizer
+
+
+def test_prompts_are_encoded_alike_before_and_after_fastokens_has_loaded(
+    model_dir: Path, kind: str
+) -> None:
+    pytest.importorskip("fastokens")
+    if kind == "unigram_metaspace":
+        pytest.skip("fastokens cannot load a Metaspace pre-tokenizer")
+    texts = ["Hello, world!", "  two  spaces\n\ttab 🙂 数据 <|eot_id|> end", "x" * 300]
+    tokenizer = Tokenizer.from_dir(model_dir, use_fastokens=True)
+    # Usable at once: until the background load is done (or however it ends), `tokenizers`
+    # encodes; the load's own outcome is checked after.
+    first = [tokenizer.encode(t) for t in texts]
+    assert tokenizer.wait_for_fast_encoder(300)
+    fast = tokenizer._encode_fast
+    assert fast is not None
+    assert (
+        [fast(t, True) for t in texts] == first == [tokenizer.backend.encode(t).ids for t in texts]
+    )
 
 
 @SETTINGS
