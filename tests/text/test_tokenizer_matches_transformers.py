@@ -84,9 +84,9 @@ def ours_fastokens(model_dir: Path, kind: str) -> Tokenizer:
     tokenizer = Tokenizer.from_dir(model_dir, use_fastokens=True)
     assert tokenizer.wait_for_fast_encoder(300)
     if kind == "unigram_metaspace":  # fastokens has no Metaspace: `tokenizers` encodes
-        assert tokenizer._encode_fast is None
+        assert tokenizer._fast is None
     else:
-        assert tokenizer._encode_fast is not None
+        assert tokenizer._fast is not None
     return tokenizer
 
 
@@ -102,11 +102,12 @@ def test_prompts_are_encoded_alike_before_and_after_fastokens_has_loaded(
     # encodes; the load's own outcome is checked after.
     first = [tokenizer.encode(t) for t in texts]
     assert tokenizer.wait_for_fast_encoder(300)
-    fast = tokenizer._encode_fast
+    fast = tokenizer._fast
     assert fast is not None
-    assert (
-        [fast(t, True) for t in texts] == first == [tokenizer.backend.encode(t).ids for t in texts]
-    )
+    assert [list(fast.encode(t, add_special_tokens=True).ids) for t in texts] == first
+    assert first == [tokenizer.backend.encode(t).ids for t in texts]
+    # Now with fastokens: single and batch encodes (the batch is how long prompts go).
+    assert [tokenizer.encode(t) for t in texts] == tokenizer.encode_batch(texts) == first
 
 
 @SETTINGS

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ class Tokenizer:
         self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~50 ms)
         if use_fastokens is None:
             use_fastokens = os.environ.get("VLLM_USE_FASTOKENS", "0").lower() in ("1", "true")
-        self._encode_fast: Callable[[str, bool], list[int]] | None = None
+        self._fast: Any = None  # a fastokens.Tokenizer, once loaded
         self._fast_ready = threading.Event()
         if not use_fastokens:
             self._fast_ready.set()
@@ -147,7 +147,7 @@ class Tokenizer:
                 target=self._load_fastokens, args=(source,), name="fastokens-load", daemon=True
             ).start()
         else:
-            self._encode_fast = _fastokens_encoder(backend)
+            self._fast = _fastokens_tokenizer(backend)
             self._fast_ready.set()
 
     @classmethod
@@ -229,8 +229,8 @@ class Tokenizer:
     def _load_fastokens(self, source: Path) -> None:
         started = time.monotonic()
         try:
-            self._encode_fast = _fastokens_encoder(None, source)
-            if self._encode_fast is not None:
+            self._fast = _fastokens_tokenizer(None, source)
+            if self._fast is not None:
                 release_freed_heap()  # its JSON parse leaves ~90 MB freed but mapped
                 _log.info("prompts are encoded with fastokens from now on (it loaded %s in %.1f s)",
                           source, time.monotonic() - started)  # fmt: skip
@@ -256,20 +256,23 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
-        if self._encode_fast is not None:
-            return self._encode_fast(text, add_special_tokens)
+        fast = self._fast
+        if fast is not None:
+            return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True
     ) -> list[list[int]]:
-        """Token ids of several texts, encoded in parallel by the Rust library."""
-        return [
-            e.ids
-            for e in self._backend.encode_batch_fast(
+        """Token ids of several texts, encoded in parallel by the Rust library (GIL released)."""
+        fast = self._fast
+        if fast is not None:
+            encodings = fast.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        else:
+            encodings = self._backend.encode_batch_fast(
                 list(texts), add_special_tokens=add_special_tokens
             )
-        ]
+        return [list(e.ids) for e in encodings]
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Text of `token_ids` (transformers' `decode`, including its space clean-up)."""
@@ -430,9 +433,7 @@ def release_freed_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _fastokens_encoder(
-    backend: tokenizers.Tokenizer | None, source: Path | None = None
-) -> Callable[[str, bool], list[int]] | None:
+def _fastokens_tokenizer(backend: tokenizers.Tokenizer | None, source: Path | None = None) -> Any:
     # fastokens (the encoder vllm-rs and VLLM_USE_FASTOKENS use) gives the same ids much faster,
     # but loads slower and lacks some pipeline pieces (e.g. Metaspace): fall back when it can't.
     # From `source` (a tokenizer.json) it loads with the GIL released; from `backend` it needs
@@ -448,11 +449,7 @@ def _fastokens_encoder(
     except Exception as e:
         _log.warning("fastokens unavailable for this tokenizer (%s); using tokenizers", e)
         return None
-
-    def encode(text: str, add_special_tokens: bool) -> list[int]:
-        return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
-
-    return encode
+    return fast
 
 
 def _read_json(path: Path) -> dict[str, Any]:
