@@ -425,7 +425,10 @@ class GenerationStream:
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
         token_ids = output.new_token_ids
-        cached = _num_cached_tokens(output)
+        # Only a request's first output has prefill stats: skip the call for the others.
+        cached = (
+            None if getattr(output, "prefill_stats", None) is None else _num_cached_tokens(output)
+        )
         metrics = self._llm.metrics
         if metrics is not None:
             stats = sample.stats
