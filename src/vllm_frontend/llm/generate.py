@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from vllm_frontend.llm.admission import AdmissionControl
 from vllm_frontend.llm.ids import child_request_id, engine_request_id
 from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
 
@@ -138,7 +139,7 @@ def _merge_into(acc: SampleOutput, out: SampleOutput) -> None:
 class _Sample:
     """State of one engine request (one sample)."""
 
-    __slots__ = ("acc", "done", "engine_id", "index", "stats")
+    __slots__ = ("acc", "admitted", "done", "engine_id", "index", "prefilling", "stats")
 
     def __init__(self, index: int, engine_id: str, stats: RequestStats) -> None:
         self.index = index
@@ -146,6 +147,10 @@ class _Sample:
         self.stats = stats
         self.done = False
         self.acc: SampleOutput | None = None
+        self.admitted = False
+        """Counted by the admission limits (sent, not yet done)."""
+        self.prefilling = False
+        """Counted in the admission limits' prefill backlog (no output yet)."""
 
 
 class _TokenLane:
@@ -175,8 +180,8 @@ class _TokenLane:
         ):
             return False
         sample = self.sample
-        if sample.done:
-            return False
+        if sample.done or sample.prefilling:
+            return False  # a first output also leaves the prefill backlog: take() does that
         metrics = self.metrics
         stats = sample.stats
         if metrics is not None and not stats.num_generation_tokens:
@@ -325,9 +330,15 @@ class GenerationStream:
         if self._iters or self._closed:
             return
         client = self._llm.client
+        admission = self._llm.admission
+        if admission is not None:  # again, as vLLM does: others may have started meanwhile
+            admission.check(len(self._samples))
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
                 it: Any = client.add_request(engine_request)
+                if admission is not None:
+                    admission.started(len(self._request.prompt_token_ids))
+                    sample.admitted = sample.prefilling = True
                 if not (hasattr(it, "take") and hasattr(it, "on_ready")):
                     it = _PumpedStream(it)
                 self._iters.append(it)
@@ -424,6 +435,8 @@ class GenerationStream:
                     self._waiter = None
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
+        if sample.prefilling:
+            self._end_prefill(sample)
         token_ids = output.new_token_ids
         # Only a request's first output has prefill stats: skip the call for the others.
         cached = (
@@ -467,10 +480,23 @@ class GenerationStream:
             return sample.acc
         return SampleOutput(index=sample.index, token_ids=[], logprobs=[], finish_reason=reason)
 
+    def _end_prefill(self, sample: _Sample) -> None:
+        sample.prefilling = False
+        admission = self._llm.admission
+        if admission is not None:
+            admission.prefilled(len(self._request.prompt_token_ids))
+
     def _mark_done(self, sample: _Sample, reason: str, record: bool = True) -> None:
         if sample.done:
             return
         sample.done = True
+        if sample.admitted:
+            sample.admitted = False
+            if sample.prefilling:
+                self._end_prefill(sample)
+            admission = self._llm.admission
+            if admission is not None:
+                admission.finished()
         self._remaining -= 1
         self.finished = self._remaining == 0
         metrics = self._llm.metrics
@@ -546,10 +572,13 @@ class LLM:
         client: EngineClientLike,
         request_factory: Callable[..., Any],
         metrics: FrontendMetrics | None = None,
+        admission: AdmissionControl | None = None,
     ) -> None:
-        """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py)."""
+        """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py);
+        ``admission`` holds vLLM's queue limits (unused when it sets none)."""
         self.client = client
         self.metrics = metrics
+        self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)
         if metrics is not None and observe_steps is not None:
             observe_steps(metrics.observe_step)  # the per-engine-step series
@@ -574,6 +603,12 @@ class LLM:
             task = asyncio.ensure_future(result)
             self._aborting.add(task)
             task.add_done_callback(self._aborting.discard)
+
+    def check_admission(self, n: int = 1) -> None:
+        """Raise ``AdmissionRejected`` when the queue limits refuse a request of ``n`` samples
+        now (vLLM's ``check_admission``; :meth:`GenerationStream.start` checks again)."""
+        if self.admission is not None:
+            self.admission.check(n)
 
     def generate(self, request: GenerateRequest) -> GenerationStream:
         """Start a request; returns its stream (use ``async with`` to guarantee cleanup)."""

@@ -332,6 +332,7 @@ class ChatHandler:
         ctx = self.ctx
         req = self._parse(request.body)
         ctx.check_model(req.model)
+        ctx.llm.check_admission(req.n or 1)  # vLLM's _preflight: before rendering
         self._check_tool_choice(req)
         requested = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens

@@ -231,6 +231,7 @@ class CompletionsHandler:
         if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
+        ctx.llm.check_admission(req.n or 1)  # vLLM's _preflight: before rendering
         prompts = await self._render(req)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         created = int(time.time())

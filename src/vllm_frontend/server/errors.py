@@ -20,6 +20,8 @@ from http import HTTPStatus
 
 import msgspec
 
+from vllm_frontend.llm.admission import AdmissionRejected
+
 from .http import Response
 
 _encode = msgspec.json.Encoder().encode
@@ -143,6 +145,9 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
     """(status, type, message, param) for any exception, following vLLM's mapping."""
     if isinstance(exc, ApiError):
         return exc.status, exc.err_type, exc.message, exc.param
+    if isinstance(exc, AdmissionRejected):
+        # vLLM's GracefulHTTPError: ``type`` is the status phrase.
+        return 503, HTTPStatus.SERVICE_UNAVAILABLE.phrase, exc.message, None
     if isinstance(exc, (ValueError, TypeError, OverflowError)):
         # lower layers name the field as ``parameter`` (like VLLMValidationError) or ``param``
         param = getattr(exc, "parameter", None)
