@@ -22,7 +22,6 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -88,8 +87,7 @@ class UtilityTimeoutError(TimeoutError):
     """A utility call got no reply in time."""
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLoad:
+class EngineLoad(msgspec.Struct, frozen=True, gc=False):
     """How busy one engine is, as far as this client knows."""
 
     engine_index: int
@@ -575,9 +573,7 @@ class EngineCoreClient:
         return client
 
     def _set_limits(self, **changes: Any) -> None:
-        fields = {n: getattr(self._limits, n) for n in RequestLimits.__slots__}
-        fields.update(changes)
-        self._limits = RequestLimits(**fields)
+        self._limits = msgspec.structs.replace(self._limits, **changes)
 
     # -- what upper layers read -----------------------------------------------------------------
 

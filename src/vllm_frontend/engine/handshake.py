@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -56,13 +55,12 @@ class EngineState(enum.Enum):
     READY = "ready"  # READY received
 
 
-@dataclass(slots=True)
-class _Engine:
+class _Engine(msgspec.Struct):
     index: int
     state: EngineState
     registered: bool = False
     registration: EngineCoreReadyResponse | None = None
-    hello: dict[str, object] = field(default_factory=dict)
+    hello: dict[str, object] = msgspec.field(default_factory=dict)
     config_hash: str | None = None
 
 

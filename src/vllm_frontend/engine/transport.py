@@ -23,8 +23,8 @@ import struct
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import zmq
 from zmq.backend import zmq_poll as _zmq_poll
 
@@ -68,8 +68,7 @@ _EVENT_HEADER = struct.Struct("=HI")
 _monitor_ids = itertools.count()
 
 
-@dataclass(frozen=True, slots=True)
-class SocketOptions:
+class SocketOptions(msgspec.Struct, frozen=True, gc=False):
     """Socket tuning; heartbeats make a silently lost engine host visible as a disconnect."""
 
     heartbeat_interval_ms: int = 5_000
@@ -226,8 +225,7 @@ class _ConnectionWatch:
 # -- the sockets ------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class EngineSockets:
+class EngineSockets(msgspec.Struct, eq=False):
     """The frontend's connected sockets and what the engines reported at registration."""
 
     context: zmq.Context[zmq.Socket[bytes]]
@@ -242,7 +240,7 @@ class EngineSockets:
     _input_watch: _ConnectionWatch | None = None
     _output_watch: _ConnectionWatch | None = None
     _tmpdir: str | None = None
-    _closed: bool = field(default=False)
+    _closed: bool = False
 
     @property
     def monitors(self) -> list[zmq.Socket[bytes]]:
@@ -652,8 +650,7 @@ async def adopt_listeners(
 # -- one handshake for several frontend processes (--api-server-count) ---------------------------
 
 
-@dataclass(eq=False)
-class StreamListeners:
+class StreamListeners(msgspec.Struct, eq=False):
     """Raw listening sockets for N frontends to adopt as input ROUTER / output PULL (§3.2.1).
 
     ``inputs[k]`` and ``outputs[k]`` belong to the frontend with client index ``k``.

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from vllm_frontend.engine.errors import ProtocolError
@@ -61,8 +61,7 @@ class InvalidRequestError(ValueError):
         return f"{base} (parameter={self.parameter}, value={self.value})"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestLimits:
+class RequestLimits(msgspec.Struct, frozen=True, gc=False):
     """What the connected engines accept; None means unknown (that check is skipped)."""
 
     client_index: int = 0
