@@ -11,8 +11,9 @@ events (:meth:`OutputParser.feed`), or a whole output into a :class:`ParsedOutpu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, ReasoningParser
@@ -33,8 +34,7 @@ class ParserConfigError(ValueError):
     """A parser name is unknown, or the tokenizer lacks the tokens a parser needs."""
 
 
-@dataclass(frozen=True)
-class RequestToolOptions:
+class RequestToolOptions(msgspec.Struct, frozen=True):
     """What of a chat request steers output parsing."""
 
     tools: bool

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+
+import msgspec
 
 __all__ = ["OutputDelta", "ParsedOutput", "ToolCall", "ToolCallDelta", "new_tool_call_id"]
 
@@ -14,8 +15,7 @@ def new_tool_call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().int & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-@dataclass
-class ToolCallDelta:
+class ToolCallDelta(msgspec.Struct, gc=False):
     """A piece of a streamed tool call.
 
     The first piece of a call carries ``id`` and ``name`` (a *tool-call start*); later pieces
@@ -33,17 +33,15 @@ class ToolCallDelta:
         return self.id is not None
 
 
-@dataclass
-class OutputDelta:
+class OutputDelta(msgspec.Struct):
     """What one streamed engine update adds to the assistant message (vLLM's ``DeltaMessage``)."""
 
     content: str | None = None
     reasoning: str | None = None
-    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class ToolCall:
+class ToolCall(msgspec.Struct, gc=False):
     """A complete tool call of a finished message."""
 
     id: str
@@ -52,12 +50,11 @@ class ToolCall:
     """The arguments as a JSON text."""
 
 
-@dataclass
-class ParsedOutput:
+class ParsedOutput(msgspec.Struct):
     """A finished output split into reasoning, content and tool calls."""
 
     reasoning: str | None
     content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
     tools_called: bool = False
     """True when tool calls were extracted in ``auto`` mode (finish reason ``tool_calls``)."""

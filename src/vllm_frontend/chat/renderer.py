@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.messages import Conversation, normalize_messages, normalize_tools
@@ -101,8 +102,7 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class ChatTemplateOptions:
+class ChatTemplateOptions(msgspec.Struct, frozen=True):
     """Server-wide chat template settings (vLLM's frontend flags of the same names).
 
     ``chat_template`` is the *text* of ``--chat-template`` (see ``load_chat_template_option``).
@@ -111,12 +111,11 @@ class ChatTemplateOptions:
     chat_template: str | None = None
     content_format: ContentFormatOption = "auto"
     trust_request_chat_template: bool = False
-    default_chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    default_chat_template_kwargs: Mapping[str, Any] = msgspec.field(default_factory=dict)
     exclude_tools_when_tool_choice_none: bool = False
 
 
-@dataclass(frozen=True)
-class RenderedChat:
+class RenderedChat(msgspec.Struct, frozen=True):
     """A rendered chat prompt and the normalised conversation it came from (for ``echo``)."""
 
     prompt: str

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat.errors import ChatError
 
@@ -63,8 +64,7 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
-class ModelChatTemplates:
+class ModelChatTemplates(msgspec.Struct, frozen=True):
     """The chat templates a model ships, as the HF tokenizer (and processor) would load them.
 
     ``tokenizer`` is one template (``str``), named templates (``dict``), or ``None``;

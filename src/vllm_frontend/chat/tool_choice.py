@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
@@ -33,8 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ForcedToolChoice:
+class ForcedToolChoice(msgspec.Struct, frozen=True, gc=False):
     """A ``tool_choice`` that forces a call: ``"required"`` or one named function."""
 
     name: str | None
@@ -179,8 +179,7 @@ def _is_function_definition(item: dict[str, Any]) -> bool:
     )
 
 
-@dataclass
-class _CallSpan:
+class _CallSpan(msgspec.Struct, gc=False):
     """Where one element of the ``required`` array sits in the text (character offsets).
 
     Offsets never move once set, so the spans of a prefix of the text are the spans of the whole

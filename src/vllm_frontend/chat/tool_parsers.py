@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import msgspec
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.chat.partial_json import partial_json_loads
@@ -25,12 +26,11 @@ __all__ = [
 ]
 
 
-@dataclass
-class ExtractedToolCalls:
+class ExtractedToolCalls(msgspec.Struct):
     """Tool calls found in a whole output: ``(name, arguments JSON)`` pairs."""
 
     tools_called: bool
-    calls: list[tuple[str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str]] = msgspec.field(default_factory=list)
     content: str | None = None
 
 
