@@ -33,7 +33,9 @@ counter series and a list of per-bucket counts (found with ``bisect``) plus a su
 series suffice. A custom collector in the same registry turns them into metric families at scrape
 time, sample for sample what prometheus_client's own metrics would expose for the same
 observations (``_total``, cumulative ``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and
-``_created`` unless prometheus_client's created series are disabled).
+``_created`` unless prometheus_client's created series are disabled). prometheus_client is
+imported only there, at the first scrape, not at startup (its import costs ~40 ms): the registry
+the families go into is anything with ``register()`` (:class:`Registry`).
 """
 
 from __future__ import annotations
@@ -43,21 +45,17 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-import prometheus_client.metrics
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Container
+
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 
     from vllm_frontend.engine.protocol import EngineCoreOutputs
 
@@ -68,6 +66,7 @@ __all__ = [
     "PROMPT_TOKEN_SOURCES",
     "EngineGauges",
     "FrontendMetrics",
+    "Registry",
     "RequestStats",
 ]
 
@@ -101,6 +100,17 @@ ADMISSION_REASONS: tuple[str, ...] = ("max_num_queued_reqs", "max_num_queued_tok
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
+
+
+class Registry(Protocol):
+    """Where :class:`FrontendMetrics` and :class:`EngineGauges` are registered: prometheus_client's
+    ``CollectorRegistry``, or one that builds that registry on the first scrape (the server's
+    ``MetricsRegistry``)."""
+
+    def register(self, collector: Any) -> None:
+        """Add a collector (``collect()`` and ``describe()`` yielding prometheus_client metric
+        families)."""
+        ...
 
 
 def _one_two_five_buckets(max_value: int) -> list[float]:
@@ -196,6 +206,8 @@ class _Family:
 
     def describe(self) -> Metric:
         """An empty family of the right type (the registry derives the sample names from it)."""
+        from prometheus_client.core import Metric
+
         return Metric(self.name, self.documentation, self.kind)
 
 
@@ -222,6 +234,8 @@ class _Counter(_Family):
 
     def collect(self, with_created: bool) -> CounterMetricFamily:
         """``<name>_total`` (and ``<name>_created``) per series."""
+        from prometheus_client.core import CounterMetricFamily
+
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, child in self.children.items():
             family.add_metric(key, child.value, child.created if with_created else None)
@@ -244,7 +258,7 @@ class _Histogram(_Family):
         if bounds[-1] != math.inf:
             bounds.append(math.inf)
         self.bounds = tuple(bounds)
-        self._le = [floatToGoString(b) for b in bounds]
+        self._le: list[str] | None = None  # the ``le`` label values, made at the first scrape
         self.children: dict[tuple[str, ...], _HistogramChild] = {}
 
     def labels(self, *values: object) -> _HistogramChild:
@@ -261,6 +275,12 @@ class _Histogram(_Family):
     def collect(self, with_created: bool) -> HistogramMetricFamily:
         """Cumulative ``_bucket`` samples up to ``le="+Inf"``, ``_count``, ``_sum`` (and
         ``_created``) per series, in prometheus_client's order."""
+        from prometheus_client.core import HistogramMetricFamily
+
+        if self._le is None:
+            from prometheus_client.utils import floatToGoString
+
+            self._le = [floatToGoString(b) for b in self.bounds]
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, child in self.children.items():
             buckets = []
@@ -278,7 +298,7 @@ class _Histogram(_Family):
         return family
 
 
-class _Collector(Collector):
+class _Collector:
     """Exports the families at scrape time, in the order prometheus_client would have (the order
     they were created in)."""
 
@@ -289,7 +309,9 @@ class _Collector(Collector):
         """Every family with its current values."""
         # prometheus_client's switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics)
         # is read at each scrape by its own metrics too.
-        with_created = bool(getattr(prometheus_client.metrics, "_use_created", True))
+        from prometheus_client import metrics as prometheus_metrics
+
+        with_created = bool(getattr(prometheus_metrics, "_use_created", True))
         for family in self._families:
             yield family.collect(with_created)
 
@@ -311,9 +333,13 @@ class FrontendMetrics:
         model_name: str,
         max_model_len: int,
         engine_indexes: Sequence[int] = (0,),
-        registry: CollectorRegistry | None = None,
+        registry: Registry | None = None,
     ) -> None:
-        reg = REGISTRY if registry is None else registry
+        """Register the families in ``registry`` (None: prometheus_client's global registry)."""
+        if registry is None:
+            from prometheus_client import REGISTRY
+
+            registry = REGISTRY
         labels = ("model_name", "engine")
         self._model_name = model_name
         self._engines = [str(i) for i in engine_indexes]
@@ -492,7 +518,7 @@ class FrontendMetrics:
             self.prefill_time, self.decode_time, self.request_num_preemptions,
             self.request_prefill_kv_computed_tokens,
         ]  # fmt: skip
-        reg.register(_Collector(families))
+        registry.register(_Collector(families))
         # vLLM creates every per-engine child up front so the series exist (at 0) from startup.
         # Its labelled families create theirs label value by label value (source by source):
         # the same order here.
@@ -745,7 +771,7 @@ class _StepSeries(NamedTuple):
     cached_on_device: _CounterChild
 
 
-class EngineGauges(Collector):
+class EngineGauges:
     """The scheduler gauges vLLM exports (``vllm:num_requests_running``, ``…_waiting``,
     ``…_waiting_by_reason``, ``vllm:engine_sleep_state``, ``vllm:kv_cache_usage_perc``), read at
     scrape time from the latest stats each engine sent."""
@@ -763,6 +789,8 @@ class EngineGauges(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """One sample per engine (and reason, state) in vLLM's order; 0 until an engine has
         reported."""
+        from prometheus_client.core import GaugeMetricFamily
+
         stats = self._latest()
         labels = ["model_name", "engine"]
         running = GaugeMetricFamily(
