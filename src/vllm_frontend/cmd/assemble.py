@@ -8,8 +8,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.renderer import ChatTemplateOptions
@@ -22,6 +20,7 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.metrics import MetricsRegistry
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app, chat_tokenizer
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
@@ -90,7 +89,7 @@ def build_frontend_app(
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
     served = config.served_model_names
-    registry = CollectorRegistry()
+    registry = MetricsRegistry()  # prometheus_client's is built by the first scrape
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
     registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).

@@ -12,23 +12,24 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-import prometheus_client
-from prometheus_client import CollectorRegistry
 
 from . import errors
 from .app import App, Handler, ServerSettings
 from .generation import OFF_LOOP_ENCODE_CHARS, encode_off_loop
 from .http import Request, Response, json_response
-from .metrics import HttpMetrics
+from .metrics import HttpMetrics, MetricsRegistry, render_metrics
 from .protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     parse_detokenize_request,
     parse_tokenize_request,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 VLLM_VERSION = "0.32.0"
 """What ``GET /version`` reports: the vLLM release whose API this frontend implements."""
@@ -98,8 +99,9 @@ class Services:
     chat_tokenizer: ChatTokenizer | None = None
     model_root: str | None = None
     """``root`` in ``/v1/models``: the model path or hub name (vLLM's ``model_path``)."""
-    metrics_registry: CollectorRegistry | None = None
-    """Registry rendered by ``/metrics`` (default: prometheus_client's global one)."""
+    metrics_registry: MetricsRegistry | CollectorRegistry | None = None
+    """Registry rendered by ``/metrics`` (default: prometheus_client's global one, imported
+    then)."""
 
 
 class _Permission(msgspec.Struct):
@@ -197,9 +199,9 @@ def build_app(
         return json_response(_ModelList(object="list", data=cards))
 
     async def metrics(request: Request) -> Response:
-        registry = services.metrics_registry or prometheus_client.REGISTRY
-        body = prometheus_client.generate_latest(registry)
-        return Response(body, 200, prometheus_client.CONTENT_TYPE_LATEST.encode())
+        # The first scrape imports prometheus_client (kept out of startup).
+        body, content_type = render_metrics(services.metrics_registry)
+        return Response(body, 200, content_type.encode())
 
     async def tokenize(request: Request) -> Response:
         req = parse_tokenize_request(request.body)
