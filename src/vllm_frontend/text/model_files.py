@@ -21,9 +21,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 __all__ = [
     "ModelFiles",
@@ -93,8 +94,7 @@ def resolve_model_dir(model: str, revision: str | None = None) -> Path:
     )
 
 
-@dataclass(frozen=True)
-class ModelFiles:
+class ModelFiles(msgspec.Struct, frozen=True):
     """What the frontend reads from a model directory, parsed once at startup."""
 
     path: Path
@@ -105,7 +105,7 @@ class ModelFiles:
     """tokenizer_config.json (empty if absent)."""
     generation_config: Mapping[str, Any] | None
     """generation_config.json, or None when the model has none."""
-    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
+    sampling_defaults: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """vLLM's default sampling parameters from the generation config (`max_tokens` renamed)."""
 
     @property

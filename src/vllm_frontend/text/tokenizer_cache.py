@@ -35,7 +35,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,8 +51,7 @@ _COPY = "tokenizer.json"
 _STALE_LOCK_S = 600.0  # a builder that has not finished in this long has died
 
 
-@dataclass(frozen=True)
-class VocabSummary:
+class VocabSummary(msgspec.Struct, frozen=True, gc=False):
     """What the frontend needs to know of a model's own vocabulary (added tokens excluded)."""
 
     entries: int
@@ -83,8 +81,7 @@ def summarize_vocab(entries: Mapping[str, int] | Sequence[Any]) -> VocabSummary:
     return VocabSummary(len(entries), vocab[max_piece], max_piece, max(vocab, key=len))
 
 
-@dataclass(frozen=True)
-class CachedTokenizer:
+class CachedTokenizer(msgspec.Struct, frozen=True):
     """A usable cache entry."""
 
     path: Path
