@@ -16,7 +16,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from . import errors
 from .http import (
@@ -62,18 +63,17 @@ _CORS_ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT",
 _CORS_SAFELISTED_HEADERS = {"Accept", "Accept-Language", "Content-Language", "Content-Type"}
 
 
-@dataclass
-class ServerSettings:
+class ServerSettings(msgspec.Struct):
     """HTTP-level settings, with vLLM 0.32's defaults and argument names."""
 
-    served_model_names: list[str] = field(default_factory=lambda: ["model"])
+    served_model_names: list[str] = msgspec.field(default_factory=lambda: ["model"])
     max_model_len: int | None = None
-    api_key: list[str] = field(default_factory=list)
+    api_key: list[str] = msgspec.field(default_factory=list)
     """Accepted bearer tokens; empty disables the check (vLLM also reads ``VLLM_API_KEY``,
     which the CLI layer resolves)."""
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
+    allowed_methods: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
     allow_credentials: bool = False
     enable_request_id_headers: bool = False
     enable_server_load_tracking: bool = False

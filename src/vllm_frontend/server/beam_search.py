@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -53,8 +52,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BeamSearchParams:
+class BeamSearchParams(msgspec.Struct, frozen=True, gc=False):
     """vLLM's ``BeamSearchParams`` (``vllm/sampling_params.py``), the fields the search uses."""
 
     beam_width: int
@@ -92,12 +90,11 @@ def beam_search_params(ctx: ServingContext, req: Any, max_tokens: int) -> BeamSe
     )
 
 
-@dataclass
-class Beam:
+class Beam(msgspec.Struct):
     """One hypothesis: prompt and generated tokens, one logprob map per step, their sum."""
 
     tokens: list[int]
-    logprobs: list[PositionLogprobs] = field(default_factory=list)
+    logprobs: list[PositionLogprobs] = msgspec.field(default_factory=list)
     cum_logprob: float = 0.0
     finish_reason: str | None = None
     stop_reason: int | str | None = None

@@ -12,7 +12,6 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -122,8 +121,7 @@ class ChoiceTemplates:
         return True
 
 
-@dataclass
-class ServingContext:
+class ServingContext(msgspec.Struct):
     """Everything the generation handlers need, built once at startup."""
 
     llm: LLM
@@ -547,8 +545,7 @@ def finite(value: float) -> float | None:
     return max(value, -9999.0)
 
 
-@dataclass
-class PreparedPrompt:
+class PreparedPrompt(msgspec.Struct):
     """One prompt ready to generate: its token ids and (for echo) its text."""
 
     token_ids: list[int]
