@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field, fields
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat.output_parser import (
     ParserConfigError,
@@ -27,13 +28,12 @@ class ConfigError(ValueError):
     """A configuration value is invalid or asks for behaviour this frontend does not implement."""
 
 
-@dataclass
-class FrontendConfig:
+class FrontendConfig(msgspec.Struct):
     """Everything the frontend needs to know, with vLLM 0.32's defaults."""
 
     model: str
     """The model (``model_tag``): a local directory or a hub name resolved in the HF cache."""
-    served_model_name: list[str] = field(default_factory=list)
+    served_model_name: list[str] = msgspec.field(default_factory=list)
     """Public model names; the first is echoed in responses. Empty means ``[model]``."""
     tokenizer: str | None = None
     revision: str | None = None
@@ -41,14 +41,14 @@ class FrontendConfig:
     hf_config_path: str | None = None
     generation_config: str = "auto"
     """``auto`` (model's generation_config.json), ``vllm`` (neutral defaults) or a folder."""
-    override_generation_config: dict[str, Any] = field(default_factory=dict)
+    override_generation_config: dict[str, Any] = msgspec.field(default_factory=dict)
     max_model_len: int | None = None
     max_logprobs: int = 20
     """Cap on requested logprobs (vLLM's ModelConfig default); -1 means no cap."""
     chat_template: str | None = None
     chat_template_content_format: str = "auto"
     trust_request_chat_template: bool = False
-    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    default_chat_template_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     response_role: str = "assistant"
     return_tokens_as_token_ids: bool = False
     exclude_tools_when_tool_choice_none: bool = False
@@ -63,10 +63,10 @@ class FrontendConfig:
     enable_server_load_tracking: bool = False
     enable_log_requests: bool = False
     disable_log_stats: bool = False
-    api_key: list[str] = field(default_factory=list)
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    api_key: list[str] = msgspec.field(default_factory=list)
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
+    allowed_methods: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = msgspec.field(default_factory=lambda: ["*"])
     allow_credentials: bool = False
     host: str | None = None
     port: int = 8000
@@ -157,7 +157,7 @@ _NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "grpc_port": (None,),
 }
 
-_FIELD_NAMES = {f.name for f in fields(FrontendConfig)}
+_FIELD_NAMES = set(FrontendConfig.__struct_fields__)
 
 
 def _as_list(value: Any) -> list[str]:

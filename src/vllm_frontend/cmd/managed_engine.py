@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,7 @@ def default_python() -> str:
     return shutil.which("python3") or "python3"
 
 
-@dataclass
-class ManagedEngineSpec:
+class ManagedEngineSpec(msgspec.Struct):
     """How to launch the headless engines of one ``serve`` command."""
 
     python: str
@@ -65,7 +65,7 @@ class ManagedEngineSpec:
     data_parallel_size: int = 1
     data_parallel_size_local: int | None = None
     max_model_len: int | None = None
-    passthrough: list[str] = field(default_factory=list)
+    passthrough: list[str] = msgspec.field(default_factory=list)
 
     def command(self) -> list[str]:
         """The engine launcher's command line."""

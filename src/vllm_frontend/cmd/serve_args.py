@@ -13,8 +13,9 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.cmd.managed_engine import split_passthrough
 
@@ -159,8 +160,7 @@ _LAUNCH_ONLY = frozenset(
 )
 
 
-@dataclass
-class ServeArgs:
+class ServeArgs(msgspec.Struct):
     """Parsed ``serve`` arguments plus the arguments forwarded to the engines."""
 
     ns: argparse.Namespace
