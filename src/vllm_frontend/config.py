@@ -81,6 +81,10 @@ class FrontendConfig(msgspec.Struct):
     """Stream every N tokens (the first and last always go out); a request may ask for more."""
     sse_keep_alive_interval: float = 0
     """Seconds without a chunk before a stream gets an SSE ``: keep-alive`` comment; 0 = never."""
+    max_num_queued_reqs: int | None = None
+    """Refuse new requests (503) while this many engine requests are in flight (None: no cap)."""
+    max_num_queued_tokens: int | None = None
+    """Refuse new requests (503) while the prompts still in prefill hold this many tokens."""
 
     @property
     def served_model_names(self) -> list[str]:
@@ -255,6 +259,13 @@ def _validate(config: FrontendConfig) -> None:
             "sse_keep_alive_interval must be a non-negative number (0 disables keep-alive "
             f"comments), got {interval!r}"
         )
+    for name in ("max_num_queued_reqs", "max_num_queued_tokens"):
+        limit = getattr(config, name)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            # vLLM's SchedulerConfig (Field ge=0) refuses it at startup too.
+            raise ConfigError(f"{name} must be a non-negative integer, got {limit!r}")
     if config.stream_interval < 1:
         # vLLM's SchedulerConfig (Field ge=1) refuses it at startup too.
         raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")

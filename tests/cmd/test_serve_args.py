@@ -78,6 +78,18 @@ def test_sse_keep_alive_interval_is_taken_and_a_negative_one_stops_startup() -> 
             config_from_args({"model_tag": "m", "sse_keep_alive_interval": bad})
 
 
+def test_queue_limits_are_taken_and_bad_ones_stop_startup() -> None:
+    cfg = config_from_args({"model_tag": "m", "max_num_queued_reqs": 8})
+    assert (cfg.max_num_queued_reqs, cfg.max_num_queued_tokens) == (8, None)
+    assert (
+        config_from_args({"model_tag": "m", "max_num_queued_tokens": 0}).max_num_queued_tokens == 0
+    )
+    for key in ("max_num_queued_reqs", "max_num_queued_tokens"):
+        for bad in (-1, "3", 2.5, True):
+            with pytest.raises(ConfigError, match=key):
+                config_from_args({"model_tag": "m", key: bad})
+
+
 # The values our parser gives must be the ones vLLM's own `vllm serve` parser gives for the same
 # command line (run in a subprocess: the frontend itself never imports vllm).
 _VLLM_PARSE = """
@@ -100,6 +112,7 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
         "--allowed-origins", '["http://a"]', "--stream-interval", "3",
         "--sse-keep-alive-interval", "15",
         "--enable-prompt-tokens-details", "--enable-force-include-usage",
+        "--max-num-queued-reqs", "7", "--max-num-queued-tokens", "0",
     ]  # fmt: skip
     ours = parse_serve_args(_parser(), ["/m", *cmd]).frontend_args()
     keys = ["served_model_name", "max_logprobs", "api_key", "chat_template_content_format",
@@ -107,7 +120,8 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
             "return_tokens_as_token_ids", "enable_request_id_headers", "response_role",
             "allowed_origins", "stream_interval", "sse_keep_alive_interval",
             "enable_prompt_tokens_details",
-            "enable_force_include_usage"]  # fmt: skip
+            "enable_force_include_usage", "max_num_queued_reqs",
+            "max_num_queued_tokens"]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", _VLLM_PARSE, "--model", "/m", *cmd],
         input=json.dumps(keys),

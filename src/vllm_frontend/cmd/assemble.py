@@ -16,6 +16,7 @@ from vllm_frontend.config import FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics
+from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
@@ -82,9 +83,15 @@ def vocab_bound(model: ModelResources) -> int:
 
 
 def build_frontend_app(
-    config: FrontendConfig, model: ModelResources, client: EngineCoreClient
+    config: FrontendConfig,
+    model: ModelResources,
+    client: EngineCoreClient,
+    *,
+    sibling_counts: SharedRequestCounts | None = None,
 ) -> App:
-    """The HTTP app serving ``config``'s model through ``client``."""
+    """The HTTP app serving ``config``'s model through ``client``. ``sibling_counts`` is set
+    when this is one of several API-server processes: their in-flight request counts, summed
+    for ``--max-num-queued-reqs``."""
     max_model_len = client.max_model_len or model.files.max_position_embeddings
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
@@ -94,7 +101,13 @@ def build_frontend_app(
     registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
     factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
-    llm = LLM(client, factory, metrics)
+    admission = AdmissionControl(
+        config.max_num_queued_reqs,
+        config.max_num_queued_tokens,
+        shared=sibling_counts,
+        on_reject=metrics.record_admission_rejection,
+    )
+    llm = LLM(client, factory, metrics, admission)
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,

@@ -33,6 +33,7 @@ from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
+from vllm_frontend.llm.admission import SharedRequestCounts
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
 from vllm_frontend.text.detokenizer import prefill
@@ -127,17 +128,35 @@ def run_frontend(args: argparse.Namespace) -> int:
         )
 
     siblings = None
+    counts = None
     metrics_dir = os.environ.get(METRICS_DIR_ENV)
     if args.client_count > 1:
         if metrics_dir:
             from vllm_frontend.server.sibling_metrics import SiblingMetrics  # only with siblings
 
             siblings = SiblingMetrics(metrics_dir, args.client_index, args.client_count)
+            if config.max_num_queued_reqs is not None:  # counted over all siblings, as in vLLM
+                counts = SharedRequestCounts(
+                    os.path.join(metrics_dir, "admission-counts"),
+                    args.client_index,
+                    args.client_count,
+                )
         else:
-            logger.warning("%s is not set: /metrics shows this process only", METRICS_DIR_ENV)
+            logger.warning(
+                "%s is not set: /metrics and --max-num-queued-reqs see this process only",
+                METRICS_DIR_ENV,
+            )
     # Under `vllm serve` a non-zero exit makes the supervisor tear everything down (§3.2.4).
     return _run(
-        _serve(config, model, connect, [http_sock], exit_on_engine_death=True, siblings=siblings)
+        _serve(
+            config,
+            model,
+            connect,
+            [http_sock],
+            exit_on_engine_death=True,
+            siblings=siblings,
+            sibling_counts=counts,
+        )
     )
 
 
@@ -248,6 +267,7 @@ async def _serve(
     sockets: list[socket.socket],
     exit_on_engine_death: bool,
     siblings: SiblingMetrics | None = None,
+    sibling_counts: SharedRequestCounts | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -269,7 +289,7 @@ async def _serve(
         logger.error("could not connect to the engines: %s", e)
         return 1
     try:
-        app = build_frontend_app(config, model, client)
+        app = build_frontend_app(config, model, client, sibling_counts=sibling_counts)
         if siblings is None:
             http = make_server(app)
         else:

@@ -623,6 +623,11 @@ class EngineCoreClient:
         return self._current_wave
 
     @property
+    def client_count(self) -> int:
+        """How many frontends (API-server processes) share the engines, this one included."""
+        return self._client_count
+
+    @property
     def num_in_flight(self) -> int:
         """Requests sent and not yet finished, over all engines."""
         return len(self._streams)

@@ -418,8 +418,8 @@ class FrontendMetrics:
             "Count of successfully processed requests.",
             ("finished_reason",),
         )
-        # Frontend admission limits (max_num_queued_reqs / _tokens): not implemented here, so
-        # nothing is ever rejected for them, as in vLLM with its defaults (no limit).
+        # Refusals by the frontend's queue limits (llm/admission.py), counted through
+        # record_admission_rejection; both reasons are exported from the start, at 0.
         self.admission_rejections = _Counter(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
