@@ -81,7 +81,7 @@ class Proc:
 class Deployment:
     """Two mock engines and `serve --api-server-count 2` joined to them."""
 
-    def __init__(self, model: pathlib.Path, tmp: pathlib.Path) -> None:
+    def __init__(self, model: pathlib.Path, tmp: pathlib.Path, extra: Sequence[str] = ()) -> None:
         self.model = str(model)
         self.port = free_port()
         rpc = free_port()
@@ -98,7 +98,7 @@ class Deployment:
             ["serve", self.model, "--port", str(self.port), "--api-server-count", "2",
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
              "--data-parallel-size", str(ENGINES),
-             "--http-timeout-keep-alive", "60"],
+             "--http-timeout-keep-alive", "60", *extra],
         )  # fmt: skip
 
     def logs(self) -> str:
@@ -722,3 +722,41 @@ def test_metrics_of_two_api_servers_have_vllms_series_and_totals(
             if name in SAME_VALUES or (per_request and key.split("{")[0].endswith("_count")):
                 assert value == their_total[key], key
     assert "pid=" not in vllm_metrics and "pid=" not in our_metrics
+
+
+def test_max_num_queued_reqs_counts_the_requests_of_every_frontend(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    # As vLLM's API servers share their in-flight counts: with a limit of 1, a request held by
+    # one frontend makes the other refuse.
+    d = Deployment(tiny_model, tmp_path, ["--max-num-queued-reqs", "1"])
+    try:
+        d.wait_all_serving()
+        (holder, holding), (_, other) = _connections_per_frontend(d).items()
+        body = {"model": d.model, "prompt": "hold", "max_tokens": 2000, "stream": True,
+                "ignore_eos": True}  # fmt: skip
+        holding.request("POST", "/v1/completions", json.dumps(body), JSON)
+        response = holding.getresponse()
+        assert response.status == 200
+        assert response.readline().startswith(b"data: ")
+        refused = _post(other, d.model)
+        assert refused[0] == 503, refused
+        assert json.loads(refused[1])["error"]["message"].startswith("The engine is currently busy")
+        holding.close()  # the held request is aborted: the other frontend admits again
+        deadline = time.monotonic() + 30
+        while (status := _post(other, d.model)[0]) == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status == 200, holder
+        other.close()
+    finally:
+        d.stop()
+
+
+JSON = {"content-type": "application/json"}
+
+
+def _post(conn: http.client.HTTPConnection, model: str) -> tuple[int, bytes]:
+    conn.request("POST", "/v1/completions", json.dumps({"model": model, "prompt": "x",
+                                                        "max_tokens": 2}), JSON)  # fmt: skip
+    response = conn.getresponse()
+    return response.status, response.read()
