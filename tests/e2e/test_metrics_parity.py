@@ -207,3 +207,29 @@ def _by_name(samples: dict[SampleKey, Any]) -> dict[str, float]:
     for (name, _), value in samples.items():
         out[name] = out.get(name, 0.0) + value
     return out
+
+
+def _other_families(url: str) -> dict[str, tuple[str, str, frozenset[str]]]:
+    """The page's families outside ``vllm:`` (process, gc, platform, HTTP): type, help, label
+    names."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return {
+        family.name: (
+            family.type,
+            family.documentation,
+            frozenset(k for s in family.samples for k in s.labels if k != "le"),
+        )
+        for family in text_string_to_metric_families(text)
+        if not family.name.startswith("vllm:")
+    }
+
+
+def test_process_and_http_families_match_vllm(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends
+) -> None:
+    # One request through each, so that the HTTP series have samples (and label names) on both.
+    compare(sdk, completion(frontends.model, prompt="Hi", max_tokens=2, temperature=0))
+    ours, vllm = _other_families(frontends.ours), _other_families(frontends.vllm)
+    assert ours == vllm
+    assert {"process_resident_memory_bytes", "python_gc_objects_collected",
+            "http_requests"} <= ours.keys()  # fmt: skip

@@ -203,3 +203,29 @@ def test_the_metrics_registry_renders_its_collectors_in_order_and_refuses_clashi
     clashing.register(Counter("http_requests", "not ours", registry=None))
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         render_metrics(clashing)
+
+
+def _family_heads(page: bytes) -> list[str]:
+    return [line for line in page.decode().splitlines() if line.startswith("# TYPE")]
+
+
+def test_process_metrics_are_prometheus_clients_defaults_first() -> None:
+    import subprocess
+    import sys
+
+    # The reference: prometheus_client's global registry in a fresh interpreter (this one's may
+    # hold test series).
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import prometheus_client, sys; "
+         "sys.stdout.buffer.write(prometheus_client.generate_latest())"],
+        check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    registry = MetricsRegistry(process_metrics=True)
+    HttpMetrics(registry)
+    heads = _family_heads(render_metrics(registry)[0])
+    defaults = _family_heads(fresh)
+    assert defaults and heads[: len(defaults)] == defaults
+    assert any("http_requests_total" in h for h in heads[len(defaults) :])
+    plain = MetricsRegistry()
+    HttpMetrics(plain)
+    assert _family_heads(render_metrics(plain)[0]) == heads[len(defaults) :]

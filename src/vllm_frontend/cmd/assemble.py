@@ -96,7 +96,9 @@ def build_frontend_app(
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
     served = config.served_model_names
-    registry = MetricsRegistry()  # prometheus_client's is built by the first scrape
+    # prometheus_client's registry is built by the first scrape. As in vLLM, process and gc
+    # series only when this is the one API-server process (siblings use multiprocess mode).
+    registry = MetricsRegistry(process_metrics=client.client_count == 1)
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
     registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).

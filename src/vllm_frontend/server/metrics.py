@@ -53,11 +53,15 @@ class MetricsRegistry:
     ``CollectorRegistry`` is built from them (and prometheus_client imported) on the first
     scrape."""
 
-    __slots__ = ("_collectors", "_registry")
+    __slots__ = ("_collectors", "_process_metrics", "_registry")
 
-    def __init__(self) -> None:
+    def __init__(self, process_metrics: bool = False) -> None:
+        """``process_metrics`` adds prometheus_client's default collectors first (``python_gc_*``,
+        ``python_info``, ``process_*`` of this process), as vLLM's frontend exports them from
+        prometheus_client's global registry when it runs as one process."""
         self._collectors: list[Any] = []
         self._registry: CollectorRegistry | None = None
+        self._process_metrics = process_metrics
 
     def register(self, collector: Any) -> None:
         """Add ``collector`` (an object with prometheus_client's ``collect``/``describe``)."""
@@ -74,9 +78,18 @@ class MetricsRegistry:
         """prometheus_client's registry holding these collectors (built on the first call; it
         refuses clashing names then, as it would have at registration)."""
         if self._registry is None:
-            from prometheus_client import CollectorRegistry
+            from prometheus_client import (
+                CollectorRegistry,
+                GCCollector,
+                PlatformCollector,
+                ProcessCollector,
+            )
 
             registry = CollectorRegistry()
+            if self._process_metrics:  # in the global registry's order
+                GCCollector(registry=registry)
+                PlatformCollector(registry=registry)
+                ProcessCollector(registry=registry)
             for collector in self._collectors:
                 registry.register(collector)
             self._registry = registry
