@@ -5,8 +5,9 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.output_parser import OutputParsers
@@ -30,8 +31,7 @@ from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
 
-@dataclass
-class ModelResources:
+class ModelResources(msgspec.Struct):
     """What is loaded from the model's files before the engines are up."""
 
     files: ModelFiles

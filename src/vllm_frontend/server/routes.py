@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -90,8 +89,7 @@ def chat_tokenizer(renderer: Any, tokenizer: TokenizerLike) -> ChatTokenizer:
     return tokenize
 
 
-@dataclass
-class Services:
+class Services(msgspec.Struct):
     """What the routes are served from; built once at startup and injected."""
 
     engine: EngineHealth | None = None
