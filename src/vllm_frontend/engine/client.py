@@ -48,6 +48,7 @@ from vllm_frontend.engine.transport import (
     bind_handshake,
     recv_nowait,
     recv_ready,
+    send_parts,
     wait_readable,
     watch_readable,
 )
@@ -706,7 +707,7 @@ class EngineCoreClient:
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise InvalidRequestError(f"request cannot be encoded: {exc}") from exc
         state = _RequestState(request_id, engine, self._notifier)
-        self._input.send_multipart([self._identities[engine], *frames], copy=False)
+        send_parts(self._input, [self._identities[engine], *frames])
         self._streams[request_id] = state
         self._in_flight[engine] += 1
         if rank is None and engine in self._coord_counts:
@@ -737,9 +738,7 @@ class EngineCoreClient:
             stream.finish(EngineCoreOutput(request_id, [], finish_reason=_ABORTED))
         if self._dead is None and not self._closed:
             for engine, ids in by_engine.items():
-                self._input.send_multipart(
-                    [self._identities[engine], *codec.encode_abort(ids)], copy=False
-                )
+                send_parts(self._input, [self._identities[engine], *codec.encode_abort(ids)])
         return sum(map(len, by_engine.values()))
 
     def _abort_state(self, state: _RequestState) -> None:

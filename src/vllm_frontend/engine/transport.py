@@ -23,6 +23,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import msgspec
 import zmq
@@ -53,6 +54,7 @@ __all__ = [
     "own_handshake",
     "recv_nowait",
     "recv_ready",
+    "send_parts",
     "wait_readable",
     "watch_readable",
 ]
@@ -64,6 +66,7 @@ _MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 # native profile at 5 ms steps); getsockopt(int) skips the sugar layer's enum wrapping.
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
 _EVENT_HEADER = struct.Struct("=HI")
 _monitor_ids = itertools.count()
 
@@ -138,6 +141,16 @@ def recv_ready(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
     except zmq.Again:
         return None
     return frames
+
+
+def send_parts(sock: zmq.Socket[bytes], parts: Sequence[Any]) -> None:
+    """``sock.send_multipart(parts, copy=False)`` for parts known to be buffers, without its
+    per-part type checks and ``SNDMORE | flags`` (a Python-level enum operation): 5 µs against
+    11 µs for a request's three parts (timeit, inproc PAIR)."""
+    last = len(parts) - 1
+    send = sock.send
+    for i, part in enumerate(parts):
+        send(part, _SNDMORE if i < last else 0, copy=False)
 
 
 def recv_nowait(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
