@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import prometheus_client
-import prometheus_client.metrics
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from tests.support.exposition import (
+    assert_same_registries,
+    created_series_switch,
+)
 
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
@@ -472,37 +472,15 @@ def random_message(
     return EngineCoreOutputs(engine, outputs, stats), tracked
 
 
-_CREATED = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.M)
-
-
-def without_created_values(exposition: bytes) -> str:
-    return _CREATED.sub(r"\1 <t>", exposition.decode())
-
-
 @pytest.fixture
 def created_series() -> Iterator[Callable[[bool], None]]:
     """Switches prometheus_client's ``_created`` series on or off; restores the setting after."""
-    before = prometheus_client.metrics._use_created
-
-    def switch(on: bool) -> None:
-        if on:
-            prometheus_client.metrics.enable_created_metrics()
-        else:
-            prometheus_client.metrics.disable_created_metrics()
-
-    yield switch
-    switch(before)
+    with created_series_switch() as switch:
+        yield switch
 
 
 def assert_same_exposition(pair: Pair, created_series: Callable[[bool], None]) -> None:
-    created_series(True)
-    for generate in (prometheus_client.generate_latest, generate_openmetrics):
-        ours = without_created_values(generate(pair.ours_registry))
-        reference = without_created_values(generate(pair.reference_registry))
-        assert ours == reference
-    created_series(False)
-    for generate in (prometheus_client.generate_latest, generate_openmetrics):
-        assert generate(pair.ours_registry) == generate(pair.reference_registry)
+    assert_same_registries(pair.ours_registry, pair.reference_registry, created_series)
 
 
 @pytest.mark.parametrize("seed", range(6))
