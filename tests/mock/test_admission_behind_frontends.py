@@ -21,8 +21,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.mock.test_behind_frontends import _http_get, _start, _wait_healthy
-from tests.support.engines import engine_env, free_port, start_vllm_server, stop_group
+from tests.mock.test_behind_frontends import _http_get, _start, serving_frontend
+from tests.support.engines import free_port, stop_group
 from tests.support.tiny_model import tiny_model_dir
 
 pytestmark = pytest.mark.engine
@@ -74,28 +74,8 @@ def frontend(request: pytest.FixtureRequest) -> Iterator[Frontend]:
     external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
                 "--data-parallel-size", "1", *LIMITS]  # fmt: skip
     try:
-        if name == "vllm":
-            server = start_vllm_server(
-                model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
-            )
-            try:
-                server.wait_ready(600)
-                yield Frontend(name, server.port, model)
-            finally:
-                server.stop()
-        else:
-            port = free_port()
-            ours = _start(
-                [sys.executable, "-m", "vllm_frontend", "serve", model, "--port", str(port),
-                 *external],
-                "ours-admission",
-                env=engine_env(),
-            )  # fmt: skip
-            try:
-                _wait_healthy(port, ours, 120)
-                yield Frontend(name, port, model)
-            finally:
-                stop_group(ours)
+        with serving_frontend(name, model, external) as port:
+            yield Frontend(name, port, model)
     finally:
         assert stop_group(mock) == 0
 

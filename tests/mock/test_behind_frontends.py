@@ -7,6 +7,7 @@ Completions and chats are streamed with the `openai` SDK.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -125,34 +126,39 @@ def deployment(
         "--data-parallel-size", str(ENGINES),
     ]  # fmt: skip
     try:
-        if name == "vllm":
-            server = start_vllm_server(
-                model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
-            )
-            try:
-                server.wait_ready(600)
-                yield Deployment(name, server.port, model, stats_file, mock)
-            finally:
-                server.stop()
-        else:
-            port = free_port()
-            if name == "vllm-rs":
-                binary = [str(vllm_rs_path())]
-            else:
-                binary = [sys.executable, "-m", "vllm_frontend"]
-            rs = _start(
-                [*binary, "serve", model, "--port", str(port), *external],
-                f"{name}-mock",
-                env=engine_env(),
-            )
-            try:
-                _wait_healthy(port, rs, 120)
-                yield Deployment(name, port, model, stats_file, mock)
-            finally:
-                stop_group(rs)
+        with serving_frontend(name, model, external) as port:
+            yield Deployment(name, port, model, stats_file, mock)
     finally:
         # The mock engine exits cleanly (status 0) on SIGTERM.
         assert stop_group(mock) == 0
+
+
+@contextlib.contextmanager
+def serving_frontend(name: str, model: str, external: list[str]) -> Iterator[int]:
+    """The port of a healthy ``name`` frontend (vllm, vllm-rs or ours) serving ``model``, with
+    ``external`` arguments (the engines' handshake, limits); stopped afterwards."""
+    if name == "vllm":
+        server = start_vllm_server(
+            model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
+        )
+        try:
+            server.wait_ready(600)
+            yield server.port
+        finally:
+            server.stop()
+        return
+    port = free_port()
+    binary = (
+        [str(vllm_rs_path())] if name == "vllm-rs" else [sys.executable, "-m", "vllm_frontend"]
+    )
+    proc = _start(
+        [*binary, "serve", model, "--port", str(port), *external], f"{name}-mock", env=engine_env()
+    )
+    try:
+        _wait_healthy(port, proc, 120)
+        yield port
+    finally:
+        stop_group(proc)
 
 
 def test_streamed_completion_gets_max_tokens_and_finishes_with_length(
