@@ -148,9 +148,7 @@ def serving_frontend(name: str, model: str, external: list[str]) -> Iterator[int
             server.stop()
         return
     port = free_port()
-    binary = (
-        [str(vllm_rs_path())] if name == "vllm-rs" else [sys.executable, "-m", "vllm_frontend"]
-    )
+    binary = [str(vllm_rs_path())] if name == "vllm-rs" else [sys.executable, "-m", "vllm_frontend"]
     proc = _start(
         [*binary, "serve", model, "--port", str(port), *external], f"{name}-mock", env=engine_env()
     )
