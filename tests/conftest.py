@@ -64,3 +64,12 @@ def vllm_rs() -> pathlib.Path:
         return vllm_rs_path()
     except VllmRsUnavailable as e:
         pytest.skip(f"vllm-rs unavailable: {e}")
+
+
+@pytest.fixture
+def created_series() -> Iterator[Callable[[bool], None]]:
+    """Switches prometheus_client's ``_created`` series on or off; restores the setting after."""
+    from tests.support.exposition import created_series_switch
+
+    with created_series_switch() as switch:
+        yield switch

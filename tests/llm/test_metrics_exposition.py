@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from tests.support.exposition import (
-    assert_same_registries,
-    created_series_switch,
-)
+from tests.support.exposition import assert_same_exposition
 
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
@@ -470,17 +467,6 @@ def random_message(
     engine = rng.choice(engines) if rng.random() < 0.9 else 7
     tracked = {o.request_id for o in outputs if rng.random() < 0.8}
     return EngineCoreOutputs(engine, outputs, stats), tracked
-
-
-@pytest.fixture
-def created_series() -> Iterator[Callable[[bool], None]]:
-    """Switches prometheus_client's ``_created`` series on or off; restores the setting after."""
-    with created_series_switch() as switch:
-        yield switch
-
-
-def assert_same_exposition(pair: Pair, created_series: Callable[[bool], None]) -> None:
-    assert_same_registries(pair.ours_registry, pair.reference_registry, created_series)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import prometheus_client
@@ -19,10 +19,7 @@ import prometheus_client.metrics
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
 
-from tests.support.exposition import (
-    assert_same_registries,
-    created_series_switch,
-)
+from tests.support.exposition import assert_same_exposition
 from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
 
 HIGHR = (
@@ -105,17 +102,6 @@ def make_pair() -> Pair:
         ours_registry,
         reference_registry,
     )
-
-
-@pytest.fixture
-def created_series() -> Iterator[Callable[[bool], None]]:
-    """Switches prometheus_client's ``_created`` series on or off; restores the setting after."""
-    with created_series_switch() as switch:
-        yield switch
-
-
-def assert_same_exposition(pair: Pair, created_series: Callable[[bool], None]) -> None:
-    assert_same_registries(pair.ours_registry, pair.reference_registry, created_series)
 
 
 @pytest.mark.parametrize("seed", range(4))

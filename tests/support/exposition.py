@@ -36,9 +36,11 @@ def created_series_switch() -> Iterator[Callable[[bool], None]]:
         switch(before)
 
 
-def assert_same_registries(ours: Any, reference: Any, switch: Callable[[bool], None]) -> None:
-    """Both registries render the same page in both text formats: with ``_created`` series
-    (their timestamps aside) and without them (byte for byte)."""
+def assert_same_exposition(pair: Any, switch: Callable[[bool], None]) -> None:
+    """``pair.ours_registry`` and ``pair.reference_registry`` render the same page in both text
+    formats: with ``_created`` series (their timestamps aside) and without them (byte for
+    byte)."""
+    ours, reference = pair.ours_registry, pair.reference_registry
     switch(True)
     for generate in (prometheus_client.generate_latest, generate_openmetrics):
         assert without_created_values(generate(ours)) == without_created_values(generate(reference))
