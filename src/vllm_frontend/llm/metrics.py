@@ -25,35 +25,35 @@ and an info metric with guessed labels would mislead. Families vLLM registers
 only with features off by default here (speculative decoding, KV connectors, LoRA,
 ``--kv-cache-metrics``, ``VLLM_COMPUTE_NANS_IN_LOGITS``, watermarking) are not exported either.
 
-The counters and histograms are plain Python accumulators rather than prometheus_client's
-``Counter``/``Histogram``: those take a lock per value and walk the buckets in Python on every
-observation, which showed as ~5-8% of the frontend's CPU since ``observe_output`` runs for every
-engine output. All observations happen on the process's one event-loop thread, so a float per
-counter series and a list of per-bucket counts (found with ``bisect``) plus a sum per histogram
-series suffice. A custom collector in the same registry turns them into metric families at scrape
-time, sample for sample what prometheus_client's own metrics would expose for the same
-observations (``_total``, cumulative ``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and
-``_created`` unless prometheus_client's created series are disabled). prometheus_client is
-imported only there, at the first scrape, not at startup (its import costs ~40 ms): the registry
-the families go into is anything with ``register()`` (:class:`Registry`).
+The counters and histograms are the plain accumulators of ``vllm_frontend.series`` rather than
+prometheus_client's ``Counter``/``Histogram``: those take a lock per value and walk the buckets
+in Python on every observation, which showed as ~5-8% of the frontend's CPU since
+``observe_output`` runs for every engine output. They are exported at scrape time, sample for
+sample as prometheus_client's own metrics would be. prometheus_client is imported only then, at
+the first scrape, not at startup (its import costs ~40 ms): the registry the families go into is
+anything with ``register()`` (:class:`Registry`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from vllm_frontend.series import (
+    Counter,
+    CounterChild,
+    Histogram,
+    HistogramChild,
+    SeriesCollector,
+)
+
 if TYPE_CHECKING:
     from collections.abc import Container
 
     from prometheus_client.core import (
-        CounterMetricFamily,
         GaugeMetricFamily,
-        HistogramMetricFamily,
-        Metric,
     )
 
     from vllm_frontend.engine.protocol import EngineCoreOutputs
@@ -170,177 +170,6 @@ class RequestStats:
                    engine_index=engine_index)  # fmt: skip
 
 
-class _CounterChild:
-    """One labelled series of a counter: its running total and its creation time."""
-
-    __slots__ = ("created", "value")
-
-    def __init__(self) -> None:
-        self.value = 0.0
-        self.created = time.time()
-
-    def inc(self, amount: float = 1.0) -> None:
-        """Add ``amount`` (counters only go up, as prometheus_client insists)."""
-        if amount < 0:
-            raise ValueError(f"a counter cannot be decreased (inc by {amount})")
-        self.value += amount
-
-
-class _HistogramChild:
-    """One labelled series of a histogram: per-bucket counts (not cumulative), sum, creation."""
-
-    __slots__ = ("bounds", "counts", "created", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * len(bounds)
-        self.sum = 0.0
-        self.created = time.time()
-
-    def observe(self, value: float) -> None:
-        """Count ``value`` in the first bucket whose bound is ``>= value`` (prometheus_client's
-        ``le`` rule; the last bound is +Inf) and add it to the sum."""
-        if value == value:
-            self.counts[bisect_left(self.bounds, value)] += 1
-        # NaN falls in no bucket but poisons the sum, as in prometheus_client.
-        self.sum += value
-
-
-class _Family:
-    """What a counter and a histogram share: name, help, label names, and the labelled series in
-    creation order (a series exists from its first ``labels()``, as prometheus_client's
-    children do, and is exported from then on even at 0)."""
-
-    __slots__ = ("documentation", "labelnames", "name")
-    kind: str = ""
-
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-
-    def _check(self, values: tuple[object, ...]) -> tuple[str, ...]:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
-        return tuple(str(v) for v in values)
-
-    def describe(self) -> Metric:
-        """An empty family of the right type (the registry derives the sample names from it)."""
-        from prometheus_client.core import Metric
-
-        return Metric(self.name, self.documentation, self.kind)
-
-
-class _Counter(_Family):
-    """A labelled counter exported as prometheus_client's ``Counter`` would export it."""
-
-    __slots__ = ("children",)
-    kind = "counter"
-
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(name, documentation, labelnames)
-        self.children: dict[tuple[str, ...], _CounterChild] = {}
-
-    def labels(self, *values: object) -> _CounterChild:
-        """The series of these label values (created at 0 on first use)."""
-        return self.child(self._check(values))
-
-    def child(self, key: tuple[str, ...]) -> _CounterChild:
-        """The series of ``key`` (label values as strings, in label order)."""
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = _CounterChild()
-        return child
-
-    def collect(self, with_created: bool) -> CounterMetricFamily:
-        """``<name>_total`` (and ``<name>_created``) per series."""
-        from prometheus_client.core import CounterMetricFamily
-
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.children.items():
-            family.add_metric(key, child.value, child.created if with_created else None)
-        return family
-
-
-class _Histogram(_Family):
-    """A labelled histogram exported as prometheus_client's ``Histogram`` would export it."""
-
-    __slots__ = ("_le", "bounds", "children")
-    kind = "histogram"
-
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Iterable[float]
-    ) -> None:
-        super().__init__(name, documentation, labelnames)
-        bounds = [float(b) for b in buckets]
-        if bounds != sorted(bounds) or not bounds:
-            raise ValueError(f"{name}: bucket bounds must be sorted and not empty")
-        if bounds[-1] != math.inf:
-            bounds.append(math.inf)
-        self.bounds = tuple(bounds)
-        self._le: list[str] | None = None  # the ``le`` label values, made at the first scrape
-        self.children: dict[tuple[str, ...], _HistogramChild] = {}
-
-    def labels(self, *values: object) -> _HistogramChild:
-        """The series of these label values (created empty on first use)."""
-        return self.child(self._check(values))
-
-    def child(self, key: tuple[str, ...]) -> _HistogramChild:
-        """The series of ``key`` (label values as strings, in label order)."""
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = _HistogramChild(self.bounds)
-        return child
-
-    def collect(self, with_created: bool) -> HistogramMetricFamily:
-        """Cumulative ``_bucket`` samples up to ``le="+Inf"``, ``_count``, ``_sum`` (and
-        ``_created``) per series, in prometheus_client's order."""
-        from prometheus_client.core import HistogramMetricFamily
-
-        if self._le is None:
-            from prometheus_client.utils import floatToGoString
-
-            self._le = [floatToGoString(b) for b in self.bounds]
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, child in self.children.items():
-            buckets = []
-            acc = 0.0
-            for le, count in zip(self._le, child.counts, strict=True):
-                acc += count
-                buckets.append((le, acc))
-            family.add_metric(key, buckets, child.sum)
-            if with_created:
-                family.add_sample(
-                    self.name + "_created",
-                    dict(zip(self.labelnames, key, strict=True)),
-                    child.created,
-                )
-        return family
-
-
-class _Collector:
-    """Exports the families at scrape time, in the order prometheus_client would have (the order
-    they were created in)."""
-
-    def __init__(self, families: Sequence[_Counter | _Histogram]) -> None:
-        self._families = list(families)
-
-    def collect(self) -> Iterator[Metric]:
-        """Every family with its current values."""
-        # prometheus_client's switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics)
-        # is read at each scrape by its own metrics too.
-        from prometheus_client import metrics as prometheus_metrics
-
-        with_created = bool(getattr(prometheus_metrics, "_use_created", True))
-        for family in self._families:
-            yield family.collect(with_created)
-
-    def describe(self) -> Iterator[Metric]:
-        """The family names, so that a second registration of the same names is refused."""
-        for family in self._families:
-            yield family.describe()
-
-
 class FrontendMetrics:
     """The request-level ``vllm:*`` series, registered once per process.
 
@@ -365,11 +194,11 @@ class FrontendMetrics:
         self._engines = [str(i) for i in engine_indexes]
         token_buckets = _one_two_five_buckets(max(1, max_model_len))
 
-        def counter(name: str, doc: str, extra: Sequence[str] = ()) -> _Counter:
-            return _Counter(name, doc, (*labels, *extra))
+        def counter(name: str, doc: str, extra: Sequence[str] = ()) -> Counter:
+            return Counter(name, doc, (*labels, *extra))
 
-        def histogram(name: str, doc: str, buckets: Iterable[float]) -> _Histogram:
-            return _Histogram(name, doc, labels, buckets)
+        def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+            return Histogram(name, doc, labels, buckets)
 
         # Names, help texts, labels and buckets as vLLM's PrometheusStatLogger and
         # PerfMetricsProm (vllm/v1/metrics/perf.py) define them.
@@ -440,7 +269,7 @@ class FrontendMetrics:
         )
         # Refusals by the frontend's queue limits (llm/admission.py), counted through
         # record_admission_rejection; both reasons are exported from the start, at 0.
-        self.admission_rejections = _Counter(
+        self.admission_rejections = Counter(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
             ("model_name", "reason"),
@@ -523,7 +352,7 @@ class FrontendMetrics:
         )
         # Exported in this order, which is the order vLLM registers them in (its scheduler
         # gauges, between the estimates and the prefix cache, are EngineGauges').
-        families: list[_Counter | _Histogram] = [
+        families: list[Counter | Histogram] = [
             self.estimated_flops, self.estimated_read_bytes, self.estimated_write_bytes,
             self.prefix_cache_queries, self.prefix_cache_hits,
             self.external_prefix_cache_queries, self.external_prefix_cache_hits,
@@ -538,7 +367,7 @@ class FrontendMetrics:
             self.prefill_time, self.decode_time, self.request_num_preemptions,
             self.request_prefill_kv_computed_tokens,
         ]  # fmt: skip
-        registry.register(_Collector(families))
+        registry.register(SeriesCollector(families))
         # vLLM creates every per-engine child up front so the series exist (at 0) from startup.
         # Its labelled families create theirs label value by label value (source by source):
         # the same order here.
@@ -716,7 +545,7 @@ class FrontendMetrics:
             now = time.monotonic()
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
-        # _HistogramChild.observe, inline: this runs per streamed token.
+        # HistogramChild.observe, inline: this runs per streamed token.
         itl = series.inter_token_latency
         value = now - stats.last_token_ts
         if value == value:
@@ -775,20 +604,20 @@ class FrontendMetrics:
 
 
 class _EngineSeries(NamedTuple):
-    generation_tokens: _CounterChild
-    time_to_first_token: _HistogramChild
-    inter_token_latency: _HistogramChild
+    generation_tokens: CounterChild
+    time_to_first_token: HistogramChild
+    inter_token_latency: HistogramChild
 
 
 class _StepSeries(NamedTuple):
-    iteration_tokens: _HistogramChild
-    local_compute: _CounterChild
-    local_cache_hit: _CounterChild
-    external_kv_transfer: _CounterChild
-    prompt_tokens_cached: _CounterChild
-    prefix_cache_queries: _CounterChild
-    prefix_cache_hits: _CounterChild
-    cached_on_device: _CounterChild
+    iteration_tokens: HistogramChild
+    local_compute: CounterChild
+    local_cache_hit: CounterChild
+    external_kv_transfer: CounterChild
+    prompt_tokens_cached: CounterChild
+    prefix_cache_queries: CounterChild
+    prefix_cache_hits: CounterChild
+    cached_on_device: CounterChild
 
 
 class EngineGauges:

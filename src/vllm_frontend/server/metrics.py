@@ -10,25 +10,29 @@ and ``http_request_duration_seconds{method,handler}``. ``handler`` is the route 
 (stream included) has been sent. Paths containing /health, /metrics, /load, /version, ... are
 not recorded.
 
-Like the ``vllm:`` series (``vllm_frontend.llm.metrics``), these are plain accumulators updated
-on the event loop's thread (no lock, a ``bisect`` per histogram), turned into metric families at
-scrape time, sample for sample what prometheus_client's ``Counter``, ``Summary`` and
-``Histogram`` would expose for the same observations (``_created`` included unless
-prometheus_client's created series are disabled). prometheus_client itself is imported only by
+Like the ``vllm:`` series (``vllm_frontend.llm.metrics``), these are the plain accumulators of
+``vllm_frontend.series``, exported at scrape time sample for sample as prometheus_client's
+``Counter``, ``Summary`` and ``Histogram`` would. prometheus_client itself is imported only by
 the first scrape: its import (~40 ms, mostly the stdlib HTTP, email and URL modules its exposition
 module pulls in) stays out of startup. :class:`MetricsRegistry` keeps the collectors until then.
 """
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from vllm_frontend.series import (
+    Counter,
+    CounterChild,
+    Histogram,
+    HistogramChild,
+    SeriesCollector,
+    Summary,
+    SummaryChild,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-    from prometheus_client.core import Metric
 
 __all__ = [
     "EXCLUDED_HANDLERS",
@@ -115,8 +119,6 @@ _HIGHR_BUCKETS = (
     30, 60, float("inf"),
 )  # fmt: skip
 _LOWR_BUCKETS = (0.1, 0.5, 1, float("inf"))
-_HIGHR_BOUNDS = tuple(float(b) for b in _HIGHR_BUCKETS)
-_LOWR_BOUNDS = tuple(float(b) for b in _LOWR_BUCKETS)
 
 _TOTAL = ("http_requests_total", "Total number of requests by method, status and handler.")
 _REQUEST_SIZE = (
@@ -141,129 +143,33 @@ _LOWR = (
 )
 
 
-class _CounterSeries:
-    __slots__ = ("created", "value")
+class _HttpFamilies(SeriesCollector):
+    """The five families (each one's series in creation order, as prometheus_client keeps a
+    metric's children), exported in vLLM's registration order."""
 
     def __init__(self) -> None:
-        self.value = 0.0
-        self.created = time.time()
-
-
-class _SummarySeries:
-    __slots__ = ("count", "created", "sum")
-
-    def __init__(self) -> None:
-        self.count = 0.0
-        self.sum = 0.0
-        self.created = time.time()
-
-
-class _HistogramSeries:
-    """Per-bucket counts (not cumulative; bucket ``i`` holds values in ``(b[i-1], b[i]]``)."""
-
-    __slots__ = ("counts", "created", "sum")
-
-    def __init__(self, num_buckets: int) -> None:
-        self.counts = [0] * num_buckets
-        self.sum = 0.0
-        self.created = time.time()
-
-
-class _HttpFamilies:
-    """The five families' series, each family's in creation order (as prometheus_client keeps a
-    metric's children), and the collector that exports them in vLLM's registration order."""
-
-    def __init__(self) -> None:
-        self.total: dict[tuple[str, str, str], _CounterSeries] = {}
-        self.request_size: dict[str, _SummarySeries] = {}
-        self.response_size: dict[str, _SummarySeries] = {}
+        self.total = Counter(_TOTAL[0].removesuffix("_total"), _TOTAL[1],
+                             ("method", "status", "handler"))  # fmt: skip
+        self.request_size = Summary(*_REQUEST_SIZE, ("handler",))
+        self.response_size = Summary(*_RESPONSE_SIZE, ("handler",))
+        self.highr_family = Histogram(*_HIGHR, (), _HIGHR_BUCKETS)
         # Unlabelled: prometheus_client creates its one series with the metric (at startup).
-        self.highr = _HistogramSeries(len(_HIGHR_BOUNDS))
-        self.lowr: dict[tuple[str, str], _HistogramSeries] = {}
+        self.highr = self.highr_family.child(())
+        self.lowr = Histogram(*_LOWR, ("method", "handler"), _LOWR_BUCKETS)
+        super().__init__(
+            [self.total, self.request_size, self.response_size, self.highr_family, self.lowr]
+        )
 
     def series(
         self, method: str, group: str, handler: str
-    ) -> tuple[_CounterSeries, _SummarySeries, _SummarySeries, _HistogramSeries]:
+    ) -> tuple[CounterChild, SummaryChild, SummaryChild, HistogramChild]:
         """The labelled series one exchange updates, created (in that order) when new."""
-        total = self.total.get((method, group, handler))
-        if total is None:
-            total = self.total[(method, group, handler)] = _CounterSeries()
-        req = self.request_size.get(handler)
-        if req is None:
-            req = self.request_size[handler] = _SummarySeries()
-        resp = self.response_size.get(handler)
-        if resp is None:
-            resp = self.response_size[handler] = _SummarySeries()
-        lowr = self.lowr.get((method, handler))
-        if lowr is None:
-            lowr = self.lowr[(method, handler)] = _HistogramSeries(len(_LOWR_BOUNDS))
-        return total, req, resp, lowr
-
-    def collect(self) -> Iterator[Metric]:
-        """The families with their current values."""
-        from prometheus_client import metrics as prometheus_metrics
-        from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
-
-        # prometheus_client's switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics),
-        # read at each scrape as its own metrics do.
-        with_created = bool(getattr(prometheus_metrics, "_use_created", True))
-        total = CounterMetricFamily(*_TOTAL, labels=("method", "status", "handler"))
-        for key, series in self.total.items():
-            total.add_metric(key, series.value, series.created if with_created else None)
-        yield total
-        for (name, doc), by_handler in (
-            (_REQUEST_SIZE, self.request_size),
-            (_RESPONSE_SIZE, self.response_size),
-        ):
-            summary = SummaryMetricFamily(name, doc, labels=("handler",))
-            for handler, s in by_handler.items():
-                # SummaryMetricFamily.add_metric's samples, with the count as the float that
-                # prometheus_client's Summary keeps
-                summary.add_sample(name + "_count", {"handler": handler}, s.count)
-                summary.add_sample(name + "_sum", {"handler": handler}, s.sum)
-                if with_created:
-                    summary.add_sample(name + "_created", {"handler": handler}, s.created)
-            yield summary
-        yield _histogram(*_HIGHR, (), {(): self.highr}, _HIGHR_BOUNDS, with_created)
-        yield _histogram(*_LOWR, ("method", "handler"), self.lowr, _LOWR_BOUNDS, with_created)
-
-    def describe(self) -> Iterator[Metric]:
-        """The families' names and types, so that a registry refuses clashing names."""
-        from prometheus_client.core import Metric
-
-        yield Metric(_TOTAL[0].removesuffix("_total"), _TOTAL[1], "counter")
-        yield Metric(*_REQUEST_SIZE, "summary")
-        yield Metric(*_RESPONSE_SIZE, "summary")
-        yield Metric(*_HIGHR, "histogram")
-        yield Metric(*_LOWR, "histogram")
-
-
-def _histogram(
-    name: str,
-    doc: str,
-    labelnames: tuple[str, ...],
-    children: dict[Any, _HistogramSeries],
-    bounds: tuple[float, ...],
-    with_created: bool,
-) -> Metric:
-    """Cumulative ``_bucket`` samples up to ``le="+Inf"``, ``_count``, ``_sum`` (and
-    ``_created``) per series, in prometheus_client's order."""
-    from prometheus_client.core import HistogramMetricFamily
-    from prometheus_client.utils import floatToGoString
-
-    family = HistogramMetricFamily(name, doc, labels=labelnames)
-    les = [floatToGoString(b) for b in bounds]
-    for key, series in children.items():
-        buckets = []
-        acc = 0.0
-        for le, count in zip(les, series.counts, strict=True):
-            acc += count
-            buckets.append((le, acc))
-        family.add_metric(key, buckets, series.sum)
-        if with_created:
-            labels = dict(zip(labelnames, key, strict=True))
-            family.add_sample(name + "_created", labels, series.created)
-    return family
+        return (
+            self.total.child((method, group, handler)),
+            self.request_size.child((handler,)),
+            self.response_size.child((handler,)),
+            self.lowr.child((method, handler)),
+        )
 
 
 def _registered(registry: MetricsRegistry | CollectorRegistry) -> _HttpFamilies | None:
@@ -295,7 +201,7 @@ class HttpMetrics:
         # per (method, status code, handler): the labelled series it updates, resolved once
         self._series: dict[
             tuple[str, int, str],
-            tuple[_CounterSeries, _SummarySeries, _SummarySeries, _HistogramSeries],
+            tuple[CounterChild, SummaryChild, SummaryChild, HistogramChild],
         ] = {}
 
     def observe(
@@ -316,15 +222,7 @@ class HttpMetrics:
             )
         total, req_size, resp_size, lowr = series
         total.value += 1.0
-        req_size.count += 1.0
-        req_size.sum += request_size
-        resp_size.count += 1.0
-        resp_size.sum += response_size
-        highr = self._highr
-        # prometheus_client's Histogram.observe: the first bucket whose bound is >= the value
-        # (the last is +Inf); NaN falls in none but still poisons the sum.
-        if duration == duration:
-            highr.counts[bisect_left(_HIGHR_BOUNDS, duration)] += 1
-            lowr.counts[bisect_left(_LOWR_BOUNDS, duration)] += 1
-        highr.sum += duration
-        lowr.sum += duration
+        req_size.observe(request_size)
+        resp_size.observe(response_size)
+        self._highr.observe(duration)
+        lowr.observe(duration)
