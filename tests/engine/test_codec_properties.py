@@ -589,3 +589,14 @@ def test_random_handshake_registration_and_coordinator_messages_round_trip(
 def test_start_dp_wave_round_trips(wave: int, exclude: int | bytes | None) -> None:
     kind, payload = codec.decode_request(codec.encode_start_dp_wave(wave, exclude))
     assert kind is RequestType.START_DP_WAVE and payload == StartDpWave(wave, exclude)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (2, 0), (2, 0, 3), (1, 2, 0)])
+def test_empty_arrays_read_as_lists_as_numpy_reads_them(shape: tuple[int, ...]) -> None:
+    array = NdArray("<i8", shape, msgspec.msgpack.Ext(3, b""))
+    assert array.tolist() == np.zeros(shape, np.int64).tolist()
+
+
+def test_an_empty_shape_with_element_bytes_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError):
+        NdArray("<i8", (2, 0), msgspec.msgpack.Ext(3, bytes(8))).tolist()

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import msgspec
-import numpy as np
 
 from vllm_frontend.engine.errors import EngineDeadSignal, ProtocolError
 from vllm_frontend.engine.protocol import (
@@ -48,6 +47,12 @@ from vllm_frontend.engine.protocol import (
     UtilityRequest,
 )
 from vllm_frontend.engine.tensors import RAW_VIEW_EXT_CODE, NdArray, Tensor, raw_bytes
+from vllm_frontend.lazy import LazyModule, loaded
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
 __all__ = [
     "ZERO_COPY_THRESHOLD",
@@ -111,7 +116,8 @@ class MessageEncoder:
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
 
     def _enc_hook(self, obj: object) -> object:
-        if isinstance(obj, np.ndarray):
+        numpy = loaded("numpy")  # an array means numpy is imported
+        if numpy is not None and isinstance(obj, numpy.ndarray):
             raw = raw_bytes(obj)
             # vLLM: 0-d numpy arrays always inline; otherwise inline iff below the threshold.
             if obj.ndim == 0 or raw.nbytes < self._threshold:

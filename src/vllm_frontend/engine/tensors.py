@@ -16,12 +16,12 @@ for ``bfloat16`` which is widened.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import msgspec
-import numpy as np
 
 from vllm_frontend.engine.errors import ProtocolError
+from vllm_frontend.lazy import LazyModule, loaded
 
 __all__ = [
     "RAW_VIEW_EXT_CODE",
@@ -32,6 +32,11 @@ __all__ = [
     "to_bfloat16_words",
     "torch_dtype_for_numpy",
 ]
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
 RAW_VIEW_EXT_CODE = 3
 """msgpack extension code of inline raw array bytes (vLLM ``CUSTOM_TYPE_RAW_VIEW``)."""
@@ -140,7 +145,12 @@ def raw_bytes(array: np.ndarray) -> memoryview:
     return memoryview(array).cast("B")  # type: ignore[arg-type]  # ndarray is a buffer
 
 
-_BUFFER_TYPES = (bytes, np.ndarray, memoryview, bytearray)
+_BUFFER_TYPES = (bytes, memoryview, bytearray)
+
+
+def _is_ndarray(value: object) -> TypeGuard[np.ndarray]:
+    numpy = loaded("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)
 
 
 def _raw_buffer(data: object) -> Any:
@@ -149,7 +159,7 @@ def _raw_buffer(data: object) -> Any:
         if data.code != RAW_VIEW_EXT_CODE:
             raise ProtocolError(f"array data uses msgpack extension {data.code}, expected 3")
         return data.data
-    if isinstance(data, _BUFFER_TYPES):
+    if isinstance(data, _BUFFER_TYPES) or _is_ndarray(data):
         return data
     if isinstance(data, int) and not isinstance(data, bool):
         raise ProtocolError(f"array data refers to aux frame {data}, which was not received")
@@ -193,15 +203,26 @@ _LIST_FORMATS: dict[str, str] = (
 
 def _to_list(data: object, spelled: str, shape: tuple[int, ...]) -> Any:
     fmt = _LIST_FORMATS.get(spelled)
-    if fmt is None or not shape or 0 in shape:
+    if fmt is None or not shape or min(shape) < 0:
         return _buffer_view(data, _parse_numpy_dtype(spelled), shape).tolist()
     view = memoryview(_raw_buffer(data))
+    if 0 in shape:  # memoryview.cast refuses empty shapes
+        if view.nbytes:
+            raise ProtocolError(f"array data of {view.nbytes} bytes for the empty {list(shape)}")
+        return _empty_lists(shape)
     try:
         if view.format != "B":
             view = view.cast("B")
         return view.cast(fmt, shape).tolist()  # type: ignore[call-overload]
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"cannot view array data as {spelled} {list(shape)}: {exc}") from None
+
+
+def _empty_lists(shape: tuple[int, ...]) -> list[Any]:
+    """The nested lists of an array of ``shape`` with no elements (a dimension is 0)."""
+    if len(shape) == 1 or shape[0] == 0:
+        return []
+    return [_empty_lists(shape[1:]) for _ in range(shape[0])]
 
 
 def _as_raw(array: np.ndarray) -> np.ndarray:
@@ -323,7 +344,7 @@ def _torch_itemsize(name: str) -> int:
 
 
 def _nbytes(data: object) -> int:
-    if isinstance(data, np.ndarray):
+    if _is_ndarray(data):
         return int(data.nbytes)
     if isinstance(data, _Ext):
         data = data.data

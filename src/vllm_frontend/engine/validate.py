@@ -14,14 +14,19 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import numpy as np
 
 from vllm_frontend.engine.errors import ProtocolError
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.engine.tensors import NdArray, Tensor, numpy_dtype_for_torch
+from vllm_frontend.lazy import LazyModule, loaded
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
 __all__ = ["InvalidRequestError", "RequestLimits", "validate_request"]
 
@@ -631,11 +636,17 @@ _PLAIN_INT = frozenset({int})
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    numpy = loaded("numpy")  # a numpy scalar means numpy is imported
+    return numpy is not None and isinstance(value, numpy.integer)
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if isinstance(value, int | float):
+        return not isinstance(value, bool)
+    numpy = loaded("numpy")
+    return numpy is not None and isinstance(value, numpy.integer | numpy.floating)
 
 
 def _int(value: Any, name: str) -> int:

@@ -23,13 +23,13 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import numpy as np
 
 from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
 from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits
+from vllm_frontend.lazy import LazyModule
 from vllm_frontend.llm import LLM, GenerateRequest, GenerationStream, OutputKind, SampleOutput
 from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs
 from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
@@ -37,6 +37,11 @@ from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lowe
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from .generation import PreparedPrompt, ServingContext, Update
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
 __all__ = [
     "Beam",
@@ -332,13 +337,13 @@ def _position(output: SampleOutput, num_logprobs: int) -> PositionLogprobs | Non
     if ranks is None:
         ranks = lp.selected_token_ranks
     acc = LogprobsAccumulator(None, num_logprobs, None)
-    acc.add_sample(_np(lp.logprob_token_ids), _np(lp.logprobs), _np(ranks))
+    acc.add_sample(_rows(lp.logprob_token_ids), _rows(lp.logprobs), _rows(ranks))
     sample = acc.sample
     return sample[0] if sample else None
 
 
-def _np(value: Any) -> Any:
-    return value.numpy() if hasattr(value, "numpy") else value
+def _rows(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _output(

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import msgspec
-import numpy as np
 
 from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
 from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_id
@@ -872,25 +871,26 @@ class _Pump:
 
 
 def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
+    # As lists: the wire triples' own tolist() reads the small per-output arrays without numpy.
     if lp is None:
         return None
     ranks = getattr(lp, "sampled_token_ranks", None)
     if ranks is None:
         ranks = lp.selected_token_ranks
-    return (_np(lp.logprob_token_ids), _np(lp.logprobs), _np(ranks))
+    return (_rows(lp.logprob_token_ids), _rows(lp.logprobs), _rows(ranks))
 
 
 def _concat(blocks: list[Any]) -> tuple[Any, Any, Any]:
     triples = [t for t in map(_triple, blocks) if t is not None]
     return (
-        np.concatenate([t[0] for t in triples]),
-        np.concatenate([t[1] for t in triples]),
-        np.concatenate([t[2] for t in triples]),
+        [row for t in triples for row in t[0]],
+        [row for t in triples for row in t[1]],
+        [row for t in triples for row in t[2]],
     )
 
 
-def _np(value: Any) -> Any:
-    return value.numpy() if hasattr(value, "numpy") else value
+def _rows(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _repetition_detection(value: Any) -> RepetitionDetectionParams | None:

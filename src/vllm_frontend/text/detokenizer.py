@@ -28,12 +28,14 @@ serving); a token whose bytes are complete UTF-8 is then a single list lookup.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 import weakref
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
-import numpy as np
 import tokenizers
 from tokenizers import decoders
 from tokenizers.decoders import DecodeStream
@@ -274,53 +276,72 @@ class _ByteTables:
             ]
 
 
-# Each ByteLevel character's byte, indexed by code point; -1 outside the alphabet. The alphabet
-# ends below U+0144.
-_BYTE_OF_CODE = np.full(0x144, -1, np.int16)
-for _char, _byte in _BYTE_OF_CHAR.items():
-    _BYTE_OF_CODE[ord(_char)] = _byte
-# Pieces are joined by the character for byte 0xFF: never valid in UTF-8, so it always decodes
-# on its own (to a lone surrogate with surrogateescape) and cannot merge with its neighbours.
-_SEPARATOR = 0xFF
-_SEPARATOR_PIECE = next(c for c, b in _BYTE_OF_CHAR.items() if b == _SEPARATOR)
-_SEPARATOR_CHAR = "\udcff"
-# In the decoded pieces: an undecodable byte (other than the separator), or U+FFFD at a piece's end.
-_NOT_TEXT = re.compile("[\udc80-\udcfe]|\ufffd(?=\udcff|\\Z)")
+# Prefilling joins the pieces with a character outside the alphabet that a charmap codec takes
+# to byte 0xFF, which is never valid in UTF-8: each separator decodes on its own (to a lone
+# surrogate, with surrogateescape) and cannot merge with its neighbours. In that codec the
+# alphabet's own character for 0xFF has no byte, so a piece holding it fails to encode, as does
+# any other character outside the alphabet: such pieces are left to the lazy path.
+_SEPARATOR = "\x00"
+_SEPARATOR_TEXT = "\udcff"
+_PIECES_CODEC = codecs.charmap_build(
+    "".join(
+        _SEPARATOR if b == 0xFF else c
+        for c, b in sorted(_BYTE_OF_CHAR.items(), key=lambda cb: cb[1])
+    )
+)
+# In the decoded pieces: an undecodable byte (other than the separator), or U+FFFD, which is
+# not text at a piece's end.
+_NOT_TEXT = re.compile("[\udc80-\udcfe\ufffd]")
+
+
+def _pieces_bytes(pieces: list[str]) -> bytes:
+    """The pieces' bytes, separator-joined; UnicodeEncodeError where a piece is not made of
+    ByteLevel characters (or holds the one for 0xFF)."""
+    return codecs.charmap_encode(_SEPARATOR.join(pieces), "strict", _PIECES_CODEC)[0]
+
+
+def _prefillable(piece: str) -> bool:
+    try:
+        _pieces_bytes([piece])
+    except UnicodeEncodeError:
+        return False
+    return _SEPARATOR not in piece
 
 
 def _decode_pieces(pieces: list[str]) -> list[str | None]:
     """Each piece's text as :meth:`_ByteTable.token_bytes` would find it, or None where it
     would not be text (invalid UTF-8, ending with U+FFFD, a character outside the alphabet).
 
-    One pass over all pieces at once: map the characters to bytes with numpy, decode everything
-    with one ``bytes.decode``, split on the separator, and find the exceptions with one regex.
+    One pass over all pieces at once, in C: their bytes with one charmap encode, their text
+    with one ``bytes.decode``, split on the separator; a regex finds the exceptions.
     """
     if not pieces:
         return []
-    joined = _SEPARATOR_PIECE.join(pieces)
-    codes = np.frombuffer(joined.encode("utf-32-le"), np.uint32)
-    mapped = _BYTE_OF_CODE[np.minimum(codes, len(_BYTE_OF_CODE) - 1)]
-    mapped[codes >= len(_BYTE_OF_CODE)] = -1
-    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
-    ends = np.cumsum(lengths + 1) - 1  # each piece's separator position (one past the last)
-    is_separator = np.zeros(len(codes), bool)
-    is_separator[ends[:-1]] = True
-    piece_of = np.cumsum(is_separator)  # the piece each position belongs to
-    odd = (mapped < 0) | ((mapped == _SEPARATOR) & ~is_separator)
-    excluded = np.zeros(len(pieces), bool)
-    excluded[piece_of[odd]] = True
-    mapped[odd] = 0xC0  # an invalid byte of no consequence: the piece is excluded anyway
-    text = mapped.astype(np.uint8).tobytes().decode("utf-8", "surrogateescape")
-    texts = text.split(_SEPARATOR_CHAR)
+    excluded: set[int] = set()
+    try:
+        data = _pieces_bytes(pieces)
+        clean = data.count(0xFF) == len(pieces) - 1  # else a piece holds the separator
+    except UnicodeEncodeError:
+        clean = False
+    if not clean:
+        excluded = {k for k, piece in enumerate(pieces) if not _prefillable(piece)}
+        data = _pieces_bytes(["" if k in excluded else piece for k, piece in enumerate(pieces)])
+    text = data.decode("utf-8", "surrogateescape")
+    texts = text.split(_SEPARATOR_TEXT)
     if len(texts) != len(pieces):  # cannot happen; never guess
         return [None] * len(pieces)
-    positions = [m.start() for m in _NOT_TEXT.finditer(text)]
-    if positions:
-        char_lengths = np.fromiter(map(len, texts), np.int64, len(texts))
-        char_starts = np.cumsum(char_lengths + 1) - char_lengths - 1
-        excluded[np.searchsorted(char_starts, positions, side="right") - 1] = True
+    odd = [
+        m.start()
+        for m in _NOT_TEXT.finditer(text)
+        if m.group() != "\ufffd"
+        or text.startswith(_SEPARATOR_TEXT, m.end())
+        or m.end() == len(text)
+    ]
+    if odd:
+        starts = list(accumulate((len(t) + 1 for t in texts), initial=0))
+        excluded.update(bisect_right(starts, p) - 1 for p in odd)
     parts: list[str | None] = list(texts)
-    for k in np.flatnonzero(excluded).tolist():
+    for k in excluded:
         parts[k] = None
     return parts
 
