@@ -7,7 +7,11 @@ it (no explicit ``now``: the monotonic clock is read inside, as in production):
 * ``observe_output`` of a first token with QUEUED/SCHEDULED events: once per request;
 * ``observe_prefill``, ``observe_finished`` and ``observe_parent_finished``: once per request;
 * a whole 100-token request (prefill, 100 outputs, finish) per request and per token;
-* one ``/metrics`` scrape (``generate_latest``) after 10,000 requests on 2 engines.
+* one ``/metrics`` scrape after 10,000 requests on 2 engines, with the process series, as the
+  server renders it (``render_metrics``: ``vllm_frontend.exposition``) and as prometheus_client's
+  ``generate_latest`` renders the same families;
+* the CPU time of the first scrape in a fresh interpreter (imports included), as ``serve`` pays
+  it on its event loop.
 
 Run: ``.venv/bin/python bench/bench_metrics.py``. Prints the best and the median of 200 short
 repeats (the best is the least disturbed by other processes); no thresholds.
@@ -19,6 +23,8 @@ import importlib.metadata
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -26,6 +32,7 @@ from typing import NamedTuple
 import prometheus_client
 
 from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
+from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
 
 MAX_MODEL_LEN = 4096
 ENGINES = (0, 1)
@@ -118,8 +125,27 @@ def main() -> None:
     report("100-token request (prefill, outputs, finish)", (best, median), "request")
     report("  the same, per token", (best / 100, median / 100), "token")
 
-    registry = prometheus_client.CollectorRegistry()
+    registry = MetricsRegistry(process_metrics=True)
+    fill(registry)
+    size = len(render_metrics(registry)[0])
+    report(
+        f"render_metrics ({size} B exposition)",
+        measure(lambda: render_metrics(registry), 5, repeats=50),
+        "scrape",
+    )
+    report(
+        "  prometheus_client.generate_latest, same families",
+        measure(lambda: prometheus_client.generate_latest(registry), 5, repeats=50),  # type: ignore[arg-type]
+        "scrape",
+    )
+    firsts = [first_scrape_cpu() for _ in range(5)]
+    report("first scrape in a fresh process (CPU)", (min(firsts), statistics.median(firsts)))
+
+
+def fill(registry: MetricsRegistry) -> None:
+    """The series of 10,000 finished requests on 2 engines, and their HTTP exchanges."""
     scraped = FrontendMetrics("bench-model", MAX_MODEL_LEN, ENGINES, registry=registry)
+    http = HttpMetrics(registry)
     for i in range(10_000):
         stats = RequestStats.start(engine_index=i % 2)
         scraped.observe_prefill(stats, 1 + i % 500)
@@ -127,12 +153,27 @@ def main() -> None:
             scraped.observe_output(stats, 1)
         scraped.observe_finished(stats, "stop", 1 + i % 500, 16)
         scraped.observe_parent_finished(1, 3, i % 2)
-    size = len(prometheus_client.generate_latest(registry))
-    report(
-        f"generate_latest ({size} B exposition)",
-        measure(lambda: prometheus_client.generate_latest(registry), 5, repeats=50),
-        "scrape",
-    )
+        http.observe("POST", "/v1/completions", 200, 100 + i % 50, 900, 0.01 * (i % 40))
+
+
+_FIRST_SCRAPE = """
+import sys, time
+sys.path.insert(0, {bench!r})
+from bench_metrics import fill
+from vllm_frontend.server.metrics import MetricsRegistry, render_metrics
+registry = MetricsRegistry(process_metrics=True)
+fill(registry)
+start = time.process_time()
+render_metrics(registry)
+print(time.process_time() - start)
+"""
+
+
+def first_scrape_cpu() -> float:
+    """CPU seconds of the first ``render_metrics`` call in a fresh interpreter."""
+    code = _FIRST_SCRAPE.format(bench=os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""Prometheus series as plain accumulators, exported at scrape time as prometheus_client's own
-``Counter``, ``Histogram`` and ``Summary`` would export them.
+"""Prometheus series as plain accumulators, exported at scrape time sample for sample as
+prometheus_client's own ``Counter``, ``Histogram`` and ``Summary`` would export them.
 
 prometheus_client's metric classes take a lock per value and walk the buckets in Python on every
 observation. All observations here happen on the process's one event-loop thread, so a float per
 counter series, a count and sum per summary series, and per-bucket counts (found with ``bisect``)
-plus a sum per histogram series suffice. :class:`SeriesCollector` turns them into metric families
-at scrape time (``_total``, cumulative ``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and
-``_created`` unless prometheus_client's created series are disabled). prometheus_client is
-imported only then, not at startup. Used by the ``vllm:`` series (``llm/metrics.py``) and the
-``http_*`` series (``server/metrics.py``).
+plus a sum per histogram series suffice. :class:`SeriesCollector` turns them into
+:class:`~vllm_frontend.exposition.MetricFamily` objects at scrape time (``_total``, cumulative
+``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and ``_created`` unless created series are
+disabled as prometheus_client's are); prometheus_client is not imported. Used by the ``vllm:``
+series (``llm/metrics.py``) and the ``http_*`` series (``server/metrics.py``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from prometheus_client.core import (
-        CounterMetricFamily,
-        HistogramMetricFamily,
-        Metric,
-        SummaryMetricFamily,
-    )
+from vllm_frontend.exposition import (
+    Collector,
+    MetricFamily,
+    Sample,
+    created_series_enabled,
+    format_value,
+)
 
 __all__ = [
     "Counter",
@@ -93,11 +92,9 @@ class Family:
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
         return tuple(str(v) for v in values)
 
-    def describe(self) -> Metric:
-        """An empty family of the right type (the registry derives the sample names from it)."""
-        from prometheus_client.core import Metric
-
-        return Metric(self.name, self.documentation, self.kind)
+    def describe(self) -> MetricFamily:
+        """An empty family of the right type (a registry derives the sample names from it)."""
+        return MetricFamily(self.name, self.kind, self.documentation)
 
 
 class Counter(Family):
@@ -107,7 +104,9 @@ class Counter(Family):
     kind = "counter"
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(name, documentation, labelnames)
+        """``name`` with or without ``_total`` (the family's name is without, as in
+        prometheus_client)."""
+        super().__init__(name.removesuffix("_total"), documentation, labelnames)
         self.children: dict[tuple[str, ...], CounterChild] = {}
 
     def labels(self, *values: object) -> CounterChild:
@@ -121,20 +120,22 @@ class Counter(Family):
             child = self.children[key] = CounterChild()
         return child
 
-    def collect(self, with_created: bool) -> CounterMetricFamily:
+    def collect(self, with_created: bool) -> MetricFamily:
         """``<name>_total`` (and ``<name>_created``) per series."""
-        from prometheus_client.core import CounterMetricFamily
-
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        total, created, names = self.name + "_total", self.name + "_created", self.labelnames
+        samples: list[Sample] = []
+        append = samples.append
         for key, child in self.children.items():
-            family.add_metric(key, child.value, child.created if with_created else None)
-        return family
+            append(Sample(total, names, key, child.value))
+            if with_created:
+                append(Sample(created, names, key, child.created))
+        return MetricFamily(self.name, "counter", self.documentation, samples)
 
 
 class Histogram(Family):
     """A labelled histogram exported as prometheus_client's ``Histogram`` would export it."""
 
-    __slots__ = ("_le", "bounds", "children")
+    __slots__ = ("_bucket_labels", "bounds", "children")
     kind = "histogram"
 
     def __init__(
@@ -147,7 +148,8 @@ class Histogram(Family):
         if bounds[-1] != math.inf:
             bounds.append(math.inf)
         self.bounds = tuple(bounds)
-        self._le: list[str] | None = None  # the ``le`` label values, made at the first scrape
+        # per series: its label values with each ``le`` value appended, made at its first scrape
+        self._bucket_labels: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
         self.children: dict[tuple[str, ...], HistogramChild] = {}
 
     def labels(self, *values: object) -> HistogramChild:
@@ -161,30 +163,27 @@ class Histogram(Family):
             child = self.children[key] = HistogramChild(self.bounds)
         return child
 
-    def collect(self, with_created: bool) -> HistogramMetricFamily:
+    def collect(self, with_created: bool) -> MetricFamily:
         """Cumulative ``_bucket`` samples up to ``le="+Inf"``, ``_count``, ``_sum`` (and
         ``_created``) per series, in prometheus_client's order."""
-        from prometheus_client.core import HistogramMetricFamily
-
-        if self._le is None:
-            from prometheus_client.utils import floatToGoString
-
-            self._le = [floatToGoString(b) for b in self.bounds]
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        name, names = self.name, self.labelnames
+        bucket, count, total = name + "_bucket", name + "_count", name + "_sum"
+        created, bucket_names = name + "_created", (*names, "le")
+        samples: list[Sample] = []
+        append = samples.append
         for key, child in self.children.items():
-            buckets = []
+            keys = self._bucket_labels.get(key)
+            if keys is None:
+                keys = self._bucket_labels[key] = [(*key, format_value(b)) for b in self.bounds]
             acc = 0.0
-            for le, count in zip(self._le, child.counts, strict=True):
-                acc += count
-                buckets.append((le, acc))
-            family.add_metric(key, buckets, child.sum)
+            for values, n in zip(keys, child.counts, strict=True):
+                acc += n
+                append(Sample(bucket, bucket_names, values, acc))
+            append(Sample(count, names, key, acc))
+            append(Sample(total, names, key, child.sum))
             if with_created:
-                family.add_sample(
-                    self.name + "_created",
-                    dict(zip(self.labelnames, key, strict=True)),
-                    child.created,
-                )
-        return family
+                append(Sample(created, names, key, child.created))
+        return MetricFamily(name, "histogram", self.documentation, samples)
 
 
 class SummaryChild:
@@ -221,40 +220,36 @@ class Summary(Family):
             child = self.children[key] = SummaryChild()
         return child
 
-    def collect(self, with_created: bool) -> SummaryMetricFamily:
+    def collect(self, with_created: bool) -> MetricFamily:
         """``_count``, ``_sum`` (and ``_created``) per series."""
-        from prometheus_client.core import SummaryMetricFamily
-
-        family = SummaryMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        count, total, created = (self.name + s for s in ("_count", "_sum", "_created"))
+        names = self.labelnames
+        samples: list[Sample] = []
+        append = samples.append
         for key, child in self.children.items():
-            labels = dict(zip(self.labelnames, key, strict=True))
-            # SummaryMetricFamily.add_metric's samples, with the count as the float that
-            # prometheus_client's Summary keeps
-            family.add_sample(self.name + "_count", labels, child.count)
-            family.add_sample(self.name + "_sum", labels, child.sum)
+            # the count is the float prometheus_client's Summary keeps
+            append(Sample(count, names, key, child.count))
+            append(Sample(total, names, key, child.sum))
             if with_created:
-                family.add_sample(self.name + "_created", labels, child.created)
-        return family
+                append(Sample(created, names, key, child.created))
+        return MetricFamily(self.name, "summary", self.documentation, samples)
 
 
-class SeriesCollector:
+class SeriesCollector(Collector):
     """Exports the families at scrape time, in the order prometheus_client would have (the order
     they were created in)."""
 
     def __init__(self, families: Sequence[Counter | Histogram | Summary]) -> None:
         self._families = list(families)
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[MetricFamily]:
         """Every family with its current values."""
-        # prometheus_client's switch (PROMETHEUS_DISABLE_CREATED_SERIES, disable_created_metrics)
-        # is read at each scrape by its own metrics too.
-        from prometheus_client import metrics as prometheus_metrics
-
-        with_created = bool(getattr(prometheus_metrics, "_use_created", True))
+        # Read at each scrape, as prometheus_client's own metrics read their switch.
+        with_created = created_series_enabled()
         for family in self._families:
             yield family.collect(with_created)
 
-    def describe(self) -> Iterator[Metric]:
+    def describe(self) -> Iterator[MetricFamily]:
         """The family names, so that a second registration of the same names is refused."""
         for family in self._families:
             yield family.describe()

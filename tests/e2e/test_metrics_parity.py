@@ -231,5 +231,6 @@ def test_process_and_http_families_match_vllm(
     compare(sdk, completion(frontends.model, prompt="Hi", max_tokens=2, temperature=0))
     ours, vllm = _other_families(frontends.ours), _other_families(frontends.vllm)
     assert ours == vllm
+    assert list(ours) == list(vllm)  # in the same order (process, gc and platform ones first)
     assert {"process_resident_memory_bytes", "python_gc_objects_collected",
             "http_requests"} <= ours.keys()  # fmt: skip

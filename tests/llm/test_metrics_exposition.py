@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from tests.support.exposition import assert_same_exposition
+from tests.support.exposition import assert_same_exposition, prometheus_view
 
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
@@ -25,6 +25,7 @@ from vllm_frontend.engine.protocol import (
     SchedulerStats,
 )
 from vllm_frontend.llm.metrics import FINISH_REASON_LABELS, FrontendMetrics, RequestStats
+from vllm_frontend.server.metrics import MetricsRegistry
 
 MODEL = "org/tiny-model"
 LABELS = ["model_name", "engine"]
@@ -352,13 +353,13 @@ class PrometheusReference:
 
 class Pair(NamedTuple):
     ours: FrontendMetrics
-    ours_registry: CollectorRegistry
+    ours_registry: MetricsRegistry
     reference: PrometheusReference
     reference_registry: CollectorRegistry
 
 
 def make_pair(max_model_len: int, engines: Sequence[int]) -> Pair:
-    ours_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    ours_registry, reference_registry = MetricsRegistry(), CollectorRegistry()
     return Pair(
         FrontendMetrics(MODEL, max_model_len, engines, ours_registry),
         ours_registry,
@@ -531,7 +532,7 @@ def test_metrics_read_back_through_the_registry() -> None:
     pair.ours.observe_output(stats, 1, None, 0.05)
     pair.ours.observe_output(stats, 2, None, 0.08)
     pair.ours.observe_finished(stats, "length", 12, 3, 0.1)
-    got = pair.ours_registry.get_sample_value
+    got = prometheus_view(pair.ours_registry).get_sample_value
     labels = {"model_name": MODEL, "engine": "0"}
     assert got("vllm:prompt_tokens_total", labels) == 12
     assert got("vllm:generation_tokens_total", labels) == 3
@@ -543,6 +544,10 @@ def test_metrics_read_back_through_the_registry() -> None:
 
 
 def test_a_second_frontend_metrics_in_one_registry_is_refused() -> None:
+    ours = MetricsRegistry()
+    FrontendMetrics(MODEL, 64, (0,), ours)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        FrontendMetrics(MODEL, 64, (0,), ours)
     registry = CollectorRegistry()
     FrontendMetrics(MODEL, 64, (0,), registry)
     with pytest.raises(ValueError, match="Duplicated timeseries"):

@@ -17,16 +17,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
+from vllm_frontend.exposition import Collector, MetricFamily
 from vllm_frontend.llm.metrics import (
     FINISH_REASON_LABELS,
     EngineGauges,
     FrontendMetrics,
     RequestStats,
 )
-from vllm_frontend.server.metrics import HttpMetrics
+from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
 from vllm_frontend.server.metrics_merge import MetricsSnapshot, merge_expositions
 
 MODEL = "org/tiny-model"
@@ -38,12 +37,12 @@ class Process:
     """One API server's series (what ``build_frontend_app`` registers)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = MetricsRegistry()
         self.metrics = FrontendMetrics(MODEL, 4096, ENGINES, self.registry)
         self.http = HttpMetrics(self.registry)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return render_metrics(self.registry)[0]
 
 
 def _eighths(rng: random.Random, top: int) -> float:
@@ -149,10 +148,9 @@ class _Gauges(Collector):
     def __init__(self, value: float) -> None:
         self.value = value
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
-                                   labels=["max_lora"])  # fmt: skip
-        family.add_metric(["1"], self.value)
+    def collect(self) -> Iterator[MetricFamily]:
+        family = MetricFamily("vllm:lora_requests_info", "gauge", "Running stats on lora requests.")
+        family.add(family.name, ("max_lora",), ("1",), self.value)
         yield family
 
 
@@ -169,10 +167,10 @@ def test_engine_gauges_come_from_the_process_holding_the_engines_newest_stats() 
     ]
     snapshots = []
     for i, (latest, made) in enumerate(seen):
-        registry = CollectorRegistry()
+        registry = MetricsRegistry()
         registry.register(EngineGauges(MODEL, ENGINES, lambda latest=latest: latest))
         registry.register(_Gauges(i + 1))
-        snapshots.append(MetricsSnapshot(generate_latest(registry), made))
+        snapshots.append(MetricsSnapshot(render_metrics(registry)[0], made))
     merged = merge_expositions(snapshots).decode()
 
     # Independently: per engine, the newest stats any process holds; engine 2 never reported (0).

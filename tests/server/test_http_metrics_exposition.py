@@ -1,6 +1,6 @@
 """The ``http_*`` series show, byte for byte, what prometheus_client's own Counter, Summary and
-Histogram show for the same exchanges; and ``/metrics`` renders a registry that is built (and
-prometheus_client imported) only when first scraped.
+Histogram show for the same exchanges; and ``/metrics`` renders its registry's collectors in
+order, without prometheus_client.
 
 The reference is what this module used before its accumulators: vLLM's instrumentator series
 defined with prometheus_client's metric classes in a registry of their own, fed the same
@@ -19,7 +19,8 @@ import prometheus_client.metrics
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
 
-from tests.support.exposition import assert_same_exposition
+from tests.support.exposition import assert_same_exposition, prometheus_view
+from vllm_frontend import series
 from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
 
 HIGHR = (
@@ -84,7 +85,7 @@ class ReferenceHttpMetrics:
 class Pair:
     ours: HttpMetrics
     reference: ReferenceHttpMetrics
-    ours_registry: CollectorRegistry
+    ours_registry: MetricsRegistry
     reference_registry: CollectorRegistry
 
     def observe(
@@ -95,7 +96,7 @@ class Pair:
 
 
 def make_pair() -> Pair:
-    ours_registry, reference_registry = CollectorRegistry(), CollectorRegistry()
+    ours_registry, reference_registry = MetricsRegistry(), CollectorRegistry()
     return Pair(
         HttpMetrics(ours_registry),
         ReferenceHttpMetrics(reference_registry),
@@ -144,31 +145,31 @@ def test_apps_built_on_one_registry_share_the_http_series() -> None:
     first.observe("GET", "/v1/models", 200, 0, 10, 0.01)
     second.observe("GET", "/v1/models", 204, 0, 10, 0.01)
     assert len(registry.collectors) == 1
-    reg = registry.prometheus_registry()
     labels = {"method": "GET", "status": "2xx", "handler": "/v1/models"}
+    assert prometheus_view(registry).get_sample_value("http_requests_total", labels) == 2
+    # the same sharing on prometheus_client's registry, which takes our families too
+    reg = CollectorRegistry()
+    HttpMetrics(reg).observe("GET", "/v1/models", 200, 0, 10, 0.01)
+    HttpMetrics(reg).observe("GET", "/v1/models", 200, 0, 10, 0.01)
     assert reg.get_sample_value("http_requests_total", labels) == 2
-    # a registry that already had them before HttpMetrics saw it: the same sharing
-    third = HttpMetrics(reg)
-    third.observe("GET", "/v1/models", 200, 0, 10, 0.01)
-    assert reg.get_sample_value("http_requests_total", labels) == 3
 
 
 def test_the_metrics_registry_renders_its_collectors_in_order_and_refuses_clashing_names() -> None:
     registry = MetricsRegistry()
-    registry.register(Counter("a_first", "a", registry=None))
-    registry.register(Counter("b_second", "b", registry=None))
+    registry.register(series.SeriesCollector([series.Counter("a_first", "a", ())]))
+    registry.register(series.SeriesCollector([series.Counter("b_second", "b", ())]))
     body, content_type = render_metrics(registry)
     text = body.decode()
     assert content_type == prometheus_client.CONTENT_TYPE_LATEST
     assert text.index("a_first_total") < text.index("b_second_total")
     with pytest.raises(ValueError, match="Duplicated timeseries"):
-        Counter("b_second", "again", registry=registry.prometheus_registry())
+        registry.register(series.SeriesCollector([series.Histogram("b_second", "", (), [1])]))
+    assert len(registry.collectors) == 2
 
     clashing = MetricsRegistry()
     HttpMetrics(clashing)
-    clashing.register(Counter("http_requests", "not ours", registry=None))
     with pytest.raises(ValueError, match="Duplicated timeseries"):
-        render_metrics(clashing)
+        clashing.register(series.SeriesCollector([series.Counter("http_requests", "not ours", ())]))
 
 
 def _family_heads(page: bytes) -> list[str]:

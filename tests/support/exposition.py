@@ -1,4 +1,4 @@
-"""Comparing two prometheus_client registries' pages, ``_created`` series included."""
+"""Comparing our pages with prometheus_client's, ``_created`` series included."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from typing import Any
 
 import prometheus_client
 import prometheus_client.metrics
+from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from vllm_frontend.exposition import render
+from vllm_frontend.server.metrics import MetricsRegistry
 
 _CREATED = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.M)
 
@@ -36,14 +40,30 @@ def created_series_switch() -> Iterator[Callable[[bool], None]]:
         switch(before)
 
 
+def prometheus_view(registry: MetricsRegistry) -> CollectorRegistry:
+    """A prometheus_client registry over ``registry``'s collectors (for ``get_sample_value``)."""
+    view = CollectorRegistry()
+    view.register(registry)
+    return view
+
+
 def assert_same_exposition(pair: Any, switch: Callable[[bool], None]) -> None:
-    """``pair.ours_registry`` and ``pair.reference_registry`` render the same page in both text
-    formats: with ``_created`` series (their timestamps aside) and without them (byte for
-    byte)."""
+    """``pair.ours_registry`` (rendered by ``vllm_frontend.exposition``) and
+    ``pair.reference_registry`` (prometheus_client's metrics, rendered by prometheus_client) show
+    the same page: with ``_created`` series (their timestamps aside) and without them (byte for
+    byte); and our renderer writes byte for byte what prometheus_client writes for our families,
+    in the text format. Our families in OpenMetrics (prometheus_client renders them) match too."""
     ours, reference = pair.ours_registry, pair.reference_registry
-    switch(True)
-    for generate in (prometheus_client.generate_latest, generate_openmetrics):
-        assert without_created_values(generate(ours)) == without_created_values(generate(reference))
-    switch(False)
-    for generate in (prometheus_client.generate_latest, generate_openmetrics):
-        assert generate(ours) == generate(reference)
+    for created in (True, False):
+        switch(created)
+        page = render(ours.collect())
+        assert page == prometheus_client.generate_latest(ours)
+        pages = [
+            (page, prometheus_client.generate_latest(reference)),
+            (generate_openmetrics(ours), generate_openmetrics(reference)),
+        ]
+        for mine, theirs in pages:
+            if created:
+                assert without_created_values(mine) == without_created_values(theirs)
+            else:
+                assert mine == theirs

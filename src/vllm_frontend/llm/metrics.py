@@ -29,9 +29,9 @@ The counters and histograms are the plain accumulators of ``vllm_frontend.series
 prometheus_client's ``Counter``/``Histogram``: those take a lock per value and walk the buckets
 in Python on every observation, which showed as ~5-8% of the frontend's CPU since
 ``observe_output`` runs for every engine output. They are exported at scrape time, sample for
-sample as prometheus_client's own metrics would be. prometheus_client is imported only then, at
-the first scrape, not at startup (its import costs ~40 ms): the registry the families go into is
-anything with ``register()`` (:class:`Registry`).
+sample as prometheus_client's own metrics would be, as ``vllm_frontend.exposition`` families that
+the server renders itself (importing prometheus_client costs ~60 ms): the registry the families
+go into is anything with ``register()`` (:class:`Registry`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from vllm_frontend.exposition import Collector, MetricFamily
 from vllm_frontend.series import (
     Counter,
     CounterChild,
@@ -51,10 +52,6 @@ from vllm_frontend.series import (
 
 if TYPE_CHECKING:
     from collections.abc import Container
-
-    from prometheus_client.core import (
-        GaugeMetricFamily,
-    )
 
     from vllm_frontend.engine.protocol import EngineCoreOutputs
 
@@ -102,14 +99,21 @@ _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
 
 
 class Registry(Protocol):
-    """Where :class:`FrontendMetrics` and :class:`EngineGauges` are registered: prometheus_client's
-    ``CollectorRegistry``, or one that builds that registry on the first scrape (the server's
-    ``MetricsRegistry``)."""
+    """Where :class:`FrontendMetrics` and :class:`EngineGauges` are registered: the server's
+    ``MetricsRegistry``, or prometheus_client's ``CollectorRegistry`` (which takes these
+    collectors' families too)."""
 
     def register(self, collector: Any) -> None:
-        """Add a collector (``collect()`` and ``describe()`` yielding prometheus_client metric
-        families)."""
+        """Add a collector (``collect()`` and ``describe()`` yielding
+        ``vllm_frontend.exposition.MetricFamily`` objects)."""
         ...
+
+
+def _global_registry() -> Registry:
+    """prometheus_client's global registry (which takes these collectors too)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY
 
 
 def _one_two_five_buckets(max_value: int) -> list[float]:
@@ -186,9 +190,7 @@ class FrontendMetrics:
     ) -> None:
         """Register the families in ``registry`` (None: prometheus_client's global registry)."""
         if registry is None:
-            from prometheus_client import REGISTRY
-
-            registry = REGISTRY
+            registry = _global_registry()
         labels = ("model_name", "engine")
         self._model_name = model_name
         self._engines = [str(i) for i in engine_indexes]
@@ -620,7 +622,7 @@ class _StepSeries(NamedTuple):
     cached_on_device: CounterChild
 
 
-class EngineGauges:
+class EngineGauges(Collector):
     """The scheduler gauges vLLM exports (``vllm:num_requests_running``, ``…_waiting``,
     ``…_waiting_by_reason``, ``vllm:engine_sleep_state``, ``vllm:kv_cache_usage_perc``), read at
     scrape time from the latest stats each engine sent."""
@@ -635,66 +637,66 @@ class EngineGauges:
         self._engines = list(engine_indexes)
         self._latest = latest_stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[MetricFamily]:
         """One sample per engine (and reason, state) in vLLM's order; 0 until an engine has
         reported."""
-        from prometheus_client.core import GaugeMetricFamily
-
         stats = self._latest()
-        labels = ["model_name", "engine"]
-        running = GaugeMetricFamily(
-            "vllm:num_requests_running", "Number of requests in model execution batches.",
-            labels=labels,
-        )  # fmt: skip
-        waiting = GaugeMetricFamily(
-            "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-            labels=labels,
-        )  # fmt: skip
-        by_reason = GaugeMetricFamily(
+        running = MetricFamily(
+            "vllm:num_requests_running", "gauge", "Number of requests in model execution batches."
+        )
+        waiting = MetricFamily(
+            "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed."
+        )
+        by_reason = MetricFamily(
             "vllm:num_requests_waiting_by_reason",
+            "gauge",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
             "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
             "KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
-            labels=[*labels, "reason"],
         )
-        sleep_state = GaugeMetricFamily(
+        sleep_state = MetricFamily(
             "vllm:engine_sleep_state",
+            "gauge",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
             "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
             "level 2.",
-            labels=[*labels, "sleep_state"],
         )
-        kv = GaugeMetricFamily(
-            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-            labels=labels,
-        )  # fmt: skip
+        kv = MetricFamily(
+            "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."
+        )
+        labels = ("model_name", "engine")
+        by_reason_labels = (*labels, "reason")
+        sleep_labels = (*labels, "sleep_state")
         capacity: list[float] = []
         deferred: list[float] = []
         for engine in self._engines:
             s = stats.get(engine)
-            values = [self._model_name, str(engine)]
+            values = (self._model_name, str(engine))
             num_waiting = float(getattr(s, "num_waiting_reqs", 0) or 0)
             num_deferred = float(getattr(s, "num_skipped_waiting_reqs", 0) or 0)
             capacity.append(num_waiting)
             deferred.append(num_deferred)
-            running.add_metric(values, float(getattr(s, "num_running_reqs", 0) or 0))
+            running.add(running.name, labels, values,
+                        float(getattr(s, "num_running_reqs", 0) or 0))  # fmt: skip
             # vLLM's total counts the deferred (skipped) waiting requests too.
-            waiting.add_metric(values, num_waiting + num_deferred)
-            kv.add_metric(values, float(getattr(s, "kv_cache_usage", 0.0) or 0.0))
+            waiting.add(waiting.name, labels, values, num_waiting + num_deferred)
+            kv.add(kv.name, labels, values, float(getattr(s, "kv_cache_usage", 0.0) or 0.0))
         for reason, counts in (("capacity", capacity), ("deferred", deferred)):
             for engine, count in zip(self._engines, counts, strict=True):
-                by_reason.add_metric([self._model_name, str(engine), reason], count)
+                by_reason.add(by_reason.name, by_reason_labels,
+                              (self._model_name, str(engine), reason), count)  # fmt: skip
         # This frontend never puts its engines to sleep (vLLM does from its dev-mode /sleep
         # route): they stay at vLLM's initial state, awake.
         for state, value in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
             for engine in self._engines:
-                sleep_state.add_metric([self._model_name, str(engine), state], value)
+                sleep_state.add(sleep_state.name, sleep_labels,
+                                (self._model_name, str(engine), state), value)  # fmt: skip
         yield running
         yield waiting
         yield by_reason
         yield sleep_state
         yield kv
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[MetricFamily]:
         """No up-front description (the gauges are produced at collect time)."""
         return iter(())

@@ -12,15 +12,19 @@ not recorded.
 
 Like the ``vllm:`` series (``vllm_frontend.llm.metrics``), these are the plain accumulators of
 ``vllm_frontend.series``, exported at scrape time sample for sample as prometheus_client's
-``Counter``, ``Summary`` and ``Histogram`` would. prometheus_client itself is imported only by
-the first scrape: its import (~40 ms, mostly the stdlib HTTP, email and URL modules its exposition
-module pulls in) stays out of startup. :class:`MetricsRegistry` keeps the collectors until then.
+``Counter``, ``Summary`` and ``Histogram`` would. :class:`MetricsRegistry` holds the collectors
+and :func:`render_metrics` renders them with ``vllm_frontend.exposition``, byte for byte what
+prometheus_client would write: the serving process never imports prometheus_client (~60 ms of
+CPU, mostly the stdlib HTTP, email and URL modules its exposition module pulls in, that the
+first scrape would pay on the event loop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from vllm_frontend.exposition import CONTENT_TYPE, Collector, MetricFamily, render
 from vllm_frontend.series import (
     Counter,
     CounterChild,
@@ -52,65 +56,83 @@ def metrics_excluded(path: str) -> bool:
     return any(pattern in path for pattern in EXCLUDED_HANDLERS)
 
 
-class MetricsRegistry:
-    """The collectors ``/metrics`` renders, in registration order; prometheus_client's
-    ``CollectorRegistry`` is built from them (and prometheus_client imported) on the first
-    scrape."""
+# The sample names each family type adds to its name (prometheus_client's registry refuses a
+# collector whose names, so derived, clash with a registered one's).
+_TYPE_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "summary": ("_sum", "_count", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+    "info": ("_info",),
+}
 
-    __slots__ = ("_collectors", "_process_metrics", "_registry")
+
+def _described_names(collector: Collector) -> set[str]:
+    names = set()
+    for family in collector.describe():
+        names.add(family.name)
+        names.update(family.name + suffix for suffix in _TYPE_SUFFIXES.get(family.type, ()))
+    return names
+
+
+class MetricsRegistry(Collector):
+    """The collectors ``/metrics`` renders, in registration order (collectors yielding
+    ``vllm_frontend.exposition.MetricFamily`` objects, as prometheus_client's registry takes
+    them; a collector whose described names clash with a registered one's is refused)."""
+
+    __slots__ = ("_collectors", "_defaults", "_names", "_process_metrics")
 
     def __init__(self, process_metrics: bool = False) -> None:
-        """``process_metrics`` adds prometheus_client's default collectors first (``python_gc_*``,
-        ``python_info``, ``process_*`` of this process), as vLLM's frontend exports them from
-        prometheus_client's global registry when it runs as one process."""
-        self._collectors: list[Any] = []
-        self._registry: CollectorRegistry | None = None
+        """``process_metrics`` adds the series of prometheus_client's default collectors first
+        (``python_gc_*``, ``python_info``, ``process_*`` of this process), as vLLM's frontend
+        exports them from prometheus_client's global registry when it runs as one process."""
+        self._collectors: list[Collector] = []
+        self._names: set[str] = set()
+        self._defaults: list[Collector] | None = None
         self._process_metrics = process_metrics
 
-    def register(self, collector: Any) -> None:
-        """Add ``collector`` (an object with prometheus_client's ``collect``/``describe``)."""
-        if self._registry is not None:
-            self._registry.register(collector)
+    def register(self, collector: Collector) -> None:
+        """Add ``collector`` (``collect()`` and ``describe()`` yielding metric families)."""
+        names = _described_names(collector)
+        clashing = names & self._names
+        if clashing:
+            raise ValueError(f"Duplicated timeseries in MetricsRegistry: {sorted(clashing)}")
+        self._names |= names
         self._collectors.append(collector)
 
     @property
-    def collectors(self) -> tuple[Any, ...]:
-        """What has been registered, in order."""
+    def collectors(self) -> tuple[Collector, ...]:
+        """What has been registered, in order (the process series aside)."""
         return tuple(self._collectors)
 
-    def prometheus_registry(self) -> CollectorRegistry:
-        """prometheus_client's registry holding these collectors (built on the first call; it
-        refuses clashing names then, as it would have at registration)."""
-        if self._registry is None:
-            from prometheus_client import (
-                CollectorRegistry,
-                GCCollector,
-                PlatformCollector,
-                ProcessCollector,
-            )
+    def collect(self) -> Iterator[MetricFamily]:
+        """Every collector's families, the process series first."""
+        if self._defaults is None:
+            # made at the first scrape (reading /proc/stat, importing platform)
+            from .process_metrics import default_collectors
 
-            registry = CollectorRegistry()
-            if self._process_metrics:  # in the global registry's order
-                GCCollector(registry=registry)
-                PlatformCollector(registry=registry)
-                ProcessCollector(registry=registry)
-            for collector in self._collectors:
-                registry.register(collector)
-            self._registry = registry
-        return self._registry
+            self._defaults = default_collectors() if self._process_metrics else []
+        for collector in self._defaults:
+            yield from collector.collect()
+        for collector in self._collectors:
+            yield from collector.collect()
+
+    def describe(self) -> Iterator[MetricFamily]:
+        """The registered collectors' descriptions (so a prometheus_client registry takes this
+        one as a collector)."""
+        for collector in self._collectors:
+            yield from collector.describe()
 
 
 def render_metrics(registry: MetricsRegistry | CollectorRegistry | None) -> tuple[bytes, str]:
-    """The ``/metrics`` body of ``registry`` (None: prometheus_client's global registry) in
-    prometheus_client's text format, and its content type."""
+    """The ``/metrics`` body of ``registry`` in prometheus_client's text format, and its content
+    type. A :class:`MetricsRegistry` is rendered here; prometheus_client's registries (None: its
+    global one) by prometheus_client, imported then."""
+    if isinstance(registry, MetricsRegistry):
+        return render(registry.collect()), CONTENT_TYPE
     import prometheus_client
 
-    if registry is None:
-        target = prometheus_client.REGISTRY
-    elif isinstance(registry, MetricsRegistry):
-        target = registry.prometheus_registry()
-    else:
-        target = registry
+    target = prometheus_client.REGISTRY if registry is None else registry
     return prometheus_client.generate_latest(target), prometheus_client.CONTENT_TYPE_LATEST
 
 
@@ -195,7 +217,9 @@ class HttpMetrics:
         families = _registered(registry)
         if families is None:
             families = _HttpFamilies()
-            registry.register(families)
+            # prometheus_client's registry takes these families too, which its types do not say
+            register: Callable[[Any], None] = registry.register
+            register(families)
         self._families = families
         self._highr = families.highr
         # per (method, status code, handler): the labelled series it updates, resolved once

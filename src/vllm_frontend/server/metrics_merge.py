@@ -27,8 +27,9 @@ applies in that mode (``prometheus_client/multiprocess.py``) and the gauge modes
 
 Families and samples keep the first process's order (the scraped process comes first), samples
 that only other processes have follow; HELP and TYPE lines are copied as they are, values are
-rendered as prometheus_client renders them, so one process's exposition merges into itself
-byte for byte. Sample timestamps (prometheus_client writes none for these series) are dropped.
+rendered as prometheus_client renders them (``vllm_frontend.exposition.format_value``), so one
+process's exposition merges into itself byte for byte. Sample timestamps (prometheus_client
+writes none for these series) are dropped.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
-from prometheus_client.utils import floatToGoString
+
+from vllm_frontend.exposition import format_value
 
 __all__ = ["MetricsSnapshot", "merge_expositions"]
 
@@ -173,7 +175,7 @@ def merge_expositions(snapshots: Sequence[MetricsSnapshot]) -> bytes:
     lines: list[str] = []
     for out in merged.values():
         lines.extend(out.header)
-        lines.extend(f"{key} {floatToGoString(v)}" for key, v in out.values.items())
+        lines.extend(f"{key} {format_value(v)}" for key, v in out.values.items())
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
