@@ -42,3 +42,15 @@ def test_nothing_is_imported_before_first_use() -> None:
 def test_loaded_names_only_imported_modules() -> None:
     assert loaded("sys") is sys
     assert loaded("a_module_nobody_has") is None
+
+
+def test_submodules_come_with_the_module() -> None:
+    code = (
+        "import sys\n"
+        "from vllm_frontend.lazy import LazyModule\n"
+        "email = LazyModule('email', globals(), 'email', ('email.utils',))\n"
+        "print('email.utils' in sys.modules)\n"
+        "print(email.utils.quote('a\"b'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", 'a\\"b']

@@ -1,10 +1,10 @@
 """Modules imported when first used rather than at startup.
 
 numpy costs ~0.1 s to import, a tenth of the frontend's time to ``/health``, and only requests
-with logprobs arrays, tensors or beam search need it. A module that uses it binds a
-:class:`LazyModule` under the usual name: the first attribute read imports the real module and
-rebinds the name to it in that module's globals, so from then on lookups cost what a plain
-global costs. Type checkers are given the real import (under ``TYPE_CHECKING``).
+with tensors or beam search need it; jinja2 ~0.05 s, and only chat requests need it. A module
+that uses one binds a :class:`LazyModule` under the usual name: the first attribute read imports
+the real module and rebinds the name to it in that module's globals, so from then on lookups
+cost what a plain global costs. Type checkers are given the real import (under ``TYPE_CHECKING``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,23 @@ __all__ = ["LazyModule", "loaded"]
 
 
 class LazyModule:
-    """Stands in for module ``name`` bound as ``alias`` in ``namespace`` until first used."""
+    """Stands in for module ``name`` bound as ``alias`` in ``namespace`` until first used;
+    ``submodules`` (e.g. ``"jinja2.meta"``) are imported with it, for ``name.sub.X`` uses."""
 
-    __slots__ = ("_alias", "_name", "_namespace")
+    __slots__ = ("_alias", "_name", "_namespace", "_submodules")
 
-    def __init__(self, name: str, namespace: dict[str, Any], alias: str) -> None:
+    def __init__(
+        self, name: str, namespace: dict[str, Any], alias: str, submodules: tuple[str, ...] = ()
+    ) -> None:
         self._name = name
         self._namespace = namespace
         self._alias = alias
+        self._submodules = submodules
 
     def __getattr__(self, attr: str) -> Any:
         module = importlib.import_module(self._name)
+        for submodule in self._submodules:
+            importlib.import_module(submodule)
         if self._namespace.get(self._alias) is self:
             self._namespace[self._alias] = module
         return getattr(module, attr)

@@ -24,7 +24,13 @@ from vllm_frontend.chat.sources import (
     UNTRUSTED_TEMPLATE_MESSAGE,
     ModelChatTemplates,
 )
-from vllm_frontend.chat.template import ContentFormat, compile_template, render_template
+from vllm_frontend.chat.template import (
+    CompiledTemplate,
+    ContentFormat,
+    compile_template,
+    render_template,
+)
+from vllm_frontend.chat.template_cache import TemplateCodeCache
 
 ContentFormatOption = Literal["auto", "string", "openai"]
 """``--chat-template-content-format``."""
@@ -145,10 +151,31 @@ class ChatRenderer:
         templates: ModelChatTemplates,
         special_tokens: Mapping[str, str],
         options: ChatTemplateOptions | None = None,
+        code_cache: TemplateCodeCache | None = None,
     ) -> None:
+        """``code_cache`` keeps the compiled forms of the server's own templates (the model's
+        and ``--chat-template``'s; not the ones requests bring) for later processes."""
         self.templates = templates
         self.special_tokens = dict(special_tokens)
         self.options = options or ChatTemplateOptions()
+        self._code_cache = code_cache
+        self._own_sources: frozenset[str] = frozenset(
+            source
+            for source in (
+                *(
+                    templates.tokenizer.values()
+                    if isinstance(templates.tokenizer, Mapping)
+                    else (templates.tokenizer,)
+                ),
+                templates.processor,
+                self.options.chat_template,
+            )
+            if isinstance(source, str)
+        )
+
+    def _compile(self, source: str) -> CompiledTemplate:
+        cache = self._code_cache if source in self._own_sources else None
+        return compile_template(source, cache)
 
     def render(
         self,
@@ -217,7 +244,7 @@ class ChatRenderer:
         source = self.templates.select(render_source, has_tools=has_tools)
         if source is None:
             raise ChatError(NO_TEMPLATE_MESSAGE)
-        template = compile_template(source)
+        template = self._compile(source)
 
         template_conversation: Conversation = conversation
         if not template.supports_developer_role and any(
@@ -279,7 +306,7 @@ class ChatRenderer:
         if source is None:
             return "string"
         try:
-            return compile_template(source).content_format
+            return self._compile(source).content_format
         except ChatError:
             return "string"
 

@@ -16,16 +16,25 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from threading import Lock
-from typing import Any, Literal
-
-import jinja2
-import jinja2.ext
-import jinja2.meta
-import jinja2.nodes
-import jinja2.parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Literal
 
 from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.template_cache import TemplateCodeCache
+from vllm_frontend.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import jinja2
+    import jinja2.ext
+    import jinja2.meta
+    import jinja2.nodes
+    import jinja2.parser
+    import jinja2.sandbox
+else:
+    # Imported by the first template compiled (~50 ms that startup does not need).
+    jinja2 = LazyModule(
+        "jinja2", globals(), "jinja2", ("jinja2.ext", "jinja2.meta", "jinja2.sandbox")
+    )
 
 ContentFormat = Literal["string", "openai"]
 """How message content reaches the template: one string, or a list of OpenAI-style parts."""
@@ -62,40 +71,54 @@ def _strftime_now(format: str) -> str:
     return _now().strftime(format)
 
 
-class _GenerationTag(jinja2.ext.Extension):
-    """``{% generation %}…{% endgeneration %}`` marks assistant text for training masks; a
-    prompt renderer only needs its body."""
+def _generation_tag() -> type[jinja2.ext.Extension]:
+    class _GenerationTag(jinja2.ext.Extension):
+        """``{% generation %}…{% endgeneration %}`` marks assistant text for training masks; a
+        prompt renderer only needs its body."""
 
-    tags = {"generation"}  # noqa: RUF012 (jinja's extension protocol)
+        tags = {"generation"}  # noqa: RUF012 (jinja's extension protocol)
 
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        block = jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body)
-        return block.set_lineno(lineno)
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            block = jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body)
+            return block.set_lineno(lineno)
 
-    def _body(self, caller: Any) -> str:
-        return str(caller())
+        def _body(self, caller: Any) -> str:
+            return str(caller())
 
-
-def _make_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
+    # Compiled code (cached code too) finds the extension by its identifier, its module and
+    # class name: the same for every environment and process.
+    return _GenerationTag
 
 
-_ENV = _make_environment()
-# vLLM finds a template's variables with an environment that lacks HF's globals, so names like
-# ``raise_exception`` count as variables a request kwarg may set (renderers/hf.py).
-_BARE_ENV = ImmutableSandboxedEnvironment(
-    trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
-)
+class _Environments:
+    """The Jinja environments, made when the first template is compiled."""
+
+    __slots__ = ("bare", "env")
+
+    def __init__(self) -> None:
+        extensions = [_generation_tag(), jinja2.ext.loopcontrols]
+        options: dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True}
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(**options, extensions=extensions)
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        self.env = env
+        # vLLM finds a template's variables with an environment that lacks HF's globals, so
+        # names like ``raise_exception`` count as variables a request kwarg may set
+        # (renderers/hf.py).
+        self.bare = jinja2.sandbox.ImmutableSandboxedEnvironment(**options, extensions=extensions)
+
+
+_environments: _Environments | None = None
+
+
+def _envs() -> _Environments:
+    global _environments
+    if _environments is None:
+        _environments = _Environments()
+    return _environments
 
 
 class CompiledTemplate:
@@ -103,36 +126,60 @@ class CompiledTemplate:
 
     ``variables`` are the names the template reads from its context (vLLM passes only those
     request kwargs through); ``content_format`` is vLLM's ``auto`` detection result;
-    ``supports_developer_role`` says whether the source mentions the ``developer`` role.
+    ``supports_developer_role`` says whether the source mentions the ``developer`` role. With a
+    ``code_cache``, a compiled form stored there by an earlier process is used instead of
+    compiling, and a fresh compilation is stored.
     """
 
     __slots__ = ("_template", "content_format", "source", "supports_developer_role", "variables")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, code_cache: TemplateCodeCache | None = None) -> None:
         self.source = source
+        self.supports_developer_role = '"developer"' in source or "'developer'" in source
+        self.variables: frozenset[str]
+        self.content_format: ContentFormat
+        cached = code_cache.load(source) if code_cache is not None else None
+        if cached is not None:
+            code, self.variables, content_format = cached
+            self.content_format = "openai" if content_format == "openai" else "string"
+            self._template = _template_of(code)
+            return
+        envs = _envs()
         try:
-            ast = _ENV.parse(source)
-            self._template = _ENV.from_string(source)
+            self.content_format = detect_content_format(envs.env.parse(source))
+            code = envs.env.compile(source)
         except jinja2.TemplateError as exc:
             raise ChatError(str(exc)) from exc
-        self.variables: frozenset[str] = frozenset(
-            jinja2.meta.find_undeclared_variables(_BARE_ENV.parse(source))
-        )
-        self.content_format: ContentFormat = detect_content_format(ast)
-        self.supports_developer_role = '"developer"' in source or "'developer'" in source
+        self._template = _template_of(code)
+        self.variables = frozenset(jinja2.meta.find_undeclared_variables(envs.bare.parse(source)))
+        if code_cache is not None:
+            code_cache.store(source, code, self.variables, self.content_format)
 
     def render_raw(self, context: Mapping[str, Any]) -> str:
         """Render with exactly ``context`` (no chat semantics); Jinja errors propagate."""
         return self._template.render(**context)
 
 
+def _template_of(code: CodeType) -> jinja2.Template:
+    # What Environment.from_string does with the code it compiles.
+    env = _envs().env
+    return env.template_class.from_code(env, code, env.make_globals(None), None)
+
+
+ENVIRONMENT = "transformers-chat-template-env/1"
+"""Describes how the environment (:class:`_Environments`) compiles, for the keys of
+:class:`TemplateCodeCache`: change it whenever its options, extensions, filters or globals
+change."""
+
 _CACHE_SIZE = 64
 _cache: OrderedDict[str, CompiledTemplate] = OrderedDict()
 _cache_lock = Lock()
 
 
-def compile_template(source: str) -> CompiledTemplate:
+def compile_template(source: str, code_cache: TemplateCodeCache | None = None) -> CompiledTemplate:
     """Compile ``source`` (cached by source text; request templates share a bounded cache).
+    ``code_cache``: see :class:`CompiledTemplate` (meant for the server's own templates, not
+    for templates that come with requests).
 
     Raises :class:`ChatError` with Jinja's message when the template does not parse.
     """
@@ -141,7 +188,7 @@ def compile_template(source: str) -> CompiledTemplate:
         if hit is not None:
             _cache.move_to_end(source)
             return hit
-    compiled = CompiledTemplate(source)
+    compiled = CompiledTemplate(source, code_cache)
     with _cache_lock:
         _cache[source] = compiled
         while len(_cache) > _CACHE_SIZE:

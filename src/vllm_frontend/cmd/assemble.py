@@ -13,6 +13,8 @@ from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
+from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT
+from vllm_frontend.chat.template_cache import TemplateCodeCache
 from vllm_frontend.config import FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
@@ -66,6 +68,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config),
         special_tokens_map(tokenizer_config),
         options,
+        code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
     )
     return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
 
@@ -96,8 +99,8 @@ def build_frontend_app(
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
     served = config.served_model_names
-    # prometheus_client's registry is built by the first scrape. As in vLLM, process and gc
-    # series only when this is the one API-server process (siblings use multiprocess mode).
+    # /metrics is rendered by the server itself. As in vLLM, process and gc series only when
+    # this is the one API-server process (siblings use multiprocess mode).
     registry = MetricsRegistry(process_metrics=client.client_count == 1)
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
     registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))

@@ -41,7 +41,7 @@ from typing import Annotated, Any
 import msgspec
 import tokenizers
 
-__all__ = ["CachedTokenizer", "TokenizerCache", "VocabSummary", "summarize_vocab"]
+__all__ = ["CachedTokenizer", "TokenizerCache", "VocabSummary", "cache_root", "summarize_vocab"]
 
 _log = logging.getLogger(__name__)
 
@@ -49,6 +49,16 @@ _FORMAT = 1  # bump when what an entry holds, or how the copy is made, changes
 _META = "meta.json"
 _COPY = "tokenizer.json"
 _STALE_LOCK_S = 600.0  # a builder that has not finished in this long has died
+
+
+def cache_root() -> Path:
+    """The directory of the frontend's caches: ``VLLM_FRONTEND_CACHE_ROOT``, else
+    ``$XDG_CACHE_HOME/vllm-frontend``, else ``~/.cache/vllm-frontend``."""
+    root = os.environ.get("VLLM_FRONTEND_CACHE_ROOT")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "vllm-frontend"
 
 
 class VocabSummary(msgspec.Struct, frozen=True, gc=False):
@@ -130,13 +140,7 @@ class TokenizerCache:
         """The cache the environment asks for, or None when it is turned off."""
         if os.environ.get("VLLM_FRONTEND_TOKENIZER_CACHE", "1").lower() in ("0", "false", "no"):
             return None
-        root = os.environ.get("VLLM_FRONTEND_CACHE_ROOT")
-        if not root:
-            xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-                os.path.expanduser("~"), ".cache"
-            )
-            root = os.path.join(xdg, "vllm-frontend")
-        return cls(Path(root) / "tokenizers")
+        return cls(cache_root() / "tokenizers")
 
     def lookup(self, source: Path) -> CachedTokenizer | None:
         """The entry for ``source`` as it is now, if one has been built and is usable."""

@@ -1,10 +1,10 @@
-"""numpy stays out of startup and out of plain requests: ``vllm-frontend serve`` imports it when
-a request first needs it (tensors, beam search), not before. Its import is ~0.1 s, a tenth of the
-time to ``/health``.
+"""numpy and jinja2 stay out of startup: ``vllm-frontend serve`` imports jinja2 with the first
+chat request and numpy with the first request that needs arrays (tensors, beam search), not
+before. Their imports are ~0.1 s and ~0.05 s, a seventh of the time to ``/health``.
 
-The serve test runs the real command in front of the mock engine and looks for numpy's core
-extension among the frontend process's mapped files (``/proc/PID/maps``): it is mapped exactly
-when numpy has been imported.
+The serve test runs the real command in front of the mock engine and looks for each module's
+C extension (numpy's core, markupsafe's speedups, which jinja2 imports) among the frontend
+process's mapped files (``/proc/PID/maps``): it is mapped exactly when the module is imported.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ import time
 from tests.support.engines import free_port, http_status
 
 
-def test_importing_the_runner_leaves_numpy_unimported() -> None:
-    code = "import sys, vllm_frontend.cmd.runner; print('numpy' in sys.modules)"
+def test_importing_the_runner_leaves_numpy_and_jinja2_unimported() -> None:
+    code = (
+        "import sys, vllm_frontend.cmd.runner\n"
+        "print('numpy' in sys.modules, 'jinja2' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False"]
+    assert out.stdout.split() == ["False", "False"]
 
 
 def _post(port: int, path: str, body: dict[str, object]) -> tuple[int, bytes]:
@@ -41,7 +44,11 @@ def _numpy_imported(pid: int) -> bool:
     return "_multiarray_umath" in pathlib.Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_serve_imports_numpy_only_for_a_request_that_needs_it(
+def _jinja2_imported(pid: int) -> bool:
+    return "markupsafe/_speedups" in pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_serve_imports_numpy_and_jinja2_only_for_requests_that_need_them(
     tiny_model: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     port, rpc = free_port(), free_port()
@@ -71,13 +78,18 @@ def test_serve_imports_numpy_only_for_a_request_that_needs_it(
         assert _post(port, "/v1/completions", completion)[0] == 200
         assert _post(port, "/v1/completions", {**completion, "stream": True})[0] == 200
         assert _post(port, "/v1/completions", {**completion, "logprobs": 2, "seed": 3})[0] == 200
-        assert _post(port, "/v1/chat/completions", chat)[0] == 200
-        assert _post(port, "/v1/chat/completions", {**chat, "stream": True})[0] == 200
         # Prompt logprobs come as arrays, which are read without numpy.
         status, body = _post(port, "/v1/completions", {**completion, "prompt_logprobs": 1})
         assert status == 200, body
         prompt_logprobs = json.loads(body)["choices"][0]["prompt_logprobs"]
         assert prompt_logprobs[0] is None and len(prompt_logprobs) > 1
+        assert not _jinja2_imported(frontend.pid)
+        assert not _numpy_imported(frontend.pid)
+
+        # The chat template is compiled (or read from the code cache) with jinja2.
+        assert _post(port, "/v1/chat/completions", chat)[0] == 200
+        assert _post(port, "/v1/chat/completions", {**chat, "stream": True})[0] == 200
+        assert _jinja2_imported(frontend.pid)
         assert not _numpy_imported(frontend.pid)
 
         # Beam search ranks its candidates with numpy: imported now, and the answer complete.
