@@ -17,6 +17,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Generic, TypeVar
 
 from vllm_frontend.exposition import (
     Collector,
@@ -36,6 +37,8 @@ __all__ = [
     "Summary",
     "SummaryChild",
 ]
+
+_Child = TypeVar("_Child")
 
 
 class CounterChild:
@@ -74,18 +77,33 @@ class HistogramChild:
         self.sum += value
 
 
-class Family:
-    """What a counter and a histogram share: name, help, label names, and the labelled series in
+class Family(Generic[_Child]):
+    """What the metric kinds share: name, help, label names, and the labelled series in
     creation order (a series exists from its first ``labels()``, as prometheus_client's
     children do, and is exported from then on even at 0)."""
 
-    __slots__ = ("documentation", "labelnames", "name")
+    __slots__ = ("children", "documentation", "labelnames", "name")
     kind: str = ""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self.children: dict[tuple[str, ...], _Child] = {}
+
+    def _new_child(self) -> _Child:
+        raise NotImplementedError
+
+    def labels(self, *values: object) -> _Child:
+        """The series of these label values (created empty on first use)."""
+        return self.child(self._check(values))
+
+    def child(self, key: tuple[str, ...]) -> _Child:
+        """The series of ``key`` (label values as strings, in label order)."""
+        child = self.children.get(key)
+        if child is None:
+            child = self.children[key] = self._new_child()
+        return child
 
     def _check(self, values: tuple[object, ...]) -> tuple[str, ...]:
         if len(values) != len(self.labelnames):
@@ -97,28 +115,19 @@ class Family:
         return MetricFamily(self.name, self.kind, self.documentation)
 
 
-class Counter(Family):
+class Counter(Family[CounterChild]):
     """A labelled counter exported as prometheus_client's ``Counter`` would export it."""
 
-    __slots__ = ("children",)
+    __slots__ = ()
     kind = "counter"
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         """``name`` with or without ``_total`` (the family's name is without, as in
         prometheus_client)."""
         super().__init__(name.removesuffix("_total"), documentation, labelnames)
-        self.children: dict[tuple[str, ...], CounterChild] = {}
 
-    def labels(self, *values: object) -> CounterChild:
-        """The series of these label values (created at 0 on first use)."""
-        return self.child(self._check(values))
-
-    def child(self, key: tuple[str, ...]) -> CounterChild:
-        """The series of ``key`` (label values as strings, in label order)."""
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = CounterChild()
-        return child
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
 
     def collect(self, with_created: bool) -> MetricFamily:
         """``<name>_total`` (and ``<name>_created``) per series."""
@@ -132,10 +141,10 @@ class Counter(Family):
         return MetricFamily(self.name, "counter", self.documentation, samples)
 
 
-class Histogram(Family):
+class Histogram(Family[HistogramChild]):
     """A labelled histogram exported as prometheus_client's ``Histogram`` would export it."""
 
-    __slots__ = ("_bucket_labels", "bounds", "children")
+    __slots__ = ("_bucket_labels", "bounds")
     kind = "histogram"
 
     def __init__(
@@ -150,18 +159,9 @@ class Histogram(Family):
         self.bounds = tuple(bounds)
         # per series: its label values with each ``le`` value appended, made at its first scrape
         self._bucket_labels: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
-        self.children: dict[tuple[str, ...], HistogramChild] = {}
 
-    def labels(self, *values: object) -> HistogramChild:
-        """The series of these label values (created empty on first use)."""
-        return self.child(self._check(values))
-
-    def child(self, key: tuple[str, ...]) -> HistogramChild:
-        """The series of ``key`` (label values as strings, in label order)."""
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = HistogramChild(self.bounds)
-        return child
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self.bounds)
 
     def collect(self, with_created: bool) -> MetricFamily:
         """Cumulative ``_bucket`` samples up to ``le="+Inf"``, ``_count``, ``_sum`` (and
@@ -203,22 +203,14 @@ class SummaryChild:
         self.sum += value
 
 
-class Summary(Family):
+class Summary(Family[SummaryChild]):
     """A labelled summary (count and sum) exported as prometheus_client's ``Summary`` would."""
 
-    __slots__ = ("children",)
+    __slots__ = ()
     kind = "summary"
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        super().__init__(name, documentation, labelnames)
-        self.children: dict[tuple[str, ...], SummaryChild] = {}
-
-    def child(self, key: tuple[str, ...]) -> SummaryChild:
-        """The series of ``key`` (label values as strings, in label order)."""
-        child = self.children.get(key)
-        if child is None:
-            child = self.children[key] = SummaryChild()
-        return child
+    def _new_child(self) -> SummaryChild:
+        return SummaryChild()
 
     def collect(self, with_created: bool) -> MetricFamily:
         """``_count``, ``_sum`` (and ``_created``) per series."""
