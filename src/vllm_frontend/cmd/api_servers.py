@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from vllm_frontend.cmd.managed_engine import (
@@ -50,6 +49,7 @@ from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.handshake import HandshakeError
 from vllm_frontend.engine.protocol import EngineZmqAddresses
 from vllm_frontend.engine.transport import StreamListeners, bind_stream_listeners, own_handshake
+from vllm_frontend.private_dirs import make_private_dir
 from vllm_frontend.server.http import LISTEN_BACKLOG, bind_tcp, bind_unix
 
 __all__ = ["run_api_servers"]
@@ -161,7 +161,7 @@ def run_api_servers(serve: ServeArgs, spec: ManagedEngineSpec) -> int:
         http_sock.close()
         return _fail(f"cannot bind the engine listeners: {e}", 1)
     engines = None if external else ManagedEngines(spec)
-    metrics_dir = tempfile.mkdtemp(prefix="vllm-fe-metrics-")  # mode 0700
+    metrics_dir = make_private_dir("vllm-fe-metrics-")
     frontends = _Frontends(metrics_dir)
     try:
         return _run(

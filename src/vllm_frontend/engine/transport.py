@@ -20,7 +20,6 @@ import os
 import shutil
 import socket
 import struct
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -41,6 +40,7 @@ from vllm_frontend.engine.protocol import (
     EngineCoreReadyResponse,
     EngineZmqAddresses,
 )
+from vllm_frontend.private_dirs import make_private_dir
 
 __all__ = [
     "BoundHandshake",
@@ -820,53 +820,12 @@ async def _handshake_until_ready(
 
 
 _IPC_PREFIX = "vllm-fe-"
-_STALE_AFTER_S = 60.0
 
 
 def _ipc_dir() -> str:
-    """A new private directory for this process's IPC sockets (removed on a clean shutdown).
-
-    Its name carries our pid, so that directories left behind by killed frontends (SIGKILL
-    leaves no chance to clean up) are removed here: those of our user whose process is gone and
-    which are older than a minute (engines connect to them within seconds of their creation).
-    """
-    _remove_stale_ipc_dirs()
-    return tempfile.mkdtemp(prefix=f"{_IPC_PREFIX}{os.getpid()}-")
-
-
-def _remove_stale_ipc_dirs() -> None:
-    root = tempfile.gettempdir()
-    now = time.time()
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return
-    for entry in entries:
-        name = entry.name
-        if not name.startswith(_IPC_PREFIX):
-            continue
-        pid_text = name[len(_IPC_PREFIX) :].partition("-")[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-            if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid():
-                continue
-            if now - info.st_mtime < _STALE_AFTER_S:
-                continue
-        except OSError:
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. EPERM: it exists, as someone else's
-        return True
-    return True
+    """A new private directory for this process's IPC sockets (removed on a clean shutdown;
+    those that killed frontends left behind are swept, see ``vllm_frontend.private_dirs``)."""
+    return make_private_dir(_IPC_PREFIX)
 
 
 def _split_tcp(address: str) -> tuple[str, int]:
