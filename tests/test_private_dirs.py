@@ -5,35 +5,24 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
-import time
 
 import pytest
 
+from tests.support.aged_dirs import aged_dir, exited_pid
 from vllm_frontend.private_dirs import make_private_dir
-
-
-def _aged(path: pathlib.Path, seconds: float) -> pathlib.Path:
-    path.mkdir()
-    (path / "admission-counts").touch()
-    then = time.time() - seconds
-    os.utime(path, (then, then))
-    return path
 
 
 def test_a_new_directory_sweeps_the_stale_ones_of_its_kind_only(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    stale = _aged(tmp_path / f"vllm-fe-metrics-{gone.pid}-a1b2", 3600)
-    fresh = _aged(tmp_path / f"vllm-fe-metrics-{gone.pid}-c3d4", 1)
-    live = _aged(tmp_path / f"vllm-fe-metrics-{os.getpid()}-e5f6", 3600)
-    old_style = _aged(tmp_path / "vllm-fe-metrics-x7y8z9", 3600)  # no pid: not ours to judge
-    other_kind = _aged(tmp_path / f"vllm-fe-{gone.pid}-g7h8", 3600)  # an IPC directory
+    gone = exited_pid()
+    stale = aged_dir(tmp_path / f"vllm-fe-metrics-{gone}-a1b2", 3600)
+    fresh = aged_dir(tmp_path / f"vllm-fe-metrics-{gone}-c3d4", 1)
+    live = aged_dir(tmp_path / f"vllm-fe-metrics-{os.getpid()}-e5f6", 3600)
+    old_style = aged_dir(tmp_path / "vllm-fe-metrics-x7y8z9", 3600)  # no pid: not ours to judge
+    other_kind = aged_dir(tmp_path / f"vllm-fe-{gone}-g7h8", 3600)  # an IPC directory
 
     made = pathlib.Path(make_private_dir("vllm-fe-metrics-"))
 
@@ -48,9 +37,7 @@ def test_directories_of_other_users_are_left_alone(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    theirs = _aged(tmp_path / f"vllm-fe-metrics-{gone.pid}-a1b2", 3600)
+    theirs = aged_dir(tmp_path / f"vllm-fe-metrics-{exited_pid()}-a1b2", 3600)
     monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 1)
     make_private_dir("vllm-fe-metrics-")
     assert theirs.exists()
