@@ -337,13 +337,9 @@ def _position(output: SampleOutput, num_logprobs: int) -> PositionLogprobs | Non
     if ranks is None:
         ranks = lp.selected_token_ranks
     acc = LogprobsAccumulator(None, num_logprobs, None)
-    acc.add_sample(_rows(lp.logprob_token_ids), _rows(lp.logprobs), _rows(ranks))
+    acc.add_sample(lp.logprob_token_ids, lp.logprobs, ranks)  # it reads the triples as lists
     sample = acc.sample
     return sample[0] if sample else None
-
-
-def _rows(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _output(
