@@ -38,6 +38,7 @@ from .generation import (
     PreparedPrompt,
     ServingContext,
     SseTemplate,
+    TextEvent,
     Update,
     UpdateSource,
     Usage,
@@ -48,6 +49,7 @@ from .generation import (
     push_sequences,
     request_id_for,
     request_sequences,
+    send_text_event,
     sse,
     usage,
     usage_chunk,
@@ -585,7 +587,7 @@ class ChatHandler:
         def sources() -> list[UpdateSource]:
             return [self._gen(req, request_id, prompt, params, dp_rank)]
 
-        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.send_text)
+        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.text_event)
 
 
 class _StreamChunks:
@@ -691,12 +693,19 @@ class _StreamChunks:
                 out.append(sse(echo_chunk))
         return b"".join(out)
 
+    def text_event(self, idx: int) -> TextEvent | None:
+        """Choice ``idx``'s text-only event while a running update that is new text alone can
+        go out as that event (after the role chunks, with no parser or logprobs, until the
+        choice's finish chunk)."""
+        if not self._text_only or self._first or self._finish_sent[idx]:
+            return None
+        template = self._templates.get(idx)
+        return None if template is None else (template, self._num_tokens)
+
     def send_text(self, sink: StreamSink, idx: int, text: str, num_tokens: int) -> bool:
         """Send the event of a running choice's update that is new text alone, as
         :meth:`render` would, from the choice's template; False where :meth:`render` must."""
-        if not self._text_only or self._first or not text or self._finish_sent[idx]:
-            return False
-        return self._templates.send(sink, idx, text, num_tokens, self._num_tokens)
+        return send_text_event(self.text_event(idx), sink, idx, text, num_tokens)
 
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event(s) of one text update (the role chunks before the first)."""

@@ -34,6 +34,7 @@ from .generation import (
     SequenceStream,
     ServingContext,
     SseTemplate,
+    TextEvent,
     Update,
     UpdateSource,
     Usage,
@@ -44,6 +45,7 @@ from .generation import (
     push_sequences,
     request_id_for,
     request_sequences,
+    send_text_event,
     sse,
     usage,
     usage_chunk,
@@ -446,7 +448,7 @@ class CompletionsHandler:
                 for p, (prompt, params) in enumerate(prepared)
             ]
 
-        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.send_text)
+        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.text_event)
 
 
 class _StreamChunks:
@@ -516,12 +518,18 @@ class _StreamChunks:
             lambda i: _text_template(request_id, created, self._model, i)
         )
 
+    def text_event(self, idx: int) -> TextEvent | None:
+        """Choice ``idx``'s text-only event while a running update that is new text alone can
+        go out as that event (after the first chunk, with nothing else per chunk)."""
+        if not self._text_only or self._first:
+            return None
+        template = self._templates.get(idx)
+        return None if template is None else (template, self._num_tokens)
+
     def send_text(self, sink: StreamSink, idx: int, text: str, num_tokens: int) -> bool:
         """Send the event of a running choice's update that is new text alone, as
         :meth:`render` would, from the choice's template; False where :meth:`render` must."""
-        if not self._text_only or self._first or not text:
-            return False
-        return self._templates.send(sink, idx, text, num_tokens, self._num_tokens)
+        return send_text_event(self.text_event(idx), sink, idx, text, num_tokens)
 
     def render(self, sink: StreamSink, p: int, update: Update) -> None:
         """Send the event of one text update of prompt ``p`` (if it has one)."""

@@ -37,6 +37,8 @@ __all__ = [
     "SequenceStream",
     "ServingContext",
     "SseTemplate",
+    "TextEvent",
+    "TextEvents",
     "UpdateSource",
     "Usage",
     "UsageChunk",
@@ -44,6 +46,7 @@ __all__ = [
     "include_usage_flags",
     "push_sequences",
     "request_sequences",
+    "send_text_event",
     "sse",
 ]
 
@@ -71,11 +74,13 @@ class SseTemplate:
     for a fraction of the cost.
     """
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("head", "tail")
 
     def __init__(self, head: bytes, tail: bytes) -> None:
-        self._head = head
-        self._tail = tail
+        self.head = head
+        """The event's bytes before the text's JSON string."""
+        self.tail = tail
+        """The event's bytes after it."""
 
     @classmethod
     def of(cls, make: Callable[[str], Any]) -> SseTemplate | None:
@@ -85,7 +90,7 @@ class SseTemplate:
 
     def render(self, text: str) -> bytes:
         """``sse(make(text))``."""
-        return self._head + _encode_str(text) + self._tail
+        return self.head + _encode_str(text) + self.tail
 
 
 class ChoiceTemplates:
@@ -98,26 +103,37 @@ class ChoiceTemplates:
         self._make = make
         self._templates: dict[int, SseTemplate | None] = {}
 
-    def render(self, index: int, text: str) -> bytes | None:
-        """Choice ``index``'s text-only event for ``text``; None when it has no template."""
+    def get(self, index: int) -> SseTemplate | None:
+        """Choice ``index``'s template (None when its chunks' shape defeats one)."""
         templates = self._templates
         try:
-            template = templates[index]
+            return templates[index]
         except KeyError:
             template = templates[index] = self._make(index)
+            return template
+
+    def render(self, index: int, text: str) -> bytes | None:
+        """Choice ``index``'s text-only event for ``text``; None when it has no template."""
+        template = self.get(index)
         return None if template is None else template.render(text)
 
-    def send(
-        self, sink: StreamSink, index: int, text: str, num_tokens: int, counts: list[int]
-    ) -> bool:
-        """Send choice ``index``'s text-only event for ``text`` and add ``num_tokens`` to
-        ``counts[index]``; False, doing nothing, when the choice has no template."""
-        event = self.render(index, text)
-        if event is None:
-            return False
-        counts[index] += num_tokens
-        sink.send(event)
-        return True
+
+TextEvent = tuple[SseTemplate, list[int]]
+"""A running choice's text-only event: its template, and the per-choice output token counts
+that sending it adds to (the handler's, for usage)."""
+
+
+def send_text_event(
+    event: TextEvent | None, sink: StreamSink, index: int, text: str, num_tokens: int
+) -> bool:
+    """Send choice ``index``'s event for ``text`` from ``event`` and add ``num_tokens`` to its
+    count; False, doing nothing, without an event or without text."""
+    if event is None or not text:
+        return False
+    template, counts = event
+    counts[index] += num_tokens
+    sink.send(template.head + _encode_str(text) + template.tail)
+    return True
 
 
 class ServingContext(msgspec.Struct):
@@ -749,10 +765,9 @@ class SequenceStream:
         await self._gen.aclose()
 
 
-TextSender = Callable[[StreamSink, int, str, int], bool]
-"""``send_text(sink, choice index, new text, new token count)``: send the event of a running
-choice's update that is new text alone, as ``render`` would; False (nothing sent) where
-``render`` must make the event."""
+TextEvents = Callable[[int], TextEvent | None]
+"""``text_event(choice index)``: the choice's :data:`TextEvent` once its running updates that
+are new text alone can go out as that event (as ``render`` would send them), else None."""
 
 
 async def push_sequences(
@@ -760,7 +775,7 @@ async def push_sequences(
     make_sources: Callable[[], Sequence[UpdateSource]],
     render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
-    send_text: TextSender | None = None,
+    text_event: TextEvents | None = None,
 ) -> None:
     """Stream the sources ``make_sources()`` builds (one per prompt) into ``sink`` as SSE,
     push-style, then ``[DONE]``. The head of the response is out already, so every failure from
@@ -773,10 +788,10 @@ async def push_sequences(
     update comes ``trailer()`` (e.g. the usage chunk); an error becomes an SSE error event.
     Every source is closed on the way out (aborting what still runs when the client went away).
     With one source, its plain running updates are rendered as the engine client reads them,
-    new text alone through ``send_text`` when given.
+    new text alone straight from ``text_event(0)``'s template once it has one.
     """
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    pump = _Pump(sink, render, send_text, done)
+    pump = _Pump(sink, render, text_event, done)
     sources: Sequence[UpdateSource] = ()
     try:
         sources = pump.sources = make_sources()
@@ -803,25 +818,40 @@ class _Pump:
     sink, and resolves ``done`` when they have all finished (or with the error that stopped it).
 
     One object with slots rather than a closure: its state is one cache line or two, not a cell
-    per variable, and this runs for every stream at every engine step.
+    per variable, and this runs for every stream at every engine step. For the same reason the
+    single source's text event, once the handler has one, is kept here in parts (``head``,
+    ``tail``, ``counts``): a plain token's event is then made without visiting the handler.
     """
 
-    __slots__ = ("done", "proc", "render", "send_text", "single", "sink", "sources")
+    __slots__ = (
+        "counts",
+        "done",
+        "head",
+        "proc",
+        "render",
+        "single",
+        "sink",
+        "sources",
+        "tail",
+        "text_event",
+    )
 
     def __init__(
         self,
         sink: StreamSink,
         render: Callable[[StreamSink, int, Update], None],
-        send_text: TextSender | None,
+        text_event: TextEvents | None,
         done: asyncio.Future[None],
     ) -> None:
         self.sink = sink
         self.render = render
-        self.send_text = send_text
+        self.text_event = text_event
         self.done = done
         self.sources: Sequence[UpdateSource] = ()
         self.single: UpdateSource | None = None
         self.proc: SequenceProcessor | None = None  # the single source's, for tokens()
+        self.head = self.tail = b""
+        self.counts: list[int] | None = None  # set with head and tail by _arm()
 
     def __call__(self) -> None:
         done = self.done
@@ -838,6 +868,8 @@ class _Pump:
                 for update in single.take():
                     render(sink, 0, update)
                 finished = single.finished
+                if self.counts is None and not finished:
+                    self._arm()
             else:
                 sources = self.sources
                 for p, source in enumerate(sources):
@@ -849,10 +881,22 @@ class _Pump:
         except Exception as e:
             done.set_exception(e)
 
+    def _arm(self) -> None:
+        # Keep the single source's text event at hand once the handler has one (after its first
+        # update, typically); it stays valid while the sequence runs.
+        text_event = self.text_event
+        if text_event is None or self.proc is None:
+            return
+        event = text_event(0)
+        if event is not None:
+            template, self.counts = event
+            self.head = template.head
+            self.tail = template.tail
+
     def tokens(self, token_ids: list[int]) -> bool:
         """The single source's plain new tokens, straight from the engine client's read loop:
-        rendered now when nothing stands in the way (as ``__call__`` would render them, text
-        alone through ``send_text`` where that takes it), else False and they go the usual way.
+        rendered now when nothing stands in the way (as ``__call__`` would render them; new
+        text alone straight from the text event), else False and they go the usual way.
         """
         done = self.done
         proc = self.proc
@@ -862,9 +906,14 @@ class _Pump:
         if text is None:
             return False
         try:
-            send_text = self.send_text
-            if send_text is None or not send_text(self.sink, 0, text, len(token_ids)):
+            counts = self.counts
+            if counts is not None and text:  # send_text_event, inline: this runs per token
+                counts[0] += len(token_ids)
+                self.sink.send(self.head + _encode_str(text) + self.tail)
+            else:
                 self.render(self.sink, 0, (0, proc.plain_output(text, token_ids), None))
+                if counts is None:
+                    self._arm()
         except Exception as e:
             done.set_exception(e)
         return True

@@ -167,17 +167,17 @@ class SequenceProcessor:
         """:meth:`process` of a running output's new tokens (no logprobs) where it only decodes
         them (a streamed sequence without stop strings or batching, not finished): their text,
         with the state advanced as :meth:`process` advances it. None, having done nothing,
-        where :meth:`process` would have more to do."""
+        where :meth:`process` would have more to do.
+
+        The text accumulator is left alone: without stop strings (and in DELTA mode, which keeps
+        no released text) nothing it would record here is ever read."""
         if not self._fast or self.finished:
             return None
         self._output_ids.extend(new_token_ids)
         decode = self._detok.decode_next
         if len(new_token_ids) == 1:
-            text = decode(new_token_ids[0])
-        else:
-            text = "".join(map(decode, new_token_ids))
-        self._text.pass_through(text, len(new_token_ids))
-        return text
+            return decode(new_token_ids[0])
+        return "".join(map(decode, new_token_ids))
 
     def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:
         """The update :meth:`process` returns for the tokens :meth:`take_text` just took."""

@@ -78,16 +78,6 @@ class TextAccumulator:
         self._released_len = 0
         self._released: list[str] | None = [] if keep_released else None
 
-    @property
-    def num_tokens(self) -> int:
-        """Tokens accounted for so far (including ones that added no text)."""
-        return self._num_tokens
-
-    @property
-    def length(self) -> int:
-        """Characters of output text so far."""
-        return self._length
-
     def add(self, token_texts: Sequence[str]) -> StopMatch | None:
         """Append the text of each new token (in order); report a stop string if one completed.
 
@@ -151,14 +141,6 @@ class TextAccumulator:
         self._pending = [pending] if pending else []
         self._pending_len = len(pending)
         self._length = self._released_len + len(pending)
-
-    def pass_through(self, text: str, num_tokens: int) -> None:
-        """Account ``num_tokens`` tokens' text released at once: only without stop strings."""
-        self._num_tokens += num_tokens
-        self._length += len(text)
-        self._released_len += len(text)
-        if self._released is not None:
-            self._released.append(text)
 
     def release(self, finished: bool) -> str:
         """Text not released before, minus the hold-back unless the sequence has finished."""
