@@ -8,6 +8,7 @@ from vllm_frontend.llm.generate import (
     GenerationStream,
     OutputKind,
     SampleOutput,
+    TokenConsumer,
 )
 from vllm_frontend.llm.ids import (
     base_request_id,
@@ -28,6 +29,7 @@ __all__ = [
     "OutputKind",
     "RequestStats",
     "SampleOutput",
+    "TokenConsumer",
     "base_request_id",
     "child_request_id",
     "engine_request_id",

@@ -34,6 +34,7 @@ __all__ = [
     "GenerationStream",
     "OutputKind",
     "SampleOutput",
+    "TokenConsumer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -136,10 +137,30 @@ def _merge_into(acc: SampleOutput, out: SampleOutput) -> None:
         acc.kv_transfer_params = out.kv_transfer_params
 
 
-class _Sample:
-    """State of one engine request (one sample)."""
+class TokenConsumer(Protocol):
+    """What :meth:`GenerationStream.on_tokens` offers plain new tokens to."""
 
-    __slots__ = ("acc", "admitted", "done", "engine_id", "index", "prefilling", "stats")
+    def tokens(self, token_ids: list[int]) -> bool:
+        """Consume a running output's new token ids (True), or leave them to ``take`` (False)."""
+        ...
+
+
+class _Sample:
+    """State of one engine request (one sample), and the handler of its engine outputs that
+    :meth:`GenerationStream.on_tokens` registers (the sample itself, so that a plain token
+    visits one object of this layer, not two)."""
+
+    __slots__ = (
+        "acc",
+        "admitted",
+        "consumer",
+        "done",
+        "engine_id",
+        "index",
+        "metrics",
+        "prefilling",
+        "stats",
+    )
 
     def __init__(self, index: int, engine_id: str, stats: RequestStats) -> None:
         self.index = index
@@ -151,26 +172,15 @@ class _Sample:
         """Counted by the admission limits (sent, not yet done)."""
         self.prefilling = False
         """Counted in the admission limits' prefill backlog (no output yet)."""
-
-
-class _TokenLane:
-    """:meth:`GenerationStream.on_tokens`' handler of engine outputs, one per stream."""
-
-    __slots__ = ("handler", "metrics", "sample")
-
-    def __init__(
-        self,
-        sample: _Sample,
-        metrics: FrontendMetrics | None,
-        handler: Callable[[list[int]], bool],
-    ) -> None:
-        self.sample = sample
-        self.metrics = metrics
-        self.handler = handler
+        self.consumer: TokenConsumer | None = None
+        """The on_tokens consumer (then the engine stream offers outputs to ``__call__``)."""
+        self.metrics: FrontendMetrics | None = None
+        """The metrics ``__call__`` accounts consumed tokens in."""
 
     def __call__(self, output: Any) -> bool:
-        # Only outputs that take() would turn into an update of token ids alone (finished ones
-        # never come here); anything else is left to take().
+        """An engine output as the engine client reads it: its plain new tokens go to the
+        consumer when ``take()`` would turn the output into an update of token ids alone
+        (finished outputs never come here); anything else is left to ``take()``."""
         if (
             output.new_logprobs is not None
             or output.new_prompt_logprobs_tensors is not None
@@ -179,15 +189,15 @@ class _TokenLane:
             or output.kv_transfer_params is not None
         ):
             return False
-        sample = self.sample
-        if sample.done or sample.prefilling:
+        if self.done or self.prefilling:
             return False  # a first output also leaves the prefill backlog: take() does that
         metrics = self.metrics
-        stats = sample.stats
+        stats = self.stats
         if metrics is not None and not stats.num_generation_tokens:
             return False  # the first tokens: take() also records the prefill
         token_ids = output.new_token_ids
-        if not token_ids or not self.handler(token_ids):
+        consumer = self.consumer
+        if not token_ids or consumer is None or not consumer.tokens(token_ids):
             return False
         if metrics is not None:
             metrics.observe_tokens(stats, len(token_ids))
@@ -358,12 +368,12 @@ class GenerationStream:
         for it in self._iters:  # straight from the engine streams: one call level less
             it.on_ready(callback or self._ready)
 
-    def on_tokens(self, handler: Callable[[list[int]], bool]) -> bool:
-        """For a one-sample DELTA stream, after :meth:`on_ready`: offer ``handler`` the new
-        token ids of each plain running engine output (no logprobs, events or stats: what
+    def on_tokens(self, consumer: TokenConsumer) -> bool:
+        """For a one-sample DELTA stream, after :meth:`on_ready`: offer ``consumer.tokens`` the
+        new token ids of each plain running engine output (no logprobs, events or stats: what
         :meth:`take` would turn into an update of token ids alone) as the engine client reads
-        it, when nothing is queued before it. ``handler`` returns True when it consumed them
-        (the stream then accounts them as :meth:`take` would), False to leave them to
+        it, when nothing is queued before it. ``consumer.tokens`` returns True when it consumed
+        them (the stream then accounts them as :meth:`take` would), False to leave them to
         :meth:`take`. Returns whether the engine stream supports this.
         """
         if len(self._iters) != 1 or self._final_only:
@@ -371,7 +381,10 @@ class GenerationStream:
         on_output = getattr(self._iters[0], "on_output", None)
         if on_output is None:
             return False
-        on_output(_TokenLane(self._samples[0], self._llm.metrics, handler))
+        sample = self._samples[0]
+        sample.consumer = consumer
+        sample.metrics = self._llm.metrics
+        on_output(sample)
         return True
 
     def _ready(self) -> None:

@@ -30,7 +30,14 @@ import msgspec
 from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
 from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits
 from vllm_frontend.lazy import LazyModule
-from vllm_frontend.llm import LLM, GenerateRequest, GenerationStream, OutputKind, SampleOutput
+from vllm_frontend.llm import (
+    LLM,
+    GenerateRequest,
+    GenerationStream,
+    OutputKind,
+    SampleOutput,
+    TokenConsumer,
+)
 from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs
 from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
@@ -422,7 +429,7 @@ class BeamSearchStream:
         updates, self._updates = self._updates, []
         return updates
 
-    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> SequenceProcessor | None:
+    def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
         """Nothing streams token by token here."""
         return None
 

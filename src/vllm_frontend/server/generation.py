@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import msgspec
 
 from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
-from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, public_request_id
+from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, TokenConsumer, public_request_id
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
@@ -609,8 +609,8 @@ class UpdateSource(Protocol):
         """The updates available now, without waiting."""
         ...
 
-    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> SequenceProcessor | None:
-        """Offer ``consumer`` plain new token ids as they arrive (None: not supported)."""
+    def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
+        """Offer ``consumer.tokens`` plain new token ids as they arrive (None: not supported)."""
         ...
 
     def __aiter__(self) -> AsyncIterator[Update]:
@@ -726,12 +726,13 @@ class SequenceStream:
             updates.append((out.index, seq, out.num_cached_tokens))
         return updates
 
-    def on_tokens(self, consumer: Callable[[list[int]], bool]) -> SequenceProcessor | None:
-        """After :meth:`on_ready`, for one sample: offer ``consumer`` a running sample's plain new
-        token ids as soon as the engine client reads them (see ``GenerationStream.on_tokens``).
-        Returns the sample's processor, None where the stream cannot do this: the consumer
-        returns True when it handled the ids, through the processor's ``take_text`` (False when
-        that declines), and makes of them what :meth:`take` would."""
+    def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
+        """After :meth:`on_ready`, for one sample: offer ``consumer.tokens`` a running sample's
+        plain new token ids as soon as the engine client reads them (see
+        ``GenerationStream.on_tokens``). Returns the sample's processor, None where the stream
+        cannot do this: the consumer returns True when it handled the ids, through the
+        processor's ``take_text`` (False when that declines), and makes of them what
+        :meth:`take` would."""
         if len(self._procs) != 1 or not self._gen.on_tokens(consumer):
             return None
         return self._procs[0]
@@ -799,7 +800,7 @@ async def push_sequences(
         for source in sources:
             source.on_ready(pump)
         if pump.single is not None:
-            pump.proc = pump.single.on_tokens(pump.tokens)
+            pump.proc = pump.single.on_tokens(pump)
         pump()
         await done
         tail = trailer()

@@ -106,6 +106,7 @@ class SequenceProcessor:
         "_include_stop",
         "_interval",
         "_logprobs",
+        "_num_output",
         "_output_ids",
         "_sent_tokens",
         "_text",
@@ -141,6 +142,9 @@ class SequenceProcessor:
             keep_released=not self._delta,
         )
         self._output_ids: list[int] = []
+        """Output token ids so far, except those take_text took (only counted)."""
+        self._num_output = 0
+        """Output tokens so far (after stop-string trimming)."""
         # vLLM batches DELTA outputs every `stream_interval` tokens (the larger of the server's
         # --stream-interval and the request's), always sending the first and the last.
         requested = getattr(options, "stream_interval", None)
@@ -158,11 +162,6 @@ class SequenceProcessor:
         self._fast = self._delta and not stops and self._logprobs is None and self._interval == 1
         self.finished = False
 
-    @property
-    def output_token_ids(self) -> list[int]:
-        """All output token ids so far."""
-        return self._output_ids
-
     def take_text(self, new_token_ids: Sequence[int]) -> str | None:
         """:meth:`process` of a running output's new tokens (no logprobs) where it only decodes
         them (a streamed sequence without stop strings or batching, not finished): their text,
@@ -173,7 +172,8 @@ class SequenceProcessor:
         no released text) nothing it would record here is ever read."""
         if not self._fast or self.finished:
             return None
-        self._output_ids.extend(new_token_ids)
+        # Counted, not kept: only a stop string or a non-DELTA output needs the ids again.
+        self._num_output += len(new_token_ids)
         decode = self._detok.decode_next
         if len(new_token_ids) == 1:
             return decode(new_token_ids[0])
@@ -182,7 +182,7 @@ class SequenceProcessor:
     def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:
         """The update :meth:`process` returns for the tokens :meth:`take_text` just took."""
         return SequenceOutput(
-            text, list(new_token_ids), None, None, None, None, None, len(self._output_ids), False
+            text, list(new_token_ids), None, None, None, None, None, self._num_output, False
         )
 
     def process(
@@ -215,6 +215,7 @@ class SequenceProcessor:
                 stop_string, kept = matched
                 reason, stop_reason = "stop", stop_string
                 if kept < len(new_ids):
+                    self._num_output -= len(new_ids) - kept
                     del new_ids[kept:]
                     del self._output_ids[num_prev + kept :]
                     if new_logprobs is not None:
@@ -252,6 +253,7 @@ class SequenceProcessor:
     def _detokenize(self, new_ids: list[int], stop_terminated: bool) -> tuple[str, int] | None:
         decode = self._detok.decode_next
         self._output_ids.extend(new_ids)
+        self._num_output += len(new_ids)
         if stop_terminated and not self._include_stop:
             # The EOS / stop token is kept as a token but contributes no text.
             texts = [decode(t) for t in new_ids[:-1]]
@@ -293,6 +295,6 @@ class SequenceProcessor:
             cumulative_logprob=lp.cumulative_logprob if lp is not None else None,
             finish_reason=reason,
             stop_reason=stop_reason,
-            num_output_tokens=len(self._output_ids),
+            num_output_tokens=self._num_output,
             abort_engine=abort_engine,
         )
