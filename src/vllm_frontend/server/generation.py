@@ -132,7 +132,7 @@ def send_text_event(
         return False
     template, counts = event
     counts[index] += num_tokens
-    sink.send(template.head + _encode_str(text) + template.tail)
+    sink.send(template.render(text))
     return True
 
 
