@@ -25,6 +25,7 @@ import msgspec
 import tokenizers
 from tokenizers import AddedToken
 
+from vllm_frontend.text.piece_cache import PieceEncoder
 from vllm_frontend.text.tokenizer_cache import TokenizerCache, VocabSummary, read_vocab
 
 __all__ = ["Tokenizer", "TokenizerError"]
@@ -131,6 +132,8 @@ class Tokenizer:
             for token_id, token in backend.get_added_tokens_decoder().items()
             if token.special
         )
+        # Chat prompts (encoded without post-processor tokens) reuse their repeated pieces' ids.
+        self._pieces = PieceEncoder.for_backend(backend)
         self._source = source
         self._vocab_summary = vocab_summary
         self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~50 ms)
@@ -259,6 +262,9 @@ class Tokenizer:
         fast = self._fast
         if fast is not None:
             return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
+        pieces = self._pieces
+        if pieces is not None and not add_special_tokens:
+            return pieces.encode(text)
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(
