@@ -145,3 +145,25 @@ def test_kept_pieces_are_bounded(
         assert encoder.encode(text) == backend.encode(text, add_special_tokens=False).ids
     assert 0 < encoder._cached_chars <= 200
     assert encoder._cached_chars == sum(map(len, encoder._ids))
+
+
+@SETTINGS
+@given(parts=st.lists(st.sampled_from(["<a>", "<a>b", "<ab>", "a>", "<", "a", "b", ">", " x"])))
+def test_overlapping_added_tokens_split_as_tokenizers_does(
+    tokenizer_dirs: dict[str, Path], parts: list[str]
+) -> None:
+    # Tokens that are prefixes of one another, or overlap: the longest at the leftmost position
+    # wins, in tokenizers and in the piece encoder's trie pattern alike.
+    key = tokenizer_dirs["byte_level"] / "overlapping"
+    if key not in _ENCODERS:
+        backend = tokenizers.Tokenizer.from_file(
+            str(tokenizer_dirs["byte_level"] / "tokenizer.json")
+        )
+        backend.add_special_tokens(
+            [tokenizers.AddedToken(t) for t in ("<a>", "<a>b", "<ab>", "a>")]
+        )
+        _ENCODERS[key] = PieceEncoder.for_backend(backend)
+    encoder = _ENCODERS[key]
+    assert encoder is not None
+    text = "".join(parts)
+    assert encoder.encode(text) == encoder._backend.encode(text, add_special_tokens=False).ids
