@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _pytest.mark.expression import Expression
 
 from tests.support.engines import HeadlessEngines, start_headless_engines
 from tests.support.tiny_model import tiny_model_dir
@@ -23,6 +26,57 @@ os.environ.setdefault("VLLM_FRONTEND_CACHE_ROOT", _CACHE_ROOT)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this run's tokenizer cache."""
     shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
+
+
+# -- the fast loop (-m "not engine") never imports vLLM ------------------------------------------
+# Tests that use vLLM, transformers or torch as a reference carry the `oracle` marker, and every
+# oracle test also counts as an `engine` test: importing vLLM costs seconds and pulls in torch. A
+# module whose every test is an oracle says so with a module-level `pytestmark`; it is then not even
+# imported when the marker expression leaves it out, so its module-level imports cost nothing.
+
+HEAVY_MODULES = ("vllm", "transformers", "torch")
+_ORACLE_MODULE = re.compile(r"^pytestmark = pytest\.mark\.oracle\b", re.MULTILINE)
+_ORACLE_MARKS = frozenset({"oracle", "engine"})
+
+
+def _excludes_oracles(config: pytest.Config) -> bool:
+    """Whether the run's ``-m`` expression leaves out a test marked `oracle` (and so `engine`)."""
+    markexpr = config.getoption("markexpr", "")
+    return bool(markexpr) and not Expression.compile(markexpr).evaluate(
+        lambda name: name in _ORACLE_MARKS
+    )
+
+
+def pytest_ignore_collect(collection_path: pathlib.Path, config: pytest.Config) -> bool | None:
+    """Skip importing whole-oracle modules when the marker expression deselects them anyway."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if _excludes_oracles(config) and _ORACLE_MODULE.search(collection_path.read_text()):
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every oracle test is also an engine test (before ``-m`` deselects)."""
+    for item in items:
+        if item.get_closest_marker("oracle") is not None:
+            item.add_marker(pytest.mark.engine)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A run that leaves the engine tests out fails if anything imported vLLM or its kin."""
+    if not _excludes_oracles(session.config):
+        return
+    loaded = [name for name in HEAVY_MODULES if name in sys.modules]
+    if loaded:
+        session.config.get_terminal_writer().line(
+            f"the fast tests imported {', '.join(loaded)}: mark the test that needs it "
+            "`@pytest.mark.oracle` (or give it the `engine` marker)",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

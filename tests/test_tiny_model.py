@@ -85,6 +85,7 @@ def test_special_tokens_have_their_llama3_names_and_ids(
     assert hf_tokenizer.decode([128000, 9906, 128009], skip_special_tokens=True) == "Hello"
 
 
+@pytest.mark.oracle
 def test_transformers_loads_the_tokenizer_and_agrees(
     tiny_model: pathlib.Path, meta_tokenizer: MetaTokenizer
 ) -> None:

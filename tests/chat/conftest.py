@@ -1,15 +1,15 @@
-"""Fixtures for chat-template tests: the shared template fixtures and a frozen clock."""
+"""Fixtures for chat-template tests: the template fixtures and a frozen clock."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import pathlib
 from collections.abc import Iterator
 
 import pytest
 
-SHARED_FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-TEMPLATES_DIR = SHARED_FIXTURES / "chat-templates"
+from tests.support.fixtures import CHAT_TEMPLATES
+
+TEMPLATES_DIR = CHAT_TEMPLATES
 TEMPLATE_FILES = sorted(TEMPLATES_DIR.glob("*.jinja"))
 
 FROZEN_NOW = _dt.datetime(2024, 2, 29, 13, 5, 9)

@@ -47,12 +47,14 @@ def _vllm_detect(source: str) -> str:
     return str(_detect_content_format(source, default="string"))
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.stem)
 def test_fixture_template_content_format_is_detected_like_vllm(path: pathlib.Path) -> None:
     source = path.read_text()
     assert compile_template(source).content_format == _vllm_detect(source)
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("name", sorted(TRICKY_TEMPLATES))
 def test_tricky_template_content_format_is_detected_like_vllm(name: str) -> None:
     source = TRICKY_TEMPLATES[name]
@@ -71,6 +73,7 @@ def test_cyclic_aliases_of_messages_do_not_hang_detection() -> None:
     assert compile_template(cyclic).content_format == "openai"
 
 
+@pytest.mark.oracle
 def test_template_variables_are_the_ones_vllm_passes_kwargs_for() -> None:
     from vllm.renderers.hf import _resolve_chat_template_kwargs
 
@@ -118,6 +121,7 @@ LAYOUTS = {
 }
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("has_tools", [False, True])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_model_template_selection_matches_transformers(
@@ -141,6 +145,7 @@ def test_model_template_selection_matches_transformers(
         ) == tokenizer.get_chat_template(name, tools=tools)
 
 
+@pytest.mark.oracle
 def test_chat_template_option_reads_files_and_inline_text_like_vllm(tmp_path: pathlib.Path) -> None:
     from vllm.renderers.chat_utils import _load_chat_template
 
@@ -171,6 +176,7 @@ CONFIGS = {
 LEGACY_MAP = {"bos_token": "<unk>", "pad_token": {"content": "</s>", "special": True}}
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("legacy_file", [False, True])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_special_tokens_in_the_template_context_match_transformers(
@@ -185,6 +191,7 @@ def test_special_tokens_in_the_template_context_match_transformers(
     assert ChatRenderer.from_model_dir(root).special_tokens == expected
 
 
+@pytest.mark.oracle
 def test_special_tokens_map_json_is_ignored_when_the_config_lists_added_tokens(
     tmp_path: pathlib.Path,
 ) -> None:

@@ -26,6 +26,8 @@ from tests.chat.test_tool_parsers import (
 )
 from vllm_frontend.chat.output_parser import ParserConfigError, RequestToolOptions
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 OUTPUTS = [

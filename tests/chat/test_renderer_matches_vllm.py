@@ -24,6 +24,8 @@ from vllm_frontend.chat import (
     special_tokens_map,
 )
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 LLAMA31 = (TEMPLATES_DIR / "tool_chat_template_llama3.1_json.jinja").read_text()

@@ -39,6 +39,7 @@ def _same(a: str | BaseException, b: str | BaseException) -> bool:
     return a == b
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATE_FILES, ids=lambda p: p.name)
 def test_a_cached_template_behaves_as_a_freshly_compiled_one(
     path: pathlib.Path, tmp_path: pathlib.Path, frozen_clock: Any

@@ -20,6 +20,8 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from tests.chat.conftest import TEMPLATE_FILES
 from vllm_frontend.chat import ChatError, compile_template, render_template
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
 WEATHER_TOOL = {

@@ -10,6 +10,8 @@ import pytest
 
 from vllm_frontend.chat import ChatRenderer
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 TOOL = {
     "type": "function",
     "function": {

@@ -41,6 +41,8 @@ from vllm_frontend.chat.tool_choice import (
     parse_required_tool_calls,
 )
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -26,6 +26,8 @@ from vllm_frontend.chat.output_parser import (
     RequestToolOptions,
 )
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 WEATHER_TOOL = {

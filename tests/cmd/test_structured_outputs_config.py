@@ -10,6 +10,7 @@ from vllm_frontend.config import ConfigError, config_from_args
 from vllm_frontend.text.structured_outputs import BACKENDS
 
 
+@pytest.mark.oracle
 def test_backend_names_are_vllms() -> None:
     pytest.importorskip("vllm")
     from vllm.config.structured_outputs import StructuredOutputsBackend

@@ -608,6 +608,7 @@ def test_killed_engine_fails_in_flight_streams_instead_of_hanging() -> None:
     run(main())
 
 
+@pytest.mark.oracle
 def test_requests_spread_over_engines_and_a_pinned_rank_is_honoured() -> None:
     async def main() -> None:
         async with fake_engines(2) as (client, _):

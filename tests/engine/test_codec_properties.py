@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tests.support.fixtures import PROTOCOL_VECTORS
 
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.errors import EngineDeadSignal, ProtocolError
@@ -48,7 +49,7 @@ from vllm_frontend.engine.protocol import (
     UtilityResult,
 )
 
-VECTORS = pathlib.Path("/work/shared/protocol-vectors")
+VECTORS = PROTOCOL_VECTORS
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --- building blocks --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Conformance with the bytes vLLM 0.32's own encoder produced (shared/protocol-vectors).
+"""Conformance with the bytes vLLM 0.32's own encoder produced (tests/fixtures/protocol-vectors).
 
 Every vector is decoded with our codec, compared field by field (by wire name) with the JSON
 rendering of the payload in manifest.json, and re-encoded to byte-identical frames.
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
+from tests.support.fixtures import PROTOCOL_VECTORS
 
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.errors import EngineDeadSignal
@@ -34,7 +34,7 @@ from vllm_frontend.engine.protocol import (
 )
 from vllm_frontend.engine.tensors import NdArray
 
-VECTORS = pathlib.Path("/work/shared/protocol-vectors")
+VECTORS = PROTOCOL_VECTORS
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())["vectors"]
 BY_NAME = {v["name"]: v for v in MANIFEST}
 

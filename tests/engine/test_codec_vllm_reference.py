@@ -37,6 +37,8 @@ from vllm_frontend.engine.protocol import (
 )
 from vllm_frontend.engine.tensors import to_bfloat16_words
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 serial_utils = pytest.importorskip("vllm.v1.serial_utils")
 vllm_engine = pytest.importorskip("vllm.v1.engine")
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import pathlib
 
 import msgspec
 import pytest
+from tests.support.fixtures import PROTOCOL_VECTORS
 
 from vllm_frontend.engine.handshake import (
     EngineHandshake,
@@ -17,7 +17,7 @@ from vllm_frontend.engine.handshake import (
 )
 from vllm_frontend.engine.protocol import EngineZmqAddresses
 
-VECTORS = pathlib.Path(__file__).resolve().parents[3] / "shared" / "protocol-vectors"
+VECTORS = PROTOCOL_VECTORS
 
 
 def _frames(name: str) -> list[bytes]:

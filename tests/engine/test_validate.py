@@ -168,6 +168,7 @@ def sampling_params(draw: st.DrawFn) -> SamplingParams:
     return SamplingParams(**fields)
 
 
+@pytest.mark.oracle
 @settings(
     max_examples=600,
     deadline=None,
@@ -208,6 +209,7 @@ _EDGES: dict[str, list[Any]] = {
 }
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize(
     ("field", "value"), [(f, v) for f, values in _EDGES.items() for v in values], ids=repr
 )
@@ -223,6 +225,7 @@ def test_each_sampling_field_boundary_matches_the_engine(
     assert we_accept(request) == ok, why or "vLLM accepts this request"
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize(
     "fields",
     [
@@ -248,6 +251,7 @@ def test_known_engine_killers_are_rejected_with_the_parameter_named(
     assert info.value.parameter in fields
 
 
+@pytest.mark.oracle
 def test_structured_outputs_need_exactly_one_constraint(vllm_decode: Any) -> None:
     for so in (
         StructuredOutputsParams(backend="xgrammar"),
@@ -267,6 +271,7 @@ def test_structured_outputs_without_a_backend_are_a_frontend_bug() -> None:
         validate_request(request, RequestLimits())
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize(
     ("lora", "accepted"),
     [

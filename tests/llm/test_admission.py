@@ -50,6 +50,7 @@ def _vllm_decision(
     return None, None
 
 
+@pytest.mark.oracle
 def test_decisions_match_vllm() -> None:
     pytest.importorskip("vllm")
     limits = (None, 0, 1, 3)

@@ -15,6 +15,8 @@ from vllm.v1.engine import FinishReason
 
 from tests.mock.fake_frontend import DEAD, FakeFrontend, make_request
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 
 @contextmanager
 def mock_engine_process(frontend: FakeFrontend, *flags: str) -> Iterator[subprocess.Popen[str]]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
+import pytest
 import torch
 from vllm.v1.engine import EngineCoreEventType, FinishReason
 
 from tests.mock.fake_frontend import FakeFrontend, connected, make_request, paused
 from vllm_frontend.mock.core import MockEngineOptions
 from vllm_frontend.mock.engine import MockEngineGroup
+
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 
 def test_a_request_streams_max_tokens_then_finishes_with_length(

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import msgspec
+import pytest
 from vllm.v1.engine import EngineCoreReadyResponse
 
 from tests.mock.fake_frontend import connected, make_request
+from tests.support.fixtures import PROTOCOL_VECTORS
 from vllm_frontend.engine.codec import encode_registration
 from vllm_frontend.mock.core import MockEngineOptions, registration_message
 
-VECTORS = Path("/work/shared/protocol-vectors")
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
+VECTORS = PROTOCOL_VECTORS
 
 
 def _vector(name: str, frame: int) -> bytes:

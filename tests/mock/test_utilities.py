@@ -10,6 +10,8 @@ from tests.mock.fake_frontend import FakeFrontend, connected, make_request
 from vllm_frontend.mock.core import MockEngineOptions
 from vllm_frontend.mock.engine import MockEngineGroup
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 
 def _result(frontend: FakeFrontend, method: str, *args: object, client: int = 0) -> object:
     out = frontend.call(method, *args, client=client)

@@ -27,6 +27,8 @@ from vllm_frontend.server.routes import Services, build_app
 
 from .support import HTTP, RunningServer
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 M = [{"role": "user", "content": "hi"}]

@@ -103,6 +103,7 @@ def test_health_is_200_empty_then_503_once_the_engine_is_dead(env: Any) -> None:
         assert r.status_code == 503 and r.content == b""
 
 
+@pytest.mark.oracle
 def test_models_list_has_vllms_shape(env: Any) -> None:
     from vllm.entrypoints.serve.engine.protocol import ModelCard, ModelList, ModelPermission
 
@@ -131,6 +132,7 @@ def test_models_list_has_vllms_shape(env: Any) -> None:
     assert mine["data"][0]["permission"][0]["id"].startswith("modelperm-")
 
 
+@pytest.mark.oracle
 def test_version_reports_the_vllm_release_we_mirror(env: Any) -> None:
     import vllm
 
@@ -183,6 +185,7 @@ def test_metrics_render_the_injected_registry(env: Any) -> None:
     assert "vllm:prompt_tokens_total 7.0" in r.text
 
 
+@pytest.mark.oracle
 def test_tokenize_prompt_and_messages(env: Any) -> None:
     from vllm.entrypoints.serve.tokenize.protocol import TokenizeResponse
 
@@ -265,6 +268,7 @@ def _vllm_error_cases() -> list[tuple[BaseException, BaseException]]:
     ]
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("index", range(9))
 def test_exception_mapping_matches_vllms_create_error_response(index: int) -> None:
     from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
@@ -278,6 +282,7 @@ def test_exception_mapping_matches_vllms_create_error_response(index: int) -> No
     assert errors.error_sse_event(ours) == b"data: " + json.dumps(expected).encode() + b"\n\n"
 
 
+@pytest.mark.oracle
 def test_tokenize_messages_form_renders_the_models_chat_template(
     tiny_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from tests.support.fixtures import CHAT_TEMPLATES
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
-CHAT_TEMPLATE_PATH = SHARED_FIXTURES / "chat-templates" / "tool_chat_template_llama3.1_json.jinja"
+CHAT_TEMPLATE_PATH = CHAT_TEMPLATES / "tool_chat_template_llama3.1_json.jinja"
 
 # Llama 3's pre-tokenizer split regex (llama_models/llama3/tokenizer.py, `pat_str`).
 LLAMA3_SPLIT_REGEX = (

@@ -212,6 +212,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.oracle
 @SETTINGS
 @given(data=st.data())
 def test_byte_level_streams_the_same_chunks_as_vllms_detokenizer(tok: Tokenizer, data: Any) -> None:
@@ -237,6 +238,7 @@ def byte_tokens(tok: Tokenizer, raw: bytes) -> list[int]:
     return [i for i in ids if i is not None]
 
 
+@pytest.mark.oracle
 def test_a_character_split_across_byte_tokens_comes_out_whole_with_its_last_piece(
     tok: Tokenizer,
 ) -> None:
@@ -250,6 +252,7 @@ def test_a_character_split_across_byte_tokens_comes_out_whole_with_its_last_piec
         assert [reference(t) for t in emoji] == chunks
 
 
+@pytest.mark.oracle
 def test_a_prompt_cut_mid_character_is_repeated_in_the_first_chunk_as_vllm_does(
     tok: Tokenizer,
 ) -> None:
@@ -264,6 +267,7 @@ def test_a_prompt_cut_mid_character_is_repeated_in_the_first_chunk_as_vllm_does(
     assert "".join(chunks) == tok.decode([*prompt, *rest])
 
 
+@pytest.mark.oracle
 def test_special_tokens_vanish_when_skipped_and_show_when_kept(tok: Tokenizer) -> None:
     special = sorted(tok.special_added_token_ids)[:3]
     words = tok.encode(" hello", add_special_tokens=False)
@@ -274,6 +278,7 @@ def test_special_tokens_vanish_when_skipped_and_show_when_kept(tok: Tokenizer) -
         assert text == tok.decode(ids, skip_special_tokens=skip)
 
 
+@pytest.mark.oracle
 def test_prefilled_text_is_what_tokenizers_decodes_for_each_token_alone(tok: Tokenizer) -> None:
     # Every id the prefill marks as text decodes, alone, to that text with the Rust decoder.
     tables = detokenizer._byte_tables(tok)

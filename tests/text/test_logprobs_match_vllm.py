@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_streaming_matches_vllm import DELTA, FINAL_ONLY, scenarios, vllm_params
@@ -37,6 +38,7 @@ def normalise(positions: Any) -> Any:
     ]
 
 
+@pytest.mark.oracle
 @settings(
     max_examples=150,
     deadline=None,

@@ -48,6 +48,7 @@ def vllm_generation_fields(directory: Path, mode: str, override: dict[str, Any])
 gen_values = st.one_of(st.none(), st.integers(1, 50), st.floats(0.1, 2, allow_nan=False))
 
 
+@pytest.mark.oracle
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     gen=st.one_of(

@@ -23,6 +23,8 @@ from vllm_frontend.text.sampling import (
 )
 from vllm_frontend.text.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 _OPENAI = {
     "repetition_penalty": 1.0,
     "presence_penalty": 0.0,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from test_streaming_matches_vllm import DELTA, FINAL_ONLY, Options, assert_same, run_both
 
 from vllm_frontend.text.output import SequenceProcessor
 from vllm_frontend.text.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 
 def one_token_steps(ids: list[int]) -> list[list[int]]:

@@ -137,6 +137,7 @@ def assert_same(pairs: list[tuple[Any, Any]]) -> None:
         assert m.abort_engine == r.aborted_engine
 
 
+@pytest.mark.oracle
 @settings(
     max_examples=300,
     deadline=None,
@@ -192,6 +193,7 @@ def test_concatenated_deltas_equal_the_final_text_and_never_leak_a_stop_string(
         assert final_text.endswith(stop_reason)
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("skip", [True, False])
 def test_multibyte_character_cut_off_at_the_end_is_dropped(
     ours: Tokenizer, hf: Any, skip: bool

@@ -33,6 +33,8 @@ from vllm_frontend.text.structured_outputs import (
     structured_outputs_params,
 )
 
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
 pytest.importorskip("vllm")
 
 M = [{"role": "user", "content": "hi"}]

@@ -41,6 +41,7 @@ texts = st.one_of(
 )
 
 
+@pytest.mark.oracle
 @SETTINGS
 @given(text=texts, add_special=st.booleans())
 def test_prompt_token_ids_match_transformers(
@@ -51,6 +52,7 @@ def test_prompt_token_ids_match_transformers(
     )
 
 
+@pytest.mark.oracle
 @SETTINGS
 @given(data=st.data(), skip=st.booleans())
 def test_decoded_text_matches_transformers(ours: Tokenizer, hf: Any, data: Any, skip: bool) -> None:
@@ -58,6 +60,7 @@ def test_decoded_text_matches_transformers(ours: Tokenizer, hf: Any, data: Any, 
     assert ours.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip)
 
 
+@pytest.mark.oracle
 def test_special_token_ids_and_sizes_match_transformers(ours: Tokenizer, hf: Any) -> None:
     assert ours.eos_token_id == hf.eos_token_id
     assert ours.bos_token_id == hf.bos_token_id
@@ -68,6 +71,7 @@ def test_special_token_ids_and_sizes_match_transformers(ours: Tokenizer, hf: Any
     assert dict(ours.added_tokens) == added
 
 
+@pytest.mark.oracle
 def test_single_token_strings_match_vllm(ours: Tokenizer, hf: Any) -> None:
     from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
 
@@ -110,6 +114,7 @@ def test_prompts_are_encoded_alike_before_and_after_fastokens_has_loaded(
     assert [tokenizer.encode(t) for t in texts] == tokenizer.encode_batch(texts) == first
 
 
+@pytest.mark.oracle
 @SETTINGS
 @given(text=texts, add_special=st.booleans())
 def test_prompt_token_ids_with_fastokens_match_transformers(

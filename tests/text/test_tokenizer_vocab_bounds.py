@@ -92,6 +92,7 @@ def model_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("cached", [False, True], ids=["file", "cached-summary"])
 def test_bounds_match_vllms_cached_tokenizer(model_dir: Path, cached: bool) -> None:
     from vllm.tokenizers.hf import CachedHfTokenizer
