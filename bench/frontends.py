@@ -48,7 +48,7 @@ def env() -> dict[str, str]:
 
 
 @functools.cache
-def compile_sources() -> None:
+def compile_sources(src: pathlib.Path = REPO / "src") -> None:
     """Byte-compile our package as ``pip install`` does, so a benchmark does not time compiling.
 
     The project is an editable install and the dev environment sets PYTHONDONTWRITEBYTECODE, so
@@ -57,7 +57,7 @@ def compile_sources() -> None:
     someone edits a source file in this shared checkout (an mtime-checked one may not).
     """
     compileall.compile_dir(
-        REPO / "src",
+        src,
         quiet=1,
         invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
     )

@@ -44,6 +44,7 @@ from frontends import (
     PINNING,
     REPO,
     Proc,
+    compile_sources,
     free_port,
     frontend_command,
     mock_engine_command,
@@ -124,7 +125,15 @@ class Launch:
     engine_pids: list[int]
 
 
+# `--baseline DIR`: another checkout of this project (e.g. `git worktree add DIR BASE_COMMIT`),
+# served as "ours-base" by the same interpreter, for before/after figures from one run.
+BASELINE: list[pathlib.Path] = []
+
+
 def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) -> list[str]:
+    if name == "ours-base":  # its sources ahead of this checkout's editable install
+        path = os.pathsep.join([str(BASELINE[0] / "src"), str(REPO)])
+        return ["env", f"PYTHONPATH={path}", *frontend_command("ours", model, port, handshake)]
     if name.startswith("ours-x"):  # ours with N API-server processes
         extra = ["--api-server-count", name.removeprefix("ours-x")]
         return frontend_command("ours", model, port, handshake, extra=extra)
@@ -605,6 +614,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="give the frontend under test CPU 0 and the engine side and load client CPU 1 "
         "(steadier per-token CPU figures on a 2-core machine; every frontend alike)",
     )
+    p.add_argument(
+        "--baseline",
+        type=pathlib.Path,
+        default=None,
+        help="another checkout of this project (e.g. `git worktree add DIR COMMIT`), also run "
+        "as `ours-base` for before/after figures in one run",
+    )
     p.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     p.add_argument("--list", action="store_true", help="list workload names and exit")
     args = p.parse_args(argv)
@@ -620,8 +636,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     frontends = [x.strip() for x in args.frontends.split(",") if x.strip()]
     if args.api_server_count > 1 and f"ours-x{args.api_server_count}" not in frontends:
         frontends.append(f"ours-x{args.api_server_count}")
+    if args.baseline is not None:
+        if not (args.baseline / "src" / "vllm_frontend").is_dir():
+            p.error(f"--baseline {args.baseline}: no src/vllm_frontend there")
+        BASELINE.append(args.baseline.resolve())
+        compile_sources(BASELINE[0] / "src")
+        if "ours-base" not in frontends:
+            frontends.insert(frontends.index("ours") + 1 if "ours" in frontends else 0, "ours-base")
     for name in frontends:
-        if name not in BASE_FRONTENDS and not (name.startswith("ours-x") and name[6:].isdigit()):
+        known = name in BASE_FRONTENDS or (name == "ours-base" and BASELINE)
+        if not known and not (name.startswith("ours-x") and name[6:].isdigit()):
             p.error(f"unknown frontend {name!r}")
 
     if args.pin:
