@@ -368,7 +368,7 @@ def test_llama3_json_needs_the_python_tag_token() -> None:
 
 
 def test_startup_fails_for_an_unknown_parser_name_listing_the_valid_ones() -> None:
-    from vllm_frontend.config import ConfigError, config_from_args
+    from vllm_frontend.cmd.config import ConfigError, config_from_args
 
     base = {"model_tag": "m", "enable_auto_tool_choice": True}
     with pytest.raises(ConfigError, match=r"'pythonic'.*hermes, llama3_json"):

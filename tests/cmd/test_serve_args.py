@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from vllm_frontend.cmd.config import ConfigError, config_from_args
 from vllm_frontend.cmd.serve_args import add_serve_arguments, parse_serve_args
-from vllm_frontend.config import ConfigError, config_from_args
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from vllm_frontend.config import ConfigError, config_from_args
+from vllm_frontend.cmd.config import ConfigError, config_from_args
 from vllm_frontend.text.structured_outputs import BACKENDS
 
 

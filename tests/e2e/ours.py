@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources, vocab_bound
-from vllm_frontend.config import config_from_args
+from vllm_frontend.cmd.config import config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.server.app import make_server
 from vllm_frontend.server.http import HttpServer

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 
+from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import (
     ManagedEngines,
     ManagedEngineSpec,
@@ -45,7 +46,6 @@ from vllm_frontend.cmd.managed_engine import (
 )
 from vllm_frontend.cmd.runner import METRICS_DIR_ENV, _fail, _run
 from vllm_frontend.cmd.serve_args import ServeArgs
-from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.handshake import HandshakeError
 from vllm_frontend.engine.protocol import EngineZmqAddresses
 from vllm_frontend.engine.transport import StreamListeners, bind_stream_listeners, own_handshake

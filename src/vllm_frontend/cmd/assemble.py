@@ -15,7 +15,7 @@ from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT
 from vllm_frontend.chat.template_cache import TemplateCodeCache
-from vllm_frontend.config import FrontendConfig
+from vllm_frontend.cmd.config import FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics

@@ -28,9 +28,9 @@ from vllm_frontend.cmd.assemble import (
     load_model_resources,
     vocab_bound,
 )
+from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.serve_args import ServeArgs
-from vllm_frontend.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.admission import SharedRequestCounts
