@@ -44,7 +44,7 @@ from vllm_frontend.cmd.managed_engine import (
     ManagedEngineSpec,
     death_signal_setter,
 )
-from vllm_frontend.cmd.runner import METRICS_DIR_ENV, _fail, _run
+from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.engine.handshake import HandshakeError
 from vllm_frontend.engine.protocol import EngineZmqAddresses
@@ -148,23 +148,23 @@ def run_api_servers(serve: ServeArgs, spec: ManagedEngineSpec) -> int:
         config = config_from_args(serve.frontend_args())
         args_json = _child_args_json(serve)
     except (ConfigError, TypeError, ValueError) as e:
-        return _fail(str(e), 2)
+        return fail(str(e), 2)
     external = ns.data_parallel_size_local == 0
     local = not external and ns.data_parallel_size_local in (None, ns.data_parallel_size)
     try:
         http_sock = _http_socket(config)
     except OSError as e:
-        return _fail(f"cannot bind the HTTP socket: {e}", 1)
+        return fail(f"cannot bind the HTTP socket: {e}", 1)
     try:
         listeners = bind_stream_listeners(count, local=local, host=spec.handshake_host)
     except (OSError, ValueError) as e:
         http_sock.close()
-        return _fail(f"cannot bind the engine listeners: {e}", 1)
+        return fail(f"cannot bind the engine listeners: {e}", 1)
     engines = None if external else ManagedEngines(spec)
     metrics_dir = make_private_dir("vllm-fe-metrics-")
     frontends = _Frontends(metrics_dir)
     try:
-        return _run(
+        return run_event_loop(
             _supervise(serve, spec, config, http_sock, listeners, engines, frontends, args_json)
         )
     finally:

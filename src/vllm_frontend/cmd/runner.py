@@ -30,6 +30,7 @@ from vllm_frontend.cmd.assemble import (
 )
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
+from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
@@ -45,11 +46,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_frontend")
 
 _STARTED = time.monotonic()
-
-METRICS_DIR_ENV = "VLLM_FRONTEND_API_SERVER_METRICS_DIR"
-"""Set by the ``--api-server-count`` supervisor for its children: the private directory where
-each one serves its own metrics to the others, so that any of them answers ``/metrics`` for all
-(as vLLM's ``PROMETHEUS_MULTIPROC_DIR``)."""
 
 
 class StartupError(Exception):
@@ -72,20 +68,6 @@ def setup_logging() -> None:
     root.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
 
 
-def _run(main: Awaitable[int]) -> int:
-    try:
-        import uvloop
-
-        return uvloop.run(main)  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(main)  # type: ignore[arg-type]
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"vllm-frontend: error: {message}", file=sys.stderr)
-    return code
-
-
 def _load(config: FrontendConfig) -> ModelResources:
     try:
         return load_model_resources(config)
@@ -100,7 +82,7 @@ def run_frontend(args: argparse.Namespace) -> int:
     """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
     setup_logging()
     if not 0 <= args.client_index < args.client_count:
-        return _fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
+        return fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
     try:
         raw = json.loads(args.args_json)
         if not isinstance(raw, dict):
@@ -109,9 +91,9 @@ def run_frontend(args: argparse.Namespace) -> int:
         model = _load(config)
         http_sock = socket_from_fd(args.listen_fd)
     except (ConfigError, json.JSONDecodeError) as e:
-        return _fail(str(e), 2)
+        return fail(str(e), 2)
     except (StartupError, OSError) as e:
-        return _fail(str(e), 1)
+        return fail(str(e), 1)
 
     async def connect() -> EngineCoreClient:
         return await EngineCoreClient.adopt(
@@ -147,7 +129,7 @@ def run_frontend(args: argparse.Namespace) -> int:
                 METRICS_DIR_ENV,
             )
     # Under `vllm serve` a non-zero exit makes the supervisor tear everything down (§3.2.4).
-    return _run(
+    return run_event_loop(
         _serve(
             config,
             model,
@@ -196,7 +178,7 @@ def run_serve(serve: ServeArgs) -> int:
         engines = ManagedEngines(spec)
         engines.start()
         try:
-            return _run(engines.wait())
+            return run_event_loop(engines.wait())
         except KeyboardInterrupt:
             return 0
         finally:
@@ -212,22 +194,22 @@ def run_serve(serve: ServeArgs) -> int:
         config = config_from_args(serve.frontend_args())
         http_sock = _http_socket(config)
     except ConfigError as e:
-        return _fail(str(e), 2)
+        return fail(str(e), 2)
     except OSError as e:
-        return _fail(str(e), 1)
+        return fail(str(e), 1)
     try:
         # Bound before the model loads: engines that are already waiting connect meanwhile
         # (libzmq queues their HELLO), instead of retrying every 100 ms until we listen.
         handshake = bind_handshake(address, range(ns.data_parallel_size), local=local)
     except (ValueError, zmq.ZMQError) as e:
         http_sock.close()
-        return _fail(f"cannot listen for the engines' handshake at {address}: {e}", 1)
+        return fail(f"cannot listen for the engines' handshake at {address}: {e}", 1)
     try:
         model = _load(config)
     except StartupError as e:
         handshake.close()
         http_sock.close()
-        return _fail(str(e), 1)
+        return fail(str(e), 1)
     engines_proc = None if external else ManagedEngines(spec)
 
     async def watch() -> str:
@@ -250,7 +232,9 @@ def run_serve(serve: ServeArgs) -> int:
 
     try:
         # Managed engines die with us; external ones keep us up and unhealthy until stopped.
-        return _run(_serve(config, model, connect, [http_sock], exit_on_engine_death=not external))
+        return run_event_loop(
+            _serve(config, model, connect, [http_sock], exit_on_engine_death=not external)
+        )
     finally:
         handshake.close()  # in case the engines' handshake never ran (a signal came first)
         if engines_proc is not None:
