@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_frontend.engine.client import RequestStream, _Notifier, _RequestState
+from vllm_frontend.engine.streams import Notifier, RequestState, RequestStream
 
 
 class StreamClient:
@@ -22,15 +22,22 @@ class StreamClient:
     def __init__(self) -> None:
         self.live: dict[str, Any] = {}
         """Running request id -> the subclass's script state (its stream state first)."""
-        self._notifier = _Notifier(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        """The event loop the streams run on."""
+        self._notifier = Notifier(self.loop)
 
-    def open_stream(self, request_id: str) -> tuple[_RequestState, RequestStream]:
+    def open_stream(self, request_id: str) -> tuple[RequestState, RequestStream]:
         """A new request's stream state (to put outputs into) and its stream (to return)."""
-        state = _RequestState(request_id, 0, self._notifier)
-        return state, RequestStream(self, state)  # type: ignore[arg-type]
+        state = RequestState(request_id, 0, self._notifier)
+        return state, RequestStream(self, state)
 
-    def _abort_state(self, state: _RequestState) -> None:
+    def abort_state(self, state: RequestState) -> None:
+        """Forget the request of ``state`` (its consumer went away)."""
         self.live.pop(state.request_id, None)
+
+    def abort_later(self, request_id: str) -> None:
+        """Forget ``request_id`` (its stream was dropped unfinished)."""
+        self.live.pop(request_id, None)
 
     def abort_requests(self, request_ids: Sequence[str]) -> int:
         """Forget the requests (the engine stops producing for them)."""

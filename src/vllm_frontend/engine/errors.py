@@ -1,8 +1,14 @@
-"""Exceptions raised by the engine wire layer (codec and structs)."""
+"""Exceptions of the engine layer: the wire (codec and structs) and the engine client."""
 
 from __future__ import annotations
 
-__all__ = ["EngineDeadSignal", "ProtocolError"]
+__all__ = [
+    "EngineDeadError",
+    "EngineDeadSignal",
+    "ProtocolError",
+    "UtilityCallError",
+    "UtilityTimeoutError",
+]
 
 
 class ProtocolError(Exception):
@@ -22,3 +28,21 @@ class EngineDeadSignal(Exception):
 
     def __init__(self, message: str = "engine core died (ENGINE_CORE_DEAD received)") -> None:
         super().__init__(message)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine(s) died or became unreachable; in-flight and new requests cannot complete."""
+
+
+class UtilityCallError(RuntimeError):
+    """A utility call reached the engine and failed there (unknown method, exception, …)."""
+
+    def __init__(self, method: str, engine_index: int, message: str) -> None:
+        super().__init__(f"utility {method!r} failed on engine {engine_index}: {message}")
+        self.method = method
+        self.engine_index = engine_index
+        self.failure_message = message
+
+
+class UtilityTimeoutError(TimeoutError):
+    """A utility call got no reply in time."""
