@@ -37,7 +37,12 @@ from vllm_frontend.engine.protocol import (
 from vllm_frontend.engine.requests import RequestSender
 from vllm_frontend.engine.routing import OutputRouter, StepObserver
 from vllm_frontend.engine.scheduler_stats import StatsBoard
-from vllm_frontend.engine.startup import ClientOptions, adopted_sockets, handshake_sockets
+from vllm_frontend.engine.startup import (
+    ClientOptions,
+    adopted_sockets,
+    handshake_sockets,
+    registered_limits,
+)
 from vllm_frontend.engine.streams import RequestStream
 from vllm_frontend.engine.transport import BoundHandshake, EngineSockets
 from vllm_frontend.engine.utility import UtilityCalls
@@ -73,16 +78,6 @@ class EngineCoreClient:
         self._engines = engines = list(sockets.engine_indices)
         identities = {i: engine_identity(i) for i in engines}
         self._registrations: dict[int, EngineCoreReadyResponse | None] = dict(sockets.registrations)
-        regs = [r for r in self._registrations.values() if r is not None]
-        lens = [r.max_model_len for r in regs if r.max_model_len is not None]
-        limits = RequestLimits(
-            client_index=client_index,
-            engine_count=len(engines),
-            max_model_len=min(lens) if lens else None,
-            vocab_size=options.get("vocab_size"),
-            max_logprobs=options.get("max_logprobs"),
-            supports_lora=(all(bool(r.supports_lora) for r in regs) if regs else None),
-        )
         in_flight = dict.fromkeys(engines, 0)
         self._liveness = liveness = Liveness()
         self._stats = StatsBoard(asyncio.get_running_loop(), liveness)
@@ -99,7 +94,7 @@ class EngineCoreClient:
             sockets.input,
             identities,
             in_flight,
-            limits,
+            registered_limits(sockets, options),
             self._balancer,
             liveness,
             coordinated=sockets.coordinator is not None,
@@ -140,14 +135,9 @@ class EngineCoreClient:
         ``start_index … start_index + engine_count - 1`` (started before or after this call).
 
         ``local``: the engines run on this host (ipc:// sockets); otherwise TCP on
-        ``advertise_host`` (default: the handshake host). Raises HandshakeError or
-        HandshakeTimeoutError (naming the engines still missing). See :class:`ClientOptions`.
-
-        ``handshake_address`` may instead be a :func:`~vllm_frontend.engine.transport.
-        bind_handshake` result, bound earlier so that the engines join while the caller loads
-        its model; it fixes the engines, their locality, the coordinator, the parallel config
-        and the socket options, so those arguments stay unset. The client owns (and on failure
-        closes) it from this call on.
+        ``advertise_host`` (default: the handshake host). ``handshake_address`` may instead be
+        a handshake bound earlier (see :func:`~vllm_frontend.engine.startup.handshake_sockets`).
+        Raises HandshakeError or HandshakeTimeoutError (naming the engines still missing).
         """
         engines = range(start_index, start_index + engine_count)
         sockets = await handshake_sockets(
@@ -317,17 +307,13 @@ class EngineCoreClient:
         Raises UtilityCallError (the engine reported a failure), UtilityTimeoutError or
         EngineDeadError.
         """
-        target = self._engines[0] if engine is None else engine
-        if target not in self._engines:
-            raise ValueError(f"engine {target} is not served by this client ({self._engines})")
-        return await self._utility.call(method, args, target, timeout)
+        return await self._utility.call(method, args, engine, timeout)
 
     async def call_utility_all(
         self, method: str, *args: Any, timeout: float | None = 60.0
     ) -> list[Any]:
         """Call ``method(*args)`` on every engine concurrently; results in engine order."""
-        calls = (self._utility.call(method, args, i, timeout) for i in self._engines)
-        return list(await asyncio.gather(*calls))
+        return await self._utility.call_all(method, args, timeout)
 
     # -- death and shutdown ---------------------------------------------------------------------
 

@@ -20,8 +20,9 @@ from vllm_frontend.engine.transport import (
     adopt_listeners,
     bind_handshake,
 )
+from vllm_frontend.engine.validate import RequestLimits
 
-__all__ = ["ClientOptions", "adopted_sockets", "handshake_sockets"]
+__all__ = ["ClientOptions", "adopted_sockets", "handshake_sockets", "registered_limits"]
 
 DEFAULT_READY_TIMEOUT_S = 600.0
 
@@ -57,8 +58,14 @@ async def handshake_sockets(
     parallel_config: dict[str, object] | None,
     options: ClientOptions,
 ) -> EngineSockets:
-    """Mode A: own the handshake at ``address`` (``tcp://HOST:PORT``, or a handshake bound
-    earlier, which then fixes everything but the timeout) until ``engines`` have registered."""
+    """Mode A: own the handshake at ``address`` (``tcp://HOST:PORT``) until ``engines`` have
+    registered.
+
+    ``address`` may instead be a :func:`~vllm_frontend.engine.transport.bind_handshake` result,
+    bound earlier so that the engines join while the caller loads its model; it fixes the
+    engines, their locality, the coordinator, the parallel config and the socket options, so
+    those arguments stay at their defaults. It is owned (and on failure closed) from here on.
+    """
     socket_options = options.get("socket_options")
     if isinstance(address, BoundHandshake):
         bound = address
@@ -100,4 +107,19 @@ async def adopted_sockets(
         timeout_s=options.get("ready_timeout_s", DEFAULT_READY_TIMEOUT_S),
         options=options.get("socket_options"),
         abort=options.get("process_watcher"),
+    )
+
+
+def registered_limits(sockets: EngineSockets, options: ClientOptions) -> RequestLimits:
+    """What requests to these engines are validated against, from their registrations (a check
+    is skipped where no engine reported the value) and ``options``."""
+    regs = [r for r in sockets.registrations.values() if r is not None]
+    lens = [r.max_model_len for r in regs if r.max_model_len is not None]
+    return RequestLimits(
+        client_index=options.get("client_index", 0),
+        engine_count=len(sockets.engine_indices),
+        max_model_len=min(lens) if lens else None,
+        vocab_size=options.get("vocab_size"),
+        max_logprobs=options.get("max_logprobs"),
+        supports_lora=(all(bool(r.supports_lora) for r in regs) if regs else None),
     )

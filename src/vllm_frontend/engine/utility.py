@@ -42,7 +42,8 @@ class UtilityCalls:
         *,
         client_index: int,
     ) -> None:
-        """``identities``: engine index -> its ROUTER identity, for the engines served."""
+        """``identities``: engine index -> its ROUTER identity, for the engines served, in
+        engine order."""
         self._input = input_socket
         self._identities = identities
         self._liveness = liveness
@@ -51,10 +52,25 @@ class UtilityCalls:
         self._call_ids = itertools.count(1)
 
     async def call(
+        self, method: str, args: Sequence[Any], engine: int | None, timeout: float | None
+    ) -> Any:
+        """Run ``method(*args)`` on ``engine`` (None: the first); its result, or
+        UtilityCallError, UtilityTimeoutError or EngineDeadError."""
+        if engine is None:
+            engine = next(iter(self._identities))
+        elif engine not in self._identities:
+            served = list(self._identities)
+            raise ValueError(f"engine {engine} is not served by this client ({served})")
+        return await self._call(method, args, engine, timeout)
+
+    async def call_all(self, method: str, args: Sequence[Any], timeout: float | None) -> list[Any]:
+        """Run ``method(*args)`` on every engine concurrently; results in engine order."""
+        calls = (self._call(method, args, i, timeout) for i in self._identities)
+        return list(await asyncio.gather(*calls))
+
+    async def _call(
         self, method: str, args: Sequence[Any], engine: int, timeout: float | None
     ) -> Any:
-        """Run ``method(*args)`` on ``engine``; its result, or UtilityCallError,
-        UtilityTimeoutError or EngineDeadError."""
         self._liveness.raise_if_dead()
         if not isinstance(method, str) or not method:
             raise ValueError("utility method must be a non-empty string")
