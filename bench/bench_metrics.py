@@ -1,4 +1,4 @@
-"""Micro-benchmark of the request metrics (vllm_frontend.llm.metrics.FrontendMetrics).
+"""Micro-benchmark of the request metrics (vllm_frontend.metrics.frontend.FrontendMetrics).
 
 Measures what the frontend does per engine output and per request, as ``llm/generate.py`` calls
 it (no explicit ``now``: the monotonic clock is read inside, as in production):
@@ -8,8 +8,8 @@ it (no explicit ``now``: the monotonic clock is read inside, as in production):
 * ``observe_prefill``, ``observe_finished`` and ``observe_parent_finished``: once per request;
 * a whole 100-token request (prefill, 100 outputs, finish) per request and per token;
 * one ``/metrics`` scrape after 10,000 requests on 2 engines, with the process series, as the
-  server renders it (``render_metrics``: ``vllm_frontend.exposition``) and as prometheus_client's
-  ``generate_latest`` renders the same families;
+  server renders it (``render_metrics``: ``vllm_frontend.metrics.exposition``) and as
+  prometheus_client's ``generate_latest`` renders the same families;
 * the CPU time of the first scrape in a fresh interpreter (imports included), as ``serve`` pays
   it on its event loop.
 
@@ -31,8 +31,11 @@ from typing import NamedTuple
 
 import prometheus_client
 
-from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
-from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.http_series import HttpMetrics
+from vllm_frontend.metrics.openmetrics import render_openmetrics
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
+from vllm_frontend.metrics.request_stats import RequestStats
 
 MAX_MODEL_LEN = 4096
 ENGINES = (0, 1)
@@ -62,9 +65,7 @@ def report(label: str, timing: tuple[float, float], per: str = "call") -> None:
 
 
 def fresh_metrics() -> FrontendMetrics:
-    return FrontendMetrics(
-        "bench-model", MAX_MODEL_LEN, ENGINES, registry=prometheus_client.CollectorRegistry()
-    )
+    return FrontendMetrics("bench-model", MAX_MODEL_LEN, ENGINES, registry=MetricsRegistry())
 
 
 def decoding_stats() -> RequestStats:
@@ -134,6 +135,11 @@ def main() -> None:
         "scrape",
     )
     report(
+        "  the same families as OpenMetrics",
+        measure(lambda: render_openmetrics(registry.collect()), 5, repeats=50),
+        "scrape",
+    )
+    report(
         "  prometheus_client.generate_latest, same families",
         measure(lambda: prometheus_client.generate_latest(registry), 5, repeats=50),  # type: ignore[arg-type]
         "scrape",
@@ -160,7 +166,7 @@ _FIRST_SCRAPE = """
 import sys, time
 sys.path.insert(0, {bench!r})
 from bench_metrics import fill
-from vllm_frontend.server.metrics import MetricsRegistry, render_metrics
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
 registry = MetricsRegistry(process_metrics=True)
 fill(registry)
 start = time.process_time()

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import uvloop
-from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 
@@ -37,7 +36,8 @@ from support.stream_client import StreamClient
 from support.tiny_model import tiny_model_dir
 from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
-from vllm_frontend.llm import FrontendMetrics
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
 from vllm_frontend.server.http import PushedStreamingResponse, Request, StreamSink
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -76,7 +76,7 @@ def _metrics() -> FrontendMetrics | None:
     # unless BENCH_NO_METRICS is set.
     if os.environ.get("BENCH_NO_METRICS"):
         return None
-    return FrontendMetrics("m", max_model_len=4096, registry=CollectorRegistry())
+    return FrontendMetrics("m", max_model_len=4096, registry=MetricsRegistry())
 
 
 def _app(model: pathlib.Path, client: _Client) -> App:

@@ -1,5 +1,5 @@
-"""``vllm_frontend.exposition`` writes what prometheus_client's ``generate_latest`` writes: the
-same values, escaping, names and family layout, checked against prometheus_client itself."""
+"""``vllm_frontend.metrics.exposition`` writes what prometheus_client's ``generate_latest`` writes:
+the same values, escaping, names and family layout, checked against prometheus_client itself."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from vllm_frontend.exposition import MetricFamily, Sample, format_value, render
+from vllm_frontend.metrics.exposition import MetricFamily, Sample, format_value, render
 
 
 class _Families:
@@ -107,7 +107,7 @@ def test_created_series_follow_prometheus_clients_environment_switch(setting: st
         env["PROMETHEUS_DISABLE_CREATED_SERIES"] = setting
     code = (
         "import sys\n"
-        "from vllm_frontend.exposition import created_series_enabled\n"
+        "from vllm_frontend.metrics.exposition import created_series_enabled\n"
         "ours = created_series_enabled()\n"
         "assert 'prometheus_client' not in sys.modules\n"
         "import prometheus_client.metrics\n"
@@ -122,7 +122,7 @@ def test_created_series_follow_prometheus_clients_environment_switch(setting: st
 def test_created_series_follow_prometheus_clients_switch_once_it_is_loaded() -> None:
     code = (
         "import prometheus_client.metrics as m\n"
-        "from vllm_frontend.exposition import created_series_enabled as on\n"
+        "from vllm_frontend.metrics.exposition import created_series_enabled as on\n"
         "m.disable_created_metrics(); a = on()\n"
         "m.enable_created_metrics(); b = on()\n"
         "print(a, b)\n"

@@ -41,7 +41,7 @@ from tests.support.engines import (
 from tests.support.reference import reference_generate
 
 from vllm_frontend.cmd.process import METRICS_DIR_ENV
-from vllm_frontend.server.metrics_merge import MetricsSnapshot
+from vllm_frontend.metrics.merge import MetricsSnapshot
 from vllm_frontend.server.sibling_metrics import snapshot_path
 
 MAX_TOKENS = 16

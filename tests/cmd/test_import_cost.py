@@ -16,8 +16,7 @@ import sys
 _ALLOWED = {
     "vllm_frontend.cmd.api_servers",
     "vllm_frontend.cmd.runner",
-    "vllm_frontend.server.metrics",
-    "vllm_frontend.server.metrics_merge",
+    "vllm_frontend.metrics.merge",
     "vllm_frontend.server.sibling_metrics",
     "vllm_frontend.text.tokenizer",
 }

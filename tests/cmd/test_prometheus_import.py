@@ -1,6 +1,6 @@
 """prometheus_client stays out of the serving process: ``vllm-frontend serve`` renders
-``/metrics`` itself (``vllm_frontend.exposition``), so neither startup nor a scrape imports it
-(its import is ~60 ms of CPU, which a scrape would spend on the event loop).
+``/metrics`` itself (``vllm_frontend.metrics.exposition``), so neither startup nor a scrape imports
+it (its import is ~60 ms of CPU, which a scrape would spend on the event loop).
 
 The serve test runs the real command in front of the mock engine under ``python -X importtime``,
 whose log names every module when it is first imported, as it is imported.

@@ -24,7 +24,7 @@ from tests.e2e.test_differential import both, chat, compare, completion
 pytestmark = pytest.mark.engine
 
 # vLLM's frontend exports these in this setting and ours does not (see
-# src/vllm_frontend/llm/metrics.py): cache_config_info's labels are the engine's whole
+# src/vllm_frontend/metrics/vllm_families.py): cache_config_info's labels are the engine's whole
 # CacheConfig, most of it engine arguments and platform defaults this frontend never receives.
 LEFT_OUT = {"vllm:cache_config_info"}
 

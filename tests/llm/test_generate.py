@@ -10,12 +10,8 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from vllm_frontend.llm import (
-    LLM,
-    FrontendMetrics,
-    GenerateRequest,
-    OutputKind,
-)
+from vllm_frontend.llm import LLM, GenerateRequest, OutputKind
+from vllm_frontend.metrics.frontend import FrontendMetrics
 
 
 class Params(msgspec.Struct):
@@ -195,7 +191,7 @@ def test_engine_gauges_report_the_latest_scheduler_stats_per_engine() -> None:
         num_waiting_reqs: int
         kv_cache_usage: float
 
-    from vllm_frontend.llm import EngineGauges
+    from vllm_frontend.metrics.engine_gauges import EngineGauges
 
     registry = CollectorRegistry()
     latest = {1: Stats(3, 2, 0.25)}

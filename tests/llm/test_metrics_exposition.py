@@ -24,8 +24,11 @@ from vllm_frontend.engine.protocol import (
     PrefixCacheStats,
     SchedulerStats,
 )
-from vllm_frontend.llm.metrics import FINISH_REASON_LABELS, FrontendMetrics, RequestStats
-from vllm_frontend.server.metrics import MetricsRegistry
+from vllm_frontend.llm.step_metrics import observe_step
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.request_stats import RequestStats
+from vllm_frontend.metrics.vllm_families import FINISH_REASON_LABELS
 
 MODEL = "org/tiny-model"
 LABELS = ["model_name", "engine"]
@@ -411,7 +414,7 @@ def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) ->
             pair.reference.observe_output(ref, tokens, events, now, num_cached_tokens=cached)
             if rng.random() < 0.5:
                 message, tracked = random_message(rng, engines)
-                pair.ours.observe_step(message, tracked)
+                observe_step(pair.ours, message, tracked)
                 pair.reference.observe_step(message, tracked)
             continue
         reason = rng.choice([*FINISH_REASON_LABELS, "timeout"])

@@ -13,7 +13,10 @@ from prometheus_client import CollectorRegistry
 from vllm_frontend.engine.codec import decode_outputs
 from vllm_frontend.engine.protocol import EngineCoreOutputs, SchedulerStats
 from vllm_frontend.llm.generate import LLM
-from vllm_frontend.llm.metrics import EngineGauges, FrontendMetrics, RequestStats
+from vllm_frontend.llm.step_metrics import observe_step
+from vllm_frontend.metrics.engine_gauges import EngineGauges
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.request_stats import RequestStats
 
 MODEL = "tiny"
 
@@ -72,18 +75,18 @@ def test_iteration_tokens_are_the_steps_computed_prompt_tokens_plus_generated_to
     m, registry = metrics
     tracked = {"a", "b"}
     # Step 1: a's prefill (300 prompt tokens, 128 found in the prefix cache) and b's (20).
-    m.observe_step(engine_message(0, [
+    observe_step(m, engine_message(0, [
         {"id": "a", "tokens": [5], "prefill": prefill(300, local=128)},
         {"id": "b", "tokens": [6], "prefill": prefill(20)},
     ]), tracked)  # fmt: skip
     # Step 2: one decode token each; c is no longer tracked (aborted here): not counted.
-    m.observe_step(engine_message(0, [
+    observe_step(m, engine_message(0, [
         {"id": "a", "tokens": [7]}, {"id": "b", "tokens": [8]}, {"id": "c", "tokens": [9]},
     ]), tracked)  # fmt: skip
     # Step 3: only an untracked output: vLLM still observes the step, with 0 tokens.
-    m.observe_step(engine_message(0, [{"id": "c", "tokens": [1, 2]}]), tracked)
+    observe_step(m, engine_message(0, [{"id": "c", "tokens": [1, 2]}]), tracked)
     # Stats only, no outputs: no step observed.
-    m.observe_step(engine_message(0, [], scheduler_stats(0, 0)), tracked)
+    observe_step(m, engine_message(0, [], scheduler_stats(0, 0)), tracked)
 
     steps = [(300 - 128) + 20 + 2, 2, 0]
     assert value(registry, "vllm:iteration_tokens_total_count") == len(steps)
@@ -107,9 +110,10 @@ def test_prefix_cache_counters_add_up_every_messages_scheduler_stats(
     connector = {"reset": False, "requests": 1, "queries": 64, "hits": 48,
                  "preempted_requests": 0, "preempted_queries": 0, "preempted_hits": 0,
                  "hits_by_source": {"host": 32, "disk": 16}}  # fmt: skip
-    m.observe_step(engine_message(1, [], scheduler_stats(200, 128)), set())
-    m.observe_step(engine_message(1, [], scheduler_stats(50, 0)), set())
-    m.observe_step(
+    observe_step(m, engine_message(1, [], scheduler_stats(200, 128)), set())
+    observe_step(m, engine_message(1, [], scheduler_stats(50, 0)), set())
+    observe_step(
+        m,
         engine_message(1, [], scheduler_stats(10, 0, connector_prefix_cache_stats=connector)),
         set(),
     )
@@ -134,7 +138,7 @@ def test_performance_estimates_count_only_messages_that_carry_them(
             "num_write_bytes_per_gpu": 1024, "debug_stats": None}  # fmt: skip
     zero = {"num_flops_per_gpu": 0, "num_read_bytes_per_gpu": 0, "num_write_bytes_per_gpu": 0}
     for stats in (perf, zero, perf, None):
-        m.observe_step(engine_message(0, [], scheduler_stats(0, 0, perf_stats=stats)), set())
+        observe_step(m, engine_message(0, [], scheduler_stats(0, 0, perf_stats=stats)), set())
     assert value(registry, "vllm:estimated_flops_per_gpu_total") == 6 * 10**12
     assert value(registry, "vllm:estimated_read_bytes_per_gpu_total") == 8192
     assert value(registry, "vllm:estimated_write_bytes_per_gpu_total") == 2048

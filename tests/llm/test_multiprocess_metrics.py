@@ -18,15 +18,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from vllm_frontend.exposition import Collector, MetricFamily
-from vllm_frontend.llm.metrics import (
-    FINISH_REASON_LABELS,
-    EngineGauges,
-    FrontendMetrics,
-    RequestStats,
-)
-from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
-from vllm_frontend.server.metrics_merge import MetricsSnapshot, merge_expositions
+from vllm_frontend.metrics.engine_gauges import EngineGauges
+from vllm_frontend.metrics.exposition import Collector, MetricFamily
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.http_series import HttpMetrics
+from vllm_frontend.metrics.merge import MetricsSnapshot, merge_expositions
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
+from vllm_frontend.metrics.request_stats import RequestStats
+from vllm_frontend.metrics.vllm_families import FINISH_REASON_LABELS
 
 MODEL = "org/tiny-model"
 ENGINES = (0, 1, 2)

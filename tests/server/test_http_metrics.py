@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import ServerSettings
 from vllm_frontend.server.http import Request, Response
 from vllm_frontend.server.protocol import parse_completion_request
@@ -56,7 +57,7 @@ def server() -> Iterator[RunningServer]:
 
     app = build_app(
         ServerSettings(),
-        Services(metrics_registry=CollectorRegistry()),
+        Services(metrics_registry=MetricsRegistry()),
         {("POST", "/v1/completions"): completions},
     )
     srv = RunningServer(app)

@@ -15,9 +15,10 @@ from prometheus_client import (
     generate_latest,
 )
 
-from vllm_frontend.exposition import render
-from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
-from vllm_frontend.server.process_metrics import default_collectors
+from vllm_frontend.metrics.exposition import render
+from vllm_frontend.metrics.http_series import HttpMetrics
+from vllm_frontend.metrics.process import default_collectors
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
 
 _SAMPLE = re.compile(r"^(\S+) (\S+)$", re.M)
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry, Counter
 
+from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.series import Counter, SeriesCollector
 from vllm_frontend.server import errors
 from vllm_frontend.server.app import ServerSettings, make_server
 from vllm_frontend.server.http import Request, Response, StreamingResponse
@@ -50,11 +51,13 @@ class Gate:
 
 
 @pytest.fixture
-def env() -> Iterator[tuple[RunningServer, FakeEngine, Gate, CollectorRegistry]]:
+def env() -> Iterator[tuple[RunningServer, FakeEngine, Gate, MetricsRegistry]]:
     engine = FakeEngine()
     gate = Gate()
-    registry = CollectorRegistry()
-    Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", registry=registry).inc(7)
+    registry = MetricsRegistry()
+    prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", ())
+    prompt_tokens.child(()).inc(7)
+    registry.register(SeriesCollector([prompt_tokens]))
 
     async def chat_tokens(req: TokenizeChatRequest) -> list[int]:
         text = "".join(f"<{m['role']}>{m['content']}" for m in req.messages)

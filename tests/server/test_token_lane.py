@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from tests.support.generation_app import generation_app
 from tests.support.responses import body as body_of
@@ -33,7 +32,8 @@ from vllm_frontend.engine.protocol import (
     FinishReason,
     LogprobsLists,
 )
-from vllm_frontend.llm import FrontendMetrics
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
 from vllm_frontend.server.http import PushedStreamingResponse, Request
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -116,7 +116,7 @@ def _tokenizer(model: pathlib.Path) -> Tokenizer:
     return Tokenizer.from_dir(model)
 
 
-def _app(model: pathlib.Path, client: StepClient, registry: CollectorRegistry | None) -> App:
+def _app(model: pathlib.Path, client: StepClient, registry: MetricsRegistry | None) -> App:
     metrics = None if registry is None else FrontendMetrics("m", 256, registry=registry)
     return generation_app(
         model, client, max_model_len=256, metrics=metrics, tokenizer=_tokenizer(model)
@@ -127,7 +127,7 @@ async def _stream(
     model: pathlib.Path, lane: bool, path: str, body: dict[str, Any], metrics: bool = True
 ) -> Any:
     client = StepClient(_tokenizer(model), lane)
-    registry = CollectorRegistry()
+    registry = MetricsRegistry()
     app = _app(model, client, registry if metrics else None)
     raw = json.dumps({**body, "model": "m", "stream": True}).encode()
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))

@@ -12,8 +12,8 @@ import prometheus_client.metrics
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from vllm_frontend.exposition import render
-from vllm_frontend.server.metrics import MetricsRegistry
+from vllm_frontend.metrics.exposition import render
+from vllm_frontend.metrics.registry import MetricsRegistry
 
 _CREATED = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.M)
 
@@ -48,7 +48,7 @@ def prometheus_view(registry: MetricsRegistry) -> CollectorRegistry:
 
 
 def assert_same_exposition(pair: Any, switch: Callable[[bool], None]) -> None:
-    """``pair.ours_registry`` (rendered by ``vllm_frontend.exposition``) and
+    """``pair.ours_registry`` (rendered by ``vllm_frontend.metrics.exposition``) and
     ``pair.reference_registry`` (prometheus_client's metrics, rendered by prometheus_client) show
     the same page: with ``_created`` series (their timestamps aside) and without them (byte for
     byte); and our renderer writes byte for byte what prometheus_client writes for our families,

@@ -9,7 +9,8 @@ from typing import Any
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM, FrontendMetrics
+from vllm_frontend.llm import LLM
+from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler

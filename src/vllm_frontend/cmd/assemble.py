@@ -18,13 +18,15 @@ from vllm_frontend.chat.template_cache import TemplateCodeCache
 from vllm_frontend.cmd.config import FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM, EngineGauges, FrontendMetrics
+from vllm_frontend.llm import LLM
 from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
+from vllm_frontend.metrics.engine_gauges import EngineGauges
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
-from vllm_frontend.server.metrics import MetricsRegistry
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app, chat_tokenizer
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir

@@ -1,4 +1,5 @@
-"""Token-in / token-out generation over the engine client: ids, n>1 fan-out, request metrics."""
+"""Token-in / token-out generation over the engine client: ids, n>1 fan-out, and the
+adapter feeding engine steps to the request metrics (``vllm_frontend.metrics``)."""
 
 from vllm_frontend.llm.generate import (
     FINISH_REASONS,
@@ -16,18 +17,14 @@ from vllm_frontend.llm.ids import (
     engine_request_id,
     public_request_id,
 )
-from vllm_frontend.llm.metrics import EngineGauges, FrontendMetrics, RequestStats
 
 __all__ = [
     "FINISH_REASONS",
     "LLM",
     "EngineClientLike",
-    "EngineGauges",
-    "FrontendMetrics",
     "GenerateRequest",
     "GenerationStream",
     "OutputKind",
-    "RequestStats",
     "SampleOutput",
     "TokenConsumer",
     "base_request_id",

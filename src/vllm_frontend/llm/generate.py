@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import inspect
 import logging
 import time
@@ -24,7 +25,9 @@ import msgspec
 
 from vllm_frontend.llm.admission import AdmissionControl
 from vllm_frontend.llm.ids import child_request_id, engine_request_id
-from vllm_frontend.llm.metrics import FrontendMetrics, RequestStats
+from vllm_frontend.llm.step_metrics import observe_step
+from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.request_stats import RequestStats
 
 __all__ = [
     "FINISH_REASONS",
@@ -594,7 +597,7 @@ class LLM:
         self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)
         if metrics is not None and observe_steps is not None:
-            observe_steps(metrics.observe_step)  # the per-engine-step series
+            observe_steps(functools.partial(observe_step, metrics))  # the per-engine-step series
         self._request_factory = request_factory
         self._aborting: set[asyncio.Future[Any]] = set()
 

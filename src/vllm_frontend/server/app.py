@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
+from vllm_frontend.metrics.http_series import HttpMetrics, metrics_excluded
+
 from . import errors
 from .http import (
     DEFAULT_MAX_BODY_SIZE,
@@ -28,7 +30,6 @@ from .http import (
     Request,
     Response,
 )
-from .metrics import HttpMetrics, metrics_excluded
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class App:
         self._routes: dict[str, dict[str, Handler]] = {}
         self._allow: dict[str, str] = {}
         self._excluded: dict[str, bool] = {}
+        self._mounts: list[tuple[str, Handler]] = []
         self._tracked = LOAD_TRACKED_PATHS if settings.enable_server_load_tracking else frozenset()
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
@@ -211,6 +213,11 @@ class App:
         self._routes.setdefault(path, {})[method] = handler
         self._allow[path] = ", ".join(self._routes[path])
         self._excluded[path] = metrics_excluded(path)
+
+    def mount(self, prefix: str, handler: Handler) -> None:
+        """Register ``handler`` for every method on every path starting with ``prefix`` that no
+        route takes (as Starlette's ``Mount`` with vLLM's ``^/metrics(?P<path>.*)$`` regex)."""
+        self._mounts.append((prefix, handler))
 
     def _authorized(self, request: Request) -> bool:
         value = request.header(b"authorization")
@@ -257,6 +264,9 @@ class App:
         methods = self._routes.get(path)
         handler = None if methods is None else methods.get(request.method)
         if handler is None:
+            for prefix, mounted in self._mounts:
+                if path.startswith(prefix):
+                    return await self._mounted(request, prefix, mounted, start)
             if methods is None:
                 response: AnyResponse = errors.not_found()
             else:
@@ -283,6 +293,17 @@ class App:
                 _on_sent(response, self._release_load)
         if self.metrics is not None and not self._excluded[path]:
             self._instrument(request, path, response, start)
+        return response
+
+    async def _mounted(
+        self, request: Request, prefix: str, handler: Handler, start: float
+    ) -> AnyResponse:
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            response = errors.error_response(exc)
+        if self.metrics is not None and not metrics_excluded(request.path):
+            self._instrument(request, prefix, response, start)
         return response
 
     def _instrument(

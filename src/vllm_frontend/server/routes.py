@@ -11,24 +11,24 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
+
+from vllm_frontend.metrics.http_series import HttpMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry
 
 from . import errors
 from .app import App, Handler, ServerSettings
 from .generation import OFF_LOOP_ENCODE_CHARS, encode_off_loop
 from .http import Request, Response, json_response
-from .metrics import HttpMetrics, MetricsRegistry, render_metrics
+from .metrics_route import METRICS_PREFIX, metrics_handlers
 from .protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     parse_detokenize_request,
     parse_tokenize_request,
 )
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 VLLM_VERSION = "0.32.0"
 """What ``GET /version`` reports: the vLLM release whose API this frontend implements."""
@@ -97,9 +97,8 @@ class Services(msgspec.Struct):
     chat_tokenizer: ChatTokenizer | None = None
     model_root: str | None = None
     """``root`` in ``/v1/models``: the model path or hub name (vLLM's ``model_path``)."""
-    metrics_registry: MetricsRegistry | CollectorRegistry | None = None
-    """Registry rendered by ``/metrics`` (default: prometheus_client's global one, imported
-    then)."""
+    metrics_registry: MetricsRegistry | None = None
+    """Registry rendered by ``/metrics`` (default: an empty one of the app's own)."""
 
 
 class _Permission(msgspec.Struct):
@@ -164,7 +163,10 @@ def build_app(
 ) -> App:
     """The app with every route: ours plus ``generation_routes`` (e.g.
     ``{("POST", "/v1/completions"): handler}``, which get the JSON content-type check)."""
-    http_metrics = HttpMetrics(services.metrics_registry) if settings.http_metrics else None
+    registry = services.metrics_registry
+    if registry is None:
+        registry = MetricsRegistry()
+    http_metrics = HttpMetrics(registry) if settings.http_metrics else None
     app = App(settings, http_metrics)
 
     async def health(request: Request) -> Response:
@@ -196,10 +198,7 @@ def build_app(
         ]
         return json_response(_ModelList(object="list", data=cards))
 
-    async def metrics(request: Request) -> Response:
-        # The first scrape imports prometheus_client (kept out of startup).
-        body, content_type = render_metrics(services.metrics_registry)
-        return Response(body, 200, content_type.encode())
+    metrics, metrics_mount = metrics_handlers(registry)
 
     async def tokenize(request: Request) -> Response:
         req = parse_tokenize_request(request.body)
@@ -235,7 +234,8 @@ def build_app(
     app.route("GET", "/version", version)
     app.route("GET", "/load", load)
     app.route("GET", "/v1/models", models)
-    app.route("GET", "/metrics", metrics)
+    app.route("GET", METRICS_PREFIX, metrics)
+    app.mount(METRICS_PREFIX, metrics_mount)
     app.route("POST", "/tokenize", tokenize, json_body=True)
     app.route("POST", "/detokenize", detokenize, json_body=True)
     for (method, path), handler in (generation_routes or {}).items():

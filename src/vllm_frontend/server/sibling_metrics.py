@@ -3,8 +3,10 @@
 A scrape lands on whichever process accepts its connection. That process asks its siblings for
 their own expositions over private Unix sockets (``<directory>/metrics-<index>.sock``; the
 directory is made by the supervisor, mode 0700) and answers with the merge
-(:func:`~vllm_frontend.server.metrics_merge.merge_expositions`). Nothing happens per request or
-per token: the series stay each process's in-memory ones, and the work is done per scrape.
+(:func:`~vllm_frontend.metrics.merge.merge_expositions`); the rest of the ``/metrics`` mount
+(format negotiation, gzip) answers with the merge too, read back into families
+(:func:`~vllm_frontend.metrics.text_parse.parse_text`). Nothing happens per request or per
+token: the series stay each process's in-memory ones, and the work is done per scrape.
 
 A sibling that does not answer within :data:`SIBLING_TIMEOUT_S` (dead, not serving yet, or
 stalled) does not fail the scrape: its last snapshot is used if it ever sent one (counters then
@@ -24,8 +26,11 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 
+from vllm_frontend.metrics.merge import MetricsSnapshot, merge_expositions
+from vllm_frontend.metrics.text_parse import parse_text
+
 from .http import AnyResponse, App, Request, Response
-from .metrics_merge import MetricsSnapshot, merge_expositions
+from .metrics_route import METRICS_PREFIX, negotiated_page
 
 __all__ = ["SIBLING_TIMEOUT_S", "SiblingMetrics", "snapshot_path"]
 
@@ -92,12 +97,15 @@ class SiblingMetrics:
             os.unlink(snapshot_path(self._directory, self._index))
 
     def wrap(self, app: App) -> App:
-        """``app`` with ``GET /metrics`` answered for all processes (everything else, and the
-        local part of ``/metrics`` with its middleware, still goes through ``app``)."""
+        """``app`` with ``/metrics`` (and its mount) answered for all processes (everything
+        else, and the local part of ``/metrics`` with its middleware, still goes through
+        ``app``)."""
 
         def dispatch(request: Request) -> Awaitable[AnyResponse]:
-            if request.path == "/metrics" and request.method == "GET":
+            if request.path == METRICS_PREFIX and request.method == "GET":
                 return self._scrape(app, request)
+            if request.path.startswith(METRICS_PREFIX) and request.method != "OPTIONS":
+                return self._scrape_mount(app, request)
             return app(request)
 
         return dispatch
@@ -108,6 +116,15 @@ class SiblingMetrics:
             return response
         local = MetricsSnapshot(response.body, dict(self._stats_times()))
         response.body = merge_expositions([local, *await self.gather()])
+        return response
+
+    async def _scrape_mount(self, app: App, request: Request) -> AnyResponse:
+        response = await app(request)
+        if not isinstance(response, Response) or response.status != 200:
+            return response
+        local = await self.local_snapshot()
+        merged = merge_expositions([local, *await self.gather()])
+        response.body = negotiated_page(request, parse_text(merged)).body
         return response
 
     async def local_snapshot(self) -> MetricsSnapshot:

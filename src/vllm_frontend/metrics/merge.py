@@ -27,8 +27,8 @@ applies in that mode (``prometheus_client/multiprocess.py``) and the gauge modes
 
 Families and samples keep the first process's order (the scraped process comes first), samples
 that only other processes have follow; HELP and TYPE lines are copied as they are, values are
-rendered as prometheus_client renders them (``vllm_frontend.exposition.format_value``), so one
-process's exposition merges into itself byte for byte. Sample timestamps (prometheus_client
+rendered as prometheus_client renders them (``vllm_frontend.metrics.exposition.format_value``),
+so one process's exposition merges into itself byte for byte. Sample timestamps (prometheus_client
 writes none for these series) are dropped.
 """
 
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from vllm_frontend.exposition import format_value
+from vllm_frontend.metrics.exposition import format_value
 
 __all__ = ["MetricsSnapshot", "merge_expositions"]
 

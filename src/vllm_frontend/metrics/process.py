@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from vllm_frontend.exposition import Collector, MetricFamily, Sample
+from vllm_frontend.metrics.exposition import Collector, MetricFamily, Sample
 
 __all__ = ["GcSeries", "PlatformSeries", "ProcessSeries", "default_collectors"]
 

@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import NamedTuple
+
+from vllm_frontend.metrics.names import (
+    ALLOW_UTF8,
+    UNDERSCORES,
+    escape_label_name,
+    escape_metric_name,
+    quote,
+)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -32,6 +39,7 @@ __all__ = [
     "Sample",
     "created_series_enabled",
     "format_value",
+    "label_set",
     "render",
 ]
 
@@ -39,10 +47,6 @@ CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 """The content type prometheus_client (0.26: ``CONTENT_TYPE_LATEST``) sends with this format."""
 
 _INF = math.inf
-_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_NOT_METRIC_RUNE = re.compile(r"[^a-zA-Z0-9_:]")
-_NOT_LABEL_RUNE = re.compile(r"[^a-zA-Z0-9_]")
 # Sample suffixes the text format does not have: their samples go into a gauge family of their
 # own after the family they belong to, in this (sorted) order.
 _MOVED_SUFFIXES = ("_created", "_gcount", "_gsum")
@@ -157,42 +161,21 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _escape_label_value(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-@lru_cache(maxsize=4096)
-def _metric_name(name: str) -> str:
-    """A name outside the legacy character set with ``_`` for each character outside it (the
-    text format's "underscores" escaping)."""
-    if _METRIC_NAME.fullmatch(name) or not name:
-        return name
-    escaped = _NOT_METRIC_RUNE.sub("_", name)
-    return "_" + escaped[1:] if escaped[0].isdigit() else escaped
-
-
-def _label_name(name: str) -> str:
-    if _LABEL_NAME.fullmatch(name) or not name:
-        return name
-    escaped = _NOT_LABEL_RUNE.sub("_", name)
-    return "_" + escaped[1:] if escaped[0].isdigit() else escaped
-
-
 @lru_cache(maxsize=1 << 15)
-def _label_set(names: tuple[str, ...], values: tuple[str, ...]) -> str:
-    """``{a="x",b="y"}`` (sorted by label name), or nothing for no labels."""
+def label_set(names: tuple[str, ...], values: tuple[str, ...], escaping: str = UNDERSCORES) -> str:
+    """``a="x",b="y"`` (sorted by label name, values escaped), or nothing for no labels."""
     if not names:
         return ""
     pairs = sorted(zip(names, values, strict=True))
-    return "{" + ",".join(f'{_label_name(k)}="{_escape_label_value(v)}"' for k, v in pairs) + "}"
+    return ",".join(f'{escape_label_name(k, escaping)}="{quote(v)}"' for k, v in pairs)
 
 
 def _head(name: str, kind: str, help_text: str) -> str:
     return f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
 
 
-def render(families: Iterable[MetricFamily]) -> bytes:
-    """The text exposition of ``families``, in their order."""
+def render(families: Iterable[MetricFamily], escaping: str = UNDERSCORES) -> bytes:
+    """The text exposition of ``families``, in their order, names escaped under ``escaping``."""
     out: list[str] = []
     append = out.append
     for family in families:
@@ -204,14 +187,11 @@ def render(families: Iterable[MetricFamily]) -> bytes:
         else:
             head = name
         help_text = _escape_help(family.documentation)
-        append(_head(_metric_name(head), _TEXT_TYPE.get(kind, kind), help_text))
+        append(_head(escape_metric_name(head, escaping), _TEXT_TYPE.get(kind, kind), help_text))
         moved: dict[str, list[str]] | None = None
         moved_names = (name + "_created", name + "_gcount", name + "_gsum")
         for sample in family.samples:
-            line = (
-                f"{_metric_name(sample.name)}{_label_set(sample.labelnames, sample.labelvalues)}"
-                f" {format_value(sample.value)}\n"
-            )
+            line = _sample_line(sample, escaping)
             if sample.name in moved_names:
                 if moved is None:
                     moved = {}
@@ -222,6 +202,17 @@ def render(families: Iterable[MetricFamily]) -> bytes:
             for suffix in _MOVED_SUFFIXES:
                 lines = moved.get(name + suffix)
                 if lines:
-                    append(_head(_metric_name(name + suffix), "gauge", help_text))
+                    append(_head(escape_metric_name(name + suffix, escaping), "gauge", help_text))
                     out.extend(lines)
     return "".join(out).encode()
+
+
+def _sample_line(sample: Sample, escaping: str) -> str:
+    labels = label_set(sample.labelnames, sample.labelvalues, escaping)
+    name = escape_metric_name(sample.name, escaping)
+    if escaping == ALLOW_UTF8 and name.startswith('"'):
+        # a name outside the legacy set goes inside the braces, quoted
+        return f"{{{name}{',' if labels else ''}{labels}}} {format_value(sample.value)}\n"
+    if labels:
+        return f"{name}{{{labels}}} {format_value(sample.value)}\n"
+    return f"{name} {format_value(sample.value)}\n"

@@ -5,10 +5,10 @@ prometheus_client's metric classes take a lock per value and walk the buckets in
 observation. All observations here happen on the process's one event-loop thread, so a float per
 counter series, a count and sum per summary series, and per-bucket counts (found with ``bisect``)
 plus a sum per histogram series suffice. :class:`SeriesCollector` turns them into
-:class:`~vllm_frontend.exposition.MetricFamily` objects at scrape time (``_total``, cumulative
-``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and ``_created`` unless created series are
-disabled as prometheus_client's are); prometheus_client is not imported. Used by the ``vllm:``
-series (``llm/metrics.py``) and the ``http_*`` series (``server/metrics.py``).
+:class:`~vllm_frontend.metrics.exposition.MetricFamily` objects at scrape time (``_total``,
+cumulative ``_bucket`` up to ``+Inf``, ``_count``, ``_sum``, and ``_created`` unless created series
+are disabled as prometheus_client's are); prometheus_client is not imported. Used by the ``vllm:``
+series (``metrics/frontend.py``) and the ``http_*`` series (``metrics/http_series.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from vllm_frontend.exposition import (
+from vllm_frontend.metrics.exposition import (
     Collector,
     MetricFamily,
     Sample,

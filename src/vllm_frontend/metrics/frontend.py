@@ -1,0 +1,245 @@
+"""Per-request ``vllm:*`` series fed from the same events as vLLM's frontend feeds them.
+
+vLLM computes these in its frontend's output processor (``vllm/v1/metrics/stats.py``). We feed the
+same quantities from the same events: arrival, every engine output (first token, inter-token
+gaps), and the finish. Times are taken with the frontend's monotonic clock when the output
+arrives; the engine's QUEUED/SCHEDULED events (monotonic clock of the same machine) give the
+queue, prefill and inference phases when the engine logs stats. What vLLM computes per engine
+message (one ``IterationStats`` per message with outputs, and the message's ``SchedulerStats``)
+goes through :meth:`FrontendMetrics.step_series`, :meth:`~FrontendMetrics.observe_connector`
+and :meth:`~FrontendMetrics.observe_perf`, which the llm layer's adapter
+(``vllm_frontend.llm.step_metrics``) calls with the values it reads from each outputs message.
+
+The counters and histograms are the plain accumulators of ``vllm_frontend.metrics.series`` rather
+than prometheus_client's ``Counter``/``Histogram``: those take a lock per value and walk the
+buckets in Python on every observation, which showed as ~5-8% of the frontend's CPU since
+``observe_output`` runs for every engine output. They are exported at scrape time, sample for
+sample as prometheus_client's own metrics would be.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from vllm_frontend.metrics.request_stats import RequestStats
+from vllm_frontend.metrics.series import CounterChild, HistogramChild
+from vllm_frontend.metrics.vllm_families import FINISH_REASON_LABELS, Registry, VllmFamilies
+
+__all__ = ["FrontendMetrics", "StepSeries"]
+
+# EngineCoreEvent types (engine-protocol.md §5.5).
+_QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
+
+
+class FrontendMetrics(VllmFamilies):
+    """The request-level ``vllm:*`` series and what updates them."""
+
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len: int,
+        engine_indexes: Sequence[int] = (0,),
+        registry: Registry | None = None,
+    ) -> None:
+        """Register the families in ``registry`` (None: a registry of their own)."""
+        super().__init__(model_name, max_model_len, engine_indexes, registry)
+        # Label tuples per engine index, and the series the per-token path touches: resolved once
+        # so that a token costs two attribute updates and a bisect.
+        self._keys: dict[int, tuple[str, str]] = {}
+        self._series: dict[int, _EngineSeries] = {}
+        self._steps: dict[int, StepSeries] = {}
+
+    def _labels(self, engine_index: int) -> tuple[str, str]:
+        key = self._keys.get(engine_index)
+        if key is None:
+            key = self._keys[engine_index] = (self._model_name, str(engine_index))
+        return key
+
+    def _engine(self, engine_index: int) -> _EngineSeries:
+        series = self._series.get(engine_index)
+        if series is None:
+            key = self._labels(engine_index)
+            series = self._series[engine_index] = _EngineSeries(
+                self.generation_tokens.child(key),
+                self.time_to_first_token.child(key),
+                self.inter_token_latency.child(key),
+            )
+        return series
+
+    def _new_step_series(self, engine_index: int) -> StepSeries:
+        key = self._labels(engine_index)
+        by_source = self.prompt_tokens_by_source
+        series = self._steps[engine_index] = StepSeries(
+            self.iteration_tokens.child(key),
+            by_source.child((*key, "local_compute")),
+            by_source.child((*key, "local_cache_hit")),
+            by_source.child((*key, "external_kv_transfer")),
+            self.prompt_tokens_cached.child(key),
+            self.prefix_cache_queries.child(key),
+            self.prefix_cache_hits.child(key),
+            self.prompt_tokens_cached_by_source.child((*key, "device")),
+        )
+        return series
+
+    def step_series(self, engine_index: int) -> StepSeries:
+        """The series one outputs message of engine ``engine_index`` updates (an engine step)."""
+        return self._steps.get(engine_index) or self._new_step_series(engine_index)
+
+    def observe_connector(
+        self, engine_index: int, queries: int, hits: int, hits_by_source: Mapping[str, int]
+    ) -> None:
+        """Account a step's KV-connector prefix-cache queries and hits (by cache tier)."""
+        key = self._labels(engine_index)
+        self.external_prefix_cache_queries.child(key).inc(queries)
+        self.external_prefix_cache_hits.child(key).inc(hits)
+        for tier, num_tokens in hits_by_source.items():
+            self.prompt_tokens_cached_by_source.child((*key, str(tier))).inc(num_tokens)
+
+    def observe_perf(self, engine_index: int, flops: float, read: float, write: float) -> None:
+        """Account a step's performance estimates (``PerfMetricsProm.observe`` in
+        ``vllm/v1/metrics/perf.py``: all three or none)."""
+        if flops or read or write:
+            key = self._labels(engine_index)
+            self.estimated_flops.child(key).inc(flops)
+            self.estimated_read_bytes.child(key).inc(read)
+            self.estimated_write_bytes.child(key).inc(write)
+
+    def record_admission_rejection(self, reason: str) -> None:
+        """Count a request refused by a frontend queue limit (one of :data:`ADMISSION_REASONS`)."""
+        self.admission_rejections.child((self._model_name, reason)).inc()
+
+    def observe_prefill(self, stats: RequestStats, num_prompt_tokens: int) -> None:
+        """Account a finished prefill (vLLM counts prompt tokens when the prefill completes)."""
+        self.prompt_tokens.child(self._labels(stats.engine_index)).value += num_prompt_tokens
+
+    def observe_output(
+        self,
+        stats: RequestStats,
+        num_new_tokens: int,
+        events: Sequence[object] | None = None,
+        now: float | None = None,
+        num_cached_tokens: int | None = None,
+    ) -> None:
+        """Account one engine output of a request: first token / inter-token latency, events,
+        and the prompt tokens the engine found cached (``prefill_stats``, first output only)."""
+        if stats.finished:
+            return
+        if now is None:
+            now = time.monotonic()
+        if num_cached_tokens is not None:
+            stats.num_cached_tokens = num_cached_tokens
+        if events:
+            for event in events:
+                kind = getattr(event, "type", None)
+                ts = float(getattr(event, "timestamp", 0.0) or 0.0)
+                if kind == _QUEUED:
+                    stats.queued_ts = ts
+                elif kind == _SCHEDULED and stats.scheduled_ts == 0.0:
+                    stats.scheduled_ts = ts
+                elif kind == _PREEMPTED:
+                    stats.num_preemptions += 1
+                    self.num_preemptions.child(self._labels(stats.engine_index)).value += 1
+        if num_new_tokens <= 0:
+            return
+        if stats.num_generation_tokens:
+            self.observe_tokens(stats, num_new_tokens, now)
+            return
+        series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
+        series.generation_tokens.value += num_new_tokens
+        series.time_to_first_token.observe(now - stats.arrival_monotonic)
+        stats.first_token_ts = now
+        stats.last_token_ts = now
+        stats.num_generation_tokens += num_new_tokens
+
+    def observe_tokens(
+        self, stats: RequestStats, num_new_tokens: int, now: float | None = None
+    ) -> None:
+        """:meth:`observe_output` for an output without events of a request that already has
+        its first token (the common output: one per token when streaming): generation tokens
+        and inter-token latency."""
+        if stats.finished:
+            return
+        if now is None:
+            now = time.monotonic()
+        series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
+        series.generation_tokens.value += num_new_tokens
+        # HistogramChild.observe, inline: this runs per streamed token.
+        itl = series.inter_token_latency
+        value = now - stats.last_token_ts
+        if value == value:
+            itl.counts[bisect_left(itl.bounds, value)] += 1
+        itl.sum += value
+        stats.last_token_ts = now
+        stats.num_generation_tokens += num_new_tokens
+
+    def observe_finished(
+        self,
+        stats: RequestStats,
+        finish_reason: str,
+        num_prompt_tokens: int,
+        max_tokens: int | None,
+        now: float | None = None,
+    ) -> None:
+        """Account a finished engine request (once; later calls are ignored)."""
+        if stats.finished:
+            return
+        stats.finished = True
+        if now is None:
+            now = time.monotonic()
+        key = self._labels(stats.engine_index)
+        reason = finish_reason if finish_reason in FINISH_REASON_LABELS else "abort"
+        self.request_success.child((*key, reason)).value += 1
+        self.e2e_latency.child(key).observe(now - stats.arrival_monotonic)
+        self.request_prompt_tokens.child(key).observe(num_prompt_tokens)
+        self.request_generation_tokens.child(key).observe(stats.num_generation_tokens)
+        if max_tokens:
+            self.request_params_max_tokens.child(key).observe(max_tokens)
+        decode = stats.last_token_ts - stats.first_token_ts if stats.first_token_ts else 0.0
+        tpot = decode / (stats.num_generation_tokens - 1) if stats.num_generation_tokens > 1 else 0
+        self.time_per_output_token.child(key).observe(tpot)
+        self.decode_time.child(key).observe(decode)
+        self.request_num_preemptions.child(key).observe(stats.num_preemptions)
+        self.request_prefill_kv_computed_tokens.child(key).observe(
+            num_prompt_tokens - max(stats.num_cached_tokens, 0)
+        )
+        if stats.scheduled_ts:
+            self.queue_time.child(key).observe(max(0.0, stats.scheduled_ts - stats.queued_ts))
+            if stats.first_token_ts:
+                self.prefill_time.child(key).observe(
+                    max(0.0, stats.first_token_ts - stats.scheduled_ts)
+                )
+                self.inference_time.child(key).observe(
+                    max(0.0, stats.last_token_ts - stats.scheduled_ts)
+                )
+
+    def observe_parent_finished(
+        self, n: int, max_generation_tokens: int, engine_index: int = 0
+    ) -> None:
+        """Account a whole request once all its samples finished (``n`` and the longest sample)."""
+        key = self._labels(engine_index)
+        self.request_params_n.child(key).observe(n)
+        self.request_max_num_generation_tokens.child(key).observe(max_generation_tokens)
+
+
+class _EngineSeries(NamedTuple):
+    """The series a request's token outputs update."""
+
+    generation_tokens: CounterChild
+    time_to_first_token: HistogramChild
+    inter_token_latency: HistogramChild
+
+
+class StepSeries(NamedTuple):
+    """The series one engine step (outputs message) updates."""
+
+    iteration_tokens: HistogramChild
+    local_compute: CounterChild
+    local_cache_hit: CounterChild
+    external_kv_transfer: CounterChild
+    prompt_tokens_cached: CounterChild
+    prefix_cache_queries: CounterChild
+    prefix_cache_hits: CounterChild
+    cached_on_device: CounterChild

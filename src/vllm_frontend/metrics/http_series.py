@@ -1,0 +1,145 @@
+"""HTTP-level Prometheus series, as vLLM's Python frontend exposes them.
+
+vLLM wraps its app in prometheus-fastapi-instrumentator's default metrics
+(vllm/entrypoints/serve/instrumentator/metrics.py): ``http_requests_total{method,status,handler}``,
+``http_request_size_bytes{handler}`` and ``http_response_size_bytes{handler}`` (summaries of
+the Content-Length headers, 0 when absent), ``http_request_duration_highr_seconds`` (no labels)
+and ``http_request_duration_seconds{method,handler}``. ``handler`` is the route path, or
+``"none"`` for unknown paths; ``status`` is grouped (``2xx``); durations run until the response
+(stream included) has been sent. Paths containing /health, /metrics, /load, /version, ... are
+not recorded.
+
+Like the ``vllm:`` series (``vllm_frontend.metrics.frontend``), these are the plain accumulators
+of ``vllm_frontend.metrics.series``, exported at scrape time sample for sample as
+prometheus_client's ``Counter``, ``Summary`` and ``Histogram`` would.
+"""
+
+from __future__ import annotations
+
+from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.series import (
+    Counter,
+    CounterChild,
+    Histogram,
+    HistogramChild,
+    SeriesCollector,
+    Summary,
+    SummaryChild,
+)
+
+__all__ = ["EXCLUDED_HANDLERS", "HttpMetrics", "metrics_excluded"]
+
+EXCLUDED_HANDLERS = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
+"""vLLM's excluded-handler patterns; the instrumentator *searches* them in the path, so e.g.
+``/v1/load_lora_adapter`` is excluded too."""
+
+
+def metrics_excluded(path: str) -> bool:
+    """Whether requests to ``path`` stay out of the ``http_*`` series (as in vLLM)."""
+    return any(pattern in path for pattern in EXCLUDED_HANDLERS)
+
+
+_HIGHR_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 7.5, 10,
+    30, 60, float("inf"),
+)  # fmt: skip
+_LOWR_BUCKETS = (0.1, 0.5, 1, float("inf"))
+
+_TOTAL = ("http_requests_total", "Total number of requests by method, status and handler.")
+_REQUEST_SIZE = (
+    "http_request_size_bytes",
+    "Content length of incoming requests by handler. Only value of header is respected. "
+    "Otherwise ignored. No percentile calculated. ",
+)
+_RESPONSE_SIZE = (
+    "http_response_size_bytes",
+    "Content length of outgoing responses by handler. Only value of header is respected. "
+    "Otherwise ignored. No percentile calculated. ",
+)
+_HIGHR = (
+    "http_request_duration_highr_seconds",
+    "Latency with many buckets but no API specific labels. Made for more accurate percentile "
+    "calculations. ",
+)
+_LOWR = (
+    "http_request_duration_seconds",
+    "Latency with only few buckets by handler. Made to be only used if aggregation by handler "
+    "is important. ",
+)
+
+
+class _HttpFamilies(SeriesCollector):
+    """The five families (each one's series in creation order, as prometheus_client keeps a
+    metric's children), exported in vLLM's registration order."""
+
+    def __init__(self) -> None:
+        self.total = Counter(_TOTAL[0].removesuffix("_total"), _TOTAL[1],
+                             ("method", "status", "handler"))  # fmt: skip
+        self.request_size = Summary(*_REQUEST_SIZE, ("handler",))
+        self.response_size = Summary(*_RESPONSE_SIZE, ("handler",))
+        self.highr_family = Histogram(*_HIGHR, (), _HIGHR_BUCKETS)
+        # Unlabelled: prometheus_client creates its one series with the metric (at startup).
+        self.highr = self.highr_family.child(())
+        self.lowr = Histogram(*_LOWR, ("method", "handler"), _LOWR_BUCKETS)
+        super().__init__(
+            [self.total, self.request_size, self.response_size, self.highr_family, self.lowr]
+        )
+
+    def series(
+        self, method: str, group: str, handler: str
+    ) -> tuple[CounterChild, SummaryChild, SummaryChild, HistogramChild]:
+        """The labelled series one exchange updates, created (in that order) when new."""
+        return (
+            self.total.child((method, group, handler)),
+            self.request_size.child((handler,)),
+            self.response_size.child((handler,)),
+            self.lowr.child((method, handler)),
+        )
+
+
+def _registered(registry: MetricsRegistry) -> _HttpFamilies | None:
+    """The ``http_*`` families already in ``registry`` (one process may build several apps on
+    one registry: tests, reloads)."""
+    found = [c for c in registry.collectors if isinstance(c, _HttpFamilies)]
+    return found[0] if found else None
+
+
+class HttpMetrics:
+    """Records one finished HTTP exchange into vLLM's ``http_*`` series."""
+
+    def __init__(self, registry: MetricsRegistry) -> None:
+        """The series in ``registry``, registered there unless they already are."""
+        families = _registered(registry)
+        if families is None:
+            families = _HttpFamilies()
+            registry.register(families)
+        self._families = families
+        self._highr = families.highr
+        # per (method, status code, handler): the labelled series it updates, resolved once
+        self._series: dict[
+            tuple[str, int, str],
+            tuple[CounterChild, SummaryChild, SummaryChild, HistogramChild],
+        ] = {}
+
+    def observe(
+        self,
+        method: str,
+        handler: str,
+        status: int,
+        request_size: int,
+        response_size: int,
+        duration: float,
+    ) -> None:
+        """Record one exchange (``handler`` is the route path or ``"none"``)."""
+        key = (method, status, handler)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = self._families.series(
+                method, f"{status // 100}xx", handler
+            )
+        total, req_size, resp_size, lowr = series
+        total.value += 1.0
+        req_size.observe(request_size)
+        resp_size.observe(response_size)
+        self._highr.observe(duration)
+        lowr.observe(duration)

@@ -1,0 +1,63 @@
+"""``/metrics``: the registry's exposition, as vLLM's frontend serves it.
+
+vLLM (``vllm/entrypoints/serve/instrumentator/metrics.py``) answers ``GET /metrics`` from
+prometheus-fastapi-instrumentator's route: the text format, never compressed, whatever the
+request asks for (:func:`metrics_page`). Every other request to a path starting with
+``/metrics`` (``GET /metrics/``, ``HEAD``/``POST /metrics``, ``/metricsxyz`` …) reaches the
+prometheus_client app vLLM mounts there, which negotiates the format, name escaping, gzip and a
+``name[]`` filter (:func:`negotiated_page`, rules in ``vllm_frontend.metrics.negotiation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from vllm_frontend.metrics.exposition import MetricFamily
+from vllm_frontend.metrics.negotiation import encode_page
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
+
+from .http import Request, Response
+
+__all__ = ["METRICS_PREFIX", "metrics_handlers", "negotiated_page"]
+
+METRICS_PREFIX = "/metrics"
+"""The path of ``GET /metrics`` and the prefix of the negotiating mount."""
+
+
+def _names(query: bytes) -> list[str] | None:
+    if not query:
+        return None
+    from urllib.parse import parse_qs
+
+    return parse_qs(query.decode("utf-8", "replace")).get("name[]")
+
+
+def negotiated_page(request: Request, families: Iterable[MetricFamily]) -> Response:
+    """``families`` in the format, escaping and encoding ``request`` asks for."""
+    page = encode_page(
+        families,
+        request.header(b"accept") or "",
+        request.header(b"accept-encoding") or "",
+        _names(request.query),
+    )
+    headers = [(b"content-type", page.content_type.encode())]
+    if page.gzipped:
+        headers.append((b"content-encoding", b"gzip"))
+    # HEAD: the same headers, no body (a body would be read as the next response)
+    body = b"" if request.method == "HEAD" else page.body
+    return Response(body, 200, None, headers)
+
+
+def metrics_handlers(
+    registry: MetricsRegistry,
+) -> tuple[Callable[[Request], Awaitable[Response]], Callable[[Request], Awaitable[Response]]]:
+    """The handler of ``GET /metrics`` and the one of the rest of the ``/metrics`` mount."""
+
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = render_metrics(registry)
+        return Response(body, 200, content_type.encode())
+
+    async def metrics_mount(request: Request) -> Response:
+        return negotiated_page(request, registry.collect())
+
+    return metrics_page, metrics_mount
