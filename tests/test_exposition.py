@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -26,6 +27,9 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from vllm_frontend.metrics.exposition import MetricFamily, Sample, format_value, render
+from vllm_frontend.metrics.names import ESCAPINGS
+from vllm_frontend.metrics.openmetrics import render_openmetrics
+from vllm_frontend.metrics.text_parse import parse_text
 
 
 class _Families:
@@ -62,7 +66,8 @@ def test_values_are_written_as_prometheus_client_writes_them() -> None:
 AWKWARD = ["plain", 'say "hi"', "back\\slash", "new\nline", "\\n literal", "ünïcode ✓", "", "a}b"]
 
 
-def test_every_family_type_is_laid_out_as_prometheus_client_lays_it_out() -> None:
+def _reference_families() -> list[Metric]:
+    """One family of every type prometheus_client has, with awkward names, labels and help."""
     counter = CounterMetricFamily("c_total", "Counter\\help\nwith lines.", labels=["b", "a"])
     counter.add_metric(["x", "y"], 3, created=1700000000.25)
     counter.add_metric(['q"', "z\n"], 1e7, created=1.5)
@@ -83,14 +88,67 @@ def test_every_family_type_is_laid_out_as_prometheus_client_lays_it_out() -> Non
     # names outside the legacy character set: prometheus_client writes them with underscores
     odd_names = GaugeMetricFamily("vllm:odd.name-x", "Odd.", labels=["label.dot", "0lead"])
     odd_names.add_metric(["v", "w"], 1)
-    reference = [counter, gauge, histogram, summary, gauge_histogram, info, stateset, unknown,
-                 odd_names]  # fmt: skip
+    return [counter, gauge, histogram, summary, gauge_histogram, info, stateset, unknown,
+            odd_names]  # fmt: skip
+
+
+def test_every_family_type_is_laid_out_as_prometheus_client_lays_it_out() -> None:
+    reference = _reference_families()
     ours = [_ours(m) for m in reference]
     expected = generate_latest(_Families(reference))  # type: ignore[arg-type]
     assert render(ours) == expected
     # and prometheus_client takes our families as its own
     assert generate_latest(_Families(ours)) == expected  # type: ignore[arg-type]
     assert b"c_created" in expected and b"gh_gsum" in expected  # the moved samples are there
+
+
+def _odd_names() -> list[Metric]:
+    """Names in and out of the legacy character sets, one escaping rule each."""
+    out = []
+    for i, name in enumerate(["vllm:colon", "under_score", "dot.ted", "9lead", "ünï", "a-b:c_d.e"]):
+        gauge = GaugeMetricFamily(name, f"Odd {i}.", labels=["le.x", "_ok", "0z", "ä", "a:b"])
+        gauge.add_metric(["1", "2", "3", "4", "5"], i)
+        out.append(gauge)
+        counter = CounterMetricFamily(name + "_c", "Counted.", labels=["k_k"])
+        counter.add_metric(["v"], i, created=12.5)
+        out.append(counter)
+    return out
+
+
+@pytest.mark.parametrize("escaping", ESCAPINGS)
+def test_both_formats_escape_names_as_prometheus_client_does(escaping: str) -> None:
+    reference = [*_reference_families(), *_odd_names()]
+    ours = [_ours(m) for m in reference]
+    families = _Families(reference)
+    assert render(ours, escaping) == generate_latest(families, escaping)  # type: ignore[arg-type]
+    expected = openmetrics.generate_latest(families, escaping)
+    assert render_openmetrics(ours, escaping) == expected
+
+
+def test_openmetrics_is_laid_out_as_prometheus_clients_openmetrics_exposition() -> None:
+    reference = _reference_families()
+    ours = [_ours(m) for m in reference]
+    expected = openmetrics.generate_latest(_Families(reference))
+    assert render_openmetrics(ours) == expected
+    # counters keep their names and _created samples, the page ends with # EOF
+    assert b"# TYPE c counter\nc_total{" in expected and expected.endswith(b"\n# EOF\n")
+    assert render_openmetrics([]) == b"# EOF\n"
+
+
+def test_a_text_page_reads_back_into_the_families_it_was_rendered_from() -> None:
+    # What the text format cannot tell apart (info, stateset and gauge histogram) aside, and
+    # names outside the legacy sets (escaped, they may sort differently): ours have none.
+    kept = ("counter", "gauge", "histogram", "summary", "unknown")
+    reference = [m for m in _reference_families() if m.type in kept and "." not in m.name]
+    ours = [_ours(m) for m in reference]
+    for m in ours:  # more than one series, _created after each (as the series collectors have)
+        if m.type == "counter":
+            m.samples = [*m.samples, Sample(m.name + "_total", ("k",), ("2",), 4.0),
+                         Sample(m.name + "_created", ("k",), ("2",), 1.0)]  # fmt: skip
+    page = render(ours)
+    assert render(parse_text(page)) == page
+    assert render_openmetrics(parse_text(page)) == render_openmetrics(ours)
+    assert render_openmetrics(parse_text(page)) == openmetrics.generate_latest(_Families(ours))
 
 
 def test_an_empty_family_has_only_its_help_and_type_lines() -> None:

@@ -13,7 +13,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from vllm_frontend.metrics.exposition import render
+from vllm_frontend.metrics.openmetrics import render_openmetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.text_parse import parse_text
 
 _CREATED = re.compile(r"^(\S+_created(?:\{[^}]*\})?) \S+$", re.M)
 
@@ -52,12 +54,17 @@ def assert_same_exposition(pair: Any, switch: Callable[[bool], None]) -> None:
     ``pair.reference_registry`` (prometheus_client's metrics, rendered by prometheus_client) show
     the same page: with ``_created`` series (their timestamps aside) and without them (byte for
     byte); and our renderer writes byte for byte what prometheus_client writes for our families,
-    in the text format. Our families in OpenMetrics (prometheus_client renders them) match too."""
+    in the text format and in OpenMetrics (also read back from our text page). Our families in
+    OpenMetrics match prometheus_client's metrics in OpenMetrics too."""
     ours, reference = pair.ours_registry, pair.reference_registry
     for created in (True, False):
         switch(created)
         page = render(ours.collect())
         assert page == prometheus_client.generate_latest(ours)
+        # our OpenMetrics renderer too, also from the text page read back (merged pages are)
+        openmetrics_page = generate_openmetrics(ours)
+        assert render_openmetrics(ours.collect()) == openmetrics_page
+        assert render_openmetrics(parse_text(page)) == openmetrics_page
         pages = [
             (page, prometheus_client.generate_latest(reference)),
             (generate_openmetrics(ours), generate_openmetrics(reference)),
