@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
@@ -24,6 +23,7 @@ from prometheus_client.core import (
     SummaryMetricFamily,
     UnknownMetricFamily,
 )
+from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.utils import floatToGoString
 
 from vllm_frontend.metrics.exposition import MetricFamily, Sample, format_value, render

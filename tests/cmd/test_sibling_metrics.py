@@ -7,6 +7,7 @@ one takes a scrape answers for all; one that is missing or stalled costs at most
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import os
 import pathlib
@@ -14,8 +15,14 @@ import re
 
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from tests.support.exposition import without_created_values
 
+from vllm_frontend.metrics import series
+from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.server.app import ServerSettings
 from vllm_frontend.server.http import AnyResponse, Request, Response
+from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sibling_metrics import SiblingMetrics, snapshot_path
 
 TIMEOUT_S = 0.3
@@ -106,5 +113,39 @@ def test_a_broken_sibling_answer_is_left_out(tmp_path: pathlib.Path) -> None:
         finally:
             broken.close()
             await server.siblings.close()
+
+    asyncio.run(run())
+
+
+def test_the_negotiating_mount_answers_for_all_too(tmp_path: pathlib.Path) -> None:
+    """``/metrics/`` (vLLM's prometheus_client mount) with OpenMetrics and gzip: the merged
+    series, as prometheus_client writes one counter holding their sum."""
+    reference = CollectorRegistry()
+    Counter("served", "Requests served.", ["engine"], registry=reference).labels("0").inc(111)
+    expected = generate_openmetrics(reference)
+
+    async def run() -> None:
+        processes, everyone = [], []
+        for i in range(3):
+            registry = MetricsRegistry()
+            served = series.Counter("served", "Requests served.", ("engine",))
+            served.child(("0",)).inc(10**i)
+            registry.register(series.SeriesCollector([served]))
+            app = build_app(ServerSettings(http_metrics=False), Services(metrics_registry=registry))
+            siblings = SiblingMetrics(str(tmp_path), i, 3, timeout_s=TIMEOUT_S)
+            await siblings.start(app)
+            everyone.append(siblings)
+            processes.append(siblings.wrap(app))
+        headers = {b"accept": b"application/openmetrics-text", b"accept-encoding": b"gzip"}
+        try:
+            for app in processes:
+                response = await app(Request("GET", "/metrics/", b"", headers, b""))
+                assert isinstance(response, Response) and response.status == 200
+                assert (b"content-encoding", b"gzip") in response.headers
+                page = gzip.decompress(response.body)
+                assert without_created_values(page) == without_created_values(expected)
+        finally:
+            for siblings in everyone:
+                await siblings.close()
 
     asyncio.run(run())
