@@ -10,7 +10,8 @@
 - ``protocol``: request bodies as msgspec Structs and their ``parse_*`` functions (vLLM's
   validators and error messages); ``validation``: decoding and pydantic-style error reports.
 - ``errors``: the exception hierarchy and the one mapping to vLLM's error JSON.
-- ``metrics``: vLLM's ``http_*`` Prometheus series.
+- ``metrics_route``: ``/metrics`` and its negotiating mount (over ``vllm_frontend.metrics``);
+  ``sibling_metrics``: the whole server's ``/metrics`` with ``--api-server-count N``.
 - ``completions``, ``chat``, ``generation``: the generation handlers; ``beam_search``: vLLM's
   frontend-side beam search (``use_beam_search``) over the llm layer.
 """
