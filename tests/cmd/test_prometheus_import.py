@@ -8,6 +8,7 @@ whose log names every module when it is first imported, as it is imported.
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 import subprocess
@@ -50,4 +51,12 @@ def test_serve_answers_metrics_scrapes_without_importing_prometheus_client(
         assert text.startswith("# HELP python_gc_objects_collected_total ")
         assert "\nprocess_resident_memory_bytes " in text
         assert serve.request("GET", "/metrics")[1].count(b"http_requests_total{") == 3
+        assert "prometheus_client" not in log.read_text()
+
+        # the negotiating mount: OpenMetrics, gzip-compressed, rendered here too
+        accept = {"Accept": "application/openmetrics-text", "Accept-Encoding": "gzip"}
+        status, body = serve.request("GET", "/metrics/", headers=accept)
+        assert status == 200
+        page = gzip.decompress(body)
+        assert b"\n# TYPE vllm:request_success counter\n" in page and page.endswith(b"# EOF\n")
         assert "prometheus_client" not in log.read_text()

@@ -23,11 +23,19 @@ class MockServe:
         self.port = port
         self.log = log
 
-    def request(self, method: str, path: str, body: str | bytes | None = None) -> tuple[int, bytes]:
-        """One request on a fresh connection: (status, body)."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: str | bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """One request on a fresh connection (with ``headers`` too): (status, body)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request(method, path, body, {"Content-Type": "application/json"})
+            conn.request(
+                method, path, body, {"Content-Type": "application/json", **(headers or {})}
+            )
             resp = conn.getresponse()
             return resp.status, resp.read()
         finally:
