@@ -27,7 +27,7 @@ from vllm_frontend.server.routes import Services, build_app
 
 from .support import HTTP, RunningServer
 
-pytest.importorskip("vllm")
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 PROMETHEUS_3 = (
