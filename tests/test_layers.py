@@ -19,7 +19,7 @@ SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "vllm_frontend"
 
 LAYERS: list[set[str]] = [
-    {"", "lazy", "private_dirs", "exposition", "series", "metrics"},
+    {"", "lazy", "private_dirs", "metrics"},
     {"engine"},
     {"llm"},
     {"text"},
