@@ -1,7 +1,7 @@
 """Micro-benchmark of HTTP stacks for the frontend's server: requests/s and server CPU time.
 
 Stacks (each serves the same two routes on 127.0.0.1):
-  own      vllm_frontend.server.http (asyncio Protocol on httptools) + our App, on uvloop
+  own      vllm_frontend.server.transport (asyncio Protocol on httptools) + our App, on uvloop
   uvicorn  uvicorn (httptools, uvloop) + a Starlette app (vLLM's stack minus FastAPI)
   granian  granian ASGI (Rust HTTP) + the same Starlette app
   granian-rsgi  granian's native RSGI interface, minimal app (its fastest mode)
@@ -52,7 +52,7 @@ def _serve_own(port: int) -> None:
     import uvloop
 
     from vllm_frontend.server.app import App, ServerSettings
-    from vllm_frontend.server.http import (
+    from vllm_frontend.server.transport import (
         HttpServer,
         Request,
         Response,

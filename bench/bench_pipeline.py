@@ -39,7 +39,7 @@ from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, F
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
-from vllm_frontend.server.http import PushedStreamingResponse, Request, StreamSink
+from vllm_frontend.server.transport import PushedStreamingResponse, Request, StreamSink
 from vllm_frontend.text.tokenizer import Tokenizer
 
 

@@ -444,7 +444,7 @@ def _chat_app(
 def _post(app: Any, body: dict[str, Any]) -> tuple[int, bytes]:
     import asyncio
 
-    from vllm_frontend.server.http import Request
+    from vllm_frontend.server.transport import Request
 
     async def go() -> tuple[int, bytes]:
         request = Request(

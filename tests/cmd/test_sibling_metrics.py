@@ -21,9 +21,9 @@ from tests.support.exposition import without_created_values
 from vllm_frontend.metrics import series
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import ServerSettings
-from vllm_frontend.server.http import AnyResponse, Request, Response
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sibling_metrics import SiblingMetrics, snapshot_path
+from vllm_frontend.server.transport import AnyResponse, Request, Response
 
 TIMEOUT_S = 0.3
 

@@ -19,7 +19,7 @@ from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources,
 from vllm_frontend.cmd.config import config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.server.app import make_server
-from vllm_frontend.server.http import HttpServer
+from vllm_frontend.server.transport import HttpServer
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import uvloop
 
-from vllm_frontend.server.http import App, HttpServer, bind_tcp
+from vllm_frontend.server.transport import App, HttpServer, bind_tcp
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ from vllm_frontend.engine.protocol import (
 )
 from vllm_frontend.server.app import App
 from vllm_frontend.server.beam_search import Beam, beam_score, rank_beams
-from vllm_frontend.server.http import PushedStreamingResponse, Request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.tokenizer import Tokenizer
 
 PROMPT = [128000, 9906, 1917]

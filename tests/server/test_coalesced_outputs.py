@@ -28,7 +28,7 @@ from vllm_frontend.engine.protocol import (
     LogprobsTensors,
 )
 from vllm_frontend.server.app import App
-from vllm_frontend.server.http import PushedStreamingResponse, Request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.tokenizer import Tokenizer
 
 TEXT = " The quick brown fox jumps over the lazy dog. It was 2 o'clock; café time!"

@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from vllm_frontend.server.app import ServerSettings
-from vllm_frontend.server.http import Request, Response, json_response
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.transport import Request, Response, json_response
 
 from .support import HTTP, RunningServer
 

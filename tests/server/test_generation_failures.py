@@ -25,8 +25,8 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
-from vllm_frontend.server.http import PushedStreamingResponse, Request
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 

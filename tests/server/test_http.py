@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from vllm_frontend.server.app import App, ServerSettings
-from vllm_frontend.server.http import (
+from vllm_frontend.server.errors import refusal_response
+from vllm_frontend.server.transport import (
+    HttpLimits,
     PushedStreamingResponse,
     Request,
     Response,
@@ -193,7 +195,9 @@ def probe() -> Probe:
 
 @pytest.fixture
 def server(probe: Probe) -> Iterator[RunningServer]:
-    srv = RunningServer(make_app(probe), keep_alive_timeout=5.0, max_body_size=4096)
+    srv = RunningServer(
+        make_app(probe), limits=HttpLimits(max_body_size=4096), refusal=refusal_response
+    )
     yield srv
     srv.stop()
 
@@ -318,7 +322,7 @@ def test_unhandled_handler_error_is_a_500_without_paths(server: RunningServer) -
 
 
 def test_idle_keep_alive_connection_is_closed_after_the_timeout(probe: Probe) -> None:
-    srv = RunningServer(make_app(probe), keep_alive_timeout=0.2)
+    srv = RunningServer(make_app(probe), limits=HttpLimits(keep_alive_timeout=0.2))
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -424,10 +428,10 @@ def test_idle_stream_gets_sse_keep_alive_comments(server: RunningServer, probe: 
     assert set(events[1:-1]) == {b": keep-alive"}
 
 
-def test_too_many_headers_get_400_and_close(server: RunningServer) -> None:
+def test_too_many_headers_get_431_and_close(server: RunningServer) -> None:
     headers = b"".join(b"X-H%d: v\r\n" % i for i in range(300))
     out = raw_exchange(server.port, b"GET /echo HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
-    assert out.startswith(b"HTTP/1.1 400 ")
+    assert out.startswith(b"HTTP/1.1 431 ")
     assert HTTP.get(server.url + "/echo").status_code == 200
 
 

@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import ServerSettings
-from vllm_frontend.server.http import Request, Response
 from vllm_frontend.server.protocol import parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.transport import Request, Response
 
 from .support import HTTP, RunningServer
 

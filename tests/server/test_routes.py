@@ -16,9 +16,9 @@ from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.metrics.series import Counter, SeriesCollector
 from vllm_frontend.server import errors
 from vllm_frontend.server.app import ServerSettings, make_server
-from vllm_frontend.server.http import Request, Response, StreamingResponse
 from vllm_frontend.server.protocol import TokenizeChatRequest
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.transport import HttpLimits, Request, Response, StreamingResponse
 
 from .support import HTTP, RunningServer
 
@@ -238,9 +238,24 @@ def test_load_stays_0_without_load_tracking_like_vllm() -> None:
 
 
 def test_make_server_applies_the_http_settings() -> None:
-    settings = ServerSettings(http_timeout_keep_alive=1.5, max_body_size=10)
+    settings = ServerSettings(
+        http_timeout_keep_alive=1.5,
+        max_body_size=10,
+        max_head_size=1000,
+        max_header_count=7,
+        http_timeout_head=2.5,
+        http_timeout_body=3.5,
+    )
     server = make_server(build_app(settings, Services()))
-    assert server.keep_alive_timeout == 1.5 and server.max_body_size == 10
+    assert server.limits == HttpLimits(
+        max_head_size=1000,
+        max_header_count=7,
+        max_body_size=10,
+        head_timeout=2.5,
+        body_timeout=3.5,
+        keep_alive_timeout=1.5,
+    )
+    assert server.refusal is errors.refusal_response
 
 
 # -- the error mapping against vLLM's own create_error_response ---------------------------------

@@ -35,7 +35,7 @@ from vllm_frontend.engine.protocol import (
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
-from vllm_frontend.server.http import PushedStreamingResponse, Request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.tokenizer import Tokenizer
 
 TEXT = " Le café 🦊 jumps — naïve 北京 fox; the lazy dog 🐕 sleeps. Stop here, then more."

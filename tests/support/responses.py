@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_frontend.server.http import (
+from vllm_frontend.server.transport import (
     AnyResponse,
     PushedStreamingResponse,
     Response,

@@ -50,7 +50,7 @@ from vllm_frontend.engine.handshake import HandshakeError
 from vllm_frontend.engine.protocol import EngineZmqAddresses
 from vllm_frontend.engine.transport import StreamListeners, bind_stream_listeners, own_handshake
 from vllm_frontend.private_dirs import make_private_dir
-from vllm_frontend.server.http import LISTEN_BACKLOG, bind_tcp, bind_unix
+from vllm_frontend.server.transport import LISTEN_BACKLOG, bind_tcp, bind_unix
 
 __all__ = ["run_api_servers"]
 

@@ -36,7 +36,7 @@ from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.admission import SharedRequestCounts
 from vllm_frontend.server.app import make_server
-from vllm_frontend.server.http import bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.transport import bind_tcp, bind_unix, socket_from_fd
 from vllm_frontend.text.detokenizer import prefill
 from vllm_frontend.text.tokenizer import release_freed_heap
 

@@ -2,7 +2,7 @@
 
 A route handler is ``async def handler(request: Request) -> AnyResponse``; it
 raises (see ``errors.py``) instead of building error responses. :class:`App` is the callable the
-:class:`~vllm_frontend.server.http.HttpServer` runs for every request. In order, like vLLM's
+:class:`~vllm_frontend.server.transport.HttpServer` runs for every request. In order, like vLLM's
 middleware stack (vllm/entrypoints/serve/middleware/register.py, outermost first):
 X-Request-Id header, API-key check on guarded prefixes, CORS, routing (404/405 in FastAPI's
 shape), load tracking for inference routes, error mapping.
@@ -22,10 +22,15 @@ import msgspec
 from vllm_frontend.metrics.http_series import HttpMetrics, metrics_excluded
 
 from . import errors
-from .http import (
+from .transport import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
     DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_HEAD_SIZE,
+    DEFAULT_MAX_HEADER_COUNT,
     AnyResponse,
     Headers,
+    HttpLimits,
     HttpServer,
     Request,
     Response,
@@ -81,6 +86,15 @@ class ServerSettings(msgspec.Struct):
     """Count in-flight inference requests for ``GET /load`` (off: it reports 0, as in vLLM)."""
     http_timeout_keep_alive: float = 5.0
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    """Largest request body (bytes); a larger one is refused with 413."""
+    max_head_size: int = DEFAULT_MAX_HEAD_SIZE
+    """Largest request line + headers (bytes); a larger head is refused with 431 (414)."""
+    max_header_count: int = DEFAULT_MAX_HEADER_COUNT
+    """Most request headers; more are refused with 431."""
+    http_timeout_head: float = DEFAULT_HEAD_TIMEOUT
+    """Seconds a started request head may take to arrive before 408."""
+    http_timeout_body: float = DEFAULT_BODY_TIMEOUT
+    """Seconds a started request body may go without data before 408."""
     http_metrics: bool = True
     """Record vLLM's ``http_*`` Prometheus series (its instrumentator's defaults)."""
 
@@ -322,6 +336,12 @@ class App:
 
         _on_sent(response, record)
 
+    def record_refusal(self, method: str, status: int, duration: float) -> None:
+        """Count a request the transport refused before routing (handler ``"none"``, as vLLM's
+        instrumentator labels what matched no route; sizes unknown, so 0)."""
+        if self.metrics is not None:
+            self.metrics.observe(method, "none", status, 0, 0, duration)
+
     def _release_load(self) -> None:
         self.server_load -= 1
 
@@ -343,10 +363,24 @@ def _on_sent(response: AnyResponse, callback: Callable[[], None]) -> None:
 
 
 def make_server(app: App, wrap: Callable[[Handler], Handler] | None = None) -> HttpServer:
-    """The HTTP server for ``app``, with its settings' keep-alive timeout and body limit;
-    ``wrap(app)``, when given, takes the requests instead (e.g. to answer a route otherwise)."""
+    """The HTTP server for ``app``, with its settings' limits, refusals worded and counted by
+    the app; ``wrap(app)``, when given, takes the requests instead (e.g. to answer a route
+    otherwise)."""
     return HttpServer(
         wrap(app) if wrap is not None else app,
-        keep_alive_timeout=app.settings.http_timeout_keep_alive,
-        max_body_size=app.settings.max_body_size,
+        limits=http_limits(app.settings),
+        refusal=errors.refusal_response,
+        on_refusal=app.record_refusal,
+    )
+
+
+def http_limits(settings: ServerSettings) -> HttpLimits:
+    """The transport limits of ``settings``."""
+    return HttpLimits(
+        max_head_size=settings.max_head_size,
+        max_header_count=settings.max_header_count,
+        max_body_size=settings.max_body_size,
+        head_timeout=settings.http_timeout_head,
+        body_timeout=settings.http_timeout_body,
+        keep_alive_timeout=settings.http_timeout_keep_alive,
     )

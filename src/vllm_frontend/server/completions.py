@@ -50,7 +50,7 @@ from .generation import (
     usage,
     usage_chunk,
 )
-from .http import PushedStreamingResponse, Request, Response, StreamSink
+from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["CompletionsHandler"]
 

@@ -22,7 +22,7 @@ import msgspec
 
 from vllm_frontend.llm.admission import AdmissionRejected
 
-from .http import Response
+from .transport import Response
 
 _encode = msgspec.json.Encoder().encode
 
@@ -194,3 +194,12 @@ UNSUPPORTED_MEDIA_TYPE = "Unsupported Media Type: Only 'application/json' is all
 
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 """vLLM's AuthenticationMiddleware body for a missing or wrong API key (status 401)."""
+
+
+def refusal_response(status: int, message: str) -> Response:
+    """How the app words a request the HTTP transport refuses before routing it: a 400 for an
+    unparsable request as uvicorn's plain text; every other status (408, 413, 414, 431) in
+    vLLM's shape for framework-level errors (``type`` is the status phrase)."""
+    if status == 400:
+        return Response(message.encode(), 400, b"text/plain; charset=utf-8")
+    return Response(error_json(message, HTTPStatus(status).phrase, status), status)

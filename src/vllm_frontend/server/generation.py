@@ -28,7 +28,7 @@ from vllm_frontend.text.structured_outputs import (
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from . import errors
-from .http import Request, StreamSink
+from .transport import Request, StreamSink
 
 __all__ = [
     "DONE",

@@ -16,7 +16,7 @@ from vllm_frontend.metrics.exposition import MetricFamily
 from vllm_frontend.metrics.negotiation import encode_page
 from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
 
-from .http import Request, Response
+from .transport import Request, Response
 
 __all__ = ["METRICS_PREFIX", "metrics_handlers", "negotiated_page"]
 

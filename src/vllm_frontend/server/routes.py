@@ -21,7 +21,6 @@ from vllm_frontend.metrics.registry import MetricsRegistry
 from . import errors
 from .app import App, Handler, ServerSettings
 from .generation import OFF_LOOP_ENCODE_CHARS, encode_off_loop
-from .http import Request, Response, json_response
 from .metrics_route import METRICS_PREFIX, metrics_handlers
 from .protocol import (
     TokenizeChatRequest,
@@ -29,6 +28,7 @@ from .protocol import (
     parse_detokenize_request,
     parse_tokenize_request,
 )
+from .transport import Request, Response, json_response
 
 VLLM_VERSION = "0.32.0"
 """What ``GET /version`` reports: the vLLM release whose API this frontend implements."""

@@ -29,8 +29,8 @@ import msgspec
 from vllm_frontend.metrics.merge import MetricsSnapshot, merge_expositions
 from vllm_frontend.metrics.text_parse import parse_text
 
-from .http import AnyResponse, App, Request, Response
 from .metrics_route import METRICS_PREFIX, negotiated_page
+from .transport import AnyResponse, App, Request, Response
 
 __all__ = ["SIBLING_TIMEOUT_S", "SiblingMetrics", "snapshot_path"]
 

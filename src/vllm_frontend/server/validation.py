@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .errors import RequestValidationFailed, sanitize_message
+from .errors import HttpError, RequestValidationFailed, sanitize_message
 
 T = TypeVar("T")
 
@@ -385,13 +385,17 @@ def validation_error(errors: list[dict[str, Any]] | list[str]) -> RequestValidat
 # decoding
 
 
+BODY_PARSE_ERROR = "There was an error parsing the body"
+"""FastAPI's message for a body it cannot read as JSON for a reason other than its syntax."""
+
+
 def decode_json_object(body: bytes) -> Any:
     """The JSON value of a request body, or FastAPI's error for an empty or malformed body."""
     if not body:
         return _raise(validation_error([_err("missing", ("body",), "Field required", None)]))
     try:
         return _decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         pass
     # slow path, for the exact message and position Python's json module reports (FastAPI's)
     try:
@@ -399,9 +403,10 @@ def decode_json_object(body: bytes) -> Any:
     except json.JSONDecodeError as e:
         err = _err("json_invalid", ("body", e.pos), "JSON decode error", {}, {"error": e.msg})
         raise validation_error([err]) from None
-    except UnicodeDecodeError as e:
-        err = _err("json_invalid", ("body", 0), "JSON decode error", {}, {"error": str(e)})
-        raise validation_error([err]) from None
+    except Exception:
+        # FastAPI's answer to any other failure to read the body (invalid UTF-8, nesting too
+        # deep, an integer over Python's digit limit): HTTPException(400)
+        raise HttpError(400, BODY_PARSE_ERROR) from None
 
 
 def _raise(exc: Exception) -> Any:

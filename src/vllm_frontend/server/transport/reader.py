@@ -1,0 +1,227 @@
+"""The reading half of a connection: httptools' callbacks assemble requests within the limits.
+
+Beyond what httptools (llhttp, strict) refuses, the reader refuses itself what could frame a
+request two ways (``Content-Length`` with ``Transfer-Encoding``, a repeated framing header, a
+transfer coding other than ``chunked``) and what is too large or too slow (see ``limits``).
+Timers cost nothing for a request that arrives in one read: one is armed only when a read ends
+inside a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import unquote
+
+import httptools
+
+from .framing import CONTINUE
+from .limits import BODY_TOO_LARGE, INVALID_REQUEST, HttpLimits
+from .messages import Request
+from .writer import ResponseWriter
+
+_FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
+
+
+class Refused(Exception):
+    """Raised from a parser callback to refuse the request with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class RequestReader(ResponseWriter):
+    """Parse state of a connection and the httptools callbacks."""
+
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_continue_due",
+        "_head_done",
+        "_head_received",
+        "_head_size",
+        "_header_count",
+        "_headers",
+        "_in_message",
+        "_last_read",
+        "_limits",
+        "_message_started",
+        "_parser",
+        "_read_timer",
+        "_url",
+    )
+
+    def _init_reader(self, limits: HttpLimits) -> None:
+        self._limits = limits
+        self._parser = httptools.HttpRequestParser(self)
+        self._in_message = False
+        self._head_done = False
+        self._continue_due = False
+        self._head_received = 0
+        self._message_started = 0.0
+        self._last_read = 0.0
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._head_size = 0
+        self._header_count = 0
+
+    # -- what the connection provides -----------------------------------------------------------
+
+    def _dispatch(self, request: Request, keep_alive: bool, http11: bool) -> None:
+        raise NotImplementedError
+
+    def _refuse(self, status: int, message: str) -> None:
+        raise NotImplementedError
+
+    def _idle(self) -> bool:
+        raise NotImplementedError
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data``; refuse what the parser or the limits reject."""
+        in_head = self._in_message and not self._head_done
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # e.g. "Upgrade: h2c" or a WebSocket handshake: like uvicorn, ignore the upgrade and
+            # answer the request (already dispatched by on_message_complete) over HTTP/1.1
+            pass
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, Refused):
+                self._refuse(cause.status, cause.message)
+            else:
+                self._refuse(400, INVALID_REQUEST)
+            return
+        if self._in_message:
+            if not self._head_done:
+                # Callbacks count the head's fields; whole reads spent inside a head count
+                # too (padding the parser skips without a callback is no way around the limit).
+                if in_head:
+                    self._head_received += len(data)
+                if self._head_received > self._limits.max_head_size:
+                    self._refuse(431, "Request header fields too large.")
+                    return
+            self._watch_read()
+
+    def _watch_read(self) -> None:
+        # A read ended inside a request: time it (the head from its first read, the body
+        # between reads).
+        now = self._loop.time()
+        self._last_read = now
+        if self._read_timer is None:
+            if not self._message_started:
+                self._message_started = now
+            limits = self._limits
+            timeout = limits.body_timeout if self._head_done else limits.head_timeout
+            self._read_timer = self._loop.call_at(now + timeout, self._read_check)
+
+    def _read_check(self) -> None:
+        self._read_timer = None
+        if not self._in_message or self._closed:
+            return
+        if self._head_done:
+            deadline = self._last_read + self._limits.body_timeout
+        else:
+            deadline = self._message_started + self._limits.head_timeout
+        if self._loop.time() >= deadline:
+            self._refuse(408, "Request timed out.")
+        else:
+            self._read_timer = self._loop.call_at(deadline, self._read_check)
+
+    def _cancel_read_timer(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    # -- httptools callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A request starts."""
+        self._in_message = True
+        self._head_done = False
+        self._head_received = 0
+        self._message_started = 0.0
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+        self._head_size = 0
+        self._header_count = 0
+
+    def on_url(self, url: bytes) -> None:
+        """(A piece of) the request target."""
+        self._url += url
+        self._head_size += len(url)
+        if self._head_size > self._limits.max_head_size:
+            raise Refused(414, "Request line too long.")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header line."""
+        self._header_count += 1
+        self._head_size += len(name) + len(value) + 4
+        limits = self._limits
+        if self._head_size > limits.max_head_size or self._header_count > limits.max_header_count:
+            raise Refused(431, "Request header fields too large.")
+        key = name.lower()
+        headers = self._headers
+        if key in headers and key in _FRAMING_HEADERS:
+            raise Refused(400, INVALID_REQUEST)  # a second framing header: ambiguous length
+        headers[key] = value
+
+    def on_headers_complete(self) -> None:
+        """The head is complete: check the framing and the declared size."""
+        self._head_done = True
+        self._cancel_read_timer()
+        self._message_started = 0.0
+        headers = self._headers
+        coding = headers.get(b"transfer-encoding")
+        length = headers.get(b"content-length")
+        if coding is not None and (length is not None or coding.strip().lower() != b"chunked"):
+            raise Refused(400, INVALID_REQUEST)  # CL with TE, or a coding we cannot frame
+        if length is not None and int(length) > self._limits.max_body_size:
+            raise Refused(413, BODY_TOO_LARGE)
+        if (
+            b"expect" in headers
+            and headers[b"expect"].lower() == b"100-continue"
+            and self._parser.get_http_version() == "1.1"
+        ):
+            # Only once every earlier response is out; the connection sends it when it gets
+            # there (or skips it if the body comes anyway).
+            if self._idle():
+                assert self._transport is not None
+                self._write(self._transport, CONTINUE)
+            else:
+                self._continue_due = True
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the body."""
+        self._body_size += len(body)
+        if self._body_size > self._limits.max_body_size:
+            self._body = []
+            raise Refused(413, BODY_TOO_LARGE)
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        """The request is complete: hand it to the connection."""
+        self._in_message = False
+        self._continue_due = False
+        self._cancel_read_timer()
+        url = self._url
+        qpos = url.find(b"?")
+        if qpos >= 0:
+            raw_path, query = url[:qpos], url[qpos + 1 :]
+        else:
+            raw_path, query = url, b""
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        parser = self._parser
+        request = Request(parser.get_method().decode("ascii"), path, query, self._headers, body)
+        self._dispatch(request, parser.should_keep_alive(), parser.get_http_version() == "1.1")

@@ -1,0 +1,95 @@
+"""The server: serves one app on listening sockets, with limits and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from .connection import HttpConnection
+from .limits import HttpLimits, RefusalRecorder, RefusalRenderer, plain_refusal
+from .messages import App
+from .sockets import LISTEN_BACKLOG
+from .writer import ResponseWriter
+
+logger = logging.getLogger(__name__)
+
+
+class HttpServer:
+    """Serves ``app`` on one or more listening sockets, with graceful shutdown.
+
+    ``refusal`` words the responses to requests refused before they reach the app (see
+    ``limits``); ``on_refusal`` is told of each one sent (e.g. to count it).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        limits: HttpLimits | None = None,
+        refusal: RefusalRenderer = plain_refusal,
+        on_refusal: RefusalRecorder | None = None,
+    ) -> None:
+        self.app = app
+        self.limits = limits if limits is not None else HttpLimits()
+        self.refusal = refusal
+        self.on_refusal = on_refusal
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[HttpConnection] = set()
+        self._closing = False
+        # Connections with framed output waiting: flushed together once per loop iteration.
+        self._dirty: list[ResponseWriter] = []
+        self._flush_pending = False
+
+    def _flush_dirty(self) -> None:
+        # Scheduled by the first connection that queued output in this loop iteration.
+        self._flush_pending = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            try:
+                conn._flush()
+            except Exception:  # one broken connection must not hold back the others' output
+                logger.exception("Error while writing to a connection")
+
+    async def start(self, sock: socket.socket) -> None:
+        """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it."""
+        loop = asyncio.get_running_loop()
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+        server: asyncio.AbstractServer
+        if sock.family == socket.AF_UNIX:
+            server = await loop.create_unix_server(
+                lambda: HttpConnection(self), sock=sock, backlog=LISTEN_BACKLOG
+            )
+        else:
+            server = await loop.create_server(
+                lambda: HttpConnection(self), sock=sock, backlog=LISTEN_BACKLOG
+            )
+        self._servers.append(server)
+
+    @property
+    def open_connections(self) -> int:
+        """Number of client connections currently open."""
+        return len(self._connections)
+
+    async def shutdown(self, timeout: float = 0.0) -> None:
+        """Stop accepting, let in-flight requests finish for up to ``timeout`` seconds, then
+        cancel what is left (which aborts its engine requests) and close every connection."""
+        self._closing = True
+        for server in self._servers:
+            server.close()
+        for conn in list(self._connections):
+            conn.close_if_idle()
+        if timeout > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while self._connections and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+        tasks = [t for conn in list(self._connections) if (t := conn.abort()) is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        self._servers.clear()
