@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 
 
 def _add_frontend_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from vllm_frontend.cmd.serve_args import add_http_limit_arguments
+
     p = sub.add_parser(
         "frontend",
         help="serve HTTP for engines launched by `vllm serve` (inherited listening sockets)",
@@ -30,6 +32,7 @@ def _add_frontend_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--grpc-listen-fd", type=int, default=None)
     p.add_argument("--coordinator-address", default=None)
     p.add_argument("--args-json", required=True, help="the vllm serve arguments as JSON")
+    add_http_limit_arguments(p, defaults=False)  # override what --args-json says
     # Set by `serve --api-server-count N` for each of its N frontends (not by `vllm serve`).
     p.add_argument("--client-index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--client-count", type=int, default=1, help=argparse.SUPPRESS)

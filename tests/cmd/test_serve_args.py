@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from vllm_frontend.cmd.config import ConfigError, config_from_args
-from vllm_frontend.cmd.serve_args import add_serve_arguments, parse_serve_args
+from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, add_serve_arguments, parse_serve_args
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +70,39 @@ def test_stream_interval_is_taken_and_a_bad_one_stops_startup() -> None:
             config_from_args({"model_tag": "m", "stream_interval": bad})
 
 
+def test_http_limits_reach_the_config_and_bad_ones_stop_startup() -> None:
+    cfg = config_from_args({"model_tag": "m"})
+    assert (cfg.h11_max_incomplete_event_size, cfg.h11_max_header_count) == (65536, 256)
+    assert (cfg.http_timeout_head, cfg.http_timeout_body) == (30.0, 30.0)
+    assert cfg.http_max_body_size == 64 * 1024 * 1024
+    ns = parse_serve_args(
+        _parser(),
+        ["/m", "--http-timeout-head", "2", "--http-timeout-body", "3",
+         "--h11-max-incomplete-event-size", "4096", "--h11-max-header-count", "10",
+         "--http-max-body-size", "100", "--http-timeout-keep-alive", "7"],
+    )  # fmt: skip
+    cfg = config_from_args(ns.frontend_args())
+    assert (cfg.http_timeout_head, cfg.http_timeout_body, cfg.http_timeout_keep_alive) == (2, 3, 7)
+    assert (cfg.h11_max_incomplete_event_size, cfg.h11_max_header_count) == (4096, 10)
+    assert cfg.http_max_body_size == 100
+    for key, bad in [("http_timeout_head", 0), ("http_timeout_body", -1),
+                     ("h11_max_header_count", 0), ("http_max_body_size", True)]:  # fmt: skip
+        with pytest.raises(ConfigError, match=key):
+            config_from_args({"model_tag": "m", key: bad})
+
+
+def test_frontend_http_limit_flags_default_to_the_args_json() -> None:
+    from vllm_frontend.cli import build_parser
+
+    parser, _ = build_parser()
+    base = ["frontend", "--listen-fd", "3", "--input-listener-fd", "4",
+            "--output-listener-fd", "5", "--args-json", "{}"]  # fmt: skip
+    ns = parser.parse_args(base)
+    assert all(getattr(ns, key) is None for key in HTTP_LIMIT_KEYS)
+    ns = parser.parse_args([*base, "--http-timeout-body", "4"])
+    assert ns.http_timeout_body == 4.0
+
+
 def test_sse_keep_alive_interval_is_taken_and_a_negative_one_stops_startup() -> None:
     cfg = config_from_args({"model_tag": "m", "sse_keep_alive_interval": 15})
     assert cfg.sse_keep_alive_interval == 15
@@ -113,6 +146,7 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
         "--sse-keep-alive-interval", "15",
         "--enable-prompt-tokens-details", "--enable-force-include-usage",
         "--max-num-queued-reqs", "7", "--max-num-queued-tokens", "0",
+        "--h11-max-incomplete-event-size", "1000", "--h11-max-header-count", "9",
     ]  # fmt: skip
     ours = parse_serve_args(_parser(), ["/m", *cmd]).frontend_args()
     keys = ["served_model_name", "max_logprobs", "api_key", "chat_template_content_format",
@@ -121,7 +155,8 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
             "allowed_origins", "stream_interval", "sse_keep_alive_interval",
             "enable_prompt_tokens_details",
             "enable_force_include_usage", "max_num_queued_reqs",
-            "max_num_queued_tokens"]  # fmt: skip
+            "max_num_queued_tokens", "h11_max_incomplete_event_size",
+            "h11_max_header_count"]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", _VLLM_PARSE, "--model", "/m", *cmd],
         input=json.dumps(keys),

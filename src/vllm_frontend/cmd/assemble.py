@@ -148,6 +148,11 @@ def build_frontend_app(
         enable_request_id_headers=config.enable_request_id_headers,
         enable_server_load_tracking=config.enable_server_load_tracking,
         http_timeout_keep_alive=config.http_timeout_keep_alive,
+        http_timeout_head=config.http_timeout_head,
+        http_timeout_body=config.http_timeout_body,
+        max_head_size=config.h11_max_incomplete_event_size,
+        max_header_count=config.h11_max_header_count,
+        max_body_size=config.http_max_body_size,
     )
     services = Services(
         engine=client,

@@ -72,6 +72,17 @@ class FrontendConfig(msgspec.Struct):
     port: int = 8000
     uds: str | None = None
     http_timeout_keep_alive: float = 5.0
+    """Seconds an idle keep-alive connection stays open."""
+    http_timeout_head: float = 30.0
+    """Seconds a started request head may take to arrive (else 408)."""
+    http_timeout_body: float = 30.0
+    """Seconds a started request body may go without data (else 408)."""
+    h11_max_incomplete_event_size: int = 64 * 1024
+    """Most bytes of request line + headers (else 431). vLLM's name; its default is 4 MiB."""
+    h11_max_header_count: int = 256
+    """Most request headers (else 431)."""
+    http_max_body_size: int = 64 * 1024 * 1024
+    """Most bytes of a request body (else 413)."""
     engine_ready_timeout_secs: float = 600.0
     shutdown_timeout: float = 0.0
     api_server_count: int = 1
@@ -138,8 +149,6 @@ HARMLESS_KEYS: frozenset[str] = frozenset(
         "max_log_len",
         "log_error_stack",
         "log_config_file",
-        "h11_max_incomplete_event_size",
-        "h11_max_header_count",
         "enable_log_deltas",
         "aggregate_engine_logging",
         "disable_log_requests",
@@ -266,6 +275,14 @@ def _validate(config: FrontendConfig) -> None:
         ):
             # vLLM's SchedulerConfig (Field ge=0) refuses it at startup too.
             raise ConfigError(f"{name} must be a non-negative integer, got {limit!r}")
+    for name in ("http_timeout_keep_alive", "http_timeout_head", "http_timeout_body"):
+        seconds = getattr(config, name)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    for name in ("h11_max_incomplete_event_size", "h11_max_header_count", "http_max_body_size"):
+        size = getattr(config, name)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {size!r}")
     if config.stream_interval < 1:
         # vLLM's SchedulerConfig (Field ge=1) refuses it at startup too.
         raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")

@@ -31,7 +31,7 @@ from vllm_frontend.cmd.assemble import (
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
-from vllm_frontend.cmd.serve_args import ServeArgs
+from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.admission import SharedRequestCounts
@@ -87,6 +87,9 @@ def run_frontend(args: argparse.Namespace) -> int:
         raw = json.loads(args.args_json)
         if not isinstance(raw, dict):
             raise ConfigError("--args-json must be a JSON object")
+        for key in HTTP_LIMIT_KEYS:
+            if (value := getattr(args, key, None)) is not None:
+                raw[key] = value
         config = config_from_args(raw)
         model = _load(config)
         http_sock = socket_from_fd(args.listen_fd)

@@ -74,6 +74,62 @@ def _json_list(value: str) -> list[str]:
     return [str(x) for x in obj]
 
 
+HTTP_LIMIT_KEYS = (
+    "http_timeout_keep_alive",
+    "http_timeout_head",
+    "http_timeout_body",
+    "h11_max_incomplete_event_size",
+    "h11_max_header_count",
+    "http_max_body_size",
+)
+"""The argument names of the HTTP transport's limits (also flags of ``frontend``)."""
+
+
+def add_http_limit_arguments(p: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """Register the HTTP limit flags on ``p``; without ``defaults`` they default to None (for
+    ``frontend``, whose ``--args-json`` carries the values unless a flag overrides them)."""
+
+    def default(value: float) -> float | None:
+        return value if defaults else None
+
+    p.add_argument(
+        "--http-timeout-keep-alive",
+        type=float,
+        default=default(float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5"))),
+        help="seconds an idle keep-alive connection stays open (default 5)",
+    )
+    p.add_argument(
+        "--http-timeout-head",
+        type=float,
+        default=default(30.0),
+        help="seconds a started request head may take to arrive, else 408 (default 30)",
+    )
+    p.add_argument(
+        "--http-timeout-body",
+        type=float,
+        default=default(30.0),
+        help="seconds a started request body may go without data, else 408 (default 30)",
+    )
+    p.add_argument(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=default(64 * 1024),
+        help="most bytes of request line + headers, else 431 (default 65536; vLLM's is 4 MiB)",
+    )
+    p.add_argument(
+        "--h11-max-header-count",
+        type=int,
+        default=default(256),
+        help="most request headers, else 431 (default 256)",
+    )
+    p.add_argument(
+        "--http-max-body-size",
+        type=int,
+        default=default(64 * 1024 * 1024),
+        help="most bytes of a request body, else 413 (default 67108864)",
+    )
+
+
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``serve`` flags on ``p``."""
     opt_bool: dict[str, Any] = {"nargs": "?", "const": True, "default": False, "type": _bool}
@@ -95,11 +151,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--shutdown-timeout", type=float, default=0.0)
-    p.add_argument(
-        "--http-timeout-keep-alive",
-        type=float,
-        default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5")),
-    )
+    add_http_limit_arguments(p, defaults=True)
     p.add_argument("--chat-template", default=None)
     p.add_argument("--default-chat-template-kwargs", type=_json_object, default=None)
     p.add_argument("--trust-request-chat-template", **opt_bool)
