@@ -118,6 +118,12 @@ COMPLETION_CASES = [
     case(b'{"prompt": "a",}'),
     case(b"[1"),
     case(b"\xff\xfe"),
+    # bodies Python's json module cannot read at all: FastAPI's HTTPException(400)
+    case(b"[" * 100_000 + b"]" * 100_000),
+    case(b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+    case(b'{"prompt": "\xff\xfe"}'),
+    case(b'{"prompt": "a", "max_tokens": 1' + b"0" * 5000 + b"}"),
+    case(b'{"prompt": "a", "max_tokens": 1e999}'),
     case([1, 2]),
     case("just a string"),
     case({"prompt": "a"}, ctype={}),
@@ -180,6 +186,8 @@ def test_completions_body_errors_match_vllm(
 
 CHAT_CASES = [
     case({}),
+    case(b'{"messages": ' + b"{" * 50_000),
+    case(b'{"messages": [{"role": "user", "content": "\xc3"}]}'),
     case({"messages": "x"}),
     case({"messages": M, "tools": [], "stream_options": {"include_usage": True}}),
     case({"messages": M, "reasoning_effort": "huge"}),

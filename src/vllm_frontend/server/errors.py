@@ -123,6 +123,16 @@ class HttpError(ApiError):
         self.err_type = phrase
 
 
+class DetailHttpError(ApiError):
+    """An HTTP error FastAPI answers itself, before vLLM's handlers see it: the body is
+    ``{"detail": message}`` (e.g. a body it cannot read as JSON at all)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.err_type = HTTPStatus(status).phrase
+
+
 # vLLM strips addresses, tracebacks and file paths from every error message
 # (vllm/entrypoints/serve/exception_handling/utils.py); same idea here.
 _ADDR = re.compile(r" at 0x[0-9a-fA-F]+>")
@@ -165,6 +175,8 @@ def error_response(
     exc: BaseException, headers: list[tuple[bytes, bytes]] | None = None
 ) -> Response:
     """The HTTP response vLLM sends for ``exc``."""
+    if isinstance(exc, DetailHttpError):
+        return Response(_encode({"detail": exc.message}), exc.status, headers=headers)
     status, err_type, message, param = classify(exc)
     return Response(
         error_json(sanitize_message(message), err_type, status, param), status, headers=headers

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .errors import HttpError, RequestValidationFailed, sanitize_message
+from .errors import DetailHttpError, RequestValidationFailed, sanitize_message
 
 T = TypeVar("T")
 
@@ -405,8 +405,9 @@ def decode_json_object(body: bytes) -> Any:
         raise validation_error([err]) from None
     except Exception:
         # FastAPI's answer to any other failure to read the body (invalid UTF-8, nesting too
-        # deep, an integer over Python's digit limit): HTTPException(400)
-        raise HttpError(400, BODY_PARSE_ERROR) from None
+        # deep, an integer over Python's digit limit): HTTPException(400), answered as
+        # {"detail": ...}
+        raise DetailHttpError(400, BODY_PARSE_ERROR) from None
 
 
 def _raise(exc: Exception) -> Any:
