@@ -105,6 +105,10 @@ class HttpConnection(asyncio.Protocol, RequestReader):
         """No response is being produced or waiting to be."""
         return self._task is None
 
+    def _refusal_pending(self) -> bool:
+        """A refusal stopped the reading."""
+        return self._refusal is not None
+
     def _dispatch(self, request: Request, keep_alive: bool, http11: bool) -> None:
         if self._task is None:
             self._task = self._loop.create_task(self._handle(request, keep_alive, http11))

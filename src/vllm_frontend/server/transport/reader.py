@@ -2,7 +2,8 @@
 
 Beyond what httptools (llhttp, strict) refuses, the reader refuses itself what could frame a
 request two ways (``Content-Length`` with ``Transfer-Encoding``, a repeated framing header, a
-transfer coding other than ``chunked``) and what is too large or too slow (see ``limits``).
+transfer coding other than ``chunked``), an HTTP/1.1 request without exactly one ``Host``, and
+what is too large or too slow (see ``limits``).
 Timers cost nothing for a request that arrives in one read: one is armed only when a read ends
 inside a request.
 """
@@ -19,7 +20,8 @@ from .limits import BODY_TOO_LARGE, INVALID_REQUEST, HttpLimits
 from .messages import Request
 from .writer import ResponseWriter
 
-_FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
+_SINGLE_HEADERS = (b"content-length", b"transfer-encoding", b"host")
+"""Headers a request may carry once (RFC 9112 §3.2, §6.3): a repeat is refused, not merged."""
 
 
 class Refused(Exception):
@@ -43,6 +45,7 @@ class RequestReader(ResponseWriter):
         "_head_size",
         "_header_count",
         "_headers",
+        "_http11",
         "_in_message",
         "_last_read",
         "_limits",
@@ -57,6 +60,7 @@ class RequestReader(ResponseWriter):
         self._parser = httptools.HttpRequestParser(self)
         self._in_message = False
         self._head_done = False
+        self._http11 = True
         self._continue_due = False
         self._head_received = 0
         self._message_started = 0.0
@@ -80,6 +84,9 @@ class RequestReader(ResponseWriter):
     def _idle(self) -> bool:
         raise NotImplementedError
 
+    def _refusal_pending(self) -> bool:
+        raise NotImplementedError
+
     # -- feeding ---------------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
@@ -87,10 +94,14 @@ class RequestReader(ResponseWriter):
         in_head = self._in_message and not self._head_done
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserUpgrade as upgrade:
             # e.g. "Upgrade: h2c" or a WebSocket handshake: like uvicorn, ignore the upgrade and
-            # answer the request (already dispatched by on_message_complete) over HTTP/1.1
-            pass
+            # answer the request (already dispatched by on_message_complete) over HTTP/1.1; what
+            # follows it is the next request
+            rest = data[upgrade.args[0] :]
+            if rest and not self._refusal_pending():
+                self._feed(rest)
+            return
         except httptools.HttpParserError as exc:
             cause = exc.__context__
             if isinstance(cause, Refused):
@@ -170,8 +181,8 @@ class RequestReader(ResponseWriter):
             raise Refused(431, "Request header fields too large.")
         key = name.lower()
         headers = self._headers
-        if key in headers and key in _FRAMING_HEADERS:
-            raise Refused(400, INVALID_REQUEST)  # a second framing header: ambiguous length
+        if key in headers and key in _SINGLE_HEADERS:
+            raise Refused(400, INVALID_REQUEST)  # e.g. a second Content-Length: ambiguous length
         headers[key] = value
 
     def on_headers_complete(self) -> None:
@@ -179,17 +190,23 @@ class RequestReader(ResponseWriter):
         self._head_done = True
         self._cancel_read_timer()
         self._message_started = 0.0
+        version = self._parser.get_http_version()
+        self._http11 = http11 = version == "1.1"
+        if not http11 and version != "1.0":
+            raise Refused(400, INVALID_REQUEST)  # HTTP/0.9 (no version), 1.2, ...
         headers = self._headers
         coding = headers.get(b"transfer-encoding")
         length = headers.get(b"content-length")
         if coding is not None and (length is not None or coding.strip().lower() != b"chunked"):
             raise Refused(400, INVALID_REQUEST)  # CL with TE, or a coding we cannot frame
+        if http11 and b"host" not in headers:
+            raise Refused(400, INVALID_REQUEST)  # RFC 9112 §3.2 (h11, thus vLLM, refuses too)
         if length is not None and int(length) > self._limits.max_body_size:
             raise Refused(413, BODY_TOO_LARGE)
         if (
             b"expect" in headers
             and headers[b"expect"].lower() == b"100-continue"
-            and self._parser.get_http_version() == "1.1"
+            and http11
         ):
             # Only once every earlier response is out; the connection sends it when it gets
             # there (or skips it if the body comes anyway).
@@ -224,4 +241,7 @@ class RequestReader(ResponseWriter):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         parser = self._parser
         request = Request(parser.get_method().decode("ascii"), path, query, self._headers, body)
-        self._dispatch(request, parser.should_keep_alive(), parser.get_http_version() == "1.1")
+        # HTTP/1.0 keep-alive is not offered (as uvicorn/h11, thus vLLM): such a client gets
+        # Connection: close, and close-delimited streams need the close anyway
+        http11 = self._http11
+        self._dispatch(request, http11 and parser.should_keep_alive(), http11)
