@@ -283,7 +283,7 @@ CORPUS: dict[str, Case] = {
             b"POST /echo HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n"
             b"\r\n8\r\nSMUGGLED\r\n0\r\n\r\n"
         ]
-    ),  # fmt: skip
+    ),
     "TE.TE dup": Case([chunked(b"0\r\n\r\n", b"Transfer-Encoding: x\r\n")]),
     "TE xchunked": Case([b"POST /echo HTTP/1.1\r\n" + H + b"Transfer-Encoding: xchunked\r\n\r\n"]),
     "TE list": Case(

@@ -125,7 +125,8 @@ class RequestReader(ResponseWriter):
         # between reads).
         now = self._loop.time()
         self._last_read = now
-        if self._read_timer is None:
+        if self._read_timer is None and not self._continue_due:
+            # (a client waiting for "100 Continue" is timed from when it gets it)
             if not self._message_started:
                 self._message_started = now
             limits = self._limits
@@ -203,11 +204,7 @@ class RequestReader(ResponseWriter):
             raise Refused(400, INVALID_REQUEST)  # RFC 9112 §3.2 (h11, thus vLLM, refuses too)
         if length is not None and int(length) > self._limits.max_body_size:
             raise Refused(413, BODY_TOO_LARGE)
-        if (
-            b"expect" in headers
-            and headers[b"expect"].lower() == b"100-continue"
-            and http11
-        ):
+        if b"expect" in headers and headers[b"expect"].lower() == b"100-continue" and http11:
             # Only once every earlier response is out; the connection sends it when it gets
             # there (or skips it if the body comes anyway).
             if self._idle():
