@@ -1,8 +1,9 @@
 """OpenAI-compatible HTTP server.
 
-- ``http``: the HTTP/1.1 transport (asyncio + httptools): ``Request``, ``Response``,
-  ``StreamingResponse``, ``json_response``, ``HttpServer``, ``bind_tcp``/``bind_unix``/
-  ``socket_from_fd``.
+- ``transport``: the HTTP/1.1 transport (asyncio + httptools): ``Request``, ``Response``,
+  ``StreamingResponse``, ``json_response``, ``HttpServer`` and its ``HttpLimits``,
+  ``bind_tcp``/``bind_unix``/``socket_from_fd``. It knows no API error format: the app layer
+  words its refusals (``errors.refusal_response``).
 - ``app``: ``ServerSettings`` (built once at startup), ``App`` (route table + vLLM's middleware
   behaviour: API key, CORS, X-Request-Id, /load tracking, error mapping), ``make_server``.
 - ``routes``: ``build_app(settings, services, generation_routes)`` with health, ping, models,

@@ -29,25 +29,17 @@ MAX_PIPELINED = 16
 """Pipelined requests buffered per connection before we stop reading from it."""
 
 
-class HttpConnection(asyncio.Protocol, RequestReader):
+class HttpConnection(RequestReader, asyncio.Protocol):
     """The asyncio protocol of one client connection."""
 
-    __slots__ = (
-        "_keep_alive_handle",
-        "_pending",
-        "_reading_paused",
-        "_refusal",
-        "_task",
-    )
+    __slots__ = ("_pending", "_reading_paused", "_task")
 
     def __init__(self, server: HttpServer) -> None:
         self._init_writer(server)
         self._init_reader(server.limits)
         self._task: asyncio.Task[None] | None = None
         self._pending: deque[tuple[Request, bool, bool]] = deque()
-        self._keep_alive_handle: asyncio.TimerHandle | None = None
         self._reading_paused = False
-        self._refusal: tuple[int, str] | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -63,12 +55,6 @@ class HttpConnection(asyncio.Protocol, RequestReader):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._server._connections.add(self)
         self._arm_keep_alive()
-
-    def data_received(self, data: bytes) -> None:
-        if self._refusal is not None:
-            return  # refused: what else arrives is discarded until we close
-        self._cancel_keep_alive()
-        self._feed(data)
 
     def eof_received(self) -> bool | None:
         # The client half-closed: treat as a disconnect (returning None closes the transport).
@@ -104,10 +90,6 @@ class HttpConnection(asyncio.Protocol, RequestReader):
     def _idle(self) -> bool:
         """No response is being produced or waiting to be."""
         return self._task is None
-
-    def _refusal_pending(self) -> bool:
-        """A refusal stopped the reading."""
-        return self._refusal is not None
 
     def _dispatch(self, request: Request, keep_alive: bool, http11: bool) -> None:
         if self._task is None:

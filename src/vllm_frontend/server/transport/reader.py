@@ -42,22 +42,26 @@ class RequestReader(ResponseWriter):
         "_continue_due",
         "_head_done",
         "_head_received",
-        "_head_size",
-        "_header_count",
+        "_head_room",
         "_headers",
+        "_headers_left",
         "_http11",
         "_in_message",
+        "_keep_alive_handle",
         "_last_read",
         "_limits",
         "_message_started",
         "_parser",
         "_read_timer",
+        "_refusal",
         "_url",
     )
 
     def _init_reader(self, limits: HttpLimits) -> None:
         self._limits = limits
         self._parser = httptools.HttpRequestParser(self)
+        self._keep_alive_handle: asyncio.TimerHandle | None = None
+        self._refusal: tuple[int, str] | None = None
         self._in_message = False
         self._head_done = False
         self._http11 = True
@@ -70,8 +74,8 @@ class RequestReader(ResponseWriter):
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._body_size = 0
-        self._head_size = 0
-        self._header_count = 0
+        self._head_room = 0
+        self._headers_left = 0
 
     # -- what the connection provides -----------------------------------------------------------
 
@@ -84,14 +88,16 @@ class RequestReader(ResponseWriter):
     def _idle(self) -> bool:
         raise NotImplementedError
 
-    def _refusal_pending(self) -> bool:
-        raise NotImplementedError
-
     # -- feeding ---------------------------------------------------------------------------------
 
-    def _feed(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:
         """Parse ``data``; refuse what the parser or the limits reject."""
-        in_head = self._in_message and not self._head_done
+        if self._refusal is not None:
+            return  # refused: what else arrives is discarded until we close
+        handle = self._keep_alive_handle
+        if handle is not None:
+            handle.cancel()
+            self._keep_alive_handle = None
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
@@ -99,8 +105,8 @@ class RequestReader(ResponseWriter):
             # answer the request (already dispatched by on_message_complete) over HTTP/1.1; what
             # follows it is the next request
             rest = data[upgrade.args[0] :]
-            if rest and not self._refusal_pending():
-                self._feed(rest)
+            if rest:
+                self.data_received(rest)
             return
         except httptools.HttpParserError as exc:
             cause = exc.__context__
@@ -111,11 +117,15 @@ class RequestReader(ResponseWriter):
             return
         if self._in_message:
             if not self._head_done:
-                # Callbacks count the head's fields; whole reads spent inside a head count
-                # too (padding the parser skips without a callback is no way around the limit).
-                if in_head:
+                # Callbacks count the head's fields where it began; every later read that ends
+                # inside it counts whole (padding the parser skips without a callback is no way
+                # around the limit).
+                limit = self._limits.max_head_size
+                if self._head_received < 0:
+                    self._head_received = limit - self._head_room
+                else:
                     self._head_received += len(data)
-                if self._head_received > self._limits.max_head_size:
+                if self._head_received > limit:
                     self._refuse(431, "Request header fields too large.")
                     return
             self._watch_read()
@@ -157,40 +167,39 @@ class RequestReader(ResponseWriter):
         """A request starts."""
         self._in_message = True
         self._head_done = False
-        self._head_received = 0
-        self._message_started = 0.0
+        self._head_received = -1  # began in the read being parsed
         self._url = b""
         self._headers = {}
         self._body = []
         self._body_size = 0
-        self._head_size = 0
-        self._header_count = 0
+        limits = self._limits
+        self._head_room = limits.max_head_size
+        self._headers_left = limits.max_header_count
 
     def on_url(self, url: bytes) -> None:
         """(A piece of) the request target."""
         self._url += url
-        self._head_size += len(url)
-        if self._head_size > self._limits.max_head_size:
+        self._head_room -= len(url)
+        if self._head_room < 0:
             raise Refused(414, "Request line too long.")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header line."""
-        self._header_count += 1
-        self._head_size += len(name) + len(value) + 4
-        limits = self._limits
-        if self._head_size > limits.max_head_size or self._header_count > limits.max_header_count:
+        self._headers_left -= 1
+        self._head_room -= len(name) + len(value) + 4
+        if self._head_room < 0 or self._headers_left < 0:
             raise Refused(431, "Request header fields too large.")
         key = name.lower()
-        headers = self._headers
-        if key in headers and key in _SINGLE_HEADERS:
+        # the first of repeated headers counts (as Starlette's Headers.get reads them)
+        if self._headers.setdefault(key, value) is not value and key in _SINGLE_HEADERS:
             raise Refused(400, INVALID_REQUEST)  # e.g. a second Content-Length: ambiguous length
-        headers[key] = value
 
     def on_headers_complete(self) -> None:
         """The head is complete: check the framing and the declared size."""
         self._head_done = True
-        self._cancel_read_timer()
-        self._message_started = 0.0
+        if self._read_timer is not None:
+            self._cancel_read_timer()
+            self._message_started = 0.0
         version = self._parser.get_http_version()
         self._http11 = http11 = version == "1.1"
         if not http11 and version != "1.0":
@@ -224,8 +233,10 @@ class RequestReader(ResponseWriter):
     def on_message_complete(self) -> None:
         """The request is complete: hand it to the connection."""
         self._in_message = False
-        self._continue_due = False
-        self._cancel_read_timer()
+        if self._read_timer is not None or self._continue_due:
+            self._continue_due = False
+            self._cancel_read_timer()
+            self._message_started = 0.0
         url = self._url
         qpos = url.find(b"?")
         if qpos >= 0:
