@@ -26,9 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vllm_frontend.metrics.http_series import HttpMetrics
+from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
 from vllm_frontend.server import errors
 from vllm_frontend.server.app import App, ServerSettings
-from vllm_frontend.server.metrics import HttpMetrics, MetricsRegistry, render_metrics
 from vllm_frontend.server.transport import (
     HttpLimits,
     PushedStreamingResponse,

@@ -14,14 +14,12 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from .framing import CONTINUE, response_head
 from .messages import AnyResponse, Request, Response, StreamingResponse
 from .reader import RequestReader
-
-if TYPE_CHECKING:
-    from .server import HttpServer
+from .state import SharedState
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +32,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
 
     __slots__ = ("_pending", "_reading_paused", "_task")
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: SharedState) -> None:
         self._init_writer(server)
         self._init_reader(server.limits)
         self._task: asyncio.Task[None] | None = None
@@ -53,7 +51,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._server._connections.add(self)
+        self._server.connections.add(self)
         self._arm_keep_alive()
 
     def eof_received(self) -> bool | None:
@@ -63,7 +61,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._fd = -1
-        self._server._connections.discard(self)
+        self._server.connections.discard(self)
         self._cancel_keep_alive()
         self._cancel_read_timer()
         self._pending.clear()
@@ -162,7 +160,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
             except Exception:
                 logger.exception("Unhandled error in the HTTP app")
                 response = Response(b"Internal Server Error", 500, b"text/plain; charset=utf-8")
-            if self._server._closing:
+            if self._server.closing:
                 keep_alive = False
             if request.method == "HEAD":
                 # the head the GET would have, and no body (which would misframe what follows)
@@ -218,7 +216,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
     # -- connection management -----------------------------------------------------------------
 
     def _arm_keep_alive(self) -> None:
-        if self._server._closing:
+        if self._server.closing:
             if self._transport is not None:
                 self._transport.close()
             return

@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import logging
 import socket
+from typing import cast
 
 from .connection import HttpConnection
 from .limits import HttpLimits, RefusalRecorder, RefusalRenderer, plain_refusal
 from .messages import App
 from .sockets import LISTEN_BACKLOG
-from .writer import ResponseWriter
+from .state import SharedState
 
 logger = logging.getLogger(__name__)
 
@@ -31,62 +32,53 @@ class HttpServer:
         refusal: RefusalRenderer = plain_refusal,
         on_refusal: RefusalRecorder | None = None,
     ) -> None:
+        self._state = SharedState(
+            app, limits if limits is not None else HttpLimits(), refusal, on_refusal
+        )
         self.app = app
-        self.limits = limits if limits is not None else HttpLimits()
+        self.limits = self._state.limits
         self.refusal = refusal
         self.on_refusal = on_refusal
         self._servers: list[asyncio.AbstractServer] = []
-        self._connections: set[HttpConnection] = set()
-        self._closing = False
-        # Connections with framed output waiting: flushed together once per loop iteration.
-        self._dirty: list[ResponseWriter] = []
-        self._flush_pending = False
-
-    def _flush_dirty(self) -> None:
-        # Scheduled by the first connection that queued output in this loop iteration.
-        self._flush_pending = False
-        dirty, self._dirty = self._dirty, []
-        for conn in dirty:
-            try:
-                conn._flush()
-            except Exception:  # one broken connection must not hold back the others' output
-                logger.exception("Error while writing to a connection")
 
     async def start(self, sock: socket.socket) -> None:
         """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it."""
         loop = asyncio.get_running_loop()
+        state = self._state
         sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
         server: asyncio.AbstractServer
         if sock.family == socket.AF_UNIX:
             server = await loop.create_unix_server(
-                lambda: HttpConnection(self), sock=sock, backlog=LISTEN_BACKLOG
+                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG
             )
         else:
             server = await loop.create_server(
-                lambda: HttpConnection(self), sock=sock, backlog=LISTEN_BACKLOG
+                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG
             )
         self._servers.append(server)
 
     @property
     def open_connections(self) -> int:
         """Number of client connections currently open."""
-        return len(self._connections)
+        return len(self._state.connections)
 
     async def shutdown(self, timeout: float = 0.0) -> None:
         """Stop accepting, let in-flight requests finish for up to ``timeout`` seconds, then
         cancel what is left (which aborts its engine requests) and close every connection."""
-        self._closing = True
+        state = self._state
+        state.closing = True
         for server in self._servers:
             server.close()
-        for conn in list(self._connections):
+        connections = cast(set[HttpConnection], state.connections)
+        for conn in list(connections):
             conn.close_if_idle()
         if timeout > 0:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
-            while self._connections and loop.time() < deadline:
+            while connections and loop.time() < deadline:
                 await asyncio.sleep(0.05)
-        tasks = [t for conn in list(self._connections) if (t := conn.abort()) is not None]
+        tasks = [t for conn in list(connections) if (t := conn.abort()) is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         for server in self._servers:

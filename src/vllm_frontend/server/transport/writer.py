@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
 
 from .framing import KEEP_ALIVE_CHUNK, LAST_CHUNK, SSE_KEEP_ALIVE_COMMENT, response_head
 from .messages import PushedStreamingResponse, StreamingResponse, StreamSink
-
-if TYPE_CHECKING:
-    from .server import HttpServer
+from .state import SharedState
 
 
 class ResponseWriter(StreamSink):
@@ -40,7 +37,7 @@ class ResponseWriter(StreamSink):
         "_write_paused",
     )
 
-    def _init_writer(self, server: HttpServer) -> None:
+    def _init_writer(self, server: SharedState) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -155,10 +152,10 @@ class ResponseWriter(StreamSink):
         # in it (one engine step reaches many streams), instead of one callback per connection.
         self._flush_scheduled = True
         server = self._server
-        server._dirty.append(self)
-        if not server._flush_pending:
-            server._flush_pending = True
-            self._loop.call_soon(server._flush_dirty)
+        server.dirty.append(self)
+        if not server.flush_pending:
+            server.flush_pending = True
+            self._loop.call_soon(server.flush_dirty)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
