@@ -192,6 +192,14 @@ def test_over_the_limits_is_refused(
         assert f'"code":{status}'.encode() in error.body
 
 
+def test_endless_chunk_extensions_are_refused(server: RunningServer) -> None:
+    # a body of 1-byte chunks with 5 KB extensions: the bytes read, not the body, hit the limit
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunks: list[bytes | float] = [b"1;e=" + b"e" * 5000 + b"\r\nx\r\n" for _ in range(30)]
+    outcome = exchange(server.port, [head, 0.05, *chunks], ["POST"], expected=1)
+    assert [a.status for a in outcome.answers] == [413] and outcome.closed
+
+
 def test_a_head_under_the_default_limit_is_served() -> None:
     srv = RunningServer(make_app())
     try:

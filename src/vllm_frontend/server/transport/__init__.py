@@ -16,7 +16,8 @@ Client disconnect cancels the task running the app for that request (and closes 
 iterator), so the generation code's cancellation path aborts the engine request.
 
 Modules: ``messages`` (request/response types), ``framing`` (response heads), ``limits``,
-``reader`` / ``writer`` / ``connection`` (the protocol), ``server``, ``sockets``.
+``reader`` / ``writer`` / ``connection`` (the protocol), ``state`` (what a server's connections
+share), ``server``, ``sockets``.
 """
 
 from .framing import SSE_KEEP_ALIVE_COMMENT

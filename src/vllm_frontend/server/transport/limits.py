@@ -2,7 +2,8 @@
 
 Every limit answers with the status a careful server gives, then closes the connection: 400 for
 a request that cannot be framed safely, 408 for a head or body that stops arriving, 413 for a
-body over ``max_body_size``, 414/431 for a request line/head over ``max_head_size`` (or more
+body over ``max_body_size`` (or, counting chunk framing and extensions, twice that plus a head's
+worth of bytes read for it), 414/431 for a request line/head over ``max_head_size`` (or more
 than ``max_header_count`` headers). The transport knows no error-body format: the app layer
 passes a :data:`RefusalRenderer` (the default writes the message as plain text).
 """

@@ -41,7 +41,6 @@ class RequestReader(ResponseWriter):
         "_body_size",
         "_continue_due",
         "_head_done",
-        "_head_received",
         "_head_room",
         "_headers",
         "_headers_left",
@@ -53,6 +52,7 @@ class RequestReader(ResponseWriter):
         "_message_started",
         "_parser",
         "_read_timer",
+        "_received",
         "_refusal",
         "_url",
     )
@@ -66,7 +66,7 @@ class RequestReader(ResponseWriter):
         self._head_done = False
         self._http11 = True
         self._continue_due = False
-        self._head_received = 0
+        self._received = 0
         self._message_started = 0.0
         self._last_read = 0.0
         self._read_timer: asyncio.TimerHandle | None = None
@@ -116,17 +116,24 @@ class RequestReader(ResponseWriter):
                 self._refuse(400, INVALID_REQUEST)
             return
         if self._in_message:
+            # Reads that end inside a request count whole towards its limits, so that what the
+            # parser consumes without a callback (header padding, chunk extensions) cannot
+            # grow without bound: the head's fields are counted by callbacks where it began.
+            limits = self._limits
+            received = self._received
             if not self._head_done:
-                # Callbacks count the head's fields where it began; every later read that ends
-                # inside it counts whole (padding the parser skips without a callback is no way
-                # around the limit).
-                limit = self._limits.max_head_size
-                if self._head_received < 0:
-                    self._head_received = limit - self._head_room
+                if received < 0:
+                    received = limits.max_head_size - self._head_room
                 else:
-                    self._head_received += len(data)
-                if self._head_received > limit:
+                    received += len(data)
+                self._received = received
+                if received > limits.max_head_size:
                     self._refuse(431, "Request header fields too large.")
+                    return
+            else:
+                self._received = received = max(received, 0) + len(data)
+                if received > 2 * limits.max_body_size + limits.max_head_size:
+                    self._refuse(413, BODY_TOO_LARGE)
                     return
             self._watch_read()
 
@@ -167,7 +174,7 @@ class RequestReader(ResponseWriter):
         """A request starts."""
         self._in_message = True
         self._head_done = False
-        self._head_received = -1  # began in the read being parsed
+        self._received = -1  # began in the read being parsed
         self._url = b""
         self._headers = {}
         self._body = []
