@@ -100,7 +100,7 @@ class OutputParsers:
         for reasoning_cls in REASONING_PARSERS.values():
             names.update(reasoning_cls.required_tokens)
         for tool_cls in TOOL_PARSERS.values():
-            names.update(tool_cls.required_tokens)
+            names.update(tool_cls.required_tokens, tool_cls.optional_tokens)
         vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
         return cls(
             vocab,
@@ -240,9 +240,9 @@ class OutputParser:
             if not self._tool_text_started:
                 self._tool_text_started = True
                 self._prev_text, self._prev_ids = "", []
-                delta_text = current_text
+                delta_text, delta_ids = current_text, current_ids
             reasoning_text = msg.reasoning if msg else None
-            msg = self._stream_tools(current_text, delta_text)
+            msg = self._stream_tools(current_text, delta_text, current_ids, delta_ids)
             if reasoning_text:
                 if msg is None:
                     msg = OutputDelta(reasoning=reasoning_text)
@@ -266,14 +266,18 @@ class OutputParser:
                 msg = None
         return msg
 
-    def _stream_tools(self, current_text: str, delta_text: str) -> OutputDelta | None:
+    def _stream_tools(
+        self, current_text: str, delta_text: str, current_ids: list[int], delta_ids: list[int]
+    ) -> OutputDelta | None:
         assert self.tool is not None
         choice = self.options.tool_choice
         if choice == "none":
             return OutputDelta(content=delta_text) if delta_text else None
         if self._forced_stream is not None:
             return self._forced_stream.feed(self._prev_text, current_text, delta_text)
-        return self.tool.stream(self._prev_text, current_text, delta_text)
+        return self.tool.stream(
+            self._prev_text, current_text, delta_text, self._prev_ids, current_ids, delta_ids
+        )
 
     def _finish(self, msg: OutputDelta | None) -> OutputDelta | None:
         if self.tool is not None and self.forced is None and msg is not None and msg.tool_calls:

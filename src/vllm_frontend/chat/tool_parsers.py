@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
-import msgspec
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.chat.partial_json import partial_json_loads
+from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
+from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
+from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.pythonic import Llama4PythonicToolParser, PythonicToolParser
 
 __all__ = [
     "TOOL_PARSERS",
@@ -24,65 +26,6 @@ __all__ = [
     "Llama3JsonToolParser",
     "ToolParser",
 ]
-
-
-class ExtractedToolCalls(msgspec.Struct):
-    """Tool calls found in a whole output: ``(name, arguments JSON)`` pairs."""
-
-    tools_called: bool
-    calls: list[tuple[str, str]] = msgspec.field(default_factory=list)
-    content: str | None = None
-
-
-class ToolParser:
-    """Interface of a per-choice tool parser."""
-
-    name: ClassVar[str]
-    required_tokens: ClassVar[tuple[str, ...]] = ()
-    """Strings that must be tokens of the vocabulary (checked at startup)."""
-    needs_special_tokens: ClassVar[bool] = False
-    """Whether requests with tools must be detokenized with ``skip_special_tokens=False``."""
-
-    def __init__(self, vocab: Mapping[str, int]) -> None:
-        """Build the parser for one choice."""
-        # What vLLM's ToolParser base tracks while streaming: per call the parsed object so far
-        # and the argument text already sent.
-        self.prev_calls: list[dict[str, Any]] = []
-        self.streamed_args: list[str] = []
-
-    def extract(self, text: str) -> ExtractedToolCalls:
-        """Tool calls in a whole output."""
-        raise NotImplementedError
-
-    def stream(self, previous_text: str, current_text: str, delta_text: str) -> OutputDelta | None:
-        """What the delta adds (``current_text`` is everything so far)."""
-        raise NotImplementedError
-
-    def remaining_arguments(self) -> str:
-        """Argument text of the last call parsed but not streamed yet (sent with the finish)."""
-        if not self.prev_calls:
-            return ""
-        index = len(self.prev_calls) - 1
-        args = self.prev_calls[index].get("arguments", {})
-        expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        sent = self.streamed_args[index] if index < len(self.streamed_args) else ""
-        return expected[len(sent) :] if expected.startswith(sent) else ""
-
-
-def _tag_overlap(text: str, tag: str) -> int:
-    """Length of the longest proper prefix of ``tag`` that ``text`` ends with."""
-    for k in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:k]):
-            return k
-    return 0
-
-
-def _is_complete_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return True
 
 
 class HermesToolParser(ToolParser):
@@ -146,11 +89,19 @@ class HermesToolParser(ToolParser):
                 raw = raw[:-overlap]
             body = raw.strip()
             # A body that is already valid JSON is complete even before its closing tag.
-            out.append((body, _is_complete_json(body) if body else False))
+            out.append((body, is_complete_json(body) if body else False))
             break
         return out
 
-    def stream(self, previous_text: str, current_text: str, delta_text: str) -> OutputDelta | None:
+    def stream(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> OutputDelta | None:
         """Re-read every block of the text so far and send what is new."""
         try:
             return self._step(current_text)
@@ -230,7 +181,15 @@ class Llama3JsonToolParser(ToolParser):
             return ExtractedToolCalls(True, calls, None)
         return ExtractedToolCalls(False, content=text)
 
-    def stream(self, previous_text: str, current_text: str, delta_text: str) -> OutputDelta | None:
+    def stream(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> OutputDelta | None:
         """Partial-parse all call objects so far and advance one step."""
         if not (current_text.startswith(self.BOT) or current_text.startswith("{")):
             return OutputDelta(content=delta_text)
@@ -245,7 +204,7 @@ class Llama3JsonToolParser(ToolParser):
         pos = len(self.BOT) if text.startswith(self.BOT) else 0
         while pos < len(text):
             obj, used = partial_json_loads(text[pos:], allow_partial_strings=self._name_sent)
-            complete.append(_is_complete_json(text[pos : pos + used]))
+            complete.append(is_complete_json(text[pos : pos + used]))
             pos += used + len("; ")
             if "parameters" in obj:
                 if "arguments" in obj:
@@ -301,8 +260,14 @@ def _common_prefix(a: str, b: str) -> str:
 
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    "deepseek_v3": DeepSeekV3ToolParser,
+    "deepseek_v31": DeepSeekV31ToolParser,
     "hermes": HermesToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
+    "llama4_pythonic": Llama4PythonicToolParser,
+    "pythonic": PythonicToolParser,
+    "qwen3_json": HermesToolParser,
 }
-"""``--tool-call-parser`` names this frontend implements (``llama4_json`` is vLLM's alias)."""
+"""``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
+and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``)."""

@@ -1,0 +1,83 @@
+"""The interface of a per-choice tool-call parser, and helpers the families share."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import msgspec
+
+from vllm_frontend.chat.parsed import OutputDelta
+
+__all__ = ["ExtractedToolCalls", "ToolParser", "is_complete_json", "tag_overlap"]
+
+
+class ExtractedToolCalls(msgspec.Struct):
+    """Tool calls found in a whole output: ``(name, arguments JSON)`` pairs."""
+
+    tools_called: bool
+    calls: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    content: str | None = None
+
+
+class ToolParser:
+    """Interface of a per-choice tool parser (vLLM's legacy ``ToolParser``)."""
+
+    name: ClassVar[str]
+    required_tokens: ClassVar[tuple[str, ...]] = ()
+    """Strings that must be tokens of the vocabulary (checked at startup)."""
+    optional_tokens: ClassVar[tuple[str, ...]] = ()
+    """Further token strings the parser looks up by id when the vocabulary has them."""
+    needs_special_tokens: ClassVar[bool] = False
+    """Whether requests with tools must be detokenized with ``skip_special_tokens=False``."""
+
+    def __init__(self, vocab: Mapping[str, int]) -> None:
+        """Build the parser for one choice."""
+        # What vLLM's ToolParser base tracks while streaming: per call the parsed object so far
+        # and the argument text already sent.
+        self.prev_calls: list[dict[str, Any]] = []
+        self.streamed_args: list[str] = []
+
+    def extract(self, text: str) -> ExtractedToolCalls:
+        """Tool calls in a whole output."""
+        raise NotImplementedError
+
+    def stream(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """What the delta adds (``current_*`` is everything so far, ``previous_*`` before it)."""
+        raise NotImplementedError
+
+    def remaining_arguments(self) -> str:
+        """Argument text of the last call parsed but not streamed yet (sent with the finish)."""
+        if not self.prev_calls:
+            return ""
+        index = len(self.prev_calls) - 1
+        args = self.prev_calls[index].get("arguments", {})
+        expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        sent = self.streamed_args[index] if index < len(self.streamed_args) else ""
+        return expected[len(sent) :] if expected.startswith(sent) else ""
+
+
+def tag_overlap(text: str, tag: str) -> int:
+    """Length of the longest proper prefix of ``tag`` that ``text`` ends with."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0
+
+
+def is_complete_json(text: str) -> bool:
+    """Whether ``text`` is one whole JSON value."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True

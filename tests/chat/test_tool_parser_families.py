@@ -1,0 +1,172 @@
+"""Pythonic, DeepSeek and JSON-list tool-call parsers match vLLM 0.32's, delta for delta."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat.tool_family_harness import Family, vllm_request
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+pytest.importorskip("vllm")
+
+_SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+PYTHONIC = Family("pythonic")
+LLAMA4 = Family("llama4_pythonic", ("<|python_start|>", "<|python_end|>"))
+
+PYTHONIC_OUTPUTS = [
+    "[get_weather(city='Paris')]",
+    "[get_weather(city=\"Paris\", unit='celsius'), get_time()]",
+    "[get_time()]",
+    "[get_weather(city='Zürich 日本', days=[1, 2.5, -3], opts={'a': None, 'b': true})]",
+    "Sure, no tools are needed here.",
+    "[get_weather(city='Pa",
+    "[get_weather(city='it\\'s \"quoted\"')]",
+    "[tools.clock.get_time(tz='UTC'), get_weather(city='x')]",
+    "[get_weather('Paris')]",
+    "[get_weather(city=f'x'), get_time(n=-2, t=(1, 2), s={3})]",
+    "text first [get_time()]",
+    "[get_weather(city='Paris') ]",
+    "[get_weather(city='Paris')] and some trailing text",
+    "[get_time(), get_time() ]",
+    "[get_time() get_weather(city='a')]",
+    "[get_weather(city='a]b(c')]",
+    "[get_weather(q={'k': 'v', 'n': [1, {'x': 'y'}]}, n=None)]",
+    "[get_weather(city='Paris'), ",
+    "[]",
+    "[get_weather(city=1e400, x=b'raw')]",
+    "[get_weather(city='line\\nbreak', e='')]",
+    "[get_time(), get_weather(city='Paris', unit='c'), get_time()]",
+]
+
+
+@pytest.mark.parametrize("text", PYTHONIC_OUTPUTS)
+def test_pythonic_matches_vllm(text: str) -> None:
+    PYTHONIC.check(text)
+
+
+LLAMA4_OUTPUTS = [
+    "<|python_start|>[get_weather(city='Paris')]<|python_end|>",
+    "<|python_start|>[get_weather(city='Paris'), get_time()]<|python_end|> after",
+    "<|python_start|>[get_time()]",
+    "[get_weather(city='Paris')]",
+    "Plain <|python_start|> text",
+]
+
+
+@pytest.mark.parametrize("text", LLAMA4_OUTPUTS + PYTHONIC_OUTPUTS[:6])
+def test_llama4_pythonic_matches_vllm(text: str) -> None:
+    LLAMA4.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(PYTHONIC_OUTPUTS), st.lists(st.integers(0, 70), max_size=12))
+def test_pythonic_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    PYTHONIC.check_stream(text, cuts)
+
+
+def test_pythonic_call_list_pattern_matches_vllms_regex() -> None:
+    import regex
+    from vllm.tool_parsers.pythonic_tool_parser import PythonicToolParser
+
+    from vllm_frontend.chat.tools.pythonic import looks_like_call_list
+
+    texts = [
+        *PYTHONIC_OUTPUTS,
+        "[a() , b()]",
+        "[a()x)]",
+        "[a(1)]",
+        "[a(),b()]",
+        "[a() b() ,c()]",
+        "[a(), b() c()]",
+        "[a( )]",
+        "[a(x=1)",
+        "[a(x=1) junk )  ]",
+        "[_a()]",
+        "[1a()]",
+        "[ab9_(q=)]",
+        "[a()\n]",
+        "[a(),\n\tb(c=2)]",
+    ]
+    pattern = regex.compile(PythonicToolParser.TOOL_CALL_REGEX.pattern, regex.DOTALL)
+    for text in texts:
+        assert looks_like_call_list(text) == (pattern.match(text) is not None), text
+
+
+DEEPSEEK_MARKERS = (
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+)
+DEEPSEEK_V3 = Family("deepseek_v3", DEEPSEEK_MARKERS)
+DEEPSEEK_V31 = Family("deepseek_v31", DEEPSEEK_MARKERS)
+
+
+def _v3(name: str, args: str, kind: str = "function") -> str:
+    return (
+        f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
+    )
+
+
+def _v31(name: str, args: str) -> str:
+    return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
+
+
+BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+V3_OUTPUTS = [
+    BEGIN + _v3("get_weather", '{"city": "Paris"}') + END,
+    "Let me check." + BEGIN + _v3("get_weather", '{"city": "Paris", "unit": "c"}') + END,
+    BEGIN + _v3("get_weather", '{"city": "Zürich 日本"}') + _v3("get_time", "{}") + END,
+    BEGIN + _v3("get_weather", '{"city": "Paris"}')[:-32],
+    BEGIN + _v3("get_time", '{\n  "tz": "UTC"\n}') + END,
+    BEGIN + _v3("get_weather", '{"q": "say \\"hi\\""}', kind="custom") + END,
+    "No tools at all.",
+    BEGIN + _v3("get_weather", '{"city": "Paris"}') + END + " trailing",
+    BEGIN + "garbage" + END,
+    BEGIN + _v3("get_weather", '{"n": 5}') + _v3("get_time", '{"tz": "CET"}') + END,
+]
+V31_OUTPUTS = [
+    BEGIN + _v31("get_weather", '{"city": "Paris"}') + END,
+    "Checking." + BEGIN + _v31("get_weather", '{"city": "Zürich"}') + _v31("get_time", "{}") + END,
+    BEGIN + _v31("get_weather", '{"city": "Paris"}')[:-24],
+    BEGIN + _v31("get_time", '{\n"tz": "UTC"}') + END,
+    BEGIN + _v31("get_weather", '{"q": "a \\"quoted\\" 日本"}') + END + "after",
+    "Nothing to call.",
+    BEGIN + _v31("get_weather", '{"n": 5}') + _v31("get_time", '{"tz": "CET"}') + END,
+]
+
+
+@pytest.mark.parametrize("text", V3_OUTPUTS)
+def test_deepseek_v3_matches_vllm(text: str) -> None:
+    DEEPSEEK_V3.check(text)
+
+
+@pytest.mark.parametrize("text", V31_OUTPUTS)
+def test_deepseek_v31_matches_vllm(text: str) -> None:
+    DEEPSEEK_V31.check(text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(
+        [(DEEPSEEK_V3, t) for t in V3_OUTPUTS] + [(DEEPSEEK_V31, t) for t in V31_OUTPUTS]
+    ),
+    st.lists(st.integers(0, 50), max_size=10),
+)
+def test_deepseek_streaming_matches_vllm_for_any_cut(
+    case: tuple[Family, str], cuts: list[int]
+) -> None:
+    family, text = case
+    family.check_stream(text, cuts)
+
+
+@pytest.mark.parametrize("family", [PYTHONIC, DEEPSEEK_V3])
+def test_tool_choice_none_and_no_tools_match_vllm(family: Family) -> None:
+    text = (PYTHONIC_OUTPUTS if family is PYTHONIC else V3_OUTPUTS)[1]
+    family.check(text, vllm_request(tool_choice="none"))
+    family.check(text, vllm_request(None))

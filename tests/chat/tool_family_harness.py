@@ -1,0 +1,214 @@
+"""Differential harness for tool-call parsers: ours against vLLM 0.32's, per delta.
+
+A family's outputs are tokenized by the tiny Llama 3 tokenizer with the family's marker strings
+added as single tokens, cut into engine updates, and fed to vLLM's composed parser
+(``ParserManager.get_parser``, as its chat serving builds it) and to ours. Every delta a client
+would receive is compared field for field (tool-call ids by format: they are random), and so is
+the whole-output message. Only test modules marked ``oracle`` import this.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.support.tiny_model import tiny_model_dir
+from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
+
+ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+TOOLS = [WEATHER_TOOL, TIME_TOOL]
+
+
+@functools.cache
+def tokenizer(markers: tuple[str, ...]) -> Any:
+    """The tiny model's tokenizer with ``markers`` as single (non-special) tokens."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    if markers:
+        tok.add_tokens(list(markers))
+    vocab = tok.get_vocab()
+    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    return tok
+
+
+def vllm_request(tools: list[dict[str, Any]] | None = TOOLS, **fields: Any) -> Any:
+    """vLLM's validated chat request."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    if tools is not None:
+        body["tools"] = tools
+    body.update(fields)
+    return ChatCompletionRequest.model_validate(body)
+
+
+def options_of(req: Any) -> RequestToolOptions:
+    """Our per-request options from vLLM's request object."""
+    return RequestToolOptions(
+        tools=bool(req.tools),
+        tool_choice=req.tool_choice if isinstance(req.tool_choice, str | type(None)) else {},
+        include_reasoning=req.include_reasoning,
+        chat_template_kwargs=req.chat_template_kwargs,
+    )
+
+
+@dataclass
+class Message:
+    """A whole-output message as the client sees it (ids checked, then dropped)."""
+
+    content: str | None
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    tools_called: bool = False
+
+
+Event = tuple[str | None, str | None, tuple[tuple[int, bool, str | None, str | None], ...]]
+"""One streamed delta: content, reasoning, and per tool-call piece (index, has id, name, args)."""
+
+
+@dataclass
+class Family:
+    """A parser name and the marker strings its outputs use."""
+
+    parser: str
+    markers: tuple[str, ...] = ()
+
+    @property
+    def tok(self) -> Any:
+        """The family's tokenizer."""
+        return tokenizer(self.markers)
+
+    @functools.cached_property
+    def vllm_cls(self) -> Any:
+        """vLLM's composed parser class for ``--tool-call-parser``."""
+        from vllm.parser import ParserManager
+
+        return ParserManager.get_parser(
+            tool_parser_name=self.parser, enable_auto_tools=True, tokenizer=self.tok
+        )
+
+    @functools.cached_property
+    def ours(self) -> OutputParsers:
+        """Our parsers configured like ``--enable-auto-tool-choice --tool-call-parser``."""
+        return OutputParsers(
+            self.tok.get_vocab(), tool_call_parser=self.parser, enable_auto_tool_choice=True
+        )
+
+    def vllm_parser(self, req: Any) -> Any:
+        """A fresh vLLM parser for one choice."""
+        return self.vllm_cls(self.tok, req.tools, chat_template_kwargs={})
+
+    # -- whole output ------------------------------------------------------------------------
+
+    def vllm_full(self, text: str, req: Any) -> Message:
+        """vLLM's message for a finished ``text`` (serving keeps calls for ``auto`` only)."""
+        ids = self.tok.encode(text, add_special_tokens=False)
+        _, content, calls = self.vllm_parser(req).parse(
+            text, req, enable_auto_tools=True, model_output_token_ids=ids
+        )
+        if req.tools and req.tool_choice == "auto" and calls:
+            for c in calls:
+                assert c.id is None or ID.fullmatch(c.id), c.id
+            return Message(content, [(c.name, c.arguments) for c in calls], True)
+        return Message(content)
+
+    def ours_full(self, text: str, req: Any) -> Message:
+        """Our message for a finished ``text``."""
+        parsed = self.ours.for_request(options_of(req)).parse(text)
+        for c in parsed.tool_calls:
+            assert ID.fullmatch(c.id), c.id
+        calls = [(c.name, c.arguments) for c in parsed.tool_calls]
+        return Message(parsed.content, calls, parsed.tools_called)
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def deltas(self, text: str, cuts: list[int]) -> list[tuple[str, list[int]]]:
+        """``text`` as engine updates cut at token positions ``cuts``, with their text."""
+        tok = self.tok
+        ids = tok.encode(text, add_special_tokens=False)
+        bounds = [*sorted({c for c in cuts if 0 < c < len(ids)}), len(ids)]
+        out: list[tuple[str, list[int]]] = []
+        start, sent = 0, ""
+        for end in bounds:
+            decoded = tok.decode(ids[:end], skip_special_tokens=False)
+            if not decoded.startswith(sent) or "\ufffd" in decoded[len(sent) :]:
+                continue  # mid-character: the detokenizer holds these bytes back
+            out.append((decoded[len(sent) :], ids[start:end]))
+            sent, start = decoded, end
+        assert sent == text, "test texts must round-trip through the tokenizer"
+        return out
+
+    def vllm_stream(self, deltas: list[tuple[str, list[int]]], req: Any) -> list[Event]:
+        """The deltas vLLM's streaming path sends."""
+        parser = self.vllm_parser(req)
+        events: list[Event] = []
+        for k, (text, ids) in enumerate(deltas):
+            msg = parser.parse_delta(
+                text, list(ids), req, prompt_token_ids=[1], finished=k == len(deltas) - 1
+            )
+            if msg is None:
+                continue
+            calls = []
+            for tc in msg.tool_calls:
+                assert tc.id is None or ID.fullmatch(tc.id), tc.id
+                fn = tc.function
+                calls.append(
+                    (
+                        tc.index,
+                        tc.id is not None,
+                        fn.name if fn else None,
+                        fn.arguments if fn else None,
+                    )
+                )
+            events.append((msg.content, msg.reasoning, tuple(calls)))
+        return events
+
+    def ours_stream(self, deltas: list[tuple[str, list[int]]], req: Any) -> list[Event]:
+        """The deltas our streaming path sends."""
+        parser = self.ours.for_request(options_of(req))
+        events: list[Event] = []
+        for k, (text, ids) in enumerate(deltas):
+            msg = parser.feed(text, ids, [1], finished=k == len(deltas) - 1)
+            if msg is None:
+                continue
+            calls = []
+            for tc in msg.tool_calls:
+                assert tc.id is None or ID.fullmatch(tc.id), tc.id
+                calls.append((tc.index, tc.id is not None, tc.name, tc.arguments))
+            events.append((msg.content, msg.reasoning, tuple(calls)))
+        return events
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def check(self, text: str, req: Any | None = None, cuts: list[int] | None = None) -> None:
+        """Whole output, then streaming by whole output, token by token, and at ``cuts``."""
+        req = req if req is not None else vllm_request()
+        assert self.ours_full(text, req) == self.vllm_full(text, req), text
+        n = len(self.tok.encode(text, add_special_tokens=False))
+        for split in ([], list(range(n)), cuts or []):
+            self.check_stream(text, split, req)
+
+    def check_stream(self, text: str, cuts: list[int], req: Any | None = None) -> None:
+        """Streaming of ``text`` cut at ``cuts``."""
+        req = req if req is not None else vllm_request()
+        deltas = self.deltas(text, cuts)
+        assert self.ours_stream(deltas, req) == self.vllm_stream(deltas, req), (text, cuts)
