@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -170,3 +173,79 @@ def test_tool_choice_none_and_no_tools_match_vllm(family: Family) -> None:
     text = (PYTHONIC_OUTPUTS if family is PYTHONIC else V3_OUTPUTS)[1]
     family.check(text, vllm_request(tool_choice="none"))
     family.check(text, vllm_request(None))
+
+
+PHI4 = Family("phi4_mini_json")
+PHI4_OUTPUTS = [
+    'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    'Sure. functools[{"name": "get_weather", "parameters": {"city": "Zürich"}}, '
+    '{"name": "get_time", "arguments": {}}] done',
+    "functools[not json]",
+    'functools[{"name": 5, "arguments": {}}]',
+    'functools[{"name": "get_time"}]',
+    'functools["get_time"]',
+    'functools[{"name": "get_weather", "arguments": {"list": [1, 2]}}]',
+    "No tools.",
+    'functools[{"name": "get_weather", "arguments": {"city": "Pa',
+]
+
+
+@pytest.mark.parametrize("text", PHI4_OUTPUTS)
+def test_phi4_mini_json_matches_vllm(text: str) -> None:
+    PHI4.check(text)
+
+
+JAMBA = Family("jamba", ("<tool_calls>", "</tool_calls>"))
+JAMBA_OUTPUTS = [
+    '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>',
+    'Let me look. <tool_calls>[{"name": "get_weather", "arguments": {"city": "Zürich 日本", '
+    '"unit": "c"}}, {"name": "get_time", "arguments": {}}]</tool_calls>',
+    ' <tool_calls>[{"name": "get_time", "arguments": {"tz": "UTC", "n": [1, {"a": null}]}}]'
+    "</tool_calls>",
+    '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa',
+    "<tool_calls>not json</tool_calls>",
+    '<tool_calls>{"name": "get_weather", "arguments": {}}</tool_calls>',
+    '<tool_calls>[{"name": "get_weather", "arguments": {"q": "it\'s \\"x\\""}}]</tool_calls>',
+    "Just text, no calls.",
+    '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}] extra</tool_calls>',
+    '<tool_calls>[{"name": "get_time", "arguments": {}}, {"name": "get_weather", '
+    '"arguments": {"city": "Rome"}}, {"name": "get_time", "arguments": {"tz": "CET"}}]'
+    "</tool_calls>",
+]
+
+
+@pytest.mark.parametrize("text", JAMBA_OUTPUTS)
+def test_jamba_matches_vllm(text: str) -> None:
+    JAMBA.check(text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from([(JAMBA, t) for t in JAMBA_OUTPUTS] + [(PHI4, t) for t in PHI4_OUTPUTS]),
+    st.lists(st.integers(0, 60), max_size=10),
+)
+def test_json_list_streaming_matches_vllm_for_any_cut(
+    case: tuple[Family, str], cuts: list[int]
+) -> None:
+    family, text = case
+    family.check_stream(text, cuts)
+
+
+@_SETTINGS
+@given(
+    st.dictionaries(
+        st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=6),
+        st.one_of(st.integers(-5000, 5000), st.text(max_size=8), st.booleans(), st.none()),
+        max_size=3,
+    ),
+    st.lists(st.integers(0, 60), max_size=10),
+)
+def test_jamba_generated_arguments_match_vllm(arguments: dict[str, Any], cuts: list[int]) -> None:
+    call = json.dumps([{"name": "get_weather", "arguments": arguments}], ensure_ascii=False)
+    text = f"<tool_calls>{call}</tool_calls>"
+    tok = JAMBA.tok
+    if tok.decode(tok.encode(text, add_special_tokens=False)) != text:
+        return
+    req = vllm_request()
+    assert JAMBA.ours_full(text, req) == JAMBA.vllm_full(text, req)
+    JAMBA.check_stream(text, cuts)
