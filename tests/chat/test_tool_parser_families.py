@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.chat.tool_family_harness import Family, vllm_request
+from tests.chat.tool_family_harness import TOOLS, Family, vllm_request
 
 pytestmark = pytest.mark.oracle  # imports vLLM as the reference
 
@@ -249,3 +249,98 @@ def test_jamba_generated_arguments_match_vllm(arguments: dict[str, Any], cuts: l
     req = vllm_request()
     assert JAMBA.ours_full(text, req) == JAMBA.vllm_full(text, req)
     JAMBA.check_stream(text, cuts)
+
+
+LONGCAT = Family("longcat", ("<longcat_tool_call>", "</longcat_tool_call>"))
+QWEN3_JSON = Family("qwen3_json", ("<tool_call>", "</tool_call>"))
+HERMES_LIKE = [
+    "I will check.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "c"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa',
+    "<tool_call>not json</tool_call> trailing",
+    "No call, < and > used.",
+]
+
+
+@pytest.mark.parametrize("text", HERMES_LIKE)
+def test_qwen3_json_is_hermes_like_vllm(text: str) -> None:
+    QWEN3_JSON.check(text)
+
+
+@pytest.mark.parametrize("text", HERMES_LIKE)
+def test_longcat_matches_vllm(text: str) -> None:
+    LONGCAT.check(text.replace("tool_call>", "longcat_tool_call>"))
+
+
+STEP3 = Family(
+    "step3",
+    (
+        "<｜tool_calls_begin｜>",
+        "<｜tool_calls_end｜>",
+        "<｜tool_call_begin｜>",
+        "<｜tool_call_end｜>",
+        "<｜tool_sep｜>",
+    ),
+)
+TYPED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "x": {"type": "number"},
+                "ok": {"type": "boolean"},
+                "none": {"type": "null"},
+                "s": {"type": "string"},
+            },
+        },
+    },
+}
+
+
+def _step3(name: str, params: dict[str, str], kind: str = "function") -> str:
+    body = "".join(
+        f'<steptml:parameter name="{k}">{v}</steptml:parameter>' for k, v in params.items()
+    )
+    return (
+        f'<｜tool_call_begin｜>{kind}<｜tool_sep｜><steptml:invoke name="{name}">{body}'
+        "</steptml:invoke><｜tool_call_end｜>"
+    )
+
+
+S_BEGIN, S_END = "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"
+STEP3_OUTPUTS = [
+    S_BEGIN + _step3("get_weather", {"city": "Paris"}) + S_END,
+    "Let me see. "
+    + S_BEGIN
+    + _step3("get_weather", {"city": " Zürich 日本 "})
+    + "\n"
+    + _step3("get_time", {})
+    + S_END
+    + " done",
+    S_BEGIN
+    + _step3("book", {"n": "12", "x": "2.5", "ok": "True", "none": "null", "s": " a "})
+    + S_END,
+    S_BEGIN + _step3("book", {"n": "twelve", "x": "nan", "ok": "yes", "none": "x"}) + S_END,
+    S_BEGIN + _step3("get_weather", {"city": "Paris"}, kind="other") + S_END,
+    S_BEGIN + _step3("get_weather", {"city": "Paris"}),
+    S_BEGIN + _step3("get_weather", {"city": "Paris"})[:60],
+    "Plain answer.",
+    "   ",
+    S_BEGIN + "junk" + S_END,
+]
+
+
+@pytest.mark.parametrize("text", STEP3_OUTPUTS)
+def test_step3_matches_vllm(text: str) -> None:
+    STEP3.check(text, vllm_request([*TOOLS, TYPED_TOOL]))
+
+
+@_SETTINGS
+@given(st.sampled_from(STEP3_OUTPUTS), st.lists(st.integers(0, 80), max_size=12))
+def test_step3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    STEP3.check_stream(text, cuts, vllm_request([*TOOLS, TYPED_TOOL]))

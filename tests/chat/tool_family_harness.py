@@ -69,6 +69,7 @@ def options_of(req: Any) -> RequestToolOptions:
         tool_choice=req.tool_choice if isinstance(req.tool_choice, str | type(None)) else {},
         include_reasoning=req.include_reasoning,
         chat_template_kwargs=req.chat_template_kwargs,
+        tool_definitions=[t.model_dump() for t in req.tools or ()],
     )
 
 

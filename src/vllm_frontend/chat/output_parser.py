@@ -43,6 +43,8 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     """``"none" | "auto" | "required" | {"type": "function", ...} | None``."""
     include_reasoning: bool = True
     chat_template_kwargs: Mapping[str, Any] | None = None
+    tool_definitions: Sequence[Mapping[str, Any]] = ()
+    """The request's ``tools`` (parsers that type arguments by their schemas read them)."""
 
 
 class OutputParsers:
@@ -144,7 +146,11 @@ class OutputParsers:
             if self.reasoning_cls is not None
             else None
         )
-        tool = self.tool_cls(self.vocab) if self.tool_cls is not None else None
+        tool = (
+            self.tool_cls(self.vocab, options.tool_definitions)
+            if self.tool_cls is not None
+            else None
+        )
         return OutputParser(reasoning, tool, options, self.enable_auto_tools)
 
 

@@ -19,12 +19,14 @@ from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.pythonic import Llama4PythonicToolParser, PythonicToolParser
+from vllm_frontend.chat.tools.steptml import Step3ToolParser
 
 __all__ = [
     "TOOL_PARSERS",
     "ExtractedToolCalls",
     "HermesToolParser",
     "Llama3JsonToolParser",
+    "LongcatToolParser",
     "ToolParser",
 ]
 
@@ -42,9 +44,9 @@ class HermesToolParser(ToolParser):
     _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
     _ARGS = re.compile(r'"arguments"\s*:\s*')
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
-        super().__init__(vocab)
+        super().__init__(vocab, tools)
         self._sent_content = 0
 
     def extract(self, text: str) -> ExtractedToolCalls:
@@ -140,6 +142,18 @@ class HermesToolParser(ToolParser):
         return None
 
 
+class LongcatToolParser(HermesToolParser):
+    """``longcat``: :class:`HermesToolParser` with ``<longcat_tool_call>`` tags
+    (``vllm/tool_parsers/longcat_tool_parser.py``)."""
+
+    name = "longcat"
+    START = "<longcat_tool_call>"
+    END = "</longcat_tool_call>"
+    _BLOCK = re.compile(
+        r"<longcat_tool_call>(.*?)</longcat_tool_call>|<longcat_tool_call>(.*)", re.DOTALL
+    )
+
+
 class Llama3JsonToolParser(ToolParser):
     """``llama3_json``: bare JSON call objects (``{"name", "arguments"|"parameters"}``), one or
     several separated by ``"; "``, optionally after ``<|python_tag|>``
@@ -151,9 +165,9 @@ class Llama3JsonToolParser(ToolParser):
     required_tokens = ("<|python_tag|>",)
     BOT = "<|python_tag|>"
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
-        super().__init__(vocab)
+        super().__init__(vocab, tools)
         self._current = -1
         self._name_sent = False
 
@@ -268,9 +282,11 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
+    "longcat": LongcatToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_json": HermesToolParser,
+    "step3": Step3ToolParser,
 }
 """``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
 and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``)."""

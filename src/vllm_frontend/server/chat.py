@@ -409,6 +409,7 @@ class ChatHandler:
             tool_choice=_plain(req.tool_choice),
             include_reasoning=bool(req.include_reasoning),
             chat_template_kwargs=kwargs,
+            tool_definitions=req.tools or (),
         )
 
     def _new_parser(self, req: Any) -> OutputParser | None:

@@ -32,8 +32,9 @@ class ToolParser:
     needs_special_tokens: ClassVar[bool] = False
     """Whether requests with tools must be detokenized with ``skip_special_tokens=False``."""
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
-        """Build the parser for one choice."""
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""
+        self.tools = tools
         # What vLLM's ToolParser base tracks while streaming: per call the parsed object so far
         # and the argument text already sent.
         self.prev_calls: list[dict[str, Any]] = []

@@ -42,9 +42,9 @@ class DeepSeekV3ToolParser(ToolParser):
     )
     _NAME_ONLY: ClassVar[re.Pattern[str]] = re.compile(r"(?:.*)<｜tool▁sep｜>(.*)\n")
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
-        super().__init__(vocab)
+        super().__init__(vocab, tools)
         self._calls_begin_id = vocab.get(CALLS_BEGIN)
         self._call_begin_id = vocab.get(CALL_BEGIN)
         self._call_end_id = vocab.get(CALL_END)

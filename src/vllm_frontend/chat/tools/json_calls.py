@@ -114,9 +114,9 @@ class JambaToolParser(ToolParser):
     needs_special_tokens = True
     _BLOCK = re.compile(r"<tool_calls>(.*?)</tool_calls>", re.DOTALL)
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
-        super().__init__(vocab)
+        super().__init__(vocab, tools)
         self._start_id = vocab.get(self.START)
         self._current = -1
         self._name_sent = False

@@ -179,9 +179,9 @@ class PythonicToolParser(ToolParser):
 
     name = "pythonic"
 
-    def __init__(self, vocab: Mapping[str, int]) -> None:
+    def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
-        super().__init__(vocab)
+        super().__init__(vocab, tools)
         self._current = -1
 
     def _unwrap(self, text: str) -> str:
