@@ -344,3 +344,27 @@ def test_step3_matches_vllm(text: str) -> None:
 @given(st.sampled_from(STEP3_OUTPUTS), st.lists(st.integers(0, 80), max_size=12))
 def test_step3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     STEP3.check_stream(text, cuts, vllm_request([*TOOLS, TYPED_TOOL]))
+
+
+OLMO3 = Family("olmo3", ("<function_calls>", "</function_calls>"))
+OLMO3_OUTPUTS = [
+    "<function_calls>get_weather(city='Paris')</function_calls>",
+    '<function_calls>\nget_weather(city="Zürich 日本", unit=null)\nget_time()\n</function_calls>',
+    "get_weather(city='Paris')",
+    "<function_calls>get_weather(city='Pa",
+    "<function_calls>get_weather(city='a', ok=true)\n\nget_time(tz='UTC')</function_calls> after",
+    "<b>not a call</b>",
+    "Plain text.",
+    "<function_calls>get_weather('positional')</function_calls>",
+]
+
+
+@pytest.mark.parametrize("text", OLMO3_OUTPUTS)
+def test_olmo3_matches_vllm(text: str) -> None:
+    OLMO3.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(OLMO3_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_olmo3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    OLMO3.check_stream(text, cuts)

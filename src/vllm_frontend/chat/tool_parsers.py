@@ -18,7 +18,11 @@ from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_com
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
-from vllm_frontend.chat.tools.pythonic import Llama4PythonicToolParser, PythonicToolParser
+from vllm_frontend.chat.tools.pythonic import (
+    Llama4PythonicToolParser,
+    Olmo3ToolParser,
+    PythonicToolParser,
+)
 from vllm_frontend.chat.tools.steptml import Step3ToolParser
 
 __all__ = [
@@ -283,6 +287,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
+    "olmo3": Olmo3ToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_json": HermesToolParser,

@@ -1,10 +1,11 @@
-"""Pythonic tool calls: ``[get_weather(city='Paris'), get_time()]`` (Llama 3.2/4, ToolACE).
+"""Pythonic tool calls: ``[get_weather(city='Paris'), get_time()]`` (Llama 3.2/4, OLMo 3).
 
-``pythonic`` and ``llama4_pythonic`` follow vLLM 0.32's ``PythonicToolParser`` and
-``Llama4PythonicToolParser``: a whole output is a call list only when all of it parses as a Python
-list of calls with literal keyword arguments; streaming closes the open brackets and quotes of the
-text so far, parses that, and sends each call's name with its first argument text, then argument
-text as it grows (the closing characters it added are withheld).
+``pythonic``, ``llama4_pythonic`` and ``olmo3`` follow vLLM 0.32's ``PythonicToolParser``,
+``Llama4PythonicToolParser`` and ``Olmo3PythonicToolParser``: a whole output is a call list only
+when all of it parses as a Python list of calls with literal keyword arguments; streaming closes
+the open brackets and quotes of the text so far, parses that, and sends each call's name with its
+first argument text, then argument text as it grows (the closing characters it added are
+withheld).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from typing import Any
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser
 
-__all__ = ["Llama4PythonicToolParser", "PythonicToolParser", "close_partial_python"]
+__all__ = [
+    "Llama4PythonicToolParser",
+    "Olmo3ToolParser",
+    "PythonicToolParser",
+    "close_partial_python",
+]
 
 
 class _NotACall(ValueError):
@@ -178,26 +184,34 @@ class PythonicToolParser(ToolParser):
     """``pythonic``: the whole output is a Python list of calls, else plain content."""
 
     name = "pythonic"
+    CALL_CLOSER = ")]"
+    """What closes the last call of a complete list (while streaming)."""
 
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """See :class:`ToolParser`."""
         super().__init__(vocab, tools)
         self._current = -1
 
-    def _unwrap(self, text: str) -> str:
-        return text
+    def _whole_source(self, text: str) -> tuple[str, str]:
+        """The call list to read in a whole output, and the content if it is none."""
+        return text, text
+
+    def _listed(self, source: str) -> str:
+        """The streamed ``source`` (brackets closed) as a Python list expression."""
+        return source
 
     def extract(self, text: str) -> ExtractedToolCalls:
         """All calls, or none (with the text as content) unless all of it parses."""
-        text = self._unwrap(text)
-        if not looks_like_call_list(text):
-            return ExtractedToolCalls(False, content=text)
+        source, content = self._whole_source(text)
+        if not looks_like_call_list(source):
+            return ExtractedToolCalls(False, content=content)
         try:
-            return ExtractedToolCalls(True, _calls(text), None)
+            return ExtractedToolCalls(True, _calls(source), None)
         except Exception:
-            return ExtractedToolCalls(False, content=text)
+            return ExtractedToolCalls(False, content=content)
 
     def _stream_text(self, current_text: str) -> str | None:
+        """The text to read as calls so far, or ``None`` for plain content."""
         return current_text if current_text.startswith("[") else None
 
     def stream(
@@ -223,7 +237,8 @@ class PythonicToolParser(ToolParser):
         if closed is None:
             return None
         source, added = closed
-        calls = _calls(source)
+        calls = _calls(self._listed(source))
+        closer = self.CALL_CLOSER
         deltas: list[ToolCallDelta] = []
         for index, (name, arguments) in enumerate(calls):
             if index < self._current:
@@ -231,12 +246,13 @@ class PythonicToolParser(ToolParser):
             self._current = index
             if len(self.streamed_args) == index:
                 self.streamed_args.append("")
-            complete = index < len(calls) - 1 or ")]" not in added
+            complete = index < len(calls) - 1 or closer not in added
             if complete:
                 self._current += 1
                 withheld = ""
             else:
-                withheld = added[:-2] + ("}" if added[-2] == ")" else "")
+                cut = len(added) - len(closer)
+                withheld = added[:cut] + ("}" if added[cut] == ")" else "")
             withheld = withheld.replace("'", '"')
             if withheld:
                 if not arguments.endswith(withheld):
@@ -268,10 +284,10 @@ class Llama4PythonicToolParser(PythonicToolParser):
     START = "<|python_start|>"
     END = "<|python_end|>"
 
-    def _unwrap(self, text: str) -> str:
+    def _whole_source(self, text: str) -> tuple[str, str]:
         if text.startswith(self.START):
-            return text[len(self.START) :].replace(self.END, "")
-        return text
+            text = text[len(self.START) :].replace(self.END, "")
+        return text, text
 
     def _stream_text(self, current_text: str) -> str | None:
         if current_text.startswith(self.START):
@@ -280,4 +296,33 @@ class Llama4PythonicToolParser(PythonicToolParser):
             return None
         if current_text.endswith(self.END):
             current_text = current_text[: current_text.rfind(self.END)]
+        return current_text
+
+
+class Olmo3ToolParser(PythonicToolParser):
+    """``olmo3``: calls one per line, optionally inside ``<function_calls>`` …
+    ``</function_calls>``; JSON ``null``/``true``/``false`` are accepted as values."""
+
+    name = "olmo3"
+    CALL_CLOSER = ")"
+    START = "<function_calls>"
+    END = "</function_calls>"
+    _BLOCK = re.compile(r"<function_calls>(.*?)</function_calls>", re.DOTALL)
+
+    def _whole_source(self, text: str) -> tuple[str, str]:
+        source = text
+        if m := self._BLOCK.search(text):
+            source = m.group(1).strip()
+        return self._listed(source), text
+
+    def _listed(self, source: str) -> str:
+        return "[" + ", ".join(line.strip() for line in source.splitlines() if line.strip()) + "]"
+
+    def _stream_text(self, current_text: str) -> str | None:
+        if not current_text.startswith("<"):
+            return None
+        if current_text.startswith(self.START):
+            current_text = current_text[len(self.START) :]
+        if current_text.endswith(self.END):
+            current_text = current_text[: -len(self.END)]
         return current_text
