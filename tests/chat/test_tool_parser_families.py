@@ -368,3 +368,72 @@ def test_olmo3_matches_vllm(text: str) -> None:
 @given(st.sampled_from(OLMO3_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_olmo3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     OLMO3.check_stream(text, cuts)
+
+
+THINK = ("<think>", "</think>")
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    [
+        (Family("deepseek_v3", DEEPSEEK_MARKERS + THINK, "deepseek_r1"), V3_OUTPUTS[:4]),
+        (Family("deepseek_v31", DEEPSEEK_MARKERS + THINK, "deepseek_r1"), V31_OUTPUTS[:3]),
+        (Family("pythonic", THINK, "qwen3"), PYTHONIC_OUTPUTS[:3]),
+        (Family("jamba", ("<tool_calls>", "</tool_calls>", *THINK), "qwen3"), JAMBA_OUTPUTS[:3]),
+        (Family("step3", STEP3.markers + THINK, "deepseek_r1"), STEP3_OUTPUTS[:3]),
+    ],
+    ids=["deepseek_v3", "deepseek_v31", "pythonic", "jamba", "step3"],
+)
+@pytest.mark.parametrize("include_reasoning", [True, False])
+def test_reasoning_then_tool_calls_match_vllm(
+    family: Family, outputs: list[str], include_reasoning: bool
+) -> None:
+    req = vllm_request(include_reasoning=include_reasoning)
+    for body in outputs:
+        for text in (f"<think>Let me think.</think>{body}", f"plan first</think>\n\n{body}"):
+            family.check(text, req, [3, 9, 17])
+
+
+_VALUES = st.recursive(
+    st.one_of(
+        st.integers(-5000, 5000),
+        st.floats(allow_nan=False, width=32),
+        st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=6),
+        st.booleans(),
+        st.none(),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+@_SETTINGS
+@given(
+    st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True), _VALUES, max_size=3),
+    st.sampled_from([PYTHONIC, DEEPSEEK_V31, DEEPSEEK_V3, JAMBA]),
+    st.lists(st.integers(0, 80), max_size=10),
+)
+def test_generated_arguments_match_vllm(
+    arguments: dict[str, Any], family: Family, cuts: list[int]
+) -> None:
+    import keyword
+
+    if any(keyword.iskeyword(k) for k in arguments):
+        return
+    dumped = json.dumps(arguments, ensure_ascii=False)
+    if family is PYTHONIC:
+        text = "[get_weather(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")]"
+    elif family is JAMBA:
+        text = f'<tool_calls>[{{"name": "get_weather", "arguments": {dumped}}}]</tool_calls>'
+    elif family is DEEPSEEK_V3:
+        text = BEGIN + _v3("get_weather", dumped) + END
+    else:
+        text = BEGIN + _v31("get_weather", dumped) + END
+    tok = family.tok
+    if tok.decode(tok.encode(text, add_special_tokens=False)) != text:
+        return
+    req = vllm_request()
+    assert family.ours_full(text, req) == family.vllm_full(text, req)
+    family.check_stream(text, cuts, req)

@@ -80,6 +80,7 @@ class Message:
     content: str | None
     calls: list[tuple[str, str]] = field(default_factory=list)
     tools_called: bool = False
+    reasoning: str | None = None
 
 
 Event = tuple[str | None, str | None, tuple[tuple[int, bool, str | None, str | None], ...]]
@@ -92,6 +93,8 @@ class Family:
 
     parser: str
     markers: tuple[str, ...] = ()
+    reasoning: str | None = None
+    """A ``--reasoning-parser`` to run in front of the tool parser."""
 
     @property
     def tok(self) -> Any:
@@ -104,14 +107,20 @@ class Family:
         from vllm.parser import ParserManager
 
         return ParserManager.get_parser(
-            tool_parser_name=self.parser, enable_auto_tools=True, tokenizer=self.tok
+            tool_parser_name=self.parser,
+            reasoning_parser_name=self.reasoning,
+            enable_auto_tools=True,
+            tokenizer=self.tok,
         )
 
     @functools.cached_property
     def ours(self) -> OutputParsers:
         """Our parsers configured like ``--enable-auto-tool-choice --tool-call-parser``."""
         return OutputParsers(
-            self.tok.get_vocab(), tool_call_parser=self.parser, enable_auto_tool_choice=True
+            self.tok.get_vocab(),
+            tool_call_parser=self.parser,
+            reasoning_parser=self.reasoning,
+            enable_auto_tool_choice=True,
         )
 
     def vllm_parser(self, req: Any) -> Any:
@@ -123,14 +132,16 @@ class Family:
     def vllm_full(self, text: str, req: Any) -> Message:
         """vLLM's message for a finished ``text`` (serving keeps calls for ``auto`` only)."""
         ids = self.tok.encode(text, add_special_tokens=False)
-        _, content, calls = self.vllm_parser(req).parse(
+        reasoning, content, calls = self.vllm_parser(req).parse(
             text, req, enable_auto_tools=True, model_output_token_ids=ids
         )
+        if not req.include_reasoning:
+            reasoning = None
         if req.tools and req.tool_choice == "auto" and calls:
             for c in calls:
                 assert c.id is None or ID.fullmatch(c.id), c.id
-            return Message(content, [(c.name, c.arguments) for c in calls], True)
-        return Message(content)
+            return Message(content, [(c.name, c.arguments) for c in calls], True, reasoning)
+        return Message(content, reasoning=reasoning)
 
     def ours_full(self, text: str, req: Any) -> Message:
         """Our message for a finished ``text``."""
@@ -138,7 +149,8 @@ class Family:
         for c in parsed.tool_calls:
             assert ID.fullmatch(c.id), c.id
         calls = [(c.name, c.arguments) for c in parsed.tool_calls]
-        return Message(parsed.content, calls, parsed.tools_called)
+        reasoning = parsed.reasoning if req.include_reasoning else None
+        return Message(parsed.content, calls, parsed.tools_called, reasoning)
 
     # -- streaming ---------------------------------------------------------------------------
 
