@@ -437,3 +437,28 @@ def test_generated_arguments_match_vllm(
     req = vllm_request()
     assert family.ours_full(text, req) == family.vllm_full(text, req)
     family.check_stream(text, cuts, req)
+
+
+def test_chat_route_types_step3_arguments_by_the_request_tools() -> None:
+    from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+    from tests.support.tiny_model import tiny_model_dir
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    text = STEP3_OUTPUTS[2]
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    ids = tok.encode(text, add_special_tokens=False)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser="step3", enable_auto_tool_choice=True
+    )
+    tools = [*TOOLS, TYPED_TOOL]
+    expected = STEP3.vllm_full(text, vllm_request(tools))
+    status, raw = _post(_chat_app(_ScriptedEngine(ids), parsers), {**CHAT, "tools": tools})
+    assert status == 200, raw
+    message = json.loads(raw)["choices"][0]["message"]
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+    assert (
+        calls
+        == expected.calls
+        == [("book", '{"n": 12, "x": 2.5, "ok": true, "none": null, "s": "a"}')]
+    )
