@@ -462,3 +462,43 @@ def test_chat_route_types_step3_arguments_by_the_request_tools() -> None:
         == expected.calls
         == [("book", '{"n": 12, "x": 2.5, "ok": true, "none": null, "s": "a"}')]
     )
+
+
+INTERNLM = Family("internlm", ("<|action_start|>", "<|action_end|>", "<|plugin|>"))
+INTERNLM_OUTPUTS = [
+    '<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    "<|action_end|>",
+    'Let me check.<|action_start|><|plugin|>{"name": "get_weather", "arguments": '
+    '{"city": "Zürich 日本", "unit": "c"}}<|action_end|>',
+    '<|action_start|><|plugin|>{"name": "get_time"}<|action_end|>',
+    '<|action_start|><|plugin|>{"name": "get_weather", "parameters": {"city": "Pa',
+    "<|action_start|><|plugin|>not json<|action_end|>",
+    "No tools here.",
+    "Code: <|action_start|><|interpreter|>print(1)<|action_end|>",
+    '<|action_start|><|plugin|>{"name": "get_time", "parameters": {}}<|action_end|>'
+    '<|action_start|><|plugin|>{"name": "get_time", "parameters": {}}<|action_end|>',
+    '<|action_start|><|plugin|>{"name": "get_weather", "parameters": {"q": "a \\"b\\"", '
+    '"n": [1, 2.5, null]}}<|action_end|>',
+]
+
+
+@pytest.mark.parametrize("text", INTERNLM_OUTPUTS[:-2] + INTERNLM_OUTPUTS[-1:])
+def test_internlm_matches_vllm(text: str) -> None:
+    INTERNLM.check(text)
+
+
+def test_internlm_two_actions_fail_like_vllm() -> None:
+    text = INTERNLM_OUTPUTS[-2]
+    INTERNLM.check(text.replace("<|plugin|>", "", 1))  # one plugin action, one other action
+    req = vllm_request()
+    with pytest.raises(ValueError, match="too many values to unpack") as vllm_error:
+        INTERNLM.vllm_full(text, req)
+    with pytest.raises(ValueError) as ours:
+        INTERNLM.ours_full(text, req)
+    assert str(ours.value) == str(vllm_error.value)
+
+
+@_SETTINGS
+@given(st.sampled_from(INTERNLM_OUTPUTS[:-2]), st.lists(st.integers(0, 60), max_size=12))
+def test_internlm_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    INTERNLM.check_stream(text, cuts)

@@ -12,7 +12,13 @@ from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_
 from vllm_frontend.chat.partial_json import partial_json_loads
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 
-__all__ = ["JambaToolParser", "Phi4MiniJsonToolParser", "intermediate_diff"]
+__all__ = [
+    "JambaToolParser",
+    "Phi4MiniJsonToolParser",
+    "common_prefix",
+    "intermediate_diff",
+    "partial_json",
+]
 
 
 def _str(value: Any) -> str:
@@ -22,7 +28,7 @@ def _str(value: Any) -> str:
     return value
 
 
-def _partial_json(text: str, allow_partial_strings: bool) -> Any:
+def partial_json(text: str, allow_partial_strings: bool) -> Any:
     """``partial_json_parser.loads``: a complete or cut-off JSON value, nothing after it."""
     value, used = partial_json_loads(text, allow_partial_strings)
     if used < len(text):
@@ -37,7 +43,7 @@ def _common_suffix(a: str, b: str) -> str:
     return a[len(a) - n :]
 
 
-def _common_prefix(a: str, b: str) -> str:
+def common_prefix(a: str, b: str) -> str:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
@@ -50,7 +56,7 @@ def intermediate_diff(new: str, old: str) -> str:
     suffix = _common_suffix(new, old)
     if suffix:
         old = old[::-1].replace(suffix[::-1], "", 1)[::-1]
-    prefix = _common_prefix(new, old)
+    prefix = common_prefix(new, old)
     diff = new
     if suffix:
         diff = diff[::-1].replace(suffix[::-1], "", 1)[::-1]
@@ -154,7 +160,7 @@ class JambaToolParser(ToolParser):
 
     def _step(self, current_text: str, delta_text: str) -> OutputDelta | None:
         body = current_text.split(self.START)[-1].split(self.END)[0]
-        calls: Any = _partial_json(body, allow_partial_strings=self._name_sent)
+        calls: Any = partial_json(body, allow_partial_strings=self._name_sent)
         current = calls[self._current] if len(calls) > 0 else {}
         if len(calls) == 0:
             return None
