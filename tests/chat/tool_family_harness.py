@@ -19,7 +19,8 @@ import pytest
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
-ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
+ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_[0-9]+_[0-9a-f]{16}")
+"""Tool-call id formats (random ids are compared by format; xlam numbers its own)."""
 
 WEATHER_TOOL = {
     "type": "function",
@@ -80,13 +81,22 @@ class Message:
     """A whole-output message as the client sees it (ids checked, then dropped)."""
 
     content: str | None
-    calls: list[tuple[str, str]] = field(default_factory=list)
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    """(name, arguments, id shape) per call."""
     tools_called: bool = False
     reasoning: str | None = None
 
 
-Event = tuple[str | None, str | None, tuple[tuple[int, bool, str | None, str | None], ...]]
-"""One streamed delta: content, reasoning, and per tool-call piece (index, has id, name, args)."""
+Event = tuple[str | None, str | None, tuple[tuple[int, str, str | None, str | None], ...]]
+"""One streamed delta: content, reasoning, and per tool-call piece (index, id shape, name, args)."""
+
+
+def _id_shape(call_id: str | None) -> str:
+    """A tool-call id with its random hex digits masked (``""`` for none)."""
+    if call_id is None:
+        return ""
+    assert ID.fullmatch(call_id), call_id
+    return call_id[:-16] + "#"
 
 
 @dataclass
@@ -140,17 +150,15 @@ class Family:
         if not req.include_reasoning:
             reasoning = None
         if req.tools and req.tool_choice == "auto" and calls:
-            for c in calls:
-                assert c.id is None or ID.fullmatch(c.id), c.id
-            return Message(content, [(c.name, c.arguments) for c in calls], True, reasoning)
+            ids = [_id_shape(c.id) for c in calls]
+            out = [(c.name, c.arguments, i) for c, i in zip(calls, ids, strict=True)]
+            return Message(content, out, True, reasoning)
         return Message(content, reasoning=reasoning)
 
     def ours_full(self, text: str, req: Any) -> Message:
         """Our message for a finished ``text``."""
         parsed = self.ours.for_request(options_of(req)).parse(text)
-        for c in parsed.tool_calls:
-            assert ID.fullmatch(c.id), c.id
-        calls = [(c.name, c.arguments) for c in parsed.tool_calls]
+        calls = [(c.name, c.arguments, _id_shape(c.id)) for c in parsed.tool_calls]
         reasoning = parsed.reasoning if req.include_reasoning else None
         return Message(parsed.content, calls, parsed.tools_called, reasoning)
 
@@ -184,12 +192,11 @@ class Family:
                 continue
             calls = []
             for tc in msg.tool_calls:
-                assert tc.id is None or ID.fullmatch(tc.id), tc.id
                 fn = tc.function
                 calls.append(
                     (
                         tc.index,
-                        tc.id is not None,
+                        _id_shape(tc.id),
                         fn.name if fn else None,
                         fn.arguments if fn else None,
                     )
@@ -207,8 +214,7 @@ class Family:
                 continue
             calls = []
             for tc in msg.tool_calls:
-                assert tc.id is None or ID.fullmatch(tc.id), tc.id
-                calls.append((tc.index, tc.id is not None, tc.name, tc.arguments))
+                calls.append((tc.index, _id_shape(tc.id), tc.name, tc.arguments))
             events.append((msg.content, msg.reasoning, tuple(calls)))
         return events
 

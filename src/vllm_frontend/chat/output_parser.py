@@ -340,7 +340,8 @@ class OutputParser:
         if choice is None:
             # An explicit null tool_choice: vLLM parses, then builds the message without calls.
             return out
-        out.tool_calls = [ToolCall(new_tool_call_id(), n, a) for n, a in found.calls]
+        ids = found.ids or [new_tool_call_id() for _ in found.calls]
+        out.tool_calls = [ToolCall(i, n, a) for i, (n, a) in zip(ids, found.calls, strict=True)]
         out.tools_called = bool(out.tool_calls)
         return out
 
@@ -352,4 +353,5 @@ class OutputParser:
 
 
 def _blank_to_none(text: str | None) -> str | None:
-    return None if text is not None and text.strip() == "" else text
+    # (vLLM: ``if content and content.strip() == ""``, so an empty string stays empty)
+    return None if text and text.strip() == "" else text

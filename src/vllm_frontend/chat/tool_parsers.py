@@ -25,6 +25,7 @@ from vllm_frontend.chat.tools.pythonic import (
     PythonicToolParser,
 )
 from vllm_frontend.chat.tools.steptml import Step3ToolParser
+from vllm_frontend.chat.tools.xlam import XLamToolParser
 
 __all__ = [
     "TOOL_PARSERS",
@@ -294,6 +295,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "pythonic": PythonicToolParser,
     "qwen3_json": HermesToolParser,
     "step3": Step3ToolParser,
+    "xlam": XLamToolParser,
 }
 """``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
 and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``)."""

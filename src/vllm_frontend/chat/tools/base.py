@@ -19,6 +19,8 @@ class ExtractedToolCalls(msgspec.Struct):
     tools_called: bool
     calls: list[tuple[str, str]] = msgspec.field(default_factory=list)
     content: str | None = None
+    ids: list[str] | None = None
+    """The calls' ids when the parser makes its own (else fresh ``chatcmpl-tool-`` ids)."""
 
 
 class ToolParser:
