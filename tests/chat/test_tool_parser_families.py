@@ -534,3 +534,34 @@ def test_xlam_matches_vllm(text: str) -> None:
 @given(st.sampled_from(XLAM_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_xlam_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     XLAM.check_stream(text, cuts)
+
+
+GRANITE4 = Family("granite4", ("<tool_call>", "</tool_call>"))
+GRANITE4_OUTPUTS = [
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+    'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 日本"}}\n'
+    '</tool_call>\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call> done',
+    '<tool_call>{"name": "get_weather", "arguments": "raw text args"}</tool_call>',
+    '<tool_call>{"name": "get_weather", "arguments": null}</tool_call>',
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Pa',
+    "<tool_call>not json</tool_call> then text",
+    "</tool_call> stray closer",
+    "<tool_call></tool_call>",
+    "Use <tool wisely, and <tool_call",
+    "Plain text only.",
+    '<tool_call>{"name": "get_time", "arguments": {}}</tool_call><tool_call>{"name": '
+    '"get_weather", "arguments": {"q": "it\'s \\"x\\""}}</tool_call>',
+    '<tool_call>["not", "an", "object"]</tool_call>'
+    '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
+]
+
+
+@pytest.mark.parametrize("text", GRANITE4_OUTPUTS)
+def test_granite4_matches_vllm(text: str) -> None:
+    GRANITE4.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(GRANITE4_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_granite4_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    GRANITE4.check_stream(text, cuts)
