@@ -565,3 +565,29 @@ def test_granite4_matches_vllm(text: str) -> None:
 @given(st.sampled_from(GRANITE4_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_granite4_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     GRANITE4.check_stream(text, cuts)
+
+
+GIGACHAT3 = Family("gigachat3", ("<|function_call|>", "<|message_sep|>", "<|role_sep|>", "</s>"))
+GIGACHAT3_OUTPUTS = [
+    '<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Zürich 日本", '
+    '"unit": "c"}}</s>',
+    'function call<|role_sep|>\n{"name": "get_time", "arguments": {}}',
+    '<|function_call|>{"name": "get_weather", "arguments": "text"}',
+    '<|function_call|>{"name": "get_weather", "arguments": {"city": "Pa',
+    "<|function_call|>not json",
+    "Answer<|message_sep|>more",
+    "Plain text.",
+    '<|function_call|>{"name": "get_weather", "arguments": {"q": "a \\"b\\"\tc", "n": [1, {}]}}',
+]
+
+
+@pytest.mark.parametrize("text", GIGACHAT3_OUTPUTS)
+def test_gigachat3_matches_vllm(text: str) -> None:
+    GIGACHAT3.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(GIGACHAT3_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_gigachat3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    GIGACHAT3.check_stream(text, cuts)

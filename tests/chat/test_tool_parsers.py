@@ -371,8 +371,8 @@ def test_startup_fails_for_an_unknown_parser_name_listing_the_valid_ones() -> No
     from vllm_frontend.cmd.config import ConfigError, config_from_args
 
     base = {"model_tag": "m", "enable_auto_tool_choice": True}
-    with pytest.raises(ConfigError, match=r"'gigachat3'.*hermes, internlm"):
-        config_from_args({**base, "tool_call_parser": "gigachat3"})
+    with pytest.raises(ConfigError, match=r"'kimi_k2'.*hermes, internlm"):
+        config_from_args({**base, "tool_call_parser": "kimi_k2"})
     with pytest.raises(ConfigError, match=r"'granite'.*deepseek_r1, qwen3"):
         config_from_args({"model_tag": "m", "reasoning_parser": "granite"})
     with pytest.raises(ConfigError, match="requires --tool-call-parser"):

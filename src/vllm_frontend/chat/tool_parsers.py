@@ -17,6 +17,7 @@ from vllm_frontend.chat.partial_json import partial_json_loads
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
@@ -284,6 +285,7 @@ def _common_prefix(a: str, b: str) -> str:
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
+    "gigachat3": GigaChat3ToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "internlm": InternLM2ToolParser,
