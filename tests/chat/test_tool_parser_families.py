@@ -591,3 +591,29 @@ def test_gigachat3_matches_vllm(text: str) -> None:
 @given(st.sampled_from(GIGACHAT3_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_gigachat3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     GIGACHAT3.check_stream(text, cuts)
+
+
+GRANITE_20B = Family("granite-20b-fc", ("<function_call>",))
+GRANITE_20B_OUTPUTS = [
+    '<function_call> {"name": "get_weather", "arguments": {"city": "Paris"}}',
+    '<function_call> {"name": "get_weather", "arguments": {"city": "Zürich 日本", "unit": "c"}} '
+    '<function_call> {"name": "get_time", "arguments": {}}',
+    '<function_call>{"name": "get_weather", "arguments": {"city": "Pa',
+    "<function_call> not json",
+    'Before <function_call> {"name": "get_time", "arguments": {}}',
+    "Plain text only.",
+    '<function_call> {"name": "get_weather", "arguments": {"q": "a \\"b\\"", "n": [1, 2.5]}}\n'
+    '<function_call> {"name": "get_time", "arguments": {"tz": "UTC"}}',
+    '<function_call> {"name": 5, "arguments": {}}',
+]
+
+
+@pytest.mark.parametrize("text", GRANITE_20B_OUTPUTS)
+def test_granite_20b_fc_matches_vllm(text: str) -> None:
+    GRANITE_20B.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(GRANITE_20B_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_granite_20b_fc_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    GRANITE_20B.check_stream(text, cuts)

@@ -18,7 +18,7 @@ from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_com
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
-from vllm_frontend.chat.tools.granite import Granite4ToolParser
+from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.pythonic import (
@@ -286,6 +286,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
     "gigachat3": GigaChat3ToolParser,
+    "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "internlm": InternLM2ToolParser,
