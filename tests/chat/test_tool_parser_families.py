@@ -617,3 +617,31 @@ def test_granite_20b_fc_matches_vllm(text: str) -> None:
 @given(st.sampled_from(GRANITE_20B_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_granite_20b_fc_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     GRANITE_20B.check_stream(text, cuts)
+
+
+FUNCTIONGEMMA = Family(
+    "functiongemma", ("<start_function_call>", "<end_function_call>", "<escape>")
+)
+FUNCTIONGEMMA_OUTPUTS = [
+    "<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>",
+    "Sure. <start_function_call>call:get_weather{city:<escape>Zürich 日本<escape>,"
+    "unit:<escape>c<escape>}<end_function_call><start_function_call>call:get_time{}"
+    "<end_function_call>",
+    "<start_function_call>call:get_weather{n:<escape>12<escape>,ok:<escape>true<escape>,"
+    "l:<escape>[1, 2]<escape>}<end_function_call> after",
+    "<start_function_call>call:get_weather{city:<escape>Pa",
+    "<start_function_call>garbage<end_function_call>",
+    "Text with a < sign and <start",
+    "Plain text.",
+]
+
+
+@pytest.mark.parametrize("text", FUNCTIONGEMMA_OUTPUTS)
+def test_functiongemma_matches_vllm(text: str) -> None:
+    FUNCTIONGEMMA.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(FUNCTIONGEMMA_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_functiongemma_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    FUNCTIONGEMMA.check_stream(text, cuts)

@@ -17,6 +17,7 @@ from vllm_frontend.chat.partial_json import partial_json_loads
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
@@ -285,6 +286,7 @@ def _common_prefix(a: str, b: str) -> str:
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
+    "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
