@@ -645,3 +645,31 @@ def test_functiongemma_matches_vllm(text: str) -> None:
 @given(st.sampled_from(FUNCTIONGEMMA_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_functiongemma_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     FUNCTIONGEMMA.check_stream(text, cuts)
+
+
+HUNYUAN = Family("hunyuan_a13b", ("<tool_calls>", "</tool_calls>", "<think>", "</think>"))
+HUNYUAN_OUTPUTS = [
+    f"<tool_calls>[{_XCALL}]</tool_calls>",
+    f"<tool_calls>[{_XCALL},{_XTIME}]</tool_calls>",
+    f"<tool_calls>[{_XTIME}, {_XCALL}]</tool_calls>",
+    f"[{_XCALL}]",
+    f"Let me check. <tool_calls>[{_XCALL}]</tool_calls>",
+    f"<think>maybe <tool_calls>[{_XTIME}]</tool_calls></think> answer",
+    '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Zürich 日本", "d": {"a": 1}}}]'
+    "</tool_calls>",
+    '<tool_calls>[{"name": "get_weather", "arguments": "raw"}]</tool_calls>',
+    '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa',
+    "<tool_calls>not json</tool_calls>",
+    "No tools needed.",
+]
+
+
+@pytest.mark.parametrize("text", HUNYUAN_OUTPUTS)
+def test_hunyuan_a13b_matches_vllm(text: str) -> None:
+    HUNYUAN.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(HUNYUAN_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_hunyuan_a13b_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    HUNYUAN.check_stream(text, cuts)

@@ -20,6 +20,7 @@ from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31T
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
+from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.pythonic import (
@@ -291,6 +292,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
+    "hunyuan_a13b": HunyuanA13BToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "llama3_json": Llama3JsonToolParser,
