@@ -673,3 +673,28 @@ def test_hunyuan_a13b_matches_vllm(text: str) -> None:
 @given(st.sampled_from(HUNYUAN_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_hunyuan_a13b_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     HUNYUAN.check_stream(text, cuts)
+
+
+APERTUS = Family("apertus", ("<|tools_prefix|>", "<|tools_suffix|>"))
+APERTUS_OUTPUTS = [
+    '<|tools_prefix|>[{"get_weather": {"city": "Paris"}}]<|tools_suffix|>',
+    'I will check. <|tools_prefix|>[{"get_weather": {"city": "Zürich 日本", "unit": "c"}}, '
+    '{"get_time": {}}]<|tools_suffix|> Done.',
+    '<|tools_prefix|>[{"get_weather": {"city": "Pa',
+    '<|tools_prefix|>{"get_time": {"tz": "UTC"}}<|tools_suffix|>',
+    '<|tools_prefix|>[{"get_weather": {"q": "a \\"b\\"", "l": [1, 2]}}] trailing<|tools_suffix|>',
+    "<|tools_prefix|>not json<|tools_suffix|>",
+    "Plain text with <|tools_ nothing.",
+    '<|tools_prefix|>[{"get_weather": null}, {"get_time": {"n": 1}}]<|tools_suffix|>\n',
+]
+
+
+@pytest.mark.parametrize("text", APERTUS_OUTPUTS)
+def test_apertus_matches_vllm(text: str) -> None:
+    APERTUS.check(text)
+
+
+@_SETTINGS
+@given(st.sampled_from(APERTUS_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
+def test_apertus_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
+    APERTUS.check_stream(text, cuts)

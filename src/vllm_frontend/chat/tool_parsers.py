@@ -14,6 +14,7 @@ from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.chat.partial_json import partial_json_loads
+from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
@@ -285,6 +286,7 @@ def _common_prefix(a: str, b: str) -> str:
 
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    "apertus": ApertusToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
     "functiongemma": FunctionGemmaToolParser,
