@@ -5,7 +5,8 @@ vLLM loads tokenizers with `transformers.AutoTokenizer`, which (in transformers 
 tokens that are missing become special added tokens (`add_bos_token`/`add_eos_token` are ignored
 when a `tokenizer.json` exists: its post-processor decides), and `clean_up_tokenization_spaces`
 post-processes decoded text for non-BPE models. We apply the same adjustments so that
-encode/decode agree with vLLM's.
+encode/decode agree with vLLM's. Prompts are encoded with ``fastokens`` once it has loaded on a
+background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tokenizers import AddedToken
 
 from vllm_frontend.text.piece_cache import PieceEncoder
 from vllm_frontend.text.tokenizer_cache import TokenizerCache, VocabSummary, read_vocab
+from vllm_frontend.text.tokenizer_fastokens import ENV_VAR, fastokens_enabled, load_fastokens
 
 __all__ = ["Tokenizer", "TokenizerError"]
 
@@ -106,6 +108,8 @@ class Tokenizer:
         ``source``: the ``tokenizer.json`` ``backend`` was loaded from, which lets
         :attr:`max_token_id` and :attr:`max_chars_per_token` be computed at half the cost;
         ``vocab_summary`` (of that file's model vocabulary) makes them nearly free.
+        ``use_fastokens``: encode prompts with fastokens once it has loaded (default: unless
+        ``VLLM_USE_FASTOKENS=0``).
         """
         config: dict[str, Any] = dict(tokenizer_config or {})
         if "added_tokens_decoder" not in config:
@@ -132,26 +136,31 @@ class Tokenizer:
             for token_id, token in backend.get_added_tokens_decoder().items()
             if token.special
         )
-        # Chat prompts (encoded without post-processor tokens) reuse their repeated pieces' ids.
+        # Until fastokens is ready (or where it cannot be used), chat prompts (encoded without
+        # post-processor tokens) reuse their repeated pieces' ids.
         self._pieces = PieceEncoder.for_backend(backend)
         self._source = source
         self._vocab_summary = vocab_summary
         self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~50 ms)
+        explicit = use_fastokens is not None or ENV_VAR in os.environ
         if use_fastokens is None:
-            use_fastokens = os.environ.get("VLLM_USE_FASTOKENS", "0").lower() in ("1", "true")
-        self._fast: Any = None  # a fastokens.Tokenizer, once loaded
+            try:
+                use_fastokens = fastokens_enabled()
+            except ValueError as e:
+                raise TokenizerError(str(e)) from None
+        self._fast: Any = None  # a fastokens.Tokenizer, once loaded and checked
         self._fast_ready = threading.Event()
         if not use_fastokens:
             self._fast_ready.set()
-        elif source is not None and not added_special:
-            # The file is what the backend holds: fastokens loads it with the GIL released, on
-            # a thread, while this process goes on (prompts use `tokenizers` until then).
-            threading.Thread(
-                target=self._load_fastokens, args=(source,), name="fastokens-load", daemon=True
-            ).start()
         else:
-            self._fast = _fastokens_tokenizer(backend)
-            self._fast_ready.set()
+            # fastokens loads on a thread (from the file, with the GIL released) while this
+            # process goes on; prompts use `tokenizers` until then, with the same ids.
+            threading.Thread(
+                target=self._load_fastokens,
+                args=(source, added_special, explicit),
+                name="fastokens-load",
+                daemon=True,
+            ).start()
 
     @classmethod
     def from_dir(
@@ -163,8 +172,9 @@ class Tokenizer:
     ) -> Tokenizer:
         """Load `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`).
 
-        `use_fastokens` (default: `VLLM_USE_FASTOKENS=1`, as in vLLM) encodes prompts with the
-        `fastokens` package when it is installed and supports the tokenizer. With a `cache`,
+        `use_fastokens` (default: unless `VLLM_USE_FASTOKENS=0`) encodes prompts with the
+        `fastokens` package once it has loaded, where it supports the tokenizer and agrees with
+        `tokenizers` (see :mod:`vllm_frontend.text.tokenizer_fastokens`). With a `cache`,
         a faster-loading copy of `tokenizer.json` is loaded when one was built, and a builder is
         started in the background when none was (see :mod:`vllm_frontend.text.tokenizer_cache`).
         """
@@ -198,7 +208,7 @@ class Tokenizer:
             vocab_summary=cached.vocab if cached is not None else None,
         )
 
-    def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> bool:
+    def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> list[AddedToken]:
         # transformers adds every named and extra special token that the vocabulary lacks as a
         # special added token, and marks existing named ones special.
         entries: list[Any] = [config.get(slot) for slot in _SPECIAL_SLOTS]
@@ -227,18 +237,25 @@ class Tokenizer:
             to_add.append(token)
         if to_add:
             self._backend.add_special_tokens(to_add)
-        return bool(to_add)
+        return to_add
 
-    def _load_fastokens(self, source: Path) -> None:
+    def _load_fastokens(self, source: Path | None, added: list[AddedToken], explicit: bool) -> None:
         started = time.monotonic()
         try:
-            self._fast = _fastokens_tokenizer(None, source)
-            if self._fast is not None:
+            fast = load_fastokens(self._backend, source, added, explicit=explicit)
+            if fast is not None:
+                self._fast = fast
+                self._pieces = None  # fastokens encodes whole prompts faster than it helps
                 release_freed_heap()  # its JSON parse leaves ~90 MB freed but mapped
                 _log.info("prompts are encoded with fastokens from now on (it loaded %s in %.1f s)",
-                          source, time.monotonic() - started)  # fmt: skip
+                          source or "the tokenizer", time.monotonic() - started)  # fmt: skip
         finally:
             self._fast_ready.set()
+
+    @property
+    def uses_fastokens(self) -> bool:
+        """Whether prompts are now encoded with ``fastokens`` (else with ``tokenizers``)."""
+        return self._fast is not None
 
     def wait_for_fast_encoder(self, timeout: float | None = None) -> bool:
         """Wait until the ``fastokens`` encoder (if asked for) has loaded or failed to; False
@@ -437,25 +454,6 @@ def release_freed_heap() -> None:
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _fastokens_tokenizer(backend: tokenizers.Tokenizer | None, source: Path | None = None) -> Any:
-    # fastokens (the encoder vllm-rs and VLLM_USE_FASTOKENS use) gives the same ids much faster,
-    # but loads slower and lacks some pipeline pieces (e.g. Metaspace): fall back when it can't.
-    # From `source` (a tokenizer.json) it loads with the GIL released; from `backend` it needs
-    # the backend serialized first (~0.25 s for Llama 3 here, holding the GIL).
-    try:
-        import fastokens  # type: ignore[import-not-found,unused-ignore]
-
-        if source is not None:
-            fast = fastokens.Tokenizer.from_file(str(source))
-        else:
-            assert backend is not None
-            fast = fastokens.Tokenizer.from_json_str(backend.to_str())
-    except Exception as e:
-        _log.warning("fastokens unavailable for this tokenizer (%s); using tokenizers", e)
-        return None
-    return fast
 
 
 def _read_json(path: Path) -> dict[str, Any]:
