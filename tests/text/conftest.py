@@ -47,7 +47,10 @@ def model_dir(tokenizer_dirs: dict[str, Path], kind: str) -> Path:
 
 @pytest.fixture(scope="session")
 def ours(model_dir: Path) -> Tokenizer:
-    return Tokenizer.from_dir(model_dir)
+    tokenizer = Tokenizer.from_dir(model_dir)
+    # As it is soon after startup: prompts encoded with fastokens where it can load the tokenizer.
+    assert tokenizer.wait_for_fast_encoder(300)
+    return tokenizer
 
 
 @pytest.fixture(scope="session")

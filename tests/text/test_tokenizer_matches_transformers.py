@@ -87,11 +87,14 @@ def ours_fastokens(model_dir: Path, kind: str) -> Tokenizer:
     pytest.importorskip("fastokens")
     tokenizer = Tokenizer.from_dir(model_dir, use_fastokens=True)
     assert tokenizer.wait_for_fast_encoder(300)
-    if kind == "unigram_metaspace":  # fastokens has no Metaspace: `tokenizers` encodes
-        assert tokenizer._fast is None
-    else:
-        assert tokenizer._fast is not None
+    # fastokens has no Metaspace: `tokenizers` encodes
+    assert tokenizer.uses_fastokens == (kind != "unigram_metaspace")
     return tokenizer
+
+
+@pytest.fixture(scope="session")
+def ours_tokenizers(model_dir: Path) -> Tokenizer:
+    return Tokenizer.from_dir(model_dir, use_fastokens=False)
 
 
 def test_prompts_are_encoded_alike_before_and_after_fastokens_has_loaded(
@@ -121,5 +124,17 @@ def test_prompt_token_ids_with_fastokens_match_transformers(
     ours_fastokens: Tokenizer, hf: Any, text: str, add_special: bool
 ) -> None:
     assert ours_fastokens.encode(text, add_special_tokens=add_special) == hf.encode(
+        text, add_special_tokens=add_special
+    )
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(text=texts, add_special=st.booleans())
+def test_prompt_token_ids_with_tokenizers_match_transformers(
+    ours_tokenizers: Tokenizer, hf: Any, text: str, add_special: bool
+) -> None:
+    assert not ours_tokenizers.uses_fastokens
+    assert ours_tokenizers.encode(text, add_special_tokens=add_special) == hf.encode(
         text, add_special_tokens=add_special
     )
