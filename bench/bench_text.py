@@ -157,7 +157,7 @@ def main() -> None:
         from tests.support.tiny_model import tiny_model_dir
 
         model_dir = Path(tiny_model_dir())
-    tok = Tokenizer.from_dir(model_dir)
+    tok = Tokenizer.from_dir(model_dir, use_fastokens=False)  # the detokenizer's costs only
     prompt = tok.encode("Tell me a story.")
     ids = tok.encode(TEXT * 20, add_special_tokens=False)
     print(f"{model_dir.name}: {tok.vocab_size} tokens; {len(ids)} generated tokens per run")

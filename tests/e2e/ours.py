@@ -63,6 +63,7 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     await http.start(sock)
+    model.tokenizer.start_fast_encoder()  # as the CLI does once it serves
     return client, http
 
 

@@ -56,7 +56,10 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         if config.tokenizer
         else files.path
     )
-    tokenizer = Tokenizer.from_dir(tokenizer_dir, cache=TokenizerCache.from_env())
+    # fastokens loads once the server is up (`start_fast_encoder`): not on startup's time.
+    tokenizer = Tokenizer.from_dir(
+        tokenizer_dir, cache=TokenizerCache.from_env(), start_fast_encoder=False
+    )
     output_parsers(config, tokenizer)  # an unservable parser fails before engines start
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
     options = ChatTemplateOptions(

@@ -296,6 +296,7 @@ async def _serve(
     gc.collect()
     gc.freeze()
     release_freed_heap()
+    model.tokenizer.start_fast_encoder()
     _run_in_slices(loop, prefill(model.tokenizer))
     logger.info(
         "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
