@@ -203,6 +203,32 @@ def test_special_tokens_added_from_the_config_are_added_to_fastokens_too(
     assert tokenizer.token_to_id("<|im_start|>") in tokenizer.encode(text)
 
 
+def test_fastokens_loads_the_tokenizer_caches_copy(
+    tokenizer_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The copy (sorted vocabulary, merges as strings) loads with less memory and GIL time.
+    from vllm_frontend.text.tokenizer_cache import TokenizerCache
+
+    directory = Path(shutil.copytree(tokenizer_dirs["byte_level"], tmp_path / "model"))
+    cache = TokenizerCache(tmp_path / "cache")
+    entry = cache.build(directory / "tokenizer.json")
+    assert entry is not None and entry.path != directory / "tokenizer.json"
+    loaded: list[Path | None] = []
+    load = tokenizer_module.load_fastokens
+
+    def recording_load(backend: Any, source: Path | None, *args: Any, **kwargs: Any) -> Any:
+        loaded.append(source)
+        return load(backend, source, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer_module, "load_fastokens", recording_load)
+    tokenizer = Tokenizer.from_dir(directory, cache=cache, use_fastokens=True)
+    assert tokenizer.wait_for_fast_encoder(60)
+    assert loaded == [entry.path]
+    assert tokenizer.uses_fastokens
+    text = "hello world <|eot_id|> café 😀\n\n  x"
+    assert tokenizer.encode(text) == tokenizer.backend.encode(text).ids
+
+
 def test_tokenizers_encodes_where_fastokens_cannot_load_the_tokenizer(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

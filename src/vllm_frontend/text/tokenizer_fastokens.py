@@ -3,8 +3,9 @@
 vllm-rs encodes prompts with fastokens whenever it can load the tokenizer, and with
 ``tokenizers`` otherwise; so do we. ``VLLM_USE_FASTOKENS`` is read as vLLM reads it (an integer,
 non-zero for on); unset means on here, as vllm-rs has no switch. fastokens cannot load some
-tokenizers (Metaspace, Whitespace or WhitespaceSplit pre-tokenizers, NFD/NFKC/Strip/Bert
-normalizers, Unigram or WordPiece models, Bert/Roberta post-processors, ...): those stay with
+tokenizers (Metaspace, Whitespace, WhitespaceSplit, Punctuation, UnicodeScripts or
+CharDelimiterSplit pre-tokenizers; NFD, NFKC, NFKD, StripAccents, Strip or Bert normalizers;
+Unigram, WordPiece or WordLevel models; Bert or Roberta post-processors): those stay with
 ``tokenizers``. It ignores one setting that loads: ``tokenizers``' ``encode_special_tokens``
 (special tokens encoded as text), so such a backend stays with ``tokenizers`` too. A loaded
 encoder is checked against ``tokenizers`` (sizes, every added token's id, and probe texts) before
