@@ -10,8 +10,9 @@ page cache for all alike. Our tokenizer cache entry is built before anything sta
 start of ours with a new tokenizer.json would build it in the background; see
 vllm_frontend/text/tokenizer_cache.py); ``ours-nocache`` is ours without that cache. The
 frontends take turns, run after run.
-RSS is taken after the frontend is healthy and has served one request (it includes the
-frontend's non-engine children, e.g. vLLM's API-server process).
+RSS is taken after the frontend is healthy and has served one request, and ours has loaded its
+fastokens encoder (it includes the frontend's non-engine children, e.g. vLLM's API-server
+process).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def _one_request(port: int, model: str) -> None:
         resp.read()
 
 
+def _await_fastokens(log: pathlib.Path, timeout: float = 30.0) -> None:
+    """Until our frontend has loaded fastokens (or given it up), which it starts once serving:
+    its memory counts too."""
+    deadline = time.monotonic() + timeout
+    while "fastokens" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _start_once(name: str, model: pathlib.Path) -> tuple[float, int]:
     """Start ``name`` (``ours-nocache``: ours without its tokenizer cache) once: (startup s,
     resident bytes after one request)."""
@@ -51,6 +60,8 @@ def _start_once(name: str, model: pathlib.Path) -> tuple[float, int]:
         with served("ours" if no_cache else name, model) as (fe, _mock, port, startup):
             _one_request(port, str(model))
             time.sleep(0.5)
+            if name.startswith("ours") and os.environ.get("VLLM_USE_FASTOKENS") != "0":
+                _await_fastokens(fe.log)
             return startup, tree_rss_bytes(fe.pid)
     finally:
         os.environ.pop("VLLM_FRONTEND_TOKENIZER_CACHE", None)

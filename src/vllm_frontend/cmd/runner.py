@@ -296,7 +296,8 @@ async def _serve(
     gc.collect()
     gc.freeze()
     release_freed_heap()
-    model.tokenizer.start_fast_encoder()
+    # fastokens' load holds the GIL for ~0.1 s at its start: not while /health is first polled.
+    loop.call_later(_FAST_ENCODER_DELAY_S, model.tokenizer.start_fast_encoder)
     _run_in_slices(loop, prefill(model.tokenizer))
     logger.info(
         "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
@@ -325,6 +326,10 @@ async def _serve(
         await siblings.close()
     await client.close()
     return code
+
+
+_FAST_ENCODER_DELAY_S = 0.5
+"""Seconds from serving to starting the prompt encoder's (fastokens') load."""
 
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
