@@ -16,7 +16,11 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
-from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, ReasoningParser
+from vllm_frontend.chat.reasoning_parsers import (
+    REASONING_PARSERS,
+    REFUSED_REASONING_PARSERS,
+    ReasoningParser,
+)
 from vllm_frontend.chat.tool_choice import (
     ForcedToolCallStream,
     forced_tool_choice,
@@ -101,6 +105,7 @@ class OutputParsers:
         names = set(MARKER_TOKENS)
         for reasoning_cls in REASONING_PARSERS.values():
             names.update(reasoning_cls.required_tokens)
+            names.update(reasoning_cls.optional_tokens)
         for tool_cls in TOOL_PARSERS.values():
             names.update(tool_cls.required_tokens, tool_cls.optional_tokens)
         vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
@@ -166,6 +171,10 @@ def resolve_tool_parser(name: str) -> type[ToolParser]:
 
 def resolve_reasoning_parser(name: str) -> type[ReasoningParser]:
     """The reasoning parser class registered as ``name``."""
+    if (reason := REFUSED_REASONING_PARSERS.get(name)) is not None:
+        raise ParserConfigError(
+            f"reasoning parser {name!r} is not supported by vllm-frontend: {reason}"
+        )
     if name not in REASONING_PARSERS:
         raise ParserConfigError(
             f"reasoning parser {name!r} is not supported by vllm-frontend; choose one of: "

@@ -1,0 +1,74 @@
+"""The per-choice reasoning parser interface every ``--reasoning-parser`` family implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from vllm_frontend.chat.parsed import OutputDelta
+
+__all__ = ["ReasoningParser", "partial_overlap"]
+
+
+class ReasoningParser:
+    """Interface of a per-choice reasoning parser."""
+
+    name: ClassVar[str]
+    required_tokens: ClassVar[tuple[str, ...]] = ()
+    """Marker strings that must be single tokens of the vocabulary (checked at startup)."""
+    optional_tokens: ClassVar[tuple[str, ...]] = ()
+    """Further token strings the parser looks up by id when the vocabulary has them."""
+    needs_special_tokens: ClassVar[bool] = False
+    """Whether the request must be detokenized with ``skip_special_tokens=False``."""
+    engine_based: ClassVar[bool] = False
+    """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
+
+    def __init__(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """Build the parser for one choice; ``vocab`` maps token strings to ids."""
+        self.vocab = vocab
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """Whether generation after this prompt starts outside reasoning."""
+        raise NotImplementedError
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """A whole output as ``(reasoning, content)``."""
+        raise NotImplementedError
+
+    def stream(
+        self,
+        previous_token_ids: Sequence[int],
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """Classify one streamed delta while reasoning may still be open."""
+        raise NotImplementedError
+
+    def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
+        """Whether the reasoning phase ended with the delta just streamed."""
+        raise NotImplementedError
+
+    def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
+        """The token ids after the end of reasoning in the delta that ended it."""
+        return delta_token_ids
+
+    def finish(self) -> OutputDelta | None:
+        """Text held back at the end of the stream (engine-based parsers only)."""
+        return None
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """Reasoning tokens among the generated ``token_ids`` (``usage`` reporting)."""
+        raise NotImplementedError
+
+
+def partial_overlap(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``."""
+    best = 0
+    for marker in markers:
+        for k in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:k]):
+                best = k
+                break
+    return best

@@ -1,0 +1,215 @@
+"""Families vLLM runs on its parser engine with the Qwen3 grammar (``vllm/parser/qwen3.py`` and
+its variants ``seed_oss``, ``mimo``, ``step3p5``), tool parsing switched off.
+
+:class:`EngineThinkReasoningParser` reproduces what that engine yields for reasoning: generation
+starts in reasoning unless thinking is switched off, the end marker ends it and so does the
+tool-call start (kept as content), a nested start marker inside reasoning is dropped, and text
+that may be the beginning of a marker is held back until the next delta. The families differ in
+their marker strings, turn-boundary tokens and thinking switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
+
+__all__ = [
+    "EngineThinkReasoningParser",
+    "MiMoReasoningParser",
+    "Qwen3ReasoningParser",
+    "SeedOssReasoningParser",
+    "Step3p5ReasoningParser",
+]
+
+
+class EngineThinkReasoningParser(ReasoningParser):
+    """The Qwen3-grammar parser engine, reasoning side, parameterised by its markers."""
+
+    THINK_START: ClassVar[str] = "<think>"
+    THINK_END: ClassVar[str] = "</think>"
+    TOOL_START: ClassVar[str] = "<tool_call>"
+    BOUNDARIES: ClassVar[tuple[str, ...]] = ("<|im_start|>", "<|im_end|>")
+    STRIP_TRAILING_REASONING_WHITESPACE: ClassVar[bool] = False
+    needs_special_tokens = True
+    engine_based = True
+
+    def __init__(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """See :class:`ReasoningParser`."""
+        super().__init__(vocab, chat_template_kwargs)
+        self.thinking = self._thinking(chat_template_kwargs or {})
+        self.start_id = vocab[self.THINK_START]
+        self.end_id = vocab[self.THINK_END]
+        # Tokens that end reasoning when seen by id: the end marker and, if it is one token,
+        # the tool-call start.
+        self.end_ids = {self.end_id}
+        if (tool_id := vocab.get(self.TOOL_START)) is not None:
+            self.end_ids.add(tool_id)
+        self.boundary_ids = {vocab[t] for t in self.BOUNDARIES if t in vocab}
+        self._markers = (self.THINK_START, self.THINK_END, self.TOOL_START)
+        self._reasoning = self.thinking
+        self._held = ""
+        self._deferred = ""
+        self._streamed_reasoning_tokens = 0
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        return bool(kwargs.get("enable_thinking", True))
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """Scan back to the current turn's start: an end marker closes reasoning, a start
+        marker opens it; with neither, reasoning is open exactly when thinking is enabled."""
+        for tid in reversed(prompt_token_ids):
+            if tid in self.end_ids:
+                return True
+            if tid == self.start_id:
+                if self.thinking:
+                    return False
+                break
+            if tid in self.boundary_ids:
+                break
+        return not self.thinking
+
+    def _scan(self, text: str, final: bool) -> tuple[str, str | None]:
+        """Consume reasoning text: (reasoning, content after the end or None if still open).
+
+        Text that may be the start of a marker is held back until the next call."""
+        text = self._held + text
+        self._held = ""
+        out: list[str] = []
+        i = 0
+        think_start, think_end = self.THINK_START, self.THINK_END
+        while True:
+            hits = [(pos, m) for m in self._markers if (pos := text.find(m, i)) >= 0]
+            if not hits:
+                break
+            pos, marker = min(hits)
+            out.append(text[i:pos])
+            if marker == think_start:
+                i = pos + len(marker)
+                continue
+            self._reasoning = False
+            rest = text[pos + len(marker) :] if marker == think_end else text[pos:]
+            # The engine reads the rest of this text in its content state, where a stray
+            # end marker is dropped; later deltas bypass it.
+            return "".join(out), rest.replace(think_end, "")
+        tail = text[i:]
+        if not final:
+            keep = partial_overlap(tail, self._markers)
+            if keep:
+                self._held = tail[-keep:]
+                tail = tail[:-keep]
+        out.append(tail)
+        return "".join(out), None
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """Whole output: reasoning until the end marker, the rest content."""
+        if not self.thinking:
+            return None, text
+        self._reasoning, self._held = True, ""
+        reasoning, rest = self._scan(text, final=True)
+        if self.STRIP_TRAILING_REASONING_WHITESPACE:
+            reasoning = reasoning.rstrip()
+        return reasoning or None, rest or None
+
+    def stream(
+        self,
+        previous_token_ids: Sequence[int],
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """Reasoning text until the end; the text after the end marker comes out as content."""
+        if not self._reasoning:
+            return OutputDelta(content=delta_text) if delta_text else None
+        reasoning, rest = self._scan(delta_text, final=False)
+        self._streamed_reasoning_tokens += self._count(delta_token_ids)
+        if not reasoning and not rest:
+            return None
+        return self._strip(OutputDelta(content=rest or None, reasoning=reasoning or None))
+
+    def _strip(self, delta: OutputDelta | None) -> OutputDelta | None:
+        """Hold trailing reasoning whitespace until more reasoning follows (dropped if none
+        does), for the families whose engine strips it."""
+        if not self.STRIP_TRAILING_REASONING_WHITESPACE:
+            return delta
+        if delta is not None and delta.reasoning is not None:
+            combined = self._deferred + delta.reasoning
+            trimmed = combined.rstrip()
+            self._deferred = combined[len(trimmed) :]
+            delta.reasoning = trimmed or None
+            if delta.reasoning is None and delta.content is None and not delta.tool_calls:
+                return None
+        elif self._deferred and not self._reasoning:
+            self._deferred = ""
+        return delta
+
+    def _count(self, token_ids: Sequence[int]) -> int:
+        n = 0
+        for tid in token_ids:
+            if tid in self.end_ids:
+                break
+            if tid != self.start_id:
+                n += 1
+        return n
+
+    def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
+        """The engine reports the end once it has seen the end marker."""
+        return not self._reasoning
+
+    def finish(self) -> OutputDelta | None:
+        """Held-back text is reasoning if reasoning is still open."""
+        held, self._held = self._held, ""
+        if not held:
+            return None
+        if self._reasoning:
+            return self._strip(OutputDelta(reasoning=held))
+        return OutputDelta(content=held)
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """Streaming: the tokens this parser saw as reasoning; whole output: one pass."""
+        if streamed:
+            return self._streamed_reasoning_tokens
+        return self._count(token_ids) if self.thinking else 0
+
+
+class Qwen3ReasoningParser(EngineThinkReasoningParser):
+    """``qwen3``: thinking unless the chat template kwargs say ``enable_thinking: false``."""
+
+    name = "qwen3"
+    required_tokens: ClassVar[tuple[str, ...]] = ("<think>", "</think>")
+
+
+class MiMoReasoningParser(EngineThinkReasoningParser):
+    """``mimo``: the Qwen3 grammar unchanged on the reasoning side (``vllm/parser/mimo.py``)."""
+
+    name = "mimo"
+    required_tokens: ClassVar[tuple[str, ...]] = ("<think>", "</think>")
+
+
+class SeedOssReasoningParser(EngineThinkReasoningParser):
+    """``seed_oss``: the Qwen3 grammar with ``<seed:…>`` markers and turn boundaries."""
+
+    name = "seed_oss"
+    THINK_START = "<seed:think>"
+    THINK_END = "</seed:think>"
+    TOOL_START = "<seed:tool_call>"
+    BOUNDARIES: ClassVar[tuple[str, ...]] = ("<seed:bos>", "<seed:eos>")
+    required_tokens: ClassVar[tuple[str, ...]] = ("<seed:think>", "</seed:think>")
+    optional_tokens: ClassVar[tuple[str, ...]] = ("<seed:tool_call>", "<seed:bos>", "<seed:eos>")
+
+
+class Step3p5ReasoningParser(EngineThinkReasoningParser):
+    """``step3p5``: always thinking (``enable_thinking`` is ignored), trailing reasoning
+    whitespace stripped."""
+
+    name = "step3p5"
+    required_tokens: ClassVar[tuple[str, ...]] = ("<think>", "</think>")
+    STRIP_TRAILING_REASONING_WHITESPACE = True
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        return True

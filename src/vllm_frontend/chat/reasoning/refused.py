@@ -1,0 +1,55 @@
+"""``--reasoning-parser`` names of vLLM 0.32 this frontend refuses at startup, with the reason.
+
+Serving them with a behaviour that differs from vLLM's would be silent; refusing names them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["REFUSED_REASONING_PARSERS"]
+
+_ENGINE = (
+    "vLLM parses it with the {grammar} grammar of its parser engine (vllm/parser/), which "
+    "vllm-frontend does not reproduce"
+)
+_UNIFIED = (
+    "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
+    "does not reproduce"
+)
+_STATEFUL = (
+    "its vLLM parser keeps a model-specific state machine ({what}) that vllm-frontend does "
+    "not reproduce"
+)
+
+REFUSED_REASONING_PARSERS: dict[str, str] = {
+    "openai_gptoss": "gpt-oss output is Harmony channels, parsed by vLLM's Harmony parser "
+    "(openai_harmony), which vllm-frontend does not reproduce",
+    "hf": "it parses with the response template of the tokenizer's chat template "
+    "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
+    "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
+    "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
+    "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
+    "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
+    "deepseek_v4": _ENGINE.format(grammar="DeepSeek V4 DSML"),
+    "deepseek_v41": _ENGINE.format(grammar="DeepSeek V4.1 DSML"),
+    "gemma4": _ENGINE.format(grammar="Gemma 4 channel"),
+    "glm45": _ENGINE.format(grammar="GLM-4.7 XML"),
+    "glm47": _ENGINE.format(grammar="GLM-4.7 XML"),
+    "ling3": _ENGINE.format(grammar="GLM-4.7 XML (Ling3)"),
+    "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
+    "nemotron_v3": _ENGINE.format(grammar="Nemotron V3"),
+    "plamo3": _ENGINE.format(grammar="PLaMo 3"),
+    "inkling": _ENGINE.format(grammar="Inkling"),
+    "kimi_k2": _ENGINE.format(grammar="Kimi K2"),
+    "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
+    "minimax_m2": _ENGINE.format(grammar="MiniMax M2"),
+    "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
+    "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
+    "hy_v3": "its vLLM parser reads 'token_suffix' from the tokenizer's init kwargs to name "
+    "its markers, which vllm-frontend does not pass to parsers",
+    "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),
+    "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
+    "minimax_m3": _STATEFUL.format(what="MiniMax M3 sections"),
+    "muse_glimmer": _STATEFUL.format(what="Muse Glimmer sections"),
+    "olmo3": _STATEFUL.format(what="OLMo 3 text markers"),
+}
+"""Name -> why it is refused."""
