@@ -205,7 +205,9 @@ class OutputParser:
         self._tool_text_started = False
         self._prev_text = ""
         self._prev_ids: list[int] = []
-        self._reasoning_ids: list[int] = []
+        self._output_ids: list[int] = []
+        """Every generated id, kept only with a reasoning parser (vLLM counts reasoning tokens
+        over the whole output)."""
         self.tool_calls_streamed = False
         """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
         # "required" or a named function: the output is JSON the engine was constrained to
@@ -237,7 +239,6 @@ class OutputParser:
         transitioned = False
         if self.reasoning is not None and not self._reasoning_ended:
             msg = self.reasoning.stream(self._prev_ids, delta_text, delta_ids)
-            self._reasoning_ids += delta_ids
             if self.reasoning.ended_in(delta_ids):
                 self._reasoning_ended = transitioned = True
                 current_ids = self.reasoning.content_token_ids(delta_ids)
@@ -251,6 +252,8 @@ class OutputParser:
                         msg.content = current_text
                 else:
                     delta_text = current_text
+        if self.reasoning is not None:
+            self._output_ids += delta_token_ids
         if self.tool is not None and self._reasoning_ended:
             if not self._tool_text_started:
                 self._tool_text_started = True
@@ -315,7 +318,7 @@ class OutputParser:
         """Reasoning tokens of the streamed output (``usage.completion_tokens_details``)."""
         if self.reasoning is None:
             return 0
-        return self.reasoning.count_reasoning_tokens(self._reasoning_ids, streamed=True)
+        return self.reasoning.count_reasoning_tokens(self._output_ids, streamed=True)
 
     # -- whole output ------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ class EngineThinkReasoningParser(ReasoningParser):
         self._held = ""
         self._deferred = ""
         self._streamed_reasoning_tokens = 0
+        self._streamed = False
 
     @staticmethod
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
@@ -125,6 +126,7 @@ class EngineThinkReasoningParser(ReasoningParser):
         """Reasoning text until the end; the text after the end marker comes out as content."""
         if not self._reasoning:
             return OutputDelta(content=delta_text) if delta_text else None
+        self._streamed = True
         reasoning, rest = self._scan(delta_text, final=False)
         self._streamed_reasoning_tokens += self._count(delta_token_ids)
         if not reasoning and not rest:
@@ -170,8 +172,9 @@ class EngineThinkReasoningParser(ReasoningParser):
         return OutputDelta(content=held)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
-        """Streaming: the tokens this parser saw as reasoning; whole output: one pass."""
-        if streamed:
+        """Streaming: the tokens this parser saw as reasoning; whole output (or a stream that
+        never reached this parser, as vLLM then re-parses the output): one pass."""
+        if streamed and self._streamed:
             return self._streamed_reasoning_tokens
         return self._count(token_ids) if self.thinking else 0
 

@@ -1,0 +1,356 @@
+"""Every ``--reasoning-parser`` name of vLLM 0.32 is served exactly as vLLM does, or refused.
+
+Reference: vLLM's own parsers, composed by ``ParserManager.get_parser`` as its chat serving does,
+on the tiny Llama 3 tokenizer with the family's markers added as single tokens. For each name, a
+corpus of outputs (start/end markers, only the end, truncated, unicode, reasoning or content
+only) is compared whole and streamed in many chunkings (the concatenated reasoning and content a
+client assembles), with and without the chat template kwargs that switch thinking.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.tiny_model import tiny_model_dir
+from vllm_frontend.chat.output_parser import (
+    OutputParsers,
+    ParserConfigError,
+    RequestToolOptions,
+    resolve_reasoning_parser,
+)
+from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, REFUSED_REASONING_PARSERS
+
+pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
+
+pytest.importorskip("vllm")
+
+
+@dataclass(frozen=True)
+class Family:
+    """How a family's outputs look: its markers and a prompt that ends its chat template."""
+
+    start: str
+    end: str
+    tokens: tuple[str, ...]
+    """Added as single (non-special) tokens; ``special`` as special tokens."""
+    special: tuple[str, ...]
+    prompt: str
+    kwargs: tuple[dict[str, Any], ...] = ({},)
+    """Chat template kwargs variants to run the corpus with."""
+
+
+_CHATML = ("<|im_start|>", "<|im_end|>")
+_CHATML_PROMPT = "<|im_start|>user\nWhat is the weather?<|im_end|>\n<|im_start|>assistant\n"
+_THINK = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+_ON_OFF = ({}, {"enable_thinking": False}, {"enable_thinking": True})
+_V3_KWARGS = (
+    {},
+    {"thinking": True},
+    {"enable_thinking": True},
+    {"thinking": False},
+    {"thinking": None},
+    {"thinking": False, "enable_thinking": True},
+)
+
+FAMILIES: dict[str, Family] = {
+    "deepseek_r1": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT),
+    "deepseek_v3": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _V3_KWARGS),
+    "holo2": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _V3_KWARGS),
+    "poolside_v1": Family(
+        "<think>",
+        "</think>",
+        (*_THINK, "<assistant>"),
+        _CHATML,
+        "<user>What is the weather?</think><assistant>",
+        _V3_KWARGS,
+    ),
+    "ernie45": Family(
+        "<think>",
+        "</think>",
+        (*_THINK, "<response>", "</response>"),
+        _CHATML,
+        _CHATML_PROMPT,
+    ),
+    "step3": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT),
+    "minimax_m2_append_think": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT),
+    "qwen3": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
+    "mimo": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
+    "step3p5": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
+    "seed_oss": Family(
+        "<seed:think>",
+        "</seed:think>",
+        ("<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>"),
+        ("<seed:bos>", "<seed:eos>"),
+        "<seed:bos>user\nWhat is the weather?<seed:eos><seed:bos>assistant\n",
+        _ON_OFF,
+    ),
+}
+
+# Outputs written with <S>/<E> for the family's start/end markers.
+_CORPUS = [
+    "<S>\nThe user asks about weather. I should answer.\n<E>\n\nIt is sunny.",
+    "The user asks about weather.\n<E>\n\nIt is sunny.",
+    "<S> Still thinking when the tokens ran out",
+    "No reasoning markers at all.",
+    "<S><E>Empty reasoning.",
+    "<S>a < b and c > d, not a </thi marker or <seed:thi <E>Answer: x<y",
+    "<S>first <E>middle<E>end",
+    "before <S>inside <E>after",
+    "<S>Zürich 日本 ünïcode 🎉<E> Grüße",
+    "<E> only an end",
+    "<S> thinking <E>",
+    "<S> reasoning with trailing space   \n <E>  content  ",
+    "<S> one <S> nested <E> two",
+    "<S> plan <tool_call>\n{}</tool_call> after",
+    "<S> think <E>\n\n<response>\nanswer\n</response>\n",
+    "<S> think <E> <response> answer",
+    "reasoning only, no markers, ends here\n",
+    "<E>",
+    "<S>",
+    "",
+]
+
+
+def corpus(name: str) -> list[str]:
+    """The corpus in the family's markers."""
+    fam = FAMILIES[name]
+    out = []
+    for text in _CORPUS:
+        text = text.replace("<S>", fam.start).replace("<E>", fam.end)
+        if name == "seed_oss":
+            text = text.replace("<tool_call>", "<seed:tool_call>")
+            text = text.replace("</tool_call>", "</seed:tool_call>")
+        out.append(text)
+    return out
+
+
+@functools.cache
+def tokenizer(name: str) -> Any:
+    """The tiny model's tokenizer with the family's markers as single tokens."""
+    from transformers import AutoTokenizer
+
+    fam = FAMILIES[name]
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok.add_tokens(list(fam.tokens))
+    tok.add_tokens(list(fam.special), special_tokens=True)
+    vocab = tok.get_vocab()
+    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    return tok
+
+
+@functools.cache
+def _ids(name: str, text: str) -> tuple[int, ...]:
+    return tuple(tokenizer(name).encode(text, add_special_tokens=False))
+
+
+@functools.cache
+def vllm_parser_cls(name: str) -> Any:
+    """vLLM's composed parser class for ``--reasoning-parser name``."""
+    from vllm.parser import ParserManager
+
+    return ParserManager.get_parser(reasoning_parser_name=name, tokenizer=tokenizer(name))
+
+
+@functools.cache
+def ours(name: str) -> OutputParsers:
+    """Our parsers for ``--reasoning-parser name``."""
+    return OutputParsers(tokenizer(name).get_vocab(), reasoning_parser=name)
+
+
+def request(kwargs: dict[str, Any], **fields: Any) -> Any:
+    """vLLM's validated request."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    return ChatCompletionRequest.model_validate({**body, "chat_template_kwargs": kwargs, **fields})
+
+
+def vllm_parser(name: str, kwargs: dict[str, Any]) -> Any:
+    """A fresh vLLM parser for one choice."""
+    return vllm_parser_cls(name)(tokenizer(name), None, chat_template_kwargs=dict(kwargs))
+
+
+def ours_parser(name: str, kwargs: dict[str, Any], include_reasoning: bool = True) -> Any:
+    """A fresh parser of ours for one choice."""
+    options = RequestToolOptions(False, "none", include_reasoning, dict(kwargs))
+    return ours(name).for_request(options)
+
+
+def deltas_of(name: str, text: str, cuts: list[int]) -> list[tuple[str, list[int]]]:
+    """``text`` as engine updates: token groups cut at ``cuts`` with their incremental text
+    (multi-byte characters held back as the detokenizer does)."""
+    tok = tokenizer(name)
+    ids = list(_ids(name, text))
+    bounds = [*sorted({c for c in cuts if 0 < c < len(ids)}), len(ids)]
+    out: list[tuple[str, list[int]]] = []
+    start, sent = 0, ""
+    for end in bounds:
+        decoded = tok.decode(ids[:end], skip_special_tokens=False)
+        if not decoded.startswith(sent) or "\ufffd" in decoded[len(sent) :]:
+            continue
+        out.append((decoded[len(sent) :], ids[start:end]))
+        sent, start = decoded, end
+    assert sent == text, "test texts must round-trip through the tokenizer"
+    return out
+
+
+def _assemble(messages: list[Any]) -> tuple[str | None, str | None]:
+    reasoning = content = None
+    for msg in messages:
+        if msg is None:
+            continue
+        if msg.reasoning:
+            reasoning = (reasoning or "") + msg.reasoning
+        if msg.content:
+            content = (content or "") + msg.content
+    return reasoning, content
+
+
+def stream_both(
+    name: str,
+    kwargs: dict[str, Any],
+    text: str,
+    cuts: list[int],
+    include_reasoning: bool = True,
+    prompt_text: str | None = None,
+) -> tuple[Any, Any]:
+    """(ours, vLLM's) assembled streamed reasoning and content, and reasoning token counts."""
+    prompt = list(_ids(name, FAMILIES[name].prompt if prompt_text is None else prompt_text))
+    req = request(kwargs, include_reasoning=include_reasoning)
+    theirs, mine = vllm_parser(name, kwargs), ours_parser(name, kwargs, include_reasoning)
+    deltas = deltas_of(name, text, cuts)
+    got, want = [], []
+    all_ids: list[int] = []
+    for k, (delta, ids) in enumerate(deltas):
+        last = k == len(deltas) - 1
+        want.append(
+            theirs.parse_delta(delta, list(ids), req, prompt_token_ids=prompt, finished=last)
+        )
+        got.append(mine.feed(delta, ids, prompt, finished=last))
+        all_ids += ids
+    return (
+        (_assemble(got), mine.streamed_reasoning_tokens()),
+        (_assemble(want), theirs.count_reasoning_tokens(all_ids)),
+    )
+
+
+def _cases() -> list[tuple[str, int, int]]:
+    return [
+        (name, k, i)
+        for name, fam in FAMILIES.items()
+        for k in range(len(fam.kwargs))
+        for i in range(len(_CORPUS))
+    ]
+
+
+@pytest.mark.parametrize(("name", "k", "i"), _cases())
+def test_whole_and_streamed_outputs_match_vllm(name: str, k: int, i: int) -> None:
+    kwargs = FAMILIES[name].kwargs[k]
+    text = corpus(name)[i]
+    req = request(kwargs)
+    ids = list(_ids(name, text))
+    theirs = vllm_parser(name, kwargs)
+    expected = theirs.parse(text, req, model_output_token_ids=ids)[:2]
+    mine = ours_parser(name, kwargs)
+    parsed = mine.parse(text)
+    assert (parsed.reasoning, parsed.content) == expected
+    assert mine.count_reasoning_tokens(ids) == vllm_parser(name, kwargs).count_reasoning_tokens(ids)
+    for cuts in ([], list(range(len(ids))), [1, 2, 5, 6]):
+        got, want = stream_both(name, kwargs, text, cuts)
+        assert got == want, cuts
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_include_reasoning_false_matches_vllm(name: str) -> None:
+    for kwargs in FAMILIES[name].kwargs:
+        for text in corpus(name)[:4]:
+            ids = _ids(name, text)
+            got, want = stream_both(name, kwargs, text, list(range(len(ids))), False)
+            assert got[0] == want[0]
+
+
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(sorted(FAMILIES)),
+    st.integers(0, 5),
+    st.integers(0, len(_CORPUS) - 1),
+    st.lists(st.integers(0, 30), max_size=12),
+)
+def test_streaming_matches_vllm_for_any_chunking(
+    name: str, k: int, i: int, cuts: list[int]
+) -> None:
+    kwargs = FAMILIES[name].kwargs[k % len(FAMILIES[name].kwargs)]
+    got, want = stream_both(name, kwargs, corpus(name)[i], cuts)
+    assert got == want
+
+
+def _prompts(name: str) -> list[str]:
+    fam = FAMILIES[name]
+    return [
+        fam.prompt,
+        fam.prompt + fam.start + "\n",
+        fam.prompt + fam.start + "\n\n" + fam.end + "\n\n",
+        fam.end + fam.prompt,
+        fam.start + fam.prompt,
+        fam.prompt + fam.end,
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_prompt_decides_whether_output_starts_in_reasoning_like_vllm(name: str) -> None:
+    for kwargs in FAMILIES[name].kwargs:
+        for prompt in _prompts(name):
+            ids = list(_ids(name, prompt))
+            mine = ours_parser(name, kwargs).reasoning
+            assert mine.prompt_ends_reasoning(ids) == vllm_parser(name, kwargs).is_reasoning_end(
+                ids
+            ), (kwargs, prompt)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_prompt_prefilled_reasoning_streams_like_vllm(name: str) -> None:
+    """Outputs after a prompt that opened or closed reasoning (the streamed path reads it)."""
+    for prompt in _prompts(name):
+        for kwargs in FAMILIES[name].kwargs:
+            for text in corpus(name)[:4]:
+                got, want = stream_both(name, kwargs, text, [1, 3, 4], prompt_text=prompt)
+                assert got == want, (prompt, kwargs, text)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_special_tokens_are_kept_when_vllm_keeps_them(name: str) -> None:
+    req = request({})
+    assert req.skip_special_tokens is True
+    adjusted = vllm_parser(name, {}).adjust_request(req)
+    options = RequestToolOptions(False, "none")
+    assert ours(name).needs_special_tokens(options) == (adjusted.skip_special_tokens is False)
+
+
+def test_every_vllm_reasoning_parser_is_served_or_refused_with_a_reason() -> None:
+    from vllm.reasoning import ReasoningParserManager
+
+    names = set(ReasoningParserManager.list_registered())
+    assert len(names) >= 38
+    served, refused = set(REASONING_PARSERS), set(REFUSED_REASONING_PARSERS)
+    assert not served & refused
+    assert names == served | refused
+    assert set(FAMILIES) == served, "every served name has a differential corpus"
+    for name in refused:
+        with pytest.raises(ParserConfigError, match=rf"'{name}' is not supported.*vllm"):
+            resolve_reasoning_parser(name)
+
+
+def test_startup_names_the_missing_marker_tokens() -> None:
+    with pytest.raises(ParserConfigError, match="<seed:think>"):
+        OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="seed_oss")
+    with pytest.raises(ParserConfigError, match="<assistant>"):
+        OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="poolside_v1")
