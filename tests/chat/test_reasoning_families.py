@@ -82,6 +82,14 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
     "mimo": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
     "step3p5": Family("<think>", "</think>", _THINK, _CHATML, _CHATML_PROMPT, _ON_OFF),
+    "ling3": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"),
+        "<|user|>What is the weather?<|assistant|>",
+        _V3_KWARGS,
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -110,6 +118,7 @@ _CORPUS = [
     "<S> plan <tool_call>\n{}</tool_call> after",
     "<S> think <E>\n\n<response>\nanswer\n</response>\n",
     "<S> think <E> <response> answer",
+    "<S>a<E>b<S>c<E>d<E>e",
     "reasoning only, no markers, ends here\n",
     "<E>",
     "<S>",

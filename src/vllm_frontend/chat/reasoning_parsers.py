@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ReasoningParser
 from vllm_frontend.chat.reasoning.engine_think import (
+    Ling3ReasoningParser,
     MiMoReasoningParser,
     Qwen3ReasoningParser,
     SeedOssReasoningParser,
@@ -42,6 +43,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         DeepSeekV3ReasoningParser,
         Ernie45ReasoningParser,
         Holo2ReasoningParser,
+        Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,

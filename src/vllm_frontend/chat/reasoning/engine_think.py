@@ -18,6 +18,7 @@ from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
 
 __all__ = [
     "EngineThinkReasoningParser",
+    "Ling3ReasoningParser",
     "MiMoReasoningParser",
     "Qwen3ReasoningParser",
     "SeedOssReasoningParser",
@@ -33,6 +34,9 @@ class EngineThinkReasoningParser(ReasoningParser):
     TOOL_START: ClassVar[str] = "<tool_call>"
     BOUNDARIES: ClassVar[tuple[str, ...]] = ("<|im_start|>", "<|im_end|>")
     STRIP_TRAILING_REASONING_WHITESPACE: ClassVar[bool] = False
+    REENTER_ON_START: ClassVar[bool] = False
+    """Whether a start marker after the end opens reasoning again (whole outputs; a stream is
+    not parsed for reasoning once it has ended)."""
     needs_special_tokens = True
     engine_based = True
 
@@ -52,6 +56,7 @@ class EngineThinkReasoningParser(ReasoningParser):
         self.boundary_ids = {vocab[t] for t in self.BOUNDARIES if t in vocab}
         self._markers = (self.THINK_START, self.THINK_END, self.TOOL_START)
         self._reasoning = self.thinking
+        self._ended = not self.thinking
         self._held = ""
         self._deferred = ""
         self._streamed_reasoning_tokens = 0
@@ -75,10 +80,11 @@ class EngineThinkReasoningParser(ReasoningParser):
                 break
         return not self.thinking
 
-    def _scan(self, text: str, final: bool) -> tuple[str, str | None]:
+    def _scan(self, text: str, final: bool, raw: bool = False) -> tuple[str, str | None]:
         """Consume reasoning text: (reasoning, content after the end or None if still open).
 
-        Text that may be the start of a marker is held back until the next call."""
+        Text that may be the start of a marker is held back until the next call. Unless
+        ``raw``, end markers in the content after the end are dropped."""
         text = self._held + text
         self._held = ""
         out: list[str] = []
@@ -94,10 +100,11 @@ class EngineThinkReasoningParser(ReasoningParser):
                 i = pos + len(marker)
                 continue
             self._reasoning = False
+            self._ended = True
             rest = text[pos + len(marker) :] if marker == think_end else text[pos:]
             # The engine reads the rest of this text in its content state, where a stray
             # end marker is dropped; later deltas bypass it.
-            return "".join(out), rest.replace(think_end, "")
+            return "".join(out), rest if raw else rest.replace(think_end, "")
         tail = text[i:]
         if not final:
             keep = partial_overlap(tail, self._markers)
@@ -112,10 +119,30 @@ class EngineThinkReasoningParser(ReasoningParser):
         if not self.thinking:
             return None, text
         self._reasoning, self._held = True, ""
-        reasoning, rest = self._scan(text, final=True)
+        reasoning, rest = self._scan(text, final=True, raw=self.REENTER_ON_START)
+        if self.REENTER_ON_START and rest is not None:
+            reasoning, rest = self._reenter(reasoning, rest)
         if self.STRIP_TRAILING_REASONING_WHITESPACE:
             reasoning = reasoning.rstrip()
         return reasoning or None, rest or None
+
+    def _reenter(self, reasoning: str, rest: str, final: bool = True) -> tuple[str, str]:
+        """Continue after the end, in the content state: end markers are dropped and each
+        start marker reopens reasoning (to the end of a whole output, or of the delta that
+        ended reasoning, after which vLLM no longer feeds its engine)."""
+        reasoning_parts, content_parts = [reasoning], []
+        while True:
+            content, marker, after = rest.partition(self.THINK_START)
+            content_parts.append(content.replace(self.THINK_END, ""))
+            if not marker:
+                break
+            self._reasoning = True
+            more, again = self._scan(after, final=final, raw=True)
+            reasoning_parts.append(more)
+            if again is None:
+                break
+            rest = again
+        return "".join(reasoning_parts), "".join(content_parts)
 
     def stream(
         self,
@@ -124,10 +151,12 @@ class EngineThinkReasoningParser(ReasoningParser):
         delta_token_ids: Sequence[int],
     ) -> OutputDelta | None:
         """Reasoning text until the end; the text after the end marker comes out as content."""
-        if not self._reasoning:
+        if self._ended:
             return OutputDelta(content=delta_text) if delta_text else None
         self._streamed = True
-        reasoning, rest = self._scan(delta_text, final=False)
+        reasoning, rest = self._scan(delta_text, final=False, raw=self.REENTER_ON_START)
+        if self.REENTER_ON_START and rest is not None:
+            reasoning, rest = self._reenter(reasoning, rest, final=False)
         self._streamed_reasoning_tokens += self._count(delta_token_ids)
         if not reasoning and not rest:
             return None
@@ -145,22 +174,28 @@ class EngineThinkReasoningParser(ReasoningParser):
             delta.reasoning = trimmed or None
             if delta.reasoning is None and delta.content is None and not delta.tool_calls:
                 return None
-        elif self._deferred and not self._reasoning:
+        elif self._deferred and self._ended:
             self._deferred = ""
         return delta
 
     def _count(self, token_ids: Sequence[int]) -> int:
-        n = 0
+        """Tokens read in the reasoning state, starting in it (markers excluded)."""
+        n, reasoning, reenter = 0, True, self.REENTER_ON_START
         for tid in token_ids:
-            if tid in self.end_ids:
-                break
-            if tid != self.start_id:
-                n += 1
+            if reasoning:
+                if tid in self.end_ids:
+                    if not reenter:
+                        break
+                    reasoning = False
+                elif tid != self.start_id:
+                    n += 1
+            elif tid == self.start_id:
+                reasoning = True
         return n
 
     def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
         """The engine reports the end once it has seen the end marker."""
-        return not self._reasoning
+        return self._ended
 
     def finish(self) -> OutputDelta | None:
         """Held-back text is reasoning if reasoning is still open."""
@@ -216,3 +251,21 @@ class Step3p5ReasoningParser(EngineThinkReasoningParser):
     @staticmethod
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         return True
+
+
+class Ling3ReasoningParser(EngineThinkReasoningParser):
+    """``ling3``: the GLM-4.7 grammar (``vllm/parser/ling3.py``): thinking unless ``thinking``
+    or ``enable_thinking`` is given and neither is true; a ``<think>`` after the end reopens
+    reasoning in whole outputs; GLM turn boundaries; trailing reasoning whitespace stripped."""
+
+    name = "ling3"
+    required_tokens = ("<think>", "</think>")
+    BOUNDARIES = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
+    optional_tokens = BOUNDARIES
+    REENTER_ON_START = True
+    STRIP_TRAILING_REASONING_WHITESPACE = True
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+        return (thinking is None and enable is None) or bool(thinking) or bool(enable)

@@ -34,7 +34,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "gemma4": _ENGINE.format(grammar="Gemma 4 channel"),
     "glm45": _ENGINE.format(grammar="GLM-4.7 XML"),
     "glm47": _ENGINE.format(grammar="GLM-4.7 XML"),
-    "ling3": _ENGINE.format(grammar="GLM-4.7 XML (Ling3)"),
     "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
     "nemotron_v3": _ENGINE.format(grammar="Nemotron V3"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
