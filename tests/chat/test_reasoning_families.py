@@ -24,7 +24,11 @@ from vllm_frontend.chat.output_parser import (
     RequestToolOptions,
     resolve_reasoning_parser,
 )
-from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, REFUSED_REASONING_PARSERS
+from vllm_frontend.chat.reasoning_parsers import (
+    REASONING_PARSERS,
+    REFUSED_REASONING_PARSERS,
+    ModelFacts,
+)
 
 pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
@@ -89,6 +93,30 @@ FAMILIES: dict[str, Family] = {
         ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"),
         "<|user|>What is the weather?<|assistant|>",
         _V3_KWARGS,
+    ),
+    "glm45": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"),
+        "<|user|>What is the weather?<|assistant|>",
+        _V3_KWARGS,
+    ),
+    "glm47": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"),
+        "<|user|>What is the weather?<|assistant|>",
+        _V3_KWARGS,
+    ),
+    "hy_v3": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, *({"reasoning_effort": e} for e in ("low", "no_think", "none"))),
     ),
     "seed_oss": Family(
         "<seed:think>",
@@ -363,3 +391,65 @@ def test_startup_names_the_missing_marker_tokens() -> None:
         OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="seed_oss")
     with pytest.raises(ParserConfigError, match="<assistant>"):
         OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="poolside_v1")
+
+
+def _model_tokenizer(tokens: list[str], **attrs: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok.add_tokens(tokens)
+    for key, value in attrs.items():
+        setattr(tok, key, value)
+    return tok
+
+
+def _whole_and_streamed(
+    name: str, tok: Any, facts: ModelFacts, kwargs: dict[str, Any], text: str
+) -> tuple[Any, Any]:
+    from vllm.parser import ParserManager
+
+    cls = ParserManager.get_parser(reasoning_parser_name=name, tokenizer=tok)
+    req = request(kwargs)
+    ids = tok.encode(text, add_special_tokens=False)
+    theirs = cls(tok, None, chat_template_kwargs=dict(kwargs))
+    want = theirs.parse(text, req, model_output_token_ids=ids)[:2]
+    stream = cls(tok, None, chat_template_kwargs=dict(kwargs))
+    want_stream = _assemble(
+        [stream.parse_delta(text, ids, req, prompt_token_ids=[], finished=True)]
+    )
+    parsers = OutputParsers(tok.get_vocab(), reasoning_parser=name, model=facts)
+    mine = parsers.for_request(RequestToolOptions(False, "none", True, dict(kwargs)))
+    parsed = mine.parse(text)
+    mine = parsers.for_request(RequestToolOptions(False, "none", True, dict(kwargs)))
+    got_stream = _assemble([mine.feed(text, ids, [], finished=True)])
+    return ((parsed.reasoning, parsed.content), got_stream), (want, want_stream)
+
+
+@pytest.mark.parametrize("effort", [None, "low", "no_think"])
+def test_hy_v3_markers_carry_the_tokenizer_token_suffix_like_vllm(effort: str | None) -> None:
+    tok = _model_tokenizer(["<think_x>", "</think_x>"])
+    tok.init_kwargs["token_suffix"] = "_x"
+    facts = ModelFacts(tokenizer_config={"token_suffix": "_x"})
+    kwargs = {} if effort is None else {"reasoning_effort": effort}
+    for text in ["<think_x>plan</think_x>answer", "plan</think_x>answer", "<think>a</think>b"]:
+        got, want = _whole_and_streamed("hy_v3", tok, facts, kwargs, text)
+        assert got == want, text
+    with pytest.raises(ParserConfigError, match="<think_x>"):
+        OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="hy_v3", model=facts)
+
+
+GLM53_TEMPLATE = (
+    "[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    "Reasoning Effort: high <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>"
+)
+
+
+@pytest.mark.parametrize("name", ["glm45", "glm47"])
+@pytest.mark.parametrize("template", [GLM53_TEMPLATE, GLM53_TEMPLATE + " enable_thinking", None])
+def test_glm53_template_keeps_thinking_on_like_vllm(name: str, template: str | None) -> None:
+    tok = _model_tokenizer(["<think>", "</think>"], chat_template=template)
+    facts = ModelFacts(chat_template=template)
+    for kwargs in ({"enable_thinking": False}, {"thinking": False}, {}):
+        for text in ["plan</think>answer", "<think>plan</think>answer"]:
+            got, want = _whole_and_streamed(name, tok, facts, kwargs, text)
+            assert got == want, (kwargs, text)

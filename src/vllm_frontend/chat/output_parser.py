@@ -19,6 +19,7 @@ from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_t
 from vllm_frontend.chat.reasoning_parsers import (
     REASONING_PARSERS,
     REFUSED_REASONING_PARSERS,
+    ModelFacts,
     ReasoningParser,
 )
 from vllm_frontend.chat.tool_choice import (
@@ -61,14 +62,18 @@ class OutputParsers:
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
+        model: ModelFacts | None = None,
     ) -> None:
-        """Resolve and validate the names against the registries and the vocabulary."""
+        """Resolve and validate the names against the registries and the vocabulary (and
+        ``model``, which a few reasoning parsers read)."""
         self.vocab = vocab
         self.enable_auto_tools = enable_auto_tool_choice
         self.reasoning_cls: type[ReasoningParser] | None = None
         self.tool_cls: type[ToolParser] | None = None
         if reasoning_parser:
-            self.reasoning_cls = resolve_reasoning_parser(reasoning_parser)
+            self.reasoning_cls = resolve_reasoning_parser(reasoning_parser).for_model(
+                model or ModelFacts()
+            )
         if tool_call_parser:
             cls = resolve_tool_parser(tool_call_parser)
             # vLLM only builds the tool parser with --enable-auto-tool-choice.
@@ -99,6 +104,7 @@ class OutputParsers:
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
+        model: ModelFacts | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -108,12 +114,16 @@ class OutputParsers:
             names.update(reasoning_cls.optional_tokens)
         for tool_cls in TOOL_PARSERS.values():
             names.update(tool_cls.required_tokens, tool_cls.optional_tokens)
+        if reasoning_parser and model is not None and reasoning_parser in REASONING_PARSERS:
+            served = REASONING_PARSERS[reasoning_parser].for_model(model)
+            names.update(served.required_tokens + served.optional_tokens)
         vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
         return cls(
             vocab,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
             enable_auto_tool_choice=enable_auto_tool_choice,
+            model=model,
         )
 
     @property

@@ -9,8 +9,10 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 
 from __future__ import annotations
 
-from vllm_frontend.chat.reasoning.base import ReasoningParser
+from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 from vllm_frontend.chat.reasoning.engine_think import (
+    Glm45ReasoningParser,
+    Glm47ReasoningParser,
     Ling3ReasoningParser,
     MiMoReasoningParser,
     Qwen3ReasoningParser,
@@ -23,6 +25,7 @@ from vllm_frontend.chat.reasoning.think_tags import (
     DeepSeekV3ReasoningParser,
     Ernie45ReasoningParser,
     Holo2ReasoningParser,
+    HYV3ReasoningParser,
     MiniMaxM2AppendThinkReasoningParser,
     PoolsideV1ReasoningParser,
     Step3ReasoningParser,
@@ -32,6 +35,7 @@ __all__ = [
     "REASONING_PARSERS",
     "REFUSED_REASONING_PARSERS",
     "DeepSeekR1ReasoningParser",
+    "ModelFacts",
     "Qwen3ReasoningParser",
     "ReasoningParser",
 ]
@@ -42,7 +46,10 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
         Ernie45ReasoningParser,
+        Glm45ReasoningParser,
+        Glm47ReasoningParser,
         Holo2ReasoningParser,
+        HYV3ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,

@@ -11,6 +11,7 @@ import msgspec
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.output_parser import OutputParsers
+from vllm_frontend.chat.reasoning_parsers import ModelFacts
 from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT
@@ -60,8 +61,10 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     tokenizer = Tokenizer.from_dir(
         tokenizer_dir, cache=TokenizerCache.from_env(), start_fast_encoder=False
     )
-    output_parsers(config, tokenizer)  # an unservable parser fails before engines start
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
+    templates = ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config)
+    # An unservable parser fails before engines start.
+    output_parsers(config, tokenizer, ModelFacts(tokenizer_config, templates.tokenizer))
     options = ChatTemplateOptions(
         chat_template=load_chat_template_option(config.chat_template),
         content_format=config.chat_template_content_format,  # type: ignore[arg-type]
@@ -70,7 +73,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none,
     )
     renderer = ChatRenderer(
-        ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config),
+        templates,
         special_tokens_map(tokenizer_config),
         options,
         code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
@@ -170,17 +173,25 @@ def build_frontend_app(
         {
             ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
             ("POST", "/v1/chat/completions"): ChatHandler(
-                ctx, parse_chat_request, output_parsers(config, model.tokenizer)
+                ctx, parse_chat_request, output_parsers(config, model.tokenizer, model_facts(model))
             ),
         },
     )
 
 
-def output_parsers(config: FrontendConfig, tokenizer: Tokenizer) -> OutputParsers:
+def model_facts(model: ModelResources) -> ModelFacts:
+    """What reasoning parsers may read of the model besides its vocabulary."""
+    return ModelFacts(model.files.tokenizer_config, model.renderer.templates.tokenizer)
+
+
+def output_parsers(
+    config: FrontendConfig, tokenizer: Tokenizer, model: ModelFacts | None = None
+) -> OutputParsers:
     """The configured reasoning / tool-call parsers, checked against the tokenizer."""
     return OutputParsers.for_tokenizer(
         tokenizer.token_to_id,
         tool_call_parser=config.tool_call_parser,
         reasoning_parser=config.reasoning_parser,
         enable_auto_tool_choice=config.enable_auto_tool_choice,
+        model=model,
     )

@@ -404,6 +404,8 @@ class ChatHandler:
         if req.reasoning_effort is not None and "enable_thinking" not in user:
             kwargs["enable_thinking"] = req.reasoning_effort != "none"
         kwargs.update(user)
+        if req.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = req.reasoning_effort  # vLLM passes it on too
         return RequestToolOptions(
             tools=bool(req.tools),
             tool_choice=_plain(req.tool_choice),

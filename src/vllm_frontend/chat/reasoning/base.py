@@ -5,9 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import msgspec
+
 from vllm_frontend.chat.parsed import OutputDelta
 
-__all__ = ["ReasoningParser", "partial_overlap"]
+__all__ = ["ModelFacts", "ReasoningParser", "partial_overlap"]
+
+
+class ModelFacts(msgspec.Struct, frozen=True):
+    """What of the model a few vLLM parsers read from its tokenizer besides the vocabulary."""
+
+    tokenizer_config: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    """``tokenizer_config.json`` (the HF tokenizer's ``init_kwargs``)."""
+    chat_template: str | Mapping[str, str] | None = None
+    """The tokenizer's ``chat_template``: one template, named templates, or none."""
 
 
 class ReasoningParser:
@@ -28,6 +39,11 @@ class ReasoningParser:
     ) -> None:
         """Build the parser for one choice; ``vocab`` maps token strings to ids."""
         self.vocab = vocab
+
+    @classmethod
+    def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
+        """The class to serve ``model`` with (once, at startup); most families need nothing."""
+        return cls
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         """Whether generation after this prompt starts outside reasoning."""

@@ -14,10 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from vllm_frontend.chat.parsed import OutputDelta
-from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
+from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser, partial_overlap
 
 __all__ = [
     "EngineThinkReasoningParser",
+    "Glm45ReasoningParser",
+    "Glm47ReasoningParser",
     "Ling3ReasoningParser",
     "MiMoReasoningParser",
     "Qwen3ReasoningParser",
@@ -269,3 +271,48 @@ class Ling3ReasoningParser(EngineThinkReasoningParser):
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
         return (thinking is None and enable is None) or bool(thinking) or bool(enable)
+
+
+class Glm47ReasoningParser(Ling3ReasoningParser):
+    """``glm47``: ``ling3``'s grammar (``vllm/parser/glm47_moe.py``), except that a GLM-5.3
+    chat template (no thinking switch) keeps thinking on even when the kwargs turn it off."""
+
+    name = "glm47"
+    ALWAYS_THINKS: ClassVar[bool] = False
+
+    @classmethod
+    def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
+        """Recognise a GLM-5.3 template as vLLM does (by the strings it contains)."""
+        template = model.chat_template
+        if not isinstance(template, str):
+            return cls
+        always = all(
+            needle in template
+            for needle in (
+                "[gMASK]<sop>",
+                "Reasoning Effort:",
+                "<tool_call>",
+                "<arg_key>",
+                "<arg_value>",
+            )
+        )
+        if not always or "enable_thinking" in template:
+            return cls
+        return type(cls.__name__, (cls,), {"ALWAYS_THINKS": True})
+
+    def __init__(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """See :class:`ReasoningParser`."""
+        kwargs = chat_template_kwargs or {}
+        if self.ALWAYS_THINKS and (
+            kwargs.get("thinking") is False or kwargs.get("enable_thinking") is False
+        ):
+            kwargs = {}
+        super().__init__(vocab, kwargs)
+
+
+class Glm45ReasoningParser(Glm47ReasoningParser):
+    """``glm45``: the same parser as ``glm47`` in vLLM 0.32."""
+
+    name = "glm45"

@@ -32,8 +32,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "deepseek_v4": _ENGINE.format(grammar="DeepSeek V4 DSML"),
     "deepseek_v41": _ENGINE.format(grammar="DeepSeek V4.1 DSML"),
     "gemma4": _ENGINE.format(grammar="Gemma 4 channel"),
-    "glm45": _ENGINE.format(grammar="GLM-4.7 XML"),
-    "glm47": _ENGINE.format(grammar="GLM-4.7 XML"),
     "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
     "nemotron_v3": _ENGINE.format(grammar="Nemotron V3"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
@@ -43,8 +41,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "minimax_m2": _ENGINE.format(grammar="MiniMax M2"),
     "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
     "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
-    "hy_v3": "its vLLM parser reads 'token_suffix' from the tokenizer's init kwargs to name "
-    "its markers, which vllm-frontend does not pass to parsers",
     "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),
     "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
     "minimax_m3": _STATEFUL.format(what="MiniMax M3 sections"),

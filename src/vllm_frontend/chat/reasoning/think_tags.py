@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from vllm_frontend.chat.parsed import OutputDelta
-from vllm_frontend.chat.reasoning.base import ReasoningParser
+from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 
 __all__ = [
     "DeepSeekR1ReasoningParser",
     "DeepSeekV3ReasoningParser",
     "Ernie45ReasoningParser",
+    "HYV3ReasoningParser",
     "Holo2ReasoningParser",
     "MiniMaxM2AppendThinkReasoningParser",
     "PoolsideV1ReasoningParser",
@@ -206,6 +207,33 @@ class PoolsideV1ReasoningParser(DeepSeekV3ReasoningParser):
             if tid == self.assistant_id:
                 return False
         return False
+
+
+class HYV3ReasoningParser(DeepSeekV3ReasoningParser):
+    """``hy_v3``: ``deepseek_r1`` with ``<think{suffix}>`` markers (``token_suffix`` of the
+    tokenizer config), unless ``reasoning_effort`` (chat template kwargs, where vLLM also puts
+    the request's) is missing or ``no_think``: then no reasoning at all."""
+
+    name = "hy_v3"
+    required_tokens: ClassVar[tuple[str, ...]] = ("<think>", "</think>")
+
+    @classmethod
+    def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
+        """The markers carry the tokenizer's ``token_suffix``."""
+        suffix = model.tokenizer_config.get("token_suffix") or ""
+        if not suffix:
+            return cls
+        start, end = f"<think{suffix}>", f"</think{suffix}>"
+        attrs = {"START": start, "END": end, "required_tokens": (start, end)}
+        return type(cls.__name__, (cls,), attrs)
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        return (kwargs.get("reasoning_effort") or "no_think") != "no_think"
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """Counted between the markers even when not thinking (vLLM does not delegate it)."""
+        return ThinkTagReasoningParser.count_reasoning_tokens(self, token_ids, streamed)
 
 
 class Step3ReasoningParser(ThinkTagReasoningParser):
