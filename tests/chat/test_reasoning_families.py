@@ -118,6 +118,14 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         ({}, *({"reasoning_effort": e} for e in ("low", "no_think", "none"))),
     ),
+    "minimax_m2": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>"),
+        _CHATML,
+        _CHATML_PROMPT,
+        _ON_OFF,
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -160,9 +168,10 @@ def corpus(name: str) -> list[str]:
     out = []
     for text in _CORPUS:
         text = text.replace("<S>", fam.start).replace("<E>", fam.end)
-        if name == "seed_oss":
-            text = text.replace("<tool_call>", "<seed:tool_call>")
-            text = text.replace("</tool_call>", "</seed:tool_call>")
+        if name in ("seed_oss", "minimax_m2"):
+            prefix = "seed" if name == "seed_oss" else "minimax"
+            text = text.replace("<tool_call>", f"<{prefix}:tool_call>")
+            text = text.replace("</tool_call>", f"</{prefix}:tool_call>")
         out.append(text)
     return out
 

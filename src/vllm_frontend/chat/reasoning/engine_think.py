@@ -22,6 +22,7 @@ __all__ = [
     "Glm47ReasoningParser",
     "Ling3ReasoningParser",
     "MiMoReasoningParser",
+    "MiniMaxM2ReasoningParser",
     "Qwen3ReasoningParser",
     "SeedOssReasoningParser",
     "Step3p5ReasoningParser",
@@ -316,3 +317,20 @@ class Glm45ReasoningParser(Glm47ReasoningParser):
     """``glm45``: the same parser as ``glm47`` in vLLM 0.32."""
 
     name = "glm45"
+
+
+class MiniMaxM2ReasoningParser(EngineThinkReasoningParser):
+    """``minimax_m2``: the MiniMax M2 grammar's reasoning side (``vllm/parser/minimax_m2.py``):
+    always thinking, ``<minimax:tool_call>`` ends reasoning, no turn boundaries, trailing
+    reasoning whitespace stripped."""
+
+    name = "minimax_m2"
+    required_tokens = ("<think>", "</think>")
+    TOOL_START = "<minimax:tool_call>"
+    BOUNDARIES = ()
+    optional_tokens = ("<minimax:tool_call>",)
+    STRIP_TRAILING_REASONING_WHITESPACE = True
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        return True

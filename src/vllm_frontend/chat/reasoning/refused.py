@@ -38,7 +38,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "inkling": _ENGINE.format(grammar="Inkling"),
     "kimi_k2": _ENGINE.format(grammar="Kimi K2"),
     "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
-    "minimax_m2": _ENGINE.format(grammar="MiniMax M2"),
     "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
     "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
     "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),
