@@ -126,6 +126,19 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         _ON_OFF,
     ),
+    "nemotron_v3": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        _CHATML,
+        _CHATML_PROMPT,
+        (
+            {},
+            {"enable_thinking": False},
+            {"force_nonempty_content": True},
+            {"enable_thinking": True, "force_nonempty_content": True},
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -224,7 +237,13 @@ def vllm_parser(name: str, kwargs: dict[str, Any]) -> Any:
 
 def ours_parser(name: str, kwargs: dict[str, Any], include_reasoning: bool = True) -> Any:
     """A fresh parser of ours for one choice."""
-    options = RequestToolOptions(False, "none", include_reasoning, dict(kwargs))
+    options = RequestToolOptions(
+        False,
+        "none",
+        include_reasoning,
+        dict(kwargs),
+        request_chat_template_kwargs=dict(kwargs),
+    )
     return ours(name).for_request(options)
 
 

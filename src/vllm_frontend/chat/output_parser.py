@@ -48,8 +48,11 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     """``"none" | "auto" | "required" | {"type": "function", ...} | None``."""
     include_reasoning: bool = True
     chat_template_kwargs: Mapping[str, Any] | None = None
+    """The effective chat template kwargs (server defaults, ``reasoning_effort`` merged in)."""
     tool_definitions: Sequence[Mapping[str, Any]] = ()
     """The request's ``tools`` (parsers that type arguments by their schemas read them)."""
+    request_chat_template_kwargs: Mapping[str, Any] | None = None
+    """The request's own ``chat_template_kwargs``, which a few vLLM parsers read instead."""
 
 
 class OutputParsers:
@@ -156,11 +159,10 @@ class OutputParsers:
 
     def for_request(self, options: RequestToolOptions) -> OutputParser:
         """A fresh parser for one choice of a request."""
-        reasoning = (
-            self.reasoning_cls(self.vocab, options.chat_template_kwargs)
-            if self.reasoning_cls is not None
-            else None
-        )
+        reasoning = None
+        if self.reasoning_cls is not None:
+            reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
+            reasoning.request_kwargs = options.request_chat_template_kwargs or {}
         tool = (
             self.tool_cls(self.vocab, options.tool_definitions)
             if self.tool_cls is not None
@@ -308,6 +310,11 @@ class OutputParser:
         )
 
     def _finish(self, msg: OutputDelta | None) -> OutputDelta | None:
+        if self.reasoning is not None and not self._reasoning_ended:
+            promoted = self.reasoning.fallback_content()
+            if promoted:
+                msg = msg or OutputDelta()
+                msg.content = (msg.content or "") + promoted
         if self.tool is not None and self.forced is None and msg is not None and msg.tool_calls:
             last = msg.tool_calls[-1]
             last.arguments = (last.arguments or "") + self.tool.remaining_arguments()

@@ -412,6 +412,7 @@ class ChatHandler:
             include_reasoning=bool(req.include_reasoning),
             chat_template_kwargs=kwargs,
             tool_definitions=req.tools or (),
+            request_chat_template_kwargs=user,
         )
 
     def _new_parser(self, req: Any) -> OutputParser | None:

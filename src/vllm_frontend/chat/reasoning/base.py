@@ -33,6 +33,8 @@ class ReasoningParser:
     """Whether the request must be detokenized with ``skip_special_tokens=False``."""
     engine_based: ClassVar[bool] = False
     """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
+    request_kwargs: Mapping[str, Any] = {}
+    """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""
 
     def __init__(
         self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
@@ -69,6 +71,11 @@ class ReasoningParser:
     def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
         """The token ids after the end of reasoning in the delta that ended it."""
         return delta_token_ids
+
+    def fallback_content(self) -> str | None:
+        """Content added when a stream ends with reasoning still open (vLLM's
+        ``get_streaming_fallback_content``); most families add none."""
+        return None
 
     def finish(self) -> OutputDelta | None:
         """Text held back at the end of the stream (engine-based parsers only)."""

@@ -23,6 +23,7 @@ __all__ = [
     "Ling3ReasoningParser",
     "MiMoReasoningParser",
     "MiniMaxM2ReasoningParser",
+    "NemotronV3ReasoningParser",
     "Qwen3ReasoningParser",
     "SeedOssReasoningParser",
     "Step3p5ReasoningParser",
@@ -334,3 +335,48 @@ class MiniMaxM2ReasoningParser(EngineThinkReasoningParser):
     @staticmethod
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         return True
+
+
+class NemotronV3ReasoningParser(EngineThinkReasoningParser):
+    """``nemotron_v3``: ``qwen3`` with trailing reasoning whitespace stripped; when the
+    request's own kwargs say ``enable_thinking: false`` or ``force_nonempty_content: true``,
+    an answer without content gets the reasoning as content (``vllm/parser/nemotron_v3.py``)."""
+
+    name = "nemotron_v3"
+    required_tokens = ("<think>", "</think>")
+    STRIP_TRAILING_REASONING_WHITESPACE = True
+
+    def __init__(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """See :class:`ReasoningParser`."""
+        super().__init__(vocab, chat_template_kwargs)
+        self._raw_reasoning: list[str] = []
+
+    def _force_content(self) -> bool:
+        kwargs = self.request_kwargs
+        return bool(
+            kwargs
+            and (
+                kwargs.get("enable_thinking") is False
+                or kwargs.get("force_nonempty_content") is True
+            )
+        )
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """Reasoning and content swap places when forced and the content is blank."""
+        reasoning, content = super().extract(text)
+        if self._force_content() and (content is None or not content.strip()):
+            return content, reasoning
+        return reasoning, content
+
+    def _strip(self, delta: OutputDelta | None) -> OutputDelta | None:
+        if delta is not None and delta.reasoning is not None:
+            self._raw_reasoning.append(delta.reasoning)
+        return super()._strip(delta)
+
+    def fallback_content(self) -> str | None:
+        """When forced: the reasoning streamed so far (before whitespace stripping)."""
+        if not self._force_content():
+            return None
+        return "".join(self._raw_reasoning) or None

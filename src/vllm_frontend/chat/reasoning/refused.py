@@ -33,7 +33,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "deepseek_v41": _ENGINE.format(grammar="DeepSeek V4.1 DSML"),
     "gemma4": _ENGINE.format(grammar="Gemma 4 channel"),
     "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
-    "nemotron_v3": _ENGINE.format(grammar="Nemotron V3"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
     "inkling": _ENGINE.format(grammar="Inkling"),
     "kimi_k2": _ENGINE.format(grammar="Kimi K2"),
