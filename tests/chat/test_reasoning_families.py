@@ -139,6 +139,14 @@ FAMILIES: dict[str, Family] = {
             {"enable_thinking": True, "force_nonempty_content": True},
         ),
     ),
+    "kimi_k2": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>"),
+        ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", *_CHATML),
+        _CHATML_PROMPT,
+        _V3_KWARGS,
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -181,6 +189,9 @@ def corpus(name: str) -> list[str]:
     out = []
     for text in _CORPUS:
         text = text.replace("<S>", fam.start).replace("<E>", fam.end)
+        if name == "kimi_k2":
+            text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
+            text = text.replace("</tool_call>", "<|tool_calls_section_end|>")
         if name in ("seed_oss", "minimax_m2"):
             prefix = "seed" if name == "seed_oss" else "minimax"
             text = text.replace("<tool_call>", f"<{prefix}:tool_call>")

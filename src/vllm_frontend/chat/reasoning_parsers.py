@@ -13,6 +13,7 @@ from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 from vllm_frontend.chat.reasoning.engine_think import (
     Glm45ReasoningParser,
     Glm47ReasoningParser,
+    KimiK2ReasoningParser,
     Ling3ReasoningParser,
     MiMoReasoningParser,
     MiniMaxM2ReasoningParser,
@@ -52,6 +53,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Glm47ReasoningParser,
         Holo2ReasoningParser,
         HYV3ReasoningParser,
+        KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,

@@ -20,6 +20,7 @@ __all__ = [
     "EngineThinkReasoningParser",
     "Glm45ReasoningParser",
     "Glm47ReasoningParser",
+    "KimiK2ReasoningParser",
     "Ling3ReasoningParser",
     "MiMoReasoningParser",
     "MiniMaxM2ReasoningParser",
@@ -380,3 +381,21 @@ class NemotronV3ReasoningParser(EngineThinkReasoningParser):
         if not self._force_content():
             return None
         return "".join(self._raw_reasoning) or None
+
+
+class KimiK2ReasoningParser(EngineThinkReasoningParser):
+    """``kimi_k2``: the Kimi K2 grammar's reasoning side (``vllm/parser/kimi_k2.py``): thinking
+    unless ``thinking`` or ``enable_thinking`` is given and neither is true, the tool-calls
+    section start ends reasoning, no turn boundaries, trailing reasoning whitespace stripped."""
+
+    name = "kimi_k2"
+    required_tokens = ("<think>", "</think>")
+    TOOL_START = "<|tool_calls_section_begin|>"
+    BOUNDARIES = ()
+    optional_tokens = ("<|tool_calls_section_begin|>",)
+    STRIP_TRAILING_REASONING_WHITESPACE = True
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+        return (thinking is None and enable is None) or bool(thinking) or bool(enable)
