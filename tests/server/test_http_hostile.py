@@ -301,6 +301,11 @@ CORPUS: dict[str, Case] = {
         [b"POST /echo HTTP/1.1\r\n" + H + b"Transfer-Encoding:\x0bchunked\r\n\r\n0\r\n\r\n"]
     ),
     "CL dup same": Case([post(b"a", b"Content-Length: 1\r\n")]),
+    "CL dup same long": Case([post(b"a" * 12, b"Content-Length: 12\r\n")]),
+    # one-byte values are shared objects in CPython: a repeat must be seen all the same
+    "host dup same": Case([get(extra=b"Host: x\r\n"), get()]),
+    "host dup after CL": Case([b"GET /echo HTTP/1.1\r\nContent-Length: 0\r\n" + H + H + b"\r\n"]),
+    "host dup head": Case([b"HEAD /echo HTTP/1.1\r\nContent-Length: 0\r\n" + H + H + b"\r\n"]),
     "CL dup differ": Case([post(b"ab", b"Content-Length: 1\r\n")]),
     "CL list": Case([b"POST /echo HTTP/1.1\r\n" + H + b"Content-Length: 1, 1\r\n\r\na"]),
     "CL plus": Case([b"POST /echo HTTP/1.1\r\n" + H + b"Content-Length: +1\r\n\r\na"]),

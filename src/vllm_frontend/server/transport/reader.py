@@ -197,8 +197,12 @@ class RequestReader(ResponseWriter):
         if self._head_room < 0 or self._headers_left < 0:
             raise Refused(431, "Request header fields too large.")
         key = name.lower()
-        # the first of repeated headers counts (as Starlette's Headers.get reads them)
-        if self._headers.setdefault(key, value) is not value and key in _SINGLE_HEADERS:
+        # the first of repeated headers counts (as Starlette's Headers.get reads them); an
+        # identity check cannot tell a repeat: CPython shares one-byte values such as b"y"
+        headers = self._headers
+        if key not in headers:
+            headers[key] = value
+        elif key in _SINGLE_HEADERS:
             raise Refused(400, INVALID_REQUEST)  # e.g. a second Content-Length: ambiguous length
 
     def on_headers_complete(self) -> None:
