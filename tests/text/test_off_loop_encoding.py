@@ -9,8 +9,8 @@ import random
 from typing import Any
 
 import pytest
-
 from tests.support.tiny_model import tiny_model_dir
+
 from vllm_frontend.text.errors import InvalidInput
 from vllm_frontend.text.prompts import OFF_LOOP_ENCODE_CHARS, PromptPreparer
 from vllm_frontend.text.tokenizer import Tokenizer

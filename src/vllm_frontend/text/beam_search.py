@@ -42,13 +42,11 @@ from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs
 from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
 from vllm_frontend.text.prompts import PreparedPrompt
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
-from vllm_frontend.text.sequence_stream import Update
+from vllm_frontend.text.sequence_stream import TextContext, Update
 from vllm_frontend.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from vllm_frontend.text.llm import TextLlm
 else:
     np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
@@ -195,7 +193,7 @@ class BeamSearch:
 
     def __init__(
         self,
-        text: TextLlm,
+        text: TextContext,
         *,
         request_id: str,
         prompt: PreparedPrompt,

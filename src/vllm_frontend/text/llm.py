@@ -29,7 +29,12 @@ from vllm_frontend.text.beam_search import (
 from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.prompts import PreparedPrompt, PromptPreparer
-from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
+from vllm_frontend.text.sampling import (
+    ModelSamplingInfo,
+    SamplingRequest,
+    lower_sampling_params,
+    resolve_max_tokens,
+)
 from vllm_frontend.text.sequence_stream import SequenceStream, UpdateSource
 from vllm_frontend.text.structured_outputs import merge_response_format, structured_outputs_params
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -43,8 +48,8 @@ class TextRequest(msgspec.Struct, kw_only=True):
     request_id: str
     """The public id; engine ids derive from it."""
     sampling: SamplingRequest
-    """The sampling fields, route-mapped (``structured_outputs`` and ``repetition_detection``
-    are taken from the fields below instead)."""
+    """The sampling fields, route-mapped (its ``structured_outputs`` and
+    ``repetition_detection`` are set from the fields below)."""
     prompt: Any = None
     """A text, token ids, or a list of either (the completions ``prompt``)."""
     max_tokens: int | None = None
@@ -157,20 +162,14 @@ class TextLlm:
     def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
         """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
         the generation config's default) and the server override."""
-        max_model_len = self.max_model_len
-        if max_model_len < prompt_len:
-            raise ValueError(
-                f"Input length ({prompt_len}) exceeds model's maximum context length "
-                f"({max_model_len})."
-            )
-        candidates = [max_model_len - prompt_len]
-        default = self.sampling.sampling_defaults.get("max_tokens")
-        fallback = requested if requested is not None else default
-        if fallback is not None:
-            candidates.append(fallback)
-        if self.sampling.override_max_tokens is not None:
-            candidates.append(self.sampling.override_max_tokens)
-        return min(candidates)
+        sampling = self.sampling
+        return resolve_max_tokens(
+            requested,
+            prompt_len,
+            self.max_model_len,
+            default_max_tokens=sampling.sampling_defaults.get("max_tokens"),
+            override_max_tokens=sampling.override_max_tokens,
+        )
 
     def prompt_text(self, prompt: PreparedPrompt) -> str:
         """The prompt's text (decoded from its ids, once, when it came as ids)."""
@@ -278,7 +277,7 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
 
 def _sampling_request(request: TextRequest) -> SamplingRequest:
     # The request's constraint merged with response_format, and its repetition detection, as
-    # vLLM's to_sampling_params takes them.
+    # vLLM's to_sampling_params takes them (set on the request's own SamplingRequest).
     structured = None
     if request.structured_outputs is not None or request.response_format is not None:
         structured = merge_response_format(
@@ -287,11 +286,10 @@ def _sampling_request(request: TextRequest) -> SamplingRequest:
             else structured_outputs_params(request.structured_outputs),
             request.response_format,
         )
-    return msgspec.structs.replace(
-        request.sampling,
-        structured_outputs=structured,
-        repetition_detection=_repetition_detection(request.repetition_detection),
-    )
+    sampling = request.sampling
+    sampling.structured_outputs = structured
+    sampling.repetition_detection = _repetition_detection(request.repetition_detection)
+    return sampling
 
 
 def _repetition_detection(value: Any) -> RepetitionDetectionParams | None:

@@ -6,16 +6,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from vllm_frontend.llm import GenerateRequest, OutputKind, TokenConsumer
+from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, TokenConsumer
+from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
 from vllm_frontend.text.prompts import PreparedPrompt
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from vllm_frontend.text.llm import TextLlm
+__all__ = ["SequenceStream", "TextContext", "Update", "UpdateSource"]
 
-__all__ = ["SequenceStream", "Update", "UpdateSource"]
+
+class TextContext(Protocol):
+    """What the text-level streams need of the text layer (``text.llm.TextLlm`` is one)."""
+
+    llm: LLM
+    tokenizer: Tokenizer
+    sampling: ModelSamplingInfo
+    stream_interval: int
+
+    def strings(self) -> TokenStrings:
+        """The shared per-token string cache (for logprobs)."""
+        ...
+
 
 Update = tuple[int, SequenceOutput, int | None]
 """``(sample index, text update, num_cached_tokens)``."""
@@ -64,7 +78,7 @@ class SequenceStream:
 
     def __init__(
         self,
-        text: TextLlm,
+        text: TextContext,
         *,
         request_id: str,
         prompt: PreparedPrompt,
