@@ -177,13 +177,14 @@ class ChatGeneration:
     @property
     def has_reasoning(self) -> bool:
         """A reasoning parser is configured (usage then counts reasoning tokens)."""
-        parsers = self._chat.parsers
+        parsers = self._chat._parsers
         return parsers is not None and parsers.has_reasoning
 
     def new_parser(self) -> OutputParser | None:
         """A parser for one choice's output (None without configured parsers)."""
-        parsers = self._chat.parsers
-        return None if parsers is None else parsers.for_request(self._chat._options(self._request))
+        chat = self._chat
+        parsers = chat._parsers
+        return None if parsers is None else parsers.for_request(chat._options(self._request))
 
 
 class PromptTokenizer(Protocol):

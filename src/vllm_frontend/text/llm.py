@@ -80,7 +80,15 @@ class TextRequest(msgspec.Struct, kw_only=True):
 class TextLlm:
     """Text-level generation for one model over ``llm`` (built once at startup)."""
 
-    __slots__ = ("llm", "prompts", "sampling", "stream_interval", "token_strings", "tokenizer")
+    __slots__ = (
+        "llm",
+        "max_model_len",
+        "prompts",
+        "sampling",
+        "stream_interval",
+        "token_strings",
+        "tokenizer",
+    )
 
     def __init__(
         self,
@@ -97,16 +105,13 @@ class TextLlm:
         self.tokenizer = tokenizer
         self.sampling = sampling
         """Model-level sampling inputs (generation-config defaults, EOS ids, limits)."""
+        self.max_model_len = max_model_len
+        """The context length."""
         self.prompts = PromptPreparer(tokenizer, max_model_len, tokenizer_truncation_side)
         """Prompt preparation (tokenization, truncation, length checks)."""
         self.token_strings = token_strings
         self.stream_interval = stream_interval
         """``--stream-interval``: streamed updates every N tokens."""
-
-    @property
-    def max_model_len(self) -> int:
-        """The context length."""
-        return self.prompts.max_model_len
 
     def strings(self) -> TokenStrings:
         """The shared per-token string cache (for logprobs)."""
@@ -120,7 +125,7 @@ class TextLlm:
 
     async def generate(self, request: TextRequest) -> TextGeneration:
         """Admission, the completion prompt's checks, then :meth:`generate_prompts`."""
-        self.admit(request.sampling.n or 1)
+        self.llm.check_admission(request.sampling.n or 1)  # as admit()
         items = completion_prompts(request)
         self.prompts.check_max_tokens_param(request.max_tokens, request.max_tokens_param)
         return await self.generate_prompts(request, items)
