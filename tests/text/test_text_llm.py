@@ -17,6 +17,8 @@ from vllm_frontend.text.llm import TextLlm, TextRequest
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
 from vllm_frontend.text.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
 
 def _text_llm() -> TextLlm:
     tokenizer = Tokenizer.from_dir(tiny_model_dir())
