@@ -26,7 +26,7 @@ from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 __all__ = ["ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
 
 
-class ChatRequest(msgspec.Struct, kw_only=True):
+class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     """One chat request, as a route maps it (field names are vLLM's; values as decoded)."""
 
     messages: Any

@@ -42,7 +42,7 @@ from vllm_frontend.text.tokenizer import Tokenizer
 __all__ = ["TextGeneration", "TextLlm", "TextRequest"]
 
 
-class TextRequest(msgspec.Struct, kw_only=True):
+class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     """One generation request in text terms, as a route maps it (field names are vLLM's)."""
 
     request_id: str
