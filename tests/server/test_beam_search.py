@@ -29,8 +29,8 @@ from vllm_frontend.engine.protocol import (
     LogprobsLists,
 )
 from vllm_frontend.server.app import App
-from vllm_frontend.server.beam_search import Beam, beam_score, rank_beams
 from vllm_frontend.server.transport import PushedStreamingResponse, Request
+from vllm_frontend.text.beam_search import Beam, beam_score, rank_beams
 from vllm_frontend.text.tokenizer import Tokenizer
 
 PROMPT = [128000, 9906, 1917]

@@ -311,7 +311,7 @@ def test_tokenize_messages_form_renders_the_models_chat_template(
 
     from vllm_frontend.chat import ChatRenderer
     from vllm_frontend.chat import template as chat_template
-    from vllm_frontend.server.routes import chat_tokenizer
+    from vllm_frontend.chat.llm import chat_tokenizer
     from vllm_frontend.text.tokenizer import Tokenizer
 
     # both renderers see one fixed "now" (the Llama 3 template prints today's date)

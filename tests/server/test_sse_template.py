@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from vllm_frontend.server.chat import Chunk, ContentDelta, DeltaChoice
 from vllm_frontend.server.completions import StreamChoice, StreamChunk
-from vllm_frontend.server.generation import SseTemplate, sse
+from vllm_frontend.server.sse import SseTemplate, sse
 
 
 def completion_chunk(text: str, index: int = 3, model: str = "m") -> StreamChunk:

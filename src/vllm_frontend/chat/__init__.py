@@ -1,7 +1,8 @@
 """Chat templates and chat message handling (vLLM 0.32 / transformers semantics).
 
-The server builds one :class:`ChatRenderer` at startup and calls :meth:`ChatRenderer.render`
-per request; every client mistake surfaces as :class:`ChatError` (HTTP 400).
+The layer's facade is ``chat.llm.ChatLlm``: render, tokenize and generate over the text layer,
+with the tool-call and reasoning output parsers. It holds the :class:`ChatRenderer` built once at
+startup; every client mistake surfaces as :class:`ChatError` (HTTP 400).
 """
 
 from vllm_frontend.chat.errors import ChatError

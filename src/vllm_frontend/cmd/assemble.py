@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat.llm import chat_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.reasoning_parsers import ModelFacts
 from vllm_frontend.chat.renderer import ChatTemplateOptions
@@ -29,7 +30,7 @@ from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.server.routes import Services, build_app, chat_tokenizer
+from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer

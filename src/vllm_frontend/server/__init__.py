@@ -13,6 +13,8 @@
 - ``errors``: the exception hierarchy and the one mapping to vLLM's error JSON.
 - ``metrics_route``: ``/metrics`` and its negotiating mount (over ``vllm_frontend.metrics``);
   ``sibling_metrics``: the whole server's ``/metrics`` with ``--api-server-count N``.
-- ``completions``, ``chat``, ``generation``: the generation handlers; ``beam_search``: vLLM's
-  frontend-side beam search (``use_beam_search``) over the llm layer.
+- ``completions``, ``chat``: the generation handlers; each maps its request onto one call of
+  a lower layer's facade (``text.llm.TextLlm``, ``chat.llm.ChatLlm``) and the text updates it
+  streams onto OpenAI chunks; ``generation``: what they share (``ServingContext``, sampling
+  field mapping, usage); ``sse``: SSE events, chunk templates and the push-style stream pump.
 """

@@ -17,43 +17,30 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
+from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
-from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
+from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
+from vllm_frontend.text.sequence_stream import Update
 
-from . import errors
-from .beam_search import (
-    BeamSearchParams,
-    beam_search_params,
-    beam_search_source,
-    beam_token_text,
-)
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     ChatUsageChunk,
-    ChoiceTemplates,
     GenerationFailed,
-    PreparedPrompt,
     ServingContext,
-    SseTemplate,
-    TextEvent,
-    Update,
-    UpdateSource,
     Usage,
     UsageChunk,
     data_parallel_rank,
     finite,
     include_usage_flags,
-    push_sequences,
     request_id_for,
-    request_sequences,
-    send_text_event,
-    sse,
+    sampling_request,
     usage,
     usage_chunk,
 )
+from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["ChatHandler"]
@@ -318,7 +305,8 @@ def chat_logprobs(
 
 
 class ChatHandler:
-    """The ``/v1/chat/completions`` route handler."""
+    """The ``/v1/chat/completions`` route handler: the request onto one chat-layer call, its
+    text updates onto the response."""
 
     def __init__(
         self, ctx: ServingContext, parse: Any, parsers: OutputParsers | None = None
@@ -327,173 +315,83 @@ class ChatHandler:
         are the configured reasoning / tool-call parsers."""
         self.ctx = ctx
         self._parse = parse
-        self._parsers = parsers if parsers is not None and parsers.active else None
+        self.chat = ChatLlm(ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role)
+        """The chat layer's facade."""
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
         ctx = self.ctx
         req = self._parse(request.body)
         ctx.check_model(req.model)
-        ctx.llm.check_admission(req.n or 1)  # vLLM's _preflight: before rendering
-        self._check_tool_choice(req)
-        requested = (
-            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        )
-        rendered = self._render(req)
-        self._force_tool_calls(req)
-        [prompt] = await ctx.prepare_prompts(
-            [rendered.prompt],
-            add_special_tokens=bool(req.add_special_tokens),
-            truncate=ctx.truncation(req.truncate_prompt_tokens, requested or 0),
-            truncation_side=req.truncation_side,
-        )
-        request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        max_tokens = ctx.resolve_max_tokens(requested, len(prompt.token_ids))
-        if self._parsers is not None and self._parsers.needs_special_tokens(self._options(req)):
-            req.skip_special_tokens = False  # the parsers' adjust_request in vLLM
-        params: Any
-        if req.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
-            params = beam_search_params(ctx, req, max_tokens)
+        if req.max_completion_tokens is not None:
+            max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
         else:
-            params = ctx.lower(req, chat=True, max_tokens=max_tokens)
-        role = ctx.response_role if req.add_generation_prompt is not False else None
-        if role is None:
-            role = rendered.conversation[-1]["role"]
-        echo_text = self._echo_text(req, rendered.conversation, role)
-        dp_rank = data_parallel_rank(request)
+            max_tokens, max_tokens_param = req.max_tokens, "max_tokens"
+        request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
+        gen = await self.chat.generate(
+            ChatRequest(
+                messages=req.messages,
+                text=TextRequest(
+                    request_id=request_id,
+                    sampling=sampling_request(req, chat=True),
+                    max_tokens=max_tokens,
+                    max_tokens_param=max_tokens_param,
+                    add_special_tokens=bool(req.add_special_tokens),
+                    truncate_prompt_tokens=req.truncate_prompt_tokens,
+                    truncation_side=req.truncation_side,
+                    structured_outputs=req.structured_outputs,
+                    response_format=req.response_format,
+                    repetition_detection=req.repetition_detection,
+                    use_beam_search=bool(req.use_beam_search),
+                    length_penalty=req.length_penalty,
+                    priority=getattr(req, "priority", 0) or 0,
+                    data_parallel_rank=data_parallel_rank(request),
+                    cache_salt=getattr(req, "cache_salt", None),
+                ),
+                tools=getattr(req, "tools", None),
+                tool_choice=getattr(req, "tool_choice", None),
+                documents=getattr(req, "documents", None),
+                add_generation_prompt=getattr(req, "add_generation_prompt", None),
+                continue_final_message=bool(getattr(req, "continue_final_message", False)),
+                chat_template=getattr(req, "chat_template", None),
+                chat_template_kwargs=getattr(req, "chat_template_kwargs", None),
+                reasoning_effort=getattr(req, "reasoning_effort", None),
+                include_reasoning=bool(req.include_reasoning),
+                parallel_tool_calls=req.parallel_tool_calls,
+                echo=bool(req.echo),
+            )
+        )
         if req.stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:
-                return self._stream(sink, req, request_id, prompt, params, role, echo_text, dp_rank)
+                return self._stream(sink, req, request_id, gen)
 
             return PushedStreamingResponse(produce, keep_alive_interval=ctx.sse_keep_alive_interval)
-        body = await self._full(req, request_id, prompt, params, role, echo_text, dp_rank)
+        body = await self._full(req, request_id, gen)
         return Response(body)
 
-    def _check_tool_choice(self, req: Any) -> None:
-        # vLLM's OnlineRenderer.render_chat: a tool choice other than none needs a tool parser.
-        choice = req.tool_choice
-        if (self._parsers is not None and self._parsers.has_tools) or choice in (None, "none"):
-            return
-        if choice == "auto":
-            raise errors.BadRequest(
-                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
-                "to be set"
-            )
-        if isinstance(choice, dict):
-            desc = f'function "{(choice.get("function") or {}).get("name")}"'
-        else:
-            desc = f'"{choice}"'
-        raise errors.BadRequest(f"tool_choice={desc} requires --tool-call-parser to be set")
-
-    def _force_tool_calls(self, req: Any) -> None:
-        # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
-        # replaces any response_format / structured_outputs with the tools' JSON schema.
-        if self._parsers is None or not self._parsers.has_tools or not req.tools:
-            return
-        forced = forced_tool_choice(_plain(req.tool_choice))
-        if forced is None:
-            return
-        schema = forced_tool_schema(_plain(req.tools), forced, req.parallel_tool_calls)
-        req.structured_outputs = {"json": schema}
-        req.response_format = None
-
-    def _options(self, req: Any) -> RequestToolOptions:
-        kwargs = dict(self.ctx.chat_renderer.options.default_chat_template_kwargs)
-        user = req.chat_template_kwargs or {}
-        if req.reasoning_effort is not None and "enable_thinking" not in user:
-            kwargs["enable_thinking"] = req.reasoning_effort != "none"
-        kwargs.update(user)
-        if req.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = req.reasoning_effort  # vLLM passes it on too
-        return RequestToolOptions(
-            tools=bool(req.tools),
-            tool_choice=_plain(req.tool_choice),
-            include_reasoning=bool(req.include_reasoning),
-            chat_template_kwargs=kwargs,
-            tool_definitions=req.tools or (),
-            request_chat_template_kwargs=user,
-        )
-
-    def _new_parser(self, req: Any) -> OutputParser | None:
-        return None if self._parsers is None else self._parsers.for_request(self._options(req))
-
-    def _render(self, req: Any) -> Any:
-        ctx = self.ctx
-        if req.max_completion_tokens is not None:
-            ctx.check_max_tokens_param(req.max_completion_tokens, "max_completion_tokens")
-        else:
-            ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
-        renderer = ctx.chat_renderer
-        if renderer is None:
-            raise errors.InternalError("no chat renderer configured")
-        return renderer.render(
-            _plain(req.messages),
-            tools=_plain(getattr(req, "tools", None)),
-            tool_choice=_plain(getattr(req, "tool_choice", None)),
-            documents=_plain(getattr(req, "documents", None)),
-            add_generation_prompt=getattr(req, "add_generation_prompt", None),
-            continue_final_message=bool(getattr(req, "continue_final_message", False)),
-            chat_template=getattr(req, "chat_template", None),
-            chat_template_kwargs=_plain(getattr(req, "chat_template_kwargs", None)),
-            reasoning_effort=getattr(req, "reasoning_effort", None),
-        )
-
-    @staticmethod
-    def _echo_text(req: Any, conversation: Sequence[Any], role: str) -> str | None:
-        if not req.echo:
-            return None
-        content: Any = ""
-        if conversation and "content" in conversation[-1] and conversation[-1].get("role") == role:
-            content = conversation[-1]["content"] or ""
-        if isinstance(content, list):
-            content = "\n".join(part["text"] for part in content)
-        return str(content)
-
-    def _as_token_ids(self, req: Any) -> bool:
-        value = getattr(req, "return_tokens_as_token_ids", None)
-        return self.ctx.return_tokens_as_token_ids if value is None else bool(value)
-
-    def _logprobs(self, req: Any, seq: SequenceOutput) -> ChatLogprobs | None:
+    def _logprobs(self, req: Any, gen: ChatGeneration, seq: SequenceOutput) -> ChatLogprobs | None:
         if not req.logprobs:
             return None
-        ctx = self.ctx
-        token_text = beam_token_text(ctx.tokenizer) if req.use_beam_search else ctx.strings().token
         return chat_logprobs(
             seq.token_ids,
             seq.logprobs or [],
             req.top_logprobs,
-            token_text,
-            self._as_token_ids(req),
+            gen.text.token_text(),
+            self.ctx.as_token_ids(req),
             all_candidates=bool(req.logprob_token_ids),
         )
 
-    def _gen(
-        self, req: Any, request_id: str, prompt: PreparedPrompt, params: Any, dp_rank: int | None
-    ) -> UpdateSource:
-        if isinstance(params, BeamSearchParams):
-            return beam_search_source(self.ctx, req, request_id, prompt, params)
-        return request_sequences(self.ctx, req, request_id, prompt, params, req.n or 1, dp_rank)
-
-    async def _full(
-        self,
-        req: Any,
-        request_id: str,
-        prompt: PreparedPrompt,
-        params: Any,
-        role: str,
-        echo_text: str | None,
-        dp_rank: int | None,
-    ) -> bytes:
+    async def _full(self, req: Any, request_id: str, gen: ChatGeneration) -> bytes:
         ctx = self.ctx
         created = int(time.time())
         n = req.n or 1
+        role, echo_text = gen.role, gen.echo_text
+        [prompt] = gen.text.prompts
         # The finished choices by index (beam search may return fewer than n).
         finals: dict[int, SequenceOutput] = {}
         cached: int | None = None
-        async with contextlib.aclosing(
-            self._gen(req, request_id, prompt, params, dp_rank)
-        ) as outputs:
+        async with contextlib.aclosing(gen.text.source(0)) as outputs:
             async for idx, seq, num_cached in outputs:
                 if num_cached is not None:
                     cached = num_cached
@@ -503,7 +401,7 @@ class ChatHandler:
         choices: list[ChatChoice] = []
         prompt_lps = None
         reasoning_tokens = 0
-        if not isinstance(params, BeamSearchParams):
+        if not gen.text.beam_search:
             assert len(finals) == n
         for idx, seq in sorted(finals.items()):
             if seq.finish_reason == "error":
@@ -514,7 +412,7 @@ class ChatHandler:
             message = ChatMessage(role=role, content=content)
             finish_reason = seq.finish_reason or "stop"
             hide = False
-            if (parser := self._new_parser(req)) is not None:
+            if (parser := gen.new_parser()) is not None:
                 parsed = parser.parse(seq.text)
                 message.content = parsed.content
                 if parser.forced is not None:
@@ -542,7 +440,7 @@ class ChatHandler:
                 ChatChoice(
                     index=idx,
                     message=message,
-                    logprobs=None if hide else self._logprobs(req, seq),
+                    logprobs=None if hide else self._logprobs(req, gen, seq),
                     finish_reason=finish_reason,
                     stop_reason=seq.stop_reason,
                     token_ids=list(seq.token_ids) if return_ids and not hide else None,
@@ -552,7 +450,7 @@ class ChatHandler:
         full_usage: Usage | ReasoningUsage = usage(
             len(prompt.token_ids), num_gen, cached if ctx.enable_prompt_tokens_details else None
         )
-        if self._parsers is not None and self._parsers.has_reasoning:
+        if gen.has_reasoning:
             full_usage = ReasoningUsage(
                 full_usage.prompt_tokens,
                 full_usage.total_tokens,
@@ -576,22 +474,10 @@ class ChatHandler:
         return _encode(response)
 
     async def _stream(
-        self,
-        sink: StreamSink,
-        req: Any,
-        request_id: str,
-        prompt: PreparedPrompt,
-        params: Any,
-        role: str,
-        echo_text: str | None,
-        dp_rank: int | None,
+        self, sink: StreamSink, req: Any, request_id: str, gen: ChatGeneration
     ) -> None:
-        chunks = _StreamChunks(self, req, request_id, prompt, role, echo_text)
-
-        def sources() -> list[UpdateSource]:
-            return [self._gen(req, request_id, prompt, params, dp_rank)]
-
-        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.text_event)
+        chunks = _StreamChunks(self, req, request_id, gen)
+        await push_sequences(sink, gen.text.sources, chunks.render, chunks.usage, chunks.text_event)
 
 
 class _StreamChunks:
@@ -606,6 +492,7 @@ class _StreamChunks:
         "_echo_text",
         "_finish_sent",
         "_first",
+        "_gen",
         "_handler",
         "_include_usage",
         "_model",
@@ -630,18 +517,18 @@ class _StreamChunks:
         handler: ChatHandler,
         req: Any,
         request_id: str,
-        prompt: PreparedPrompt,
-        role: str,
-        echo_text: str | None,
+        gen: ChatGeneration,
     ) -> None:
         ctx = handler.ctx
         self._handler = handler
+        self._gen = gen
+        [prompt] = gen.text.prompts
         self._ctx = ctx
         self._req = req
         self._request_id = request_id
         self._prompt = prompt
-        self._role = role
-        self._echo_text = echo_text
+        self._role = gen.role
+        self._echo_text = gen.echo_text
         self._created = int(time.time())
         self._model = ctx.model_name
         self._n = n = req.n or 1
@@ -652,8 +539,8 @@ class _StreamChunks:
         self._num_prompt = len(prompt.token_ids)
         self._num_tokens = [0] * n
         self._finish_sent = [False] * n
-        self._parsers = [handler._new_parser(req) for _ in range(n)]
-        self._reasoning_details = handler._parsers is not None and handler._parsers.has_reasoning
+        self._parsers = [gen.new_parser() for _ in range(n)]
+        self._reasoning_details = gen.has_reasoning
         self._named_tool = isinstance(req.tool_choice, dict)
         self._cached: int | None = None
         self._first = True
@@ -731,7 +618,7 @@ class _StreamChunks:
             return None
         if seq.finish_reason == "error":
             raise GenerationFailed()
-        logprobs = self._handler._logprobs(req, seq)
+        logprobs = self._handler._logprobs(req, self._gen, seq)
         if not seq.text and not seq.token_ids and not num_tokens[idx]:
             return None  # vLLM: no empty chunks before the first token
         num_tokens[idx] += len(seq.token_ids)
@@ -860,10 +747,3 @@ def _delta_json(delta: OutputDelta, null_names: bool = False) -> ContentDelta:
             )
         )
     return ContentDelta(delta.content, delta.reasoning, calls or None)
-
-
-def _plain(value: Any) -> Any:
-    """A request sub-object as plain JSON values (msgspec structs become dicts)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return msgspec.to_builtins(value)

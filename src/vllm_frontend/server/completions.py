@@ -17,39 +17,27 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.text.llm import TextGeneration, TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
+from vllm_frontend.text.prompts import PreparedPrompt
+from vllm_frontend.text.sequence_stream import Update
 
 from . import errors
-from .beam_search import (
-    BeamSearchParams,
-    beam_search_params,
-    beam_search_source,
-    beam_token_text,
-)
 from .generation import (
-    ChoiceTemplates,
     GenerationFailed,
-    PreparedPrompt,
-    SequenceStream,
     ServingContext,
-    SseTemplate,
-    TextEvent,
-    Update,
-    UpdateSource,
     Usage,
     UsageChunk,
     data_parallel_rank,
     finite,
     include_usage_flags,
-    push_sequences,
     request_id_for,
-    request_sequences,
-    send_text_event,
-    sse,
+    sampling_request,
     usage,
     usage_chunk,
 )
+from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["CompletionsHandler"]
@@ -213,13 +201,9 @@ def _decoded(decoded: str | None, tid: int, token_text: Any, as_token_ids: bool)
     return str(token_text(tid))
 
 
-class _Prompt(msgspec.Struct):
-    token_ids: list[int]
-    text: str | None
-
-
 class CompletionsHandler:
-    """The ``/v1/completions`` route handler."""
+    """The ``/v1/completions`` route handler: the request onto one text-layer call, its text
+    updates onto the response."""
 
     def __init__(self, ctx: ServingContext, parse: Any) -> None:
         """``parse(body: bytes)`` returns the decoded ``CompletionRequest`` (server/protocol)."""
@@ -233,119 +217,65 @@ class CompletionsHandler:
         if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
-        ctx.llm.check_admission(req.n or 1)  # vLLM's _preflight: before rendering
-        prompts = await self._render(req)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
+        gen = await ctx.text.generate(
+            TextRequest(
+                request_id=request_id,
+                sampling=sampling_request(req, chat=False),
+                prompt=req.prompt,
+                max_tokens=req.max_tokens,
+                add_special_tokens=getattr(req, "add_special_tokens", True),
+                truncate_prompt_tokens=req.truncate_prompt_tokens,
+                truncation_side=req.truncation_side,
+                echo=bool(req.echo),
+                suffix=req.suffix,
+                prompt_embeds=req.prompt_embeds,
+                structured_outputs=req.structured_outputs,
+                response_format=req.response_format,
+                repetition_detection=req.repetition_detection,
+                use_beam_search=bool(req.use_beam_search),
+                length_penalty=req.length_penalty,
+                numbered=True,
+                priority=getattr(req, "priority", 0) or 0,
+                data_parallel_rank=data_parallel_rank(request),
+                cache_salt=getattr(req, "cache_salt", None),
+            )
+        )
         created = int(time.time())
-        prepared: list[tuple[PreparedPrompt, Any]] = []
-        for prompt in prompts:
-            max_tokens = ctx.resolve_max_tokens(req.max_tokens, len(prompt.token_ids))
-            if req.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
-                params: Any = beam_search_params(ctx, req, max_tokens)
-            else:
-                params = ctx.lower(req, chat=False, max_tokens=max_tokens)
-            prepared.append((prompt, params))
-        dp_rank = data_parallel_rank(request)
         if req.stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:
-                return self._stream(sink, req, request_id, created, prepared, dp_rank)
+                return self._stream(sink, req, request_id, created, gen)
 
             return PushedStreamingResponse(
                 produce, keep_alive_interval=self.ctx.sse_keep_alive_interval
             )
-        body = await self._full(req, request_id, created, prepared, dp_rank)
+        body = await self._full(req, request_id, created, gen)
         return Response(body)
 
-    async def _render(self, req: Any) -> list[PreparedPrompt]:
-        ctx = self.ctx
-        prompt = req.prompt
-        add_special = getattr(req, "add_special_tokens", True)
-        if req.suffix is not None:
-            # vLLM's OnlineRenderer.render_completion; no model here has FIM rendering.
-            if req.echo:
-                raise errors.BadRequest("Echo is unsupported with suffix.", param="suffix")
-            if req.prompt_embeds is not None:
-                raise errors.BadRequest(
-                    "suffix is not supported with prompt_embeds", param="suffix"
-                )
-            if req.truncate_prompt_tokens is not None:
-                raise errors.BadRequest(
-                    "suffix is not supported with truncate_prompt_tokens", param="suffix"
-                )
-            if isinstance(prompt, str) or (
-                isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)
-            ):
-                raise errors.BadRequest(
-                    "suffix is only supported for models with FIM completion rendering",
-                    param="suffix",
-                )
-        if req.prompt_embeds is not None and req.prompt_embeds != []:
-            raise errors.InvalidParameter(
-                "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
-                parameter="prompt_embeds",
-            )
-        if prompt is None or prompt == "":
-            raise errors.InvalidParameter(
-                "Either prompt or prompt_embeds must be provided and non-empty.",
-                parameter="prompt",
-            )
-        items: list[str | list[int]]
-        if isinstance(prompt, str):
-            items = [prompt]
-        elif prompt and all(isinstance(t, int) for t in prompt):
-            items = [list(prompt)]
-        else:
-            items = list(prompt)
-        ctx.check_max_tokens_param(req.max_tokens, "max_tokens")
-        truncate = ctx.truncation(req.truncate_prompt_tokens, req.max_tokens or 0)
-        return await ctx.prepare_prompts(
-            items,
-            add_special_tokens=add_special,
-            truncate=truncate,
-            truncation_side=req.truncation_side,
-        )
-
-    def _prompt_text(self, prompt: PreparedPrompt) -> str:
-        if prompt.text is None:
-            prompt.text = self.ctx.tokenizer.decode(prompt.token_ids, skip_special_tokens=False)
-        return prompt.text
-
-    async def _full(
-        self,
-        req: Any,
-        request_id: str,
-        created: int,
-        prepared: list[tuple[PreparedPrompt, Any]],
-        dp_rank: int | None,
-    ) -> bytes:
+    async def _full(self, req: Any, request_id: str, created: int, gen: TextGeneration) -> bytes:
         ctx = self.ctx
         n = req.n or 1
+        prompts = gen.prompts
         # Per prompt, its finished choices by index (beam search may return fewer than n).
-        finals: list[dict[int, SequenceOutput]] = [{} for _ in prepared]
-        cached: list[int | None] = [None] * len(prepared)
+        finals: list[dict[int, SequenceOutput]] = [{} for _ in prompts]
+        cached: list[int | None] = [None] * len(prompts)
 
-        def source(i: int, prompt: PreparedPrompt, params: Any) -> UpdateSource:
-            if isinstance(params, BeamSearchParams):
-                # vLLM gives every prompt's search the request's own id (no "-<i>").
-                return beam_search_source(ctx, req, request_id, prompt, params)
-            return request_sequences(ctx, req, f"{request_id}-{i}", prompt, params, n, dp_rank)
-
-        async def run(i: int, prompt: PreparedPrompt, params: Any) -> None:
-            async with contextlib.aclosing(source(i, prompt, params)) as outputs:
+        async def run(i: int) -> None:
+            async with contextlib.aclosing(gen.source(i)) as outputs:
                 async for idx, seq, num_cached in outputs:
                     if num_cached is not None:
                         cached[i] = num_cached
                     if seq.finished:
                         finals[i][idx] = seq
 
-        if len(prepared) == 1:
-            await run(0, *prepared[0])
+        if len(prompts) == 1:
+            await run(0)
         else:
             try:
                 async with asyncio.TaskGroup() as tg:
-                    for i, (prompt, params) in enumerate(prepared):
-                        tg.create_task(run(i, prompt, params))
+                    for i in range(len(prompts)):
+                        tg.create_task(run(i))
             except ExceptionGroup as group:
                 # vLLM merges the prompts' generators: the first failure is the request's (e.g. a
                 # beam search's step refused by the engine's limits, which is a 400).
@@ -355,13 +285,15 @@ class CompletionsHandler:
         num_prompt = num_gen = 0
         echo = bool(req.echo)
         return_ids = bool(getattr(req, "return_token_ids", False))
-        for i, (prompt, params) in enumerate(prepared):
-            if not isinstance(params, BeamSearchParams):
+        for i, prompt in enumerate(prompts):
+            if not gen.beam_search:
                 assert len(finals[i]) == n
             for _, seq in sorted(finals[i].items()):
                 if seq.finish_reason == "error":
                     raise GenerationFailed()
-                choices.append(self._full_choice(req, len(choices), prompt, seq, echo, return_ids))
+                choices.append(
+                    self._full_choice(req, gen, len(choices), prompt, seq, echo, return_ids)
+                )
                 num_gen += seq.num_output_tokens
             num_prompt += len(prompt.token_ids)
         details = cached[-1] if ctx.enable_prompt_tokens_details else None
@@ -380,17 +312,17 @@ class CompletionsHandler:
     def _full_choice(
         self,
         req: Any,
+        gen: TextGeneration,
         index: int,
         prompt: PreparedPrompt,
         seq: SequenceOutput,
         echo: bool,
         return_ids: bool,
     ) -> CompletionChoice:
-        ctx = self.ctx
         prompt_lps = seq.prompt_logprobs
         out_lps: Sequence[PositionLogprobs | None] | None
         if echo:
-            prompt_text = "" if return_ids else self._prompt_text(prompt)
+            prompt_text = "" if return_ids else self.ctx.text.prompt_text(prompt)
             if req.max_tokens == 0:
                 token_ids: list[int] = list(prompt.token_ids)
                 out_lps = prompt_lps
@@ -411,8 +343,8 @@ class CompletionsHandler:
                 token_ids,
                 out_lps or [],
                 req.logprobs,
-                beam_token_text(ctx.tokenizer) if req.use_beam_search else ctx.strings().token,
-                as_token_ids=self._as_token_ids(req),
+                gen.token_text(),
+                as_token_ids=self.ctx.as_token_ids(req),
                 all_candidates=bool(req.logprob_token_ids),
             )
         return CompletionChoice(
@@ -426,29 +358,11 @@ class CompletionsHandler:
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
         )
 
-    def _as_token_ids(self, req: Any) -> bool:
-        value = getattr(req, "return_tokens_as_token_ids", None)
-        return self.ctx.return_tokens_as_token_ids if value is None else bool(value)
-
     async def _stream(
-        self,
-        sink: StreamSink,
-        req: Any,
-        request_id: str,
-        created: int,
-        prepared: list[tuple[PreparedPrompt, Any]],
-        dp_rank: int | None,
+        self, sink: StreamSink, req: Any, request_id: str, created: int, gen: TextGeneration
     ) -> None:
-        n = req.n or 1
-        chunks = _StreamChunks(self, req, request_id, created, prepared)
-
-        def sources() -> list[SequenceStream]:
-            return [
-                request_sequences(self.ctx, req, f"{request_id}-{p}", prompt, params, n, dp_rank)
-                for p, (prompt, params) in enumerate(prepared)
-            ]
-
-        await push_sequences(sink, sources, chunks.render, chunks.usage, chunks.text_event)
+        chunks = _StreamChunks(self, req, request_id, created, gen.prompts)
+        await push_sequences(sink, gen.sources, chunks.render, chunks.usage, chunks.text_event)
 
 
 class _StreamChunks:
@@ -463,7 +377,6 @@ class _StreamChunks:
         "_echo",
         "_echoed",
         "_first",
-        "_handler",
         "_include_usage",
         "_model",
         "_n",
@@ -485,35 +398,34 @@ class _StreamChunks:
         req: Any,
         request_id: str,
         created: int,
-        prepared: list[tuple[PreparedPrompt, Any]],
+        prompts: list[PreparedPrompt],
     ) -> None:
         ctx = handler.ctx
-        self._handler = handler
         self._ctx = ctx
         self._req = req
         self._request_id = request_id
         self._created = created
         self._model = ctx.model_name
-        self._prompts = [prompt for prompt, _ in prepared]
+        self._prompts = prompts
         self._n = n = req.n or 1
         self._include_usage, self._continuous = include_usage_flags(
             getattr(req, "stream_options", None), ctx.enable_force_include_usage
         )
-        total = n * len(prepared)
+        total = n * len(prompts)
         self._next_offsets = [0] * total
         self._num_tokens = [0] * total
         self._echoed = [False] * total
-        self._num_prompt = [0] * len(prepared)
+        self._num_prompt = [0] * len(prompts)
         self._cached: int | None = None
         self._first = True
         self._echo = bool(req.echo)
         self._return_ids = bool(getattr(req, "return_token_ids", False))
-        self._as_token_ids = handler._as_token_ids(req)
+        self._as_token_ids = ctx.as_token_ids(req)
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = req.logprobs is None and not self._return_ids and not self._continuous
         # ...and for one prompt without echo, a running choice's text update goes straight to
         # it once the first update has been through the whole of render.
-        self._text_only = self._plain and not self._echo and len(prepared) == 1
+        self._text_only = self._plain and not self._echo and len(prompts) == 1
         self._templates = ChoiceTemplates(
             lambda i: _text_template(request_id, created, self._model, i)
         )
@@ -547,7 +459,7 @@ class _StreamChunks:
         i = idx + p * self._n
         prompt_ids_out: list[int] | None = None
         if self._echo and not self._echoed[i]:
-            prompt_text = "" if self._return_ids else self._handler._prompt_text(prompt)
+            prompt_text = "" if self._return_ids else self._ctx.text.prompt_text(prompt)
             if req.max_tokens == 0:
                 text = prompt_text
                 delta_ids: list[int] = list(prompt.token_ids)
@@ -573,7 +485,7 @@ class _StreamChunks:
                 delta_ids,
                 lps or [],
                 req.logprobs,
-                self._ctx.strings().token,
+                self._ctx.text.strings().token,
                 initial_offset=self._next_offsets[i],
                 as_token_ids=self._as_token_ids,
                 all_candidates=bool(req.logprob_token_ids),

@@ -11,16 +11,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from vllm_frontend.metrics.http_series import HttpMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.text.prompts import encode_prompt
 
 from . import errors
 from .app import App, Handler, ServerSettings
-from .generation import OFF_LOOP_ENCODE_CHARS, encode_off_loop
 from .metrics_route import METRICS_PREFIX, metrics_handlers
 from .protocol import (
     TokenizeChatRequest,
@@ -67,26 +67,7 @@ class TokenizerLike(Protocol):
 
 ChatTokenizer = Callable[[TokenizeChatRequest], Awaitable[list[int]] | list[int]]
 """Renders a ``/tokenize`` messages request through the chat template and tokenizes it (the
-chat layer's renderer + tokenizer); raises the chat layer's errors for bad messages."""
-
-
-def chat_tokenizer(renderer: Any, tokenizer: TokenizerLike) -> ChatTokenizer:
-    """The ``/tokenize`` messages form on the chat layer: ``renderer`` is a
-    ``vllm_frontend.chat.ChatRenderer`` (vLLM's ``preprocess_chat``: render with the request's
-    template options, then tokenize with its ``add_special_tokens``, default false)."""
-
-    def tokenize(req: TokenizeChatRequest) -> list[int]:
-        rendered = renderer.render(
-            req.messages,
-            tools=req.tools,
-            add_generation_prompt=req.add_generation_prompt,
-            continue_final_message=req.continue_final_message,
-            chat_template=req.chat_template,
-            chat_template_kwargs=req.chat_template_kwargs,
-        )
-        return tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
-
-    return tokenize
+chat layer's ``chat_tokenizer``); raises the chat layer's errors for bad messages."""
 
 
 class Services(msgspec.Struct):
@@ -207,10 +188,7 @@ def build_app(
         if tokenizer is None:
             raise errors.NotImplementedFeature("Tokenization is not available.")
         if isinstance(req, TokenizeCompletionRequest):
-            if len(req.prompt) < OFF_LOOP_ENCODE_CHARS:
-                ids = tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
-            else:
-                [ids] = await encode_off_loop(tokenizer, [req.prompt], req.add_special_tokens)
+            ids = await encode_prompt(tokenizer, req.prompt, req.add_special_tokens)
         else:
             if services.chat_tokenizer is None:
                 raise errors.NotImplementedFeature("Chat tokenization is not available.")

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -40,10 +40,10 @@ from vllm_frontend.llm import (
 )
 from vllm_frontend.text.logprobs import LogprobsAccumulator, PositionLogprobs
 from vllm_frontend.text.output import SequenceOutput, SequenceProcessor
+from vllm_frontend.text.prompts import PreparedPrompt
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest, lower_sampling_params
+from vllm_frontend.text.sequence_stream import TextContext, Update
 from vllm_frontend.text.tokenizer import Tokenizer
-
-from .generation import PreparedPrompt, ServingContext, Update
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,7 +57,6 @@ __all__ = [
     "BeamSearchStream",
     "beam_score",
     "beam_search_params",
-    "beam_search_source",
     "beam_token_text",
     "next_beams",
     "rank_beams",
@@ -76,13 +75,15 @@ class BeamSearchParams(msgspec.Struct, frozen=True, gc=False):
     skip_special_tokens: bool = True
 
 
-def beam_search_params(ctx: ServingContext, req: Any, max_tokens: int) -> BeamSearchParams:
+def beam_search_params(
+    model: ModelSamplingInfo, req: SamplingRequest, length_penalty: float, max_tokens: int
+) -> BeamSearchParams:
     """The request's ``to_beam_search_params``: ``n`` is the width (checked as vLLM's
     ``_verify_num_sequences`` does), the temperature falls back to the generation config's."""
     width = req.n if req.n is not None else 1
     if width < 1:
         raise InvalidRequestError(f"beam_width must be at least 1, got {width}.")
-    max_n = (ctx.sampling.limits or RequestLimits()).max_n  # VLLM_MAX_N_SEQUENCES
+    max_n = (model.limits or RequestLimits()).max_n  # VLLM_MAX_N_SEQUENCES
     if width > max_n:
         raise InvalidRequestError(
             f"beam_width must be at most {max_n}, got {width}. To increase this limit, set the "
@@ -90,13 +91,13 @@ def beam_search_params(ctx: ServingContext, req: Any, max_tokens: int) -> BeamSe
         )
     temperature = req.temperature
     if temperature is None:
-        temperature = ctx.sampling.sampling_defaults.get("temperature", 1.0)
+        temperature = model.sampling_defaults.get("temperature", 1.0)
     return BeamSearchParams(
         beam_width=width,
         max_tokens=max_tokens,
         ignore_eos=bool(req.ignore_eos),
         temperature=temperature,
-        length_penalty=req.length_penalty,
+        length_penalty=length_penalty,
         include_stop_str_in_output=bool(req.include_stop_str_in_output),
         skip_special_tokens=bool(req.skip_special_tokens),
     )
@@ -192,7 +193,7 @@ class BeamSearch:
 
     def __init__(
         self,
-        ctx: ServingContext,
+        text: TextContext,
         *,
         request_id: str,
         prompt: PreparedPrompt,
@@ -200,9 +201,9 @@ class BeamSearch:
         cache_salt: str | None = None,
     ) -> None:
         """``request_id`` is the public id the engine ids are derived from."""
-        self._llm: LLM = ctx.llm
-        self._tokenizer: Tokenizer = ctx.tokenizer
-        self._sampling = ctx.sampling
+        self._llm: LLM = text.llm
+        self._tokenizer: Tokenizer = text.tokenizer
+        self._sampling = text.sampling
         self._request_id = request_id
         self._prompt = prompt
         self._params = params
@@ -371,7 +372,7 @@ def _output(
 
 
 class BeamSearchStream:
-    """A :class:`BeamSearch` as an :class:`UpdateSource` for the handlers: its choices, all
+    """A :class:`BeamSearch` as an ``UpdateSource`` for the handlers: its choices, all
     finished, come as one batch of updates when the search ends.
 
     Iterated (``async for``), the search runs in the consumer's task; push-style
@@ -448,17 +449,3 @@ class BeamSearchStream:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-
-
-def beam_search_source(
-    ctx: ServingContext, req: Any, request_id: str, prompt: PreparedPrompt, params: BeamSearchParams
-) -> BeamSearchStream:
-    """The handlers' source for one prompt's beam search (the request's ``cache_salt`` kept)."""
-    search = BeamSearch(
-        ctx,
-        request_id=request_id,
-        prompt=prompt,
-        params=params,
-        cache_salt=getattr(req, "cache_salt", None),
-    )
-    return BeamSearchStream(search)

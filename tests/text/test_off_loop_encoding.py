@@ -9,13 +9,10 @@ import random
 from typing import Any
 
 import pytest
-
 from tests.support.tiny_model import tiny_model_dir
-from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM
-from vllm_frontend.server import errors
-from vllm_frontend.server.generation import OFF_LOOP_ENCODE_CHARS, ServingContext
-from vllm_frontend.text.sampling import ModelSamplingInfo
+
+from vllm_frontend.text.errors import InvalidInput
+from vllm_frontend.text.prompts import OFF_LOOP_ENCODE_CHARS, PromptPreparer
 from vllm_frontend.text.tokenizer import Tokenizer
 
 MAX_MODEL_LEN = 4096
@@ -26,18 +23,12 @@ def model() -> pathlib.Path:
     return tiny_model_dir()
 
 
-def _ctx(model: pathlib.Path, max_model_len: int) -> ServingContext:
-    return ServingContext(
-        llm=LLM(None, EngineCoreRequest),
-        tokenizer=Tokenizer.from_dir(model),
-        served_model_names=["m"],
-        max_model_len=max_model_len,
-        sampling=ModelSamplingInfo(max_model_len=max_model_len, eos_token_id=None),
-    )
+def _ctx(model: pathlib.Path, max_model_len: int) -> PromptPreparer:
+    return PromptPreparer(Tokenizer.from_dir(model), max_model_len)
 
 
 @pytest.fixture(scope="module")
-def ctx(model: pathlib.Path) -> ServingContext:
+def ctx(model: pathlib.Path) -> PromptPreparer:
     return _ctx(model, MAX_MODEL_LEN)
 
 
@@ -54,7 +45,7 @@ def _outcome(fn: Any) -> Any:
     """The prompts' (ids, text), or the error's class and message."""
     try:
         return [(p.token_ids, p.text) for p in fn()]
-    except errors.ApiError as e:
+    except InvalidInput as e:
         return (type(e).__name__, str(e))
 
 
@@ -92,7 +83,7 @@ EXPECTED_ERRORS = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_off_loop_encoding_gives_the_in_loop_results_and_errors(
-    ctx: ServingContext, name: str
+    ctx: PromptPreparer, name: str
 ) -> None:
     prompts, options = CASES[name]
     options = {"add_special_tokens": True} | options

@@ -1,0 +1,236 @@
+"""The chat layer's facade: messages in, text updates out, over the text layer.
+
+:meth:`ChatLlm.generate` does, in vLLM 0.32's order (``OpenAIServingChat
+._create_chat_completion``), what a chat request needs before the engine is asked: admission,
+the tool-choice check, rendering through the chat template, the tool parser's request
+adjustments (a forced tool call's JSON schema, special tokens kept for the parsers), then the
+text layer's tokenization, checks and sampling lowering. The :class:`ChatGeneration` it returns
+carries the text generation, the response role, the echoed text and the output parsers (vLLM's
+``Parser`` use in ``chat_completion/serving.py``) that split each choice's text into
+``reasoning``, ``content`` and ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.renderer import ChatRenderer
+from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
+from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
+
+__all__ = ["ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
+
+
+class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
+    """One chat request, as a route maps it (field names are vLLM's; values as decoded)."""
+
+    messages: Any
+    text: TextRequest
+    """The text-level part (``prompt`` is set here, from the rendered template)."""
+    tools: Any = None
+    tool_choice: Any = None
+    documents: Any = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: Any = None
+    reasoning_effort: str | None = None
+    include_reasoning: bool = True
+    parallel_tool_calls: bool | None = None
+    echo: bool = False
+    """Echo the last message's content before the generated text."""
+
+
+class ChatLlm:
+    """Chat generation for one model over ``text`` (built once at startup)."""
+
+    __slots__ = ("_parsers", "renderer", "response_role", "text")
+
+    def __init__(
+        self,
+        text: TextLlm,
+        renderer: ChatRenderer | None,
+        parsers: OutputParsers | None = None,
+        *,
+        response_role: str = "assistant",
+    ) -> None:
+        """``parsers`` are the configured reasoning / tool-call parsers."""
+        self.text = text
+        self.renderer = renderer
+        self.response_role = response_role
+        self._parsers = parsers if parsers is not None and parsers.active else None
+
+    @property
+    def parsers(self) -> OutputParsers | None:
+        """The configured output parsers (None when there are none)."""
+        return self._parsers
+
+    async def generate(self, request: ChatRequest) -> ChatGeneration:
+        """Check, render and tokenize the request; its generation, not started yet."""
+        text_request = request.text
+        self.text.admit(text_request.sampling.n or 1)  # vLLM's _preflight: before rendering
+        self._check_tool_choice(request)
+        self.text.prompts.check_max_tokens_param(
+            text_request.max_tokens, text_request.max_tokens_param
+        )
+        rendered = self._render(request)
+        self._force_tool_calls(request)
+        parsers = self._parsers
+        if parsers is not None and parsers.needs_special_tokens(self._options(request)):
+            text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+        generation = await self.text.generate_prompts(text_request, [rendered.prompt])
+        role = self.response_role if request.add_generation_prompt is not False else None
+        if role is None:
+            role = rendered.conversation[-1]["role"]
+        echo_text = _echo_text(request, rendered.conversation, role)
+        return ChatGeneration(self, request, generation, role, echo_text)
+
+    def _check_tool_choice(self, request: ChatRequest) -> None:
+        # vLLM's OnlineRenderer.render_chat: a tool choice other than none needs a tool parser.
+        choice = request.tool_choice
+        if (self._parsers is not None and self._parsers.has_tools) or choice in (None, "none"):
+            return
+        if choice == "auto":
+            raise ChatError(
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                "to be set"
+            )
+        if isinstance(choice, dict):
+            desc = f'function "{(choice.get("function") or {}).get("name")}"'
+        else:
+            desc = f'"{choice}"'
+        raise ChatError(f"tool_choice={desc} requires --tool-call-parser to be set")
+
+    def _render(self, request: ChatRequest) -> Any:
+        renderer = self.renderer
+        if renderer is None:
+            raise RuntimeError("no chat renderer configured")
+        return renderer.render(
+            plain(request.messages),
+            tools=plain(request.tools),
+            tool_choice=plain(request.tool_choice),
+            documents=plain(request.documents),
+            add_generation_prompt=request.add_generation_prompt,
+            continue_final_message=bool(request.continue_final_message),
+            chat_template=request.chat_template,
+            chat_template_kwargs=plain(request.chat_template_kwargs),
+            reasoning_effort=request.reasoning_effort,
+        )
+
+    def _force_tool_calls(self, request: ChatRequest) -> None:
+        # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
+        # replaces any response_format / structured_outputs with the tools' JSON schema.
+        if self._parsers is None or not self._parsers.has_tools or not request.tools:
+            return
+        forced = forced_tool_choice(plain(request.tool_choice))
+        if forced is None:
+            return
+        text_request = request.text
+        schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
+        text_request.structured_outputs = {"json": schema}
+        text_request.response_format = None
+
+    def _options(self, request: ChatRequest) -> RequestToolOptions:
+        renderer = self.renderer
+        kwargs = dict(renderer.options.default_chat_template_kwargs) if renderer else {}
+        user = request.chat_template_kwargs or {}
+        if request.reasoning_effort is not None and "enable_thinking" not in user:
+            kwargs["enable_thinking"] = request.reasoning_effort != "none"
+        kwargs.update(user)
+        if request.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = request.reasoning_effort  # vLLM passes it on too
+        return RequestToolOptions(
+            tools=bool(request.tools),
+            tool_choice=plain(request.tool_choice),
+            include_reasoning=bool(request.include_reasoning),
+            chat_template_kwargs=kwargs,
+            tool_definitions=request.tools or (),
+            request_chat_template_kwargs=user,
+        )
+
+
+class ChatGeneration:
+    """A chat request, rendered and tokenized: its text generation, the response role, the
+    echoed text, and a fresh output parser per choice (:meth:`new_parser`)."""
+
+    __slots__ = ("_chat", "_request", "echo_text", "role", "text")
+
+    def __init__(
+        self,
+        chat: ChatLlm,
+        request: ChatRequest,
+        text: TextGeneration,
+        role: str,
+        echo_text: str | None,
+    ) -> None:
+        self._chat = chat
+        self._request = request
+        self.text = text
+        """The text-level generation (one prompt)."""
+        self.role = role
+        """The response message's role."""
+        self.echo_text = echo_text
+        """With ``echo``: the last message's content, sent before the generated text."""
+
+    @property
+    def has_reasoning(self) -> bool:
+        """A reasoning parser is configured (usage then counts reasoning tokens)."""
+        parsers = self._chat._parsers
+        return parsers is not None and parsers.has_reasoning
+
+    def new_parser(self) -> OutputParser | None:
+        """A parser for one choice's output (None without configured parsers)."""
+        chat = self._chat
+        parsers = chat._parsers
+        return None if parsers is None else parsers.for_request(chat._options(self._request))
+
+
+class PromptTokenizer(Protocol):
+    """What :func:`chat_tokenizer` needs of a tokenizer (``text.Tokenizer`` has it)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``."""
+        ...
+
+
+def chat_tokenizer(
+    renderer: ChatRenderer, tokenizer: PromptTokenizer
+) -> Callable[[Any], list[int]]:
+    """The ``/tokenize`` messages form: render with the request's template options, then
+    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``)."""
+
+    def tokenize(req: Any) -> list[int]:
+        rendered = renderer.render(
+            req.messages,
+            tools=req.tools,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            chat_template=req.chat_template,
+            chat_template_kwargs=req.chat_template_kwargs,
+        )
+        return tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
+
+    return tokenize
+
+
+def _echo_text(request: ChatRequest, conversation: Sequence[Any], role: str) -> str | None:
+    if not request.echo:
+        return None
+    content: Any = ""
+    if conversation and "content" in conversation[-1] and conversation[-1].get("role") == role:
+        content = conversation[-1]["content"] or ""
+    if isinstance(content, list):
+        content = "\n".join(part["text"] for part in content)
+    return str(content)
+
+
+def plain(value: Any) -> Any:
+    """A request sub-object as plain JSON values (msgspec structs become dicts)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return msgspec.to_builtins(value)

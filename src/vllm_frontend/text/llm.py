@@ -1,0 +1,308 @@
+"""The text layer's facade: text in, text updates out, over the llm layer.
+
+:meth:`TextLlm.generate` takes one request in text terms (:class:`TextRequest`: prompts, the
+sampling fields, truncation, beam search) and does, in vLLM 0.32's order, everything before the
+engine is asked: admission, the completion prompt's checks, tokenization with the renderer's
+length checks and truncation (:mod:`text.prompts`), ``max_tokens`` against the context, and the
+lowering to engine ``SamplingParams`` (validated there, once) or beam-search parameters. The
+:class:`TextGeneration` it returns makes each prompt's stream of text updates
+(:class:`~vllm_frontend.text.sequence_stream.SequenceStream`, or a beam search's) when the
+caller starts consuming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
+from vllm_frontend.llm import LLM
+from vllm_frontend.text.beam_search import (
+    BeamSearch,
+    BeamSearchParams,
+    BeamSearchStream,
+    beam_search_params,
+    beam_token_text,
+)
+from vllm_frontend.text.errors import BadInput, InvalidInput
+from vllm_frontend.text.logprobs import TokenStrings
+from vllm_frontend.text.prompts import PreparedPrompt, PromptPreparer
+from vllm_frontend.text.sampling import (
+    ModelSamplingInfo,
+    SamplingRequest,
+    lower_sampling_params,
+    resolve_max_tokens,
+)
+from vllm_frontend.text.sequence_stream import SequenceStream, UpdateSource
+from vllm_frontend.text.structured_outputs import merge_response_format, structured_outputs_params
+from vllm_frontend.text.tokenizer import Tokenizer
+
+__all__ = ["TextGeneration", "TextLlm", "TextRequest"]
+
+
+class TextRequest(msgspec.Struct, kw_only=True, gc=False):
+    """One generation request in text terms, as a route maps it (field names are vLLM's)."""
+
+    request_id: str
+    """The public id; engine ids derive from it."""
+    sampling: SamplingRequest
+    """The sampling fields, route-mapped (its ``structured_outputs`` and
+    ``repetition_detection`` are set from the fields below)."""
+    prompt: Any = None
+    """A text, token ids, or a list of either (the completions ``prompt``)."""
+    max_tokens: int | None = None
+    """The requested output budget (None: the default)."""
+    max_tokens_param: str = "max_tokens"
+    """The name ``max_tokens`` had in the request (for its error)."""
+    add_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None
+    truncation_side: str | None = None
+    echo: bool = False
+    """The completions ``echo``: with ``max_tokens`` 0, vLLM still runs one step."""
+    suffix: str | None = None
+    prompt_embeds: Any = None
+    structured_outputs: Mapping[str, Any] | None = None
+    """The request's ``structured_outputs`` (JSON), merged with ``response_format``."""
+    response_format: Mapping[str, Any] | None = None
+    repetition_detection: Any = None
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    numbered: bool = False
+    """Each prompt's engine requests use ``<request_id>-<prompt index>`` (completions; a beam
+    search keeps the request's id, as vLLM)."""
+    priority: int = 0
+    data_parallel_rank: int | None = None
+    cache_salt: str | None = None
+
+
+class TextLlm:
+    """Text-level generation for one model over ``llm`` (built once at startup)."""
+
+    __slots__ = (
+        "llm",
+        "max_model_len",
+        "prompts",
+        "sampling",
+        "stream_interval",
+        "token_strings",
+        "tokenizer",
+    )
+
+    def __init__(
+        self,
+        llm: LLM,
+        tokenizer: Tokenizer,
+        max_model_len: int,
+        sampling: ModelSamplingInfo,
+        *,
+        token_strings: TokenStrings | None = None,
+        tokenizer_truncation_side: str = "left",
+        stream_interval: int = 1,
+    ) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        """Model-level sampling inputs (generation-config defaults, EOS ids, limits)."""
+        self.max_model_len = max_model_len
+        """The context length."""
+        self.prompts = PromptPreparer(tokenizer, max_model_len, tokenizer_truncation_side)
+        """Prompt preparation (tokenization, truncation, length checks)."""
+        self.token_strings = token_strings
+        self.stream_interval = stream_interval
+        """``--stream-interval``: streamed updates every N tokens."""
+
+    def strings(self) -> TokenStrings:
+        """The shared per-token string cache (for logprobs)."""
+        if self.token_strings is None:
+            self.token_strings = TokenStrings(self.tokenizer)
+        return self.token_strings
+
+    def admit(self, num_requests: int) -> None:
+        """Refuse (503) while the engines are at the queue limits (vLLM's ``_preflight``)."""
+        self.llm.check_admission(num_requests)
+
+    async def generate(self, request: TextRequest) -> TextGeneration:
+        """Admission, the completion prompt's checks, then :meth:`generate_prompts`."""
+        self.llm.check_admission(request.sampling.n or 1)  # as admit()
+        items = completion_prompts(request)
+        self.prompts.check_max_tokens_param(request.max_tokens, request.max_tokens_param)
+        return await self.generate_prompts(request, items)
+
+    async def generate_prompts(
+        self, request: TextRequest, prompts: list[str | list[int]]
+    ) -> TextGeneration:
+        """Tokenize and check ``prompts`` (admission and ``max_tokens`` already checked), and
+        resolve each one's parameters."""
+        preparer = self.prompts
+        prepared = await preparer.prepare_prompts(
+            prompts,
+            add_special_tokens=request.add_special_tokens,
+            truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
+            truncation_side=request.truncation_side,
+        )
+        lowered: SamplingRequest | None = None
+        params: list[SamplingParams | BeamSearchParams] = []
+        for prompt in prepared:
+            max_tokens = self.resolve_max_tokens(request.max_tokens, len(prompt.token_ids))
+            if request.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
+                params.append(
+                    beam_search_params(
+                        self.sampling, request.sampling, request.length_penalty, max_tokens
+                    )
+                )
+                continue
+            if request.echo and request.max_tokens == 0:
+                max_tokens = 1  # vLLM: echo without generation still runs one step
+            if lowered is None:
+                lowered = _sampling_request(request)
+            params.append(
+                lower_sampling_params(
+                    lowered, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer
+                )
+            )
+        return TextGeneration(self, request, prepared, params)
+
+    def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
+        """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
+        the generation config's default) and the server override."""
+        sampling = self.sampling
+        return resolve_max_tokens(
+            requested,
+            prompt_len,
+            self.max_model_len,
+            default_max_tokens=sampling.sampling_defaults.get("max_tokens"),
+            override_max_tokens=sampling.override_max_tokens,
+        )
+
+    def prompt_text(self, prompt: PreparedPrompt) -> str:
+        """The prompt's text (decoded from its ids, once, when it came as ids)."""
+        if prompt.text is None:
+            prompt.text = self.tokenizer.decode(prompt.token_ids, skip_special_tokens=False)
+        return prompt.text
+
+
+class TextGeneration:
+    """A request's prompts, checked and tokenized, with their parameters; each prompt's
+    stream of text updates is made (and its engine requests sent) by :meth:`source`."""
+
+    __slots__ = ("_request", "_text", "params", "prompts")
+
+    def __init__(
+        self,
+        text: TextLlm,
+        request: TextRequest,
+        prompts: list[PreparedPrompt],
+        params: list[SamplingParams | BeamSearchParams],
+    ) -> None:
+        self._text = text
+        self._request = request
+        self.prompts = prompts
+        """The prepared prompts, in order."""
+        self.params = params
+        """Each prompt's engine parameters (or beam-search parameters)."""
+
+    @property
+    def beam_search(self) -> bool:
+        """The choices come from a beam search (all at once, maybe fewer than ``n``)."""
+        return self._request.use_beam_search
+
+    def token_text(self) -> Callable[[int], str]:
+        """A token's text for logprobs (a beam search's logprobs carry none, see
+        ``beam_token_text``)."""
+        text = self._text
+        return beam_token_text(text.tokenizer) if self.beam_search else text.strings().token
+
+    def source(self, p: int) -> UpdateSource:
+        """Prompt ``p``'s text updates (not started: iterating or ``on_ready`` starts it)."""
+        request = self._request
+        prompt = self.prompts[p]
+        params = self.params[p]
+        if isinstance(params, BeamSearchParams):
+            search = BeamSearch(
+                self._text,
+                request_id=request.request_id,
+                prompt=prompt,
+                params=params,
+                cache_salt=request.cache_salt,
+            )
+            return BeamSearchStream(search)
+        return SequenceStream(
+            self._text,
+            request_id=f"{request.request_id}-{p}" if request.numbered else request.request_id,
+            prompt=prompt,
+            params=params,
+            n=request.sampling.n or 1,
+            priority=request.priority,
+            data_parallel_rank=request.data_parallel_rank,
+            cache_salt=request.cache_salt,
+        )
+
+    def sources(self) -> list[UpdateSource]:
+        """Every prompt's :meth:`source`, in order."""
+        return [self.source(p) for p in range(len(self.prompts))]
+
+
+def completion_prompts(request: TextRequest) -> list[str | list[int]]:
+    """The completions ``prompt`` as a list of prompts, after vLLM's
+    ``OnlineRenderer.render_completion`` checks (``suffix``, ``prompt_embeds``, empty)."""
+    prompt = request.prompt
+    if request.suffix is not None:
+        # No model here has FIM rendering.
+        if request.echo:
+            raise BadInput("Echo is unsupported with suffix.", param="suffix")
+        if request.prompt_embeds is not None:
+            raise BadInput("suffix is not supported with prompt_embeds", param="suffix")
+        if request.truncate_prompt_tokens is not None:
+            raise BadInput("suffix is not supported with truncate_prompt_tokens", param="suffix")
+        if isinstance(prompt, str) or (
+            isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)
+        ):
+            raise BadInput(
+                "suffix is only supported for models with FIM completion rendering",
+                param="suffix",
+            )
+    if request.prompt_embeds is not None and request.prompt_embeds != []:
+        raise InvalidInput(
+            "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+            parameter="prompt_embeds",
+        )
+    if prompt is None or prompt == "":
+        raise InvalidInput(
+            "Either prompt or prompt_embeds must be provided and non-empty.",
+            parameter="prompt",
+        )
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(t, int) for t in prompt):
+        return [list(prompt)]
+    return list(prompt)
+
+
+def _sampling_request(request: TextRequest) -> SamplingRequest:
+    # The request's constraint merged with response_format, and its repetition detection, as
+    # vLLM's to_sampling_params takes them (set on the request's own SamplingRequest).
+    structured = None
+    if request.structured_outputs is not None or request.response_format is not None:
+        structured = merge_response_format(
+            None
+            if request.structured_outputs is None
+            else structured_outputs_params(request.structured_outputs),
+            request.response_format,
+        )
+    sampling = request.sampling
+    sampling.structured_outputs = structured
+    sampling.repetition_detection = _repetition_detection(request.repetition_detection)
+    return sampling
+
+
+def _repetition_detection(value: Any) -> RepetitionDetectionParams | None:
+    if value is None:
+        return None
+    try:
+        return msgspec.convert(value, RepetitionDetectionParams)
+    except msgspec.ValidationError as e:
+        raise InvalidInput(
+            f"Invalid repetition_detection: {e}", parameter="repetition_detection"
+        ) from None

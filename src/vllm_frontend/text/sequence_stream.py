@@ -1,0 +1,231 @@
+"""One prompt's samples as text updates: the engine's token outputs through the incremental
+detokenizer, stop strings and logprobs (as vLLM's output processor), pull- or push-style."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from vllm_frontend.llm import LLM, GenerateRequest, OutputKind, TokenConsumer
+from vllm_frontend.text.logprobs import TokenStrings
+from vllm_frontend.text.output import FINISH_REASONS, SequenceOutput, SequenceProcessor
+from vllm_frontend.text.prompts import PreparedPrompt
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
+
+__all__ = ["SequenceStream", "TextContext", "Update", "UpdateSource"]
+
+
+class TextContext(Protocol):
+    """What the text-level streams need of the text layer (``text.llm.TextLlm`` is one)."""
+
+    llm: LLM
+    tokenizer: Tokenizer
+    sampling: ModelSamplingInfo
+    stream_interval: int
+
+    def strings(self) -> TokenStrings:
+        """The shared per-token string cache (for logprobs)."""
+        ...
+
+
+Update = tuple[int, SequenceOutput, int | None]
+"""``(sample index, text update, num_cached_tokens)``."""
+
+
+class UpdateSource(Protocol):
+    """One prompt's choices as text updates, as the handlers consume them: a
+    :class:`SequenceStream`, or a beam search's (``text.beam_search.BeamSearchStream``)."""
+
+    @property
+    def finished(self) -> bool:
+        """Every choice has ended and its last update was taken."""
+        ...
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Start, and call ``callback()`` whenever :meth:`take` may have something."""
+
+    def take(self) -> list[Update]:
+        """The updates available now, without waiting."""
+        ...
+
+    def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
+        """Offer ``consumer.tokens`` plain new token ids as they arrive (None: not supported)."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        """Iterate the updates as they come."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop, aborting whatever still runs on the engine."""
+
+
+class SequenceStream:
+    """One prompt's ``n`` samples as text updates: ``(index, output, num_cached_tokens)``.
+
+    Detokenization, stop strings and logprobs run incrementally on every engine output (as
+    vLLM's output processor does) whatever the request's output kind; with FINAL_ONLY params
+    each sample yields once, when it finishes. A stop string ends its sample and aborts the
+    engine request. Consume with ``async for`` (then :meth:`aclose`, e.g. through
+    ``contextlib.aclosing``), or push-style: :meth:`on_ready` and :meth:`take` from a callback
+    (no task wakes up per engine step). Closing early (disconnect) aborts what still runs.
+    """
+
+    __slots__ = ("_gen", "_procs")
+
+    def __init__(
+        self,
+        text: TextContext,
+        *,
+        request_id: str,
+        prompt: PreparedPrompt,
+        params: Any,
+        n: int,
+        priority: int = 0,
+        data_parallel_rank: int | None = None,
+        cache_salt: str | None = None,
+    ) -> None:
+        wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
+        strings = text.strings() if wants_logprobs else None
+        self._procs = [
+            SequenceProcessor(
+                text.tokenizer,
+                prompt.token_ids,
+                params,
+                token_strings=strings,
+                request_id=request_id,
+                stream_interval=text.stream_interval,
+            )
+            for _ in range(n)
+        ]
+        self._gen = text.llm.generate(
+            GenerateRequest(
+                request_id=request_id,
+                prompt_token_ids=prompt.token_ids,
+                sampling_params=params,
+                n=n,
+                output_kind=OutputKind.DELTA,
+                arrival_time=time.time(),
+                priority=priority,
+                data_parallel_rank=data_parallel_rank,
+                cache_salt=cache_salt,
+            )
+        )
+
+    @property
+    def finished(self) -> bool:
+        """Every sample has ended (what :meth:`take` returned last included the last update)."""
+        return self._gen.finished
+
+    def start(self) -> None:
+        """Send the engine requests (idempotent; iterating or :meth:`on_ready` also does)."""
+        self._gen.start()
+
+    def on_ready(self, callback: Callable[[], None] | None) -> None:
+        """Start, and call ``callback()`` from the event loop whenever :meth:`take` may have
+        something; call :meth:`take` once right away too."""
+        self._gen.on_ready(callback)
+        self._gen.start()
+
+    def take(self) -> list[Update]:
+        """The text updates available now, without waiting.
+
+        An engine ``error`` finish is an update like any other (the handlers raise
+        GenerationFailed where vLLM does); raises EngineDeadError & co. from the engine client.
+        """
+        updates: list[Update] = []
+        procs = self._procs
+        for out in self._gen.take():
+            proc = procs[out.index]
+            if out.finish_reason is None and not out.logprobs and out.prompt_logprobs is None:
+                seq = proc.process(out.token_ids)  # a running sample's new tokens, nothing else
+            else:
+                # One logprobs block per engine output merged into this update.
+                blocks = out.logprobs
+                lp = (
+                    None
+                    if not blocks
+                    else _triple(blocks[0])
+                    if len(blocks) == 1
+                    else _concat(blocks)
+                )
+                plp = out.prompt_logprobs
+                code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
+                seq = proc.process(
+                    out.token_ids,
+                    code,
+                    out.stop_reason,
+                    new_logprobs=lp,
+                    new_prompt_logprobs=None if plp is None else _triple(plp),
+                )
+            if seq is None:
+                continue
+            if seq.abort_engine:
+                self._gen.finish_sample_nowait(out.index, "stop")
+            updates.append((out.index, seq, out.num_cached_tokens))
+        return updates
+
+    def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
+        """After :meth:`on_ready`, for one sample: offer ``consumer.tokens`` a running sample's
+        plain new token ids as soon as the engine client reads them (see
+        ``GenerationStream.on_tokens``). Returns the sample's processor, None where the stream
+        cannot do this: the consumer returns True when it handled the ids, through the
+        processor's ``take_text`` (False when that declines), and makes of them what
+        :meth:`take` would."""
+        if len(self._procs) != 1 or not self._gen.on_tokens(consumer):
+            return None
+        return self._procs[0]
+
+    def __aiter__(self) -> AsyncIterator[Update]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Update]:
+        gen = self._gen
+        gen.start()
+        waiter: asyncio.Future[None] | None = None
+
+        def wake() -> None:
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+        gen.on_ready(wake)
+        while True:
+            updates = self.take()
+            for update in updates:
+                yield update
+            if gen.finished:
+                return
+            if not updates:
+                waiter = asyncio.get_running_loop().create_future()
+                await waiter
+                waiter = None
+
+    async def aclose(self) -> None:
+        """Abort whatever still runs on the engine (idempotent)."""
+        await self._gen.aclose()
+
+
+def _triple(lp: Any) -> tuple[Any, Any, Any] | None:
+    # As lists: the wire triples' own tolist() reads the small per-output arrays without numpy.
+    if lp is None:
+        return None
+    ranks = getattr(lp, "sampled_token_ranks", None)
+    if ranks is None:
+        ranks = lp.selected_token_ranks
+    return (_rows(lp.logprob_token_ids), _rows(lp.logprobs), _rows(ranks))
+
+
+def _concat(blocks: list[Any]) -> tuple[Any, Any, Any]:
+    triples = [t for t in map(_triple, blocks) if t is not None]
+    return (
+        [row for t in triples for row in t[0]],
+        [row for t in triples for row in t[1]],
+        [row for t in triples for row in t[2]],
+    )
+
+
+def _rows(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
