@@ -35,6 +35,7 @@ class Reference:
     requests: list[Routed] = field(default_factory=list)
     end: str = "ok"
     expects_continue: list[bool] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
 
 
 def _routed(method: bytes, target: bytes, body: bytes) -> Routed:
@@ -44,25 +45,47 @@ def _routed(method: bytes, target: bytes, body: bytes) -> Routed:
 
 
 def reference_requests(data: bytes) -> Reference:
-    """h11's reading of ``data`` as a client's request stream (answering each with a 200)."""
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
-    conn.receive_data(data)
+    """h11's reading of ``data`` as a client's request stream (answering each with a 200).
+
+    The one leniency: empty lines before a request line are skipped, as llhttp does (RFC 9112
+    §2.2 allows it); h11 refuses them. So each request is read by a fresh h11 connection from
+    the bytes the previous one left, less the line ends they start with. ``Reference.raw`` holds
+    each request's bytes as found in the stream, and then what follows the last one."""
     ref = Reference()
+    rest = data
+    while True:
+        start = len(data) - len(rest)
+        rest = rest.lstrip(b"\r\n")
+        if not rest:
+            ref.raw.append(data[start:])
+            return ref
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+        conn.receive_data(rest)
+        end = _one_request(conn, ref)
+        if end is not None:
+            ref.end = end
+            ref.raw.append(data[start:])
+            return ref
+        rest = conn.trailing_data[0]
+        ref.raw.append(data[start : len(data) - len(rest)])
+        if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+            return ref
+
+
+def _one_request(conn: h11.Connection, ref: Reference) -> str | None:
+    """Read one request into ``ref``; None when it is complete and the connection goes on,
+    else how the stream ends (``ok``: closed; ``partial``: incomplete; ``error``)."""
     current: h11.Request | None = None
     body = b""
     try:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                ref.end = "partial" if current is not None or conn.trailing_data[0] else "ok"
-                return ref
+                return "partial" if current is not None or conn.trailing_data[0] else "ok"
             if event is h11.PAUSED:
                 conn.send(h11.Response(status_code=200, headers=[("content-length", "0")]))
                 conn.send(h11.EndOfMessage())
-                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
-                    return ref
-                conn.start_next_cycle()
-                continue
+                return None
             if isinstance(event, h11.Request):
                 current, body = event, b""
             elif isinstance(event, h11.Data):
@@ -74,10 +97,9 @@ def reference_requests(data: bytes) -> Reference:
                 ref.expects_continue.append(expect)
                 current = None
             elif isinstance(event, h11.ConnectionClosed):
-                return ref
+                return "ok"
     except h11.RemoteProtocolError:
-        ref.end = "error"
-        return ref
+        return "error"
 
 
 @dataclass
