@@ -299,6 +299,18 @@ def test_missing_max_tokens_is_refused_because_the_engine_would_fail_the_request
         validate_request(make(SamplingParams(max_tokens=None)), RequestLimits())
 
 
+def test_sampling_checked_upstream_is_not_checked_again() -> None:
+    # The serving process lowers every request's sampling parameters through
+    # validate_sampling_params (text.sampling); its engine client then skips them, and only them.
+    bad = make(SamplingParams(max_tokens=None))
+    validate_request(bad, RequestLimits(check_sampling=False))
+    with pytest.raises(InvalidRequestError, match="prompt"):
+        validate_request(
+            make(SamplingParams(max_tokens=4), prompt_token_ids=[]),
+            RequestLimits(check_sampling=False),
+        )
+
+
 def test_prompt_must_be_non_empty_fit_the_context_and_the_vocabulary() -> None:
     limits = RequestLimits(max_model_len=8, vocab_size=100)
     assert we_accept(make(prompt_token_ids=[0, 99]), limits)

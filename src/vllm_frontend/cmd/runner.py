@@ -110,6 +110,7 @@ def run_frontend(args: argparse.Namespace) -> int:
             max_logprobs=config.max_logprobs,
             client_index=args.client_index,
             client_count=args.client_count,
+            sampling_prechecked=True,  # text lowering checks them (text.sampling)
         )
 
     siblings = None
@@ -231,6 +232,7 @@ def run_serve(serve: ServeArgs) -> int:
             vocab_size=vocab_bound(model),
             max_logprobs=config.max_logprobs,
             process_watcher=watch if engines_proc is not None else None,
+            sampling_prechecked=True,  # text lowering checks them (text.sampling)
         )
 
     try:

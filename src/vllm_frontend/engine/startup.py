@@ -46,6 +46,9 @@ class ClientOptions(TypedDict, total=False):
     """This frontend's position among ``client_count`` sharing the engines (default 0, §8.1)."""
     client_count: int
     """How many frontends share the engines (``--api-server-count``; default 1)."""
+    sampling_prechecked: bool
+    """Every request's sampling parameters were checked on their way (the text layer lowers
+    them with ``validate_sampling_params``): the request check skips them (default False)."""
 
 
 async def handshake_sockets(
@@ -122,4 +125,5 @@ def registered_limits(sockets: EngineSockets, options: ClientOptions) -> Request
         vocab_size=options.get("vocab_size"),
         max_logprobs=options.get("max_logprobs"),
         supports_lora=(all(bool(r.supports_lora) for r in regs) if regs else None),
+        check_sampling=not options.get("sampling_prechecked", False),
     )

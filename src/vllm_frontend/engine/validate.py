@@ -77,6 +77,9 @@ class RequestLimits(msgspec.Struct, frozen=True, gc=False):
     supports_lora: bool | None = None
     supported_tasks: frozenset[str] | None = None
     max_n: int = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
+    check_sampling: bool = True
+    """False where every request's sampling parameters were already checked by
+    :func:`validate_sampling_params` on their way here (the text layer lowers them so)."""
 
 
 def validate_request(request: EngineCoreRequest, limits: RequestLimits) -> None:
@@ -91,7 +94,8 @@ def validate_request(request: EngineCoreRequest, limits: RequestLimits) -> None:
             "exactly one of sampling_params and pooling_params must be set", "sampling_params"
         )
     if request.sampling_params is not None:
-        validate_sampling_params(request.sampling_params, limits)
+        if limits.check_sampling:
+            validate_sampling_params(request.sampling_params, limits)
     else:
         _check_pooling(request.pooling_params, limits)
     if request.lora_request is not None:
