@@ -43,7 +43,9 @@ def env() -> dict[str, str]:
     """Environment for every benchmark process."""
     out = dict(os.environ)
     out.update(_ENV)
-    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), out.get("PYTHONPATH")]))
+    # this checkout's sources, whichever checkout the editable install points at
+    path = [str(REPO / "src"), str(REPO), out.get("PYTHONPATH")]
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, path))
     return out
 
 
