@@ -279,6 +279,29 @@ class _PumpedStream:
             await aclose()
 
 
+def _observe_finished(
+    metrics: FrontendMetrics,
+    request: GenerateRequest,
+    samples: list[_Sample],
+    sample: _Sample,
+    reason: str,
+    last: bool,
+) -> None:
+    """Record a sample's finish (and, for the ``last`` one, its parent request's)."""
+    metrics.observe_finished(
+        sample.stats,
+        reason,
+        len(request.prompt_token_ids),
+        getattr(request.sampling_params, "max_tokens", None),
+    )
+    if last:
+        metrics.observe_parent_finished(
+            request.n,
+            max(s.stats.num_generation_tokens for s in samples),
+            samples[0].stats.engine_index,
+        )
+
+
 class GenerationStream:
     """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``, or
     push-style with :meth:`on_ready` + :meth:`take`.
@@ -517,18 +540,7 @@ class GenerationStream:
         self.finished = self._remaining == 0
         metrics = self._llm.metrics
         if metrics is not None and record:
-            metrics.observe_finished(
-                sample.stats,
-                reason,
-                len(self._request.prompt_token_ids),
-                getattr(self._request.sampling_params, "max_tokens", None),
-            )
-            if self._remaining == 0:
-                metrics.observe_parent_finished(
-                    self._request.n,
-                    max(s.stats.num_generation_tokens for s in self._samples),
-                    self._samples[0].stats.engine_index,
-                )
+            _observe_finished(metrics, self._request, self._samples, sample, reason, self.finished)
 
     async def finish_sample(self, index: int, reason: str = "stop") -> None:
         """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""

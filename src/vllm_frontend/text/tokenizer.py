@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import tokenizers
 from tokenizers import AddedToken
 
 from vllm_frontend.text.piece_cache import PieceEncoder
-from vllm_frontend.text.tokenizer_cache import TokenizerCache, VocabSummary, read_vocab
+from vllm_frontend.text.tokenizer_bounds import bounds_from_source, bounds_from_summary
+from vllm_frontend.text.tokenizer_cache import TokenizerCache, VocabSummary
 from vllm_frontend.text.tokenizer_fastokens import ENV_VAR, fastokens_enabled, load_fastokens
 
 __all__ = ["Tokenizer", "TokenizerError"]
@@ -90,6 +90,41 @@ def _clean_up_tokenization(text: str) -> str:
     )
 
 
+def add_missing_special_tokens(
+    backend: tokenizers.Tokenizer, config: Mapping[str, Any]
+) -> list[AddedToken]:
+    """Add to ``backend`` what transformers adds: every named and extra special token of
+    ``config`` the vocabulary lacks, as a special added token, and existing named ones marked
+    special. Returns the tokens added."""
+    entries: list[Any] = [config.get(slot) for slot in _SPECIAL_SLOTS]
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        extra = config.get(key)
+        if isinstance(extra, list):
+            entries.extend(extra)
+    existing = {t.content: t for t in backend.get_added_tokens_decoder().values()}
+    to_add: list[AddedToken] = []
+    for entry in entries:
+        token = _as_added_token(entry)
+        if token is None:
+            continue
+        current = existing.get(token.content)
+        if current is not None and current.special:
+            continue
+        if current is not None:
+            token = AddedToken(
+                current.content,
+                single_word=current.single_word,
+                lstrip=current.lstrip,
+                rstrip=current.rstrip,
+                normalized=current.normalized,
+                special=True,
+            )
+        to_add.append(token)
+    if to_add:
+        backend.add_special_tokens(to_add)
+    return to_add
+
+
 class Tokenizer:
     """Encode text to token ids and decode ids to text, matching vLLM's HF fast tokenizer."""
 
@@ -126,7 +161,7 @@ class Tokenizer:
             content = _token_content(config.get(slot))
             if content is not None:
                 self._special[slot] = content
-        added_special = self._add_missing_special_tokens(config)
+        added_special = add_missing_special_tokens(backend, config)
         self._clean_up_spaces = bool(config.get("clean_up_tokenization_spaces", False)) and (
             type(backend.model).__name__ != "BPE"
         )
@@ -217,37 +252,6 @@ class Tokenizer:
             vocab_summary=cached.vocab if cached is not None else None,
             fast_source=cached.path if cached is not None else None,
         )
-
-    def _add_missing_special_tokens(self, config: Mapping[str, Any]) -> list[AddedToken]:
-        # transformers adds every named and extra special token that the vocabulary lacks as a
-        # special added token, and marks existing named ones special.
-        entries: list[Any] = [config.get(slot) for slot in _SPECIAL_SLOTS]
-        for key in ("additional_special_tokens", "extra_special_tokens"):
-            extra = config.get(key)
-            if isinstance(extra, list):
-                entries.extend(extra)
-        existing = {t.content: t for t in self._backend.get_added_tokens_decoder().values()}
-        to_add: list[AddedToken] = []
-        for entry in entries:
-            token = _as_added_token(entry)
-            if token is None:
-                continue
-            current = existing.get(token.content)
-            if current is not None and current.special:
-                continue
-            if current is not None:
-                token = AddedToken(
-                    current.content,
-                    single_word=current.single_word,
-                    lstrip=current.lstrip,
-                    rstrip=current.rstrip,
-                    normalized=current.normalized,
-                    special=True,
-                )
-            to_add.append(token)
-        if to_add:
-            self._backend.add_special_tokens(to_add)
-        return to_add
 
     def _load_fastokens(self, source: Path | None, added: list[AddedToken], explicit: bool) -> None:
         started = time.monotonic()
@@ -384,7 +388,10 @@ class Tokenizer:
 
     def _stats(self) -> tuple[int, int]:
         if self._vocab_stats is None:
-            stats = self._stats_from_summary() or self._stats_from_source()
+            backend = self._backend
+            stats = bounds_from_summary(backend, self._vocab_summary) or (
+                None if self._source is None else bounds_from_source(backend, self._source)
+            )
             if stats is None:
                 vocab = self._backend.get_vocab(with_added_tokens=True)
                 stats = max(vocab.values(), default=-1), max(map(len, vocab), default=0)
@@ -392,78 +399,6 @@ class Tokenizer:
             base = self._backend.get_vocab_size(with_added_tokens=False)
             self._vocab_stats = (max(stats[0], base - 1), stats[1])
         return self._vocab_stats
-
-    def _added_token_ids(self) -> dict[str, int] | None:
-        """Every added token's content and current id (None if one has no id)."""
-        backend = self._backend
-        added: dict[str, int] = {}
-        for token in backend.get_added_tokens_decoder().values():
-            token_id = backend.token_to_id(token.content)
-            if token_id is None:
-                return None
-            added[token.content] = token_id
-        return added
-
-    def _checked(self, max_id: int, longest: str) -> tuple[int, int] | None:
-        backend = self._backend
-        if backend.id_to_token(max_id) is None or backend.token_to_id(longest) is None:
-            return None
-        return max_id, len(longest)
-
-    def _stats_from_summary(self) -> tuple[int, int] | None:
-        """The largest id and longest piece of ``get_vocab(with_added_tokens=True)``, from the
-        tokenizer cache's summary of the model vocabulary; None when it cannot tell.
-
-        The map the library builds is the model's pieces with their ids, then every added token
-        with its current id over them. Unless an added token takes the model's largest id away,
-        the largest id is the larger of the model's and the added tokens', and the longest
-        piece the longer of the two longest.
-        """
-        summary = self._vocab_summary
-        if summary is None:
-            return None
-        if summary.entries != self._backend.get_vocab_size(with_added_tokens=False):
-            return None
-        added = self._added_token_ids()
-        if added is None or added.get(summary.max_id_piece, summary.max_id) != summary.max_id:
-            return None
-        max_id = max([summary.max_id, *added.values()])
-        longest = max([summary.longest_piece, *added], key=len)
-        if max_id < 0 or not longest:
-            return None
-        return self._checked(max_id, longest)
-
-    def _stats_from_source(self) -> tuple[int, int] | None:
-        """The largest id and longest piece of ``get_vocab(with_added_tokens=True)``, from
-        tokenizer.json; None when it cannot tell.
-
-        The Rust call spends ~0.1 s on a 128k vocabulary (a copy of the model's map, then one
-        Python object per entry); decoding just the model's vocabulary from the file takes half
-        that. The map is rebuilt the way the Rust library builds it (see
-        :meth:`_stats_from_summary`). The loaded tokenizer must agree on the entry count and
-        know the results.
-        """
-        if self._source is None:
-            return None
-        try:
-            entries = read_vocab(self._source.read_bytes())
-        except (OSError, msgspec.ValidationError, msgspec.DecodeError):
-            return None
-        if entries is None:
-            return None
-        if len(entries) != self._backend.get_vocab_size(with_added_tokens=False):
-            return None
-        if isinstance(entries, list):
-            vocab = {piece: i for i, (piece, _) in enumerate(entries)}
-        else:
-            vocab = entries
-        added = self._added_token_ids()
-        if added is None:
-            return None
-        vocab.update(added)
-        if not vocab:
-            return None
-        return self._checked(max(vocab.values()), max(vocab, key=len))
 
 
 def release_freed_heap() -> None:
