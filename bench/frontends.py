@@ -65,6 +65,14 @@ def compile_sources(src: pathlib.Path = REPO / "src") -> None:
     )
 
 
+def await_fastokens(log: pathlib.Path, timeout: float = 30.0) -> None:
+    """Until our frontend has loaded fastokens (or given it up), which it starts once serving:
+    its memory counts, and its CPU must not be taken for the frontend's idle rate."""
+    deadline = time.monotonic() + timeout
+    while "fastokens" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def free_port() -> int:
     """An unused TCP port on 127.0.0.1."""
     import socket

@@ -44,6 +44,7 @@ from frontends import (
     PINNING,
     REPO,
     Proc,
+    await_fastokens,
     compile_sources,
     free_port,
     frontend_command,
@@ -689,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 with launcher as launch:
                     warm_up(launch.port, str(model))
+                    if name.startswith("ours"):  # its background load is not idle CPU
+                        await_fastokens(launch.fe.log, timeout=10.0)
                     time.sleep(0.5)
                     rate = idle_rate(launch, idle_seconds)
                     for w in group:

@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.request
 
-from frontends import FRONTENDS, served, tiny_model, tree_rss_bytes
+from frontends import FRONTENDS, await_fastokens, served, tiny_model, tree_rss_bytes
 
 CHOICES = (*FRONTENDS, "ours-nocache")
 
@@ -42,14 +42,6 @@ def _one_request(port: int, model: str) -> None:
         resp.read()
 
 
-def _await_fastokens(log: pathlib.Path, timeout: float = 30.0) -> None:
-    """Until our frontend has loaded fastokens (or given it up), which it starts once serving:
-    its memory counts too."""
-    deadline = time.monotonic() + timeout
-    while "fastokens" not in log.read_text(errors="replace") and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def _start_once(name: str, model: pathlib.Path) -> tuple[float, int]:
     """Start ``name`` (``ours-nocache``: ours without its tokenizer cache) once: (startup s,
     resident bytes after one request)."""
@@ -61,7 +53,7 @@ def _start_once(name: str, model: pathlib.Path) -> tuple[float, int]:
             _one_request(port, str(model))
             time.sleep(0.5)
             if name.startswith("ours") and os.environ.get("VLLM_USE_FASTOKENS") != "0":
-                _await_fastokens(fe.log)
+                await_fastokens(fe.log)
             return startup, tree_rss_bytes(fe.pid)
     finally:
         os.environ.pop("VLLM_FRONTEND_TOKENIZER_CACHE", None)

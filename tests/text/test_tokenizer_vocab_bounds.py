@@ -18,6 +18,7 @@ import pytest
 import tokenizers
 
 from vllm_frontend.text.tokenizer import Tokenizer
+from vllm_frontend.text.tokenizer_bounds import bounds_from_source
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
 
@@ -111,7 +112,8 @@ def test_bounds_match_vllms_cached_tokenizer(model_dir: Path, cached: bool) -> N
 
 def test_reading_the_file_gives_what_the_whole_vocabulary_gives(model_dir: Path) -> None:
     ours = Tokenizer.from_dir(model_dir)
-    assert ours._stats_from_source() is not None  # the file was used, not the fallback
+    # the file was used, not the fallback
+    assert bounds_from_source(ours.backend, model_dir / "tokenizer.json") is not None
     vocab = ours.backend.get_vocab(with_added_tokens=True)
     base = ours.backend.get_vocab_size(with_added_tokens=False)
     assert ours.max_token_id == max(max(vocab.values()), base - 1)
@@ -125,7 +127,7 @@ def test_a_file_that_is_not_the_loaded_tokenizers_is_not_trusted(tmp_path: Path)
     other.write_text(SPECS["wordlevel_with_holes"], encoding="utf-8")
     backend = tokenizers.Tokenizer.from_file(str(loaded))
     ours = Tokenizer(backend, source=other)
-    assert ours._stats_from_source() is None
+    assert bounds_from_source(backend, other) is None
     vocab = backend.get_vocab(with_added_tokens=True)
     assert (ours.max_token_id, ours.max_chars_per_token) == (
         max(vocab.values()),

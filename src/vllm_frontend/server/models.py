@@ -1,0 +1,73 @@
+"""``GET /v1/models``: the served model names, in vLLM 0.32's model-card shape
+(vllm/entrypoints/openai/models/)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgspec
+
+from .app import Handler, ServerSettings
+from .services import Services
+from .transport import Request, Response, json_response
+
+__all__ = ["models_handler"]
+
+
+class _Permission(msgspec.Struct):
+    id: str
+    object: str
+    created: int
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
+class _ModelCard(msgspec.Struct):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    root: str | None
+    parent: str | None
+    max_model_len: int | None
+    permission: list[_Permission]
+
+
+class _ModelList(msgspec.Struct):
+    object: str
+    data: list[_ModelCard]
+
+
+def _permission(now: int) -> _Permission:
+    return _Permission(id=f"modelperm-{uuid.uuid4().hex}", object="model_permission", created=now)
+
+
+def models_handler(settings: ServerSettings, services: Services) -> Handler:
+    """The ``/v1/models`` handler."""
+
+    async def models(request: Request) -> Response:
+        now = int(time.time())
+        cards = [
+            _ModelCard(
+                id=name,
+                object="model",
+                created=now,
+                owned_by="vllm",
+                root=services.model_root,
+                parent=None,
+                max_model_len=settings.max_model_len,
+                permission=[_permission(now)],
+            )
+            for name in settings.served_model_names
+        ]
+        return json_response(_ModelList(object="list", data=cards))
+
+    return models

@@ -1,0 +1,74 @@
+"""What the server's routes are served from (built once at startup and injected), and the
+model-name check they share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import msgspec
+
+from vllm_frontend.metrics.registry import MetricsRegistry
+
+from . import errors
+from .protocol import TokenizeChatRequest
+
+__all__ = ["ChatTokenizer", "EngineHealth", "Services", "TokenizerLike", "check_model"]
+
+
+class EngineHealth(Protocol):
+    """What ``/health`` asks the engine client (``EngineCoreClient`` satisfies it)."""
+
+    @property
+    def is_dead(self) -> bool:
+        """True once the engines are dead or unreachable."""
+        ...
+
+
+class TokenizerLike(Protocol):
+    """The tokenizer operations ``/tokenize`` and ``/detokenize`` need (text.Tokenizer)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``."""
+        ...
+
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
+        """Token ids of several texts (releasing the GIL)."""
+        ...
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``token_ids``."""
+        ...
+
+    def convert_ids_to_tokens(self, token_ids: Sequence[int]) -> list[str | None]:
+        """Vocabulary strings of ``token_ids``."""
+        ...
+
+
+ChatTokenizer = Callable[[TokenizeChatRequest], Awaitable[list[int]] | list[int]]
+"""Renders a ``/tokenize`` messages request through the chat template and tokenizes it (the
+chat layer's ``chat_tokenizer``); raises the chat layer's errors for bad messages."""
+
+
+class Services(msgspec.Struct):
+    """What the routes are served from; built once at startup and injected."""
+
+    engine: EngineHealth | None = None
+    tokenizer: TokenizerLike | None = None
+    chat_tokenizer: ChatTokenizer | None = None
+    model_root: str | None = None
+    """``root`` in ``/v1/models``: the model path or hub name (vLLM's ``model_path``)."""
+    metrics_registry: MetricsRegistry | None = None
+    """Registry rendered by ``/metrics`` (default: an empty one of the app's own)."""
+
+
+def check_model(served_model_names: Sequence[str], model: str | None) -> None:
+    """Refuse a request naming a model this server does not serve, as vLLM does."""
+    # vLLM's OpenAIServing._check_model (serve/engine/serving.py)
+    if model and model not in served_model_names:
+        names = ", ".join(served_model_names)
+        raise errors.NotFound(
+            f"The model `{model}` does not exist. Valid aliases: {names}.", param="model"
+        )

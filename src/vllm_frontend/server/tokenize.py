@@ -1,0 +1,56 @@
+"""``POST /tokenize`` and ``/detokenize``, as vLLM 0.32 serves them (serve/tokenize/)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from vllm_frontend.text.prompts import encode_prompt
+
+from . import errors
+from .app import Handler, ServerSettings
+from .protocol import TokenizeCompletionRequest, parse_detokenize_request, parse_tokenize_request
+from .services import Services, check_model
+from .transport import Request, Response, json_response
+
+__all__ = ["tokenize_handlers"]
+
+
+class _TokenizeResponse(msgspec.Struct):
+    count: int
+    max_model_len: int | None
+    tokens: list[int]
+    token_strs: list[str | None] | None
+
+
+class _DetokenizeResponse(msgspec.Struct):
+    prompt: str
+
+
+def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Handler, Handler]:
+    """The ``/tokenize`` and ``/detokenize`` handlers."""
+
+    async def tokenize(request: Request) -> Response:
+        req = parse_tokenize_request(request.body)
+        check_model(settings.served_model_names, req.model)
+        tokenizer = services.tokenizer
+        if tokenizer is None:
+            raise errors.NotImplementedFeature("Tokenization is not available.")
+        if isinstance(req, TokenizeCompletionRequest):
+            ids = await encode_prompt(tokenizer, req.prompt, req.add_special_tokens)
+        else:
+            if services.chat_tokenizer is None:
+                raise errors.NotImplementedFeature("Chat tokenization is not available.")
+            result = services.chat_tokenizer(req)
+            ids = result if isinstance(result, list) else await result
+        strs = tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
+        return json_response(_TokenizeResponse(len(ids), settings.max_model_len, ids, strs))
+
+    async def detokenize(request: Request) -> Response:
+        req = parse_detokenize_request(request.body)
+        check_model(settings.served_model_names, req.model)
+        tokenizer = services.tokenizer
+        if tokenizer is None:
+            raise errors.NotImplementedFeature("Detokenization is not available.")
+        return json_response(_DetokenizeResponse(tokenizer.decode(req.tokens)))
+
+    return tokenize, detokenize
