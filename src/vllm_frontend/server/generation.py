@@ -19,6 +19,7 @@ from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
 from vllm_frontend.text.tokenizer import Tokenizer
 
 from . import errors
+from .services import check_model
 from .transport import Request
 
 __all__ = [
@@ -96,13 +97,9 @@ class ServingContext:
         return self.served_model_names[0]
 
     def check_model(self, model: str | None) -> None:
-        """vLLM's ``_check_model``: an absent model means the default; an unknown one is 404."""
-        if model is None or model in self.served_model_names:
-            return
-        names = ", ".join(self.served_model_names)
-        raise errors.NotFound(
-            f"The model `{model}` does not exist. Valid aliases: {names}.", param="model"
-        )
+        """vLLM's ``_check_model``: an absent (or empty) model means the default; an unknown one
+        is 404."""
+        check_model(self.served_model_names, model)
 
     def as_token_ids(self, req: Any) -> bool:
         """``return_tokens_as_token_ids``: the request's, else the server's."""

@@ -65,8 +65,9 @@ class Services(msgspec.Struct):
 
 
 def check_model(served_model_names: Sequence[str], model: str | None) -> None:
-    """Refuse a request naming a model this server does not serve, as vLLM does."""
-    # vLLM's OpenAIServing._check_model (serve/engine/serving.py)
+    """Refuse a request naming a model this server does not serve, as vLLM does (no model, or
+    an empty name, means the default)."""
+    # vLLM's BaseServing._check_model (serve/engine/serving.py)
     if model and model not in served_model_names:
         names = ", ".join(served_model_names)
         raise errors.NotFound(
