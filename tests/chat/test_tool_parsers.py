@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL
 from tests.support.responses import body as body_of
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import (
@@ -29,23 +30,6 @@ from vllm_frontend.chat.output_parser import (
 pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 pytest.importorskip("vllm")
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-TIME_TOOL = {
-    "type": "function",
-    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
-}
 
 
 @functools.cache
