@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser
+from vllm_frontend.chat.tools.listed_calls import ARGS, EMPTY_ARGS, arguments_delta, arguments_done
 
 __all__ = ["HunyuanA13BToolParser"]
 
@@ -20,8 +21,6 @@ BOT = "<tool_calls>"
 _BLOCK = re.compile(r"<tool_calls>([\s\S]*?)</tool_calls>", re.DOTALL)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
-_EMPTY_ARGS = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"arguments"\s*:\s*\{\s*\}')
-_ARGS = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"arguments"\s*:\s*(\{(?:[^{}]|(?:\{[^{}]*\}))*\})')
 
 
 def _hex() -> str:
@@ -126,13 +125,13 @@ class HunyuanA13BToolParser(ToolParser):
         if not 0 <= index < count:
             return None
         sent = self._sent[index]
-        empty = _EMPTY_ARGS.search(current_text)
+        empty = EMPTY_ARGS.search(current_text)
         if empty and empty.start() > 0 and not sent[1]:
             sent[1], sent[2] = True, "{}"
             if index < count - 1:
                 self._current += 1
             return OutputDelta(tool_calls=[ToolCallDelta(index, arguments="{}")])
-        matches = list(_ARGS.finditer(current_text))
+        matches = list(ARGS.finditer(current_text))
         if index >= len(matches):
             return None
         args_text = matches[index].group(1)
@@ -141,12 +140,7 @@ class HunyuanA13BToolParser(ToolParser):
             if nxt_at != -1:
                 region = current_text[matches[index].start() : nxt_at + 1]
                 args_text = region.split('"arguments":')[1].strip()  # may fail, as in vLLM
-        if not sent[1] and args_text.startswith("{"):
-            sent[1], sent[2] = True, "{"
-            return OutputDelta(tool_calls=[ToolCallDelta(index, arguments="{")])
-        if args_text.startswith(sent[2]) and (new := args_text[len(sent[2]) :]):
-            sent[2] = args_text
-            return OutputDelta(tool_calls=[ToolCallDelta(index, arguments=new)])
-        if args_text.endswith("}") and args_text == sent[2] and index < count - 1:
+        delta = arguments_delta(sent, args_text, index)
+        if delta is None and arguments_done(sent, args_text) and index < count - 1:
             self._current += 1
-        return None
+        return delta

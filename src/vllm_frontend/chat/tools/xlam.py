@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser
+from vllm_frontend.chat.tools.listed_calls import ARGS, EMPTY_ARGS, arguments_delta, arguments_done
 
 __all__ = ["XLamToolParser"]
 
@@ -24,8 +25,6 @@ _BLOCKS = (
 _AFTER_THINK = re.compile(r"</think>([\s\S]*)")
 _OPEN_FENCE = re.compile(r"```(?:json)?\s*([\s\S]*?)(?:```|$)")
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
-_EMPTY_ARGS = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"arguments"\s*:\s*\{\s*\}')
-_ARGS = re.compile(r'"name"\s*:\s*"[^"]+"\s*,\s*"arguments"\s*:\s*(\{(?:[^{}]|(?:\{[^{}]*\}))*\})')
 
 
 def _call_id(index: int) -> str:
@@ -167,13 +166,13 @@ class XLamToolParser(ToolParser):
         if not 0 <= index < count:
             return None
         sent = self._sent[index]
-        empty = _EMPTY_ARGS.search(search)
+        empty = EMPTY_ARGS.search(search)
         if empty and empty.start() > 0 and not sent[1]:
             sent[1], sent[2] = True, "{}"
             if index < count - 1:
                 self._current += 1
             return OutputDelta(tool_calls=[ToolCallDelta(index, arguments="{}")])
-        matches = list(_ARGS.finditer(search))
+        matches = list(ARGS.finditer(search))
         if index >= len(matches):
             return None
         args_text = matches[index].group(1)
@@ -188,12 +187,7 @@ class XLamToolParser(ToolParser):
                         args_text = str(parsed[index].get("arguments", "{}"))
             except (json.JSONDecodeError, KeyError, IndexError):
                 pass
-        if not sent[1] and args_text.startswith("{"):
-            sent[1], sent[2] = True, "{"
-            return OutputDelta(tool_calls=[ToolCallDelta(index, arguments="{")])
-        if args_text.startswith(sent[2]) and (new := args_text[len(sent[2]) :]):
-            sent[2] = args_text
-            return OutputDelta(tool_calls=[ToolCallDelta(index, arguments=new)])
-        if args_text.endswith("}") and args_text == sent[2] and index < count - 1:
+        delta = arguments_delta(sent, args_text, index)
+        if delta is None and arguments_done(sent, args_text) and index < count - 1:
             self._current += 1
-        return None
+        return delta
