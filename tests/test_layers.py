@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"engine"},
     {"llm"},
     {"text"},
+    {"multimodal"},
     {"chat"},
     {"server"},
     {"cmd"},
