@@ -21,6 +21,7 @@ from http import HTTPStatus
 import msgspec
 
 from vllm_frontend.llm.admission import AdmissionRejected
+from vllm_frontend.multimodal.media.errors import MediaError
 
 from .transport import Response
 
@@ -154,6 +155,8 @@ def sanitize_message(message: str) -> str:
 def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
     """(status, type, message, param) for any exception, following vLLM's mapping."""
     if isinstance(exc, ApiError):
+        return exc.status, exc.err_type, exc.message, exc.param
+    if isinstance(exc, MediaError):
         return exc.status, exc.err_type, exc.message, exc.param
     if isinstance(exc, AdmissionRejected):
         # vLLM's GracefulHTTPError: ``type`` is the status phrase.

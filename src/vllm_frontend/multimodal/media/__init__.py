@@ -1,0 +1,11 @@
+"""Fetching and decoding the media requests name (images, audio, video), as vLLM 0.32 does:
+``data:``, ``http(s)://`` and ``file://`` URLs under a :class:`MediaPolicy`, decoded off the
+event loop by a :class:`MediaLoader`; every failure is a :class:`MediaError` carrying vLLM's
+status and message."""
+
+from .errors import MediaError
+from .image import ImageItem
+from .loader import MediaLoader
+from .policy import MediaPolicy
+
+__all__ = ["ImageItem", "MediaError", "MediaLoader", "MediaPolicy"]

@@ -1,0 +1,63 @@
+"""Encoded test images of many modes and formats, made with Pillow, for the media tests."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+from PIL import Image
+
+
+def encode(image: Image.Image, fmt: str, **params: object) -> bytes:
+    """``image`` encoded as ``fmt``."""
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **params)
+    return buffer.getvalue()
+
+
+def data_url(data: bytes, media_type: str = "image/png") -> str:
+    """A base64 ``data:`` URL of ``data``."""
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+def noise(mode: str, size: tuple[int, int], seed: int = 0) -> Image.Image:
+    """A random image of ``mode`` (8 bits per channel modes, plus P with a random palette)."""
+    rng = np.random.default_rng(seed)
+    width, height = size
+    if mode == "P":
+        image = Image.fromarray(rng.integers(0, 256, (height, width), dtype=np.uint8), "L")
+        image = image.convert("P")
+        image.putpalette(rng.integers(0, 256, 768, dtype=np.uint8).tobytes())
+        return image
+    bands = len(Image.new(mode, (1, 1)).getbands())
+    shape = (height, width) if bands == 1 else (height, width, bands)
+    array = rng.integers(0, 256, shape, dtype=np.uint8)
+    return Image.fromarray(array, mode if mode in ("L", "RGB", "RGBA", "LA", "CMYK") else None)
+
+
+def corpus() -> dict[str, bytes]:
+    """Named encoded images covering the mode conversions vLLM does."""
+    rgba = noise("RGBA", (37, 23), 1)
+    palette_with_transparency = noise("P", (20, 30), 2)
+    palette_with_transparency.info["transparency"] = 7
+    rotated = noise("RGB", (40, 16), 3)
+    exif = rotated.getexif()
+    exif[0x0112] = 6  # Orientation: rotate 90° clockwise to display
+    cases = {
+        "rgb.png": encode(noise("RGB", (33, 17)), "PNG"),
+        "rgb.jpg": encode(noise("RGB", (64, 48), 4), "JPEG", quality=90),
+        "rgba.png": encode(rgba, "PNG"),
+        "la.png": encode(noise("LA", (19, 29), 5), "PNG"),
+        "l.png": encode(noise("L", (25, 25), 6), "PNG"),
+        "p.png": encode(noise("P", (21, 11), 7), "PNG"),
+        "p_transparent.png": encode(palette_with_transparency, "PNG", transparency=7),
+        "p_transparent.gif": encode(palette_with_transparency, "GIF", transparency=7),
+        "cmyk.jpg": encode(noise("CMYK", (16, 16), 8), "JPEG"),
+        "exif_rotated.jpg": encode(rotated, "JPEG", exif=exif.tobytes()),
+        "rgba.webp": encode(rgba, "WEBP", lossless=True),
+        "rgb.bmp": encode(noise("RGB", (9, 7), 9), "BMP"),
+        "rgba.tiff": encode(rgba, "TIFF"),
+        "one_bit.png": encode(noise("L", (30, 10), 10).convert("1"), "PNG"),
+    }
+    return cases
