@@ -27,15 +27,15 @@ def is_public_address(host: str) -> bool:
     except ValueError:
         return False
     if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # the IPv4 address is what is connected to
+            return is_public_address(str(address.ipv4_mapped))
+        if address in _NAT64:  # DNS64/NAT64 networks reach IPv4 hosts so: judge the host
+            return is_public_address(str(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)))
         embedded: list[ipaddress.IPv4Address] = []
-        if address.ipv4_mapped is not None:
-            embedded.append(address.ipv4_mapped)
         if address.sixtofour is not None:
             embedded.append(address.sixtofour)
         if address.teredo is not None:
             embedded.extend(address.teredo)
-        if address in _NAT64:
-            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
         if any(not is_public_address(str(inner)) for inner in embedded):
             return False
     return bool(
