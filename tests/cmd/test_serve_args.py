@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -147,6 +148,8 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
         "--enable-prompt-tokens-details", "--enable-force-include-usage",
         "--max-num-queued-reqs", "7", "--max-num-queued-tokens", "0",
         "--h11-max-incomplete-event-size", "1000", "--h11-max-header-count", "9",
+        "--allowed-media-domains", "a.example", "b.example", "--allowed-local-media-path", "/tmp",
+        "--media-io-kwargs", '{"video": {"num_frames": 8}}',
     ]  # fmt: skip
     ours = parse_serve_args(_parser(), ["/m", *cmd]).frontend_args()
     keys = ["served_model_name", "max_logprobs", "api_key", "chat_template_content_format",
@@ -156,7 +159,8 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
             "enable_prompt_tokens_details",
             "enable_force_include_usage", "max_num_queued_reqs",
             "max_num_queued_tokens", "h11_max_incomplete_event_size",
-            "h11_max_header_count"]  # fmt: skip
+            "h11_max_header_count", "allowed_media_domains", "allowed_local_media_path",
+            "media_io_kwargs"]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", _VLLM_PARSE, "--model", "/m", *cmd],
         input=json.dumps(keys),
@@ -168,3 +172,61 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     for k in keys:
         assert ours[k] == theirs[k], k
+
+
+def test_media_flags_reach_the_config_and_the_policy(tmp_path: pathlib.Path) -> None:
+    from vllm_frontend.cmd.assemble import media_policy
+
+    args = parse_serve_args(
+        _parser(),
+        [
+            "m",
+            "--allowed-local-media-path", str(tmp_path),
+            "--allowed-media-domains", "a.example", "b.example",
+            "--allow-private-media-addresses",
+            "--media-io-kwargs", '{"image": {"image_mode": "L"}}',
+        ],
+    )  # fmt: skip
+    assert args.engine_args == []
+    cfg = config_from_args(args.frontend_args())
+    policy = media_policy(cfg)
+    assert policy.allowed_local_media_path == str(tmp_path)
+    assert policy.allowed_media_domains == ("a.example", "b.example")
+    assert policy.allow_private_addresses is True
+    assert policy.media_io_kwargs == {"image": {"image_mode": "L"}}
+    default = media_policy(config_from_args({"model_tag": "m"}))
+    assert (default.allow_private_addresses, default.allowed_media_domains) == (False, ())
+    assert default.allowed_local_media_path == ""
+
+
+def test_private_media_addresses_can_be_allowed_by_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES", "1")
+    assert config_from_args({"model_tag": "m"}).allow_private_media_addresses is True
+
+
+def test_a_bad_allowed_local_media_path_stops_startup(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        config_from_args({"model_tag": "m", "allowed_local_media_path": str(tmp_path / "x")})
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="must be a directory"):
+        config_from_args({"model_tag": "m", "allowed_local_media_path": str(tmp_path / "f")})
+    with pytest.raises(ConfigError, match="media_io_kwargs"):
+        config_from_args({"model_tag": "m", "media_io_kwargs": '{"video": 3}'})
+
+
+def test_media_environment_variables_are_read_as_vllm_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm_frontend.cmd.assemble import media_policy
+
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "7")
+    monkeypatch.setenv("VLLM_MEDIA_URL_ALLOW_REDIRECTS", "0")
+    monkeypatch.setenv("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB", "3")
+    policy = media_policy(config_from_args({"model_tag": "m"}))
+    assert (policy.image_fetch_timeout, policy.allow_redirects) == (7, False)
+    assert policy.max_download_bytes == 3 * 1024 * 1024
+    monkeypatch.setenv("VLLM_AUDIO_FETCH_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="VLLM_AUDIO_FETCH_TIMEOUT"):
+        media_policy(config_from_args({"model_tag": "m"}))

@@ -17,7 +17,7 @@ from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT
 from vllm_frontend.chat.template_cache import TemplateCodeCache
-from vllm_frontend.cmd.config import FrontendConfig
+from vllm_frontend.cmd.config import ConfigError, FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM
@@ -25,6 +25,7 @@ from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
@@ -167,6 +168,7 @@ def build_frontend_app(
         chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
         model_root=config.model,
         metrics_registry=registry,
+        media_policy=media_policy(config),
     )
     return build_app(
         settings,
@@ -178,6 +180,20 @@ def build_frontend_app(
             ),
         },
     )
+
+
+def media_policy(config: FrontendConfig) -> MediaPolicy:
+    """The media loading policy: the configuration's flags over vLLM's environment variables
+    (read as vLLM 0.32 reads them; a malformed one stops startup)."""
+    try:
+        return MediaPolicy.from_env(
+            allowed_local_media_path=config.allowed_local_media_path,
+            allowed_media_domains=tuple(config.allowed_media_domains),
+            allow_private_addresses=config.allow_private_media_addresses,
+            media_io_kwargs=dict(config.media_io_kwargs),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def model_facts(model: ModelResources) -> ModelFacts:

@@ -96,6 +96,15 @@ class FrontendConfig(msgspec.Struct):
     """Refuse new requests (503) while this many engine requests are in flight (None: no cap)."""
     max_num_queued_tokens: int | None = None
     """Refuse new requests (503) while the prompts still in prefill hold this many tokens."""
+    allowed_local_media_path: str = ""
+    """``file://`` media URLs are read only from under this directory (empty: never)."""
+    allowed_media_domains: list[str] = msgspec.field(default_factory=list)
+    """When non-empty, http(s) media URLs (and their redirects) must name one of these hosts."""
+    allow_private_media_addresses: bool = False
+    """Ours: media may be fetched from loopback, private, link-local and other non-global
+    addresses (refused by default; ``VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES=1`` too)."""
+    media_io_kwargs: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    """Per-modality media decoding defaults (``{"video": {"num_frames": 40}}``)."""
 
     @property
     def served_model_names(self) -> list[str]:
@@ -230,11 +239,15 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             continue
         if key not in _FIELD_NAMES:
             continue
-        if key in ("served_model_name", "api_key", "allowed_origins"):
+        if key in ("served_model_name", "api_key", "allowed_origins", "allowed_media_domains"):
             kwargs[key] = _as_list(value)
         elif key in ("allowed_methods", "allowed_headers"):
             kwargs[key] = _as_list(json.loads(value) if isinstance(value, str) else value)
-        elif key in ("default_chat_template_kwargs", "override_generation_config"):
+        elif key in (
+            "default_chat_template_kwargs",
+            "override_generation_config",
+            "media_io_kwargs",
+        ):
             kwargs[key] = _as_dict(key, value)
         else:
             kwargs[key] = value
@@ -293,6 +306,28 @@ def _validate(config: FrontendConfig) -> None:
             f"{', '.join(STRUCTURED_OUTPUTS_BACKENDS)}; got {config.structured_outputs_backend!r}"
         )
     _validate_parsers(config)
+    _validate_media(config)
+
+
+def _validate_media(config: FrontendConfig) -> None:
+    # vLLM checks the path when its first media request builds a MediaConnector; we at startup.
+    if config.allowed_local_media_path:
+        path = os.path.realpath(config.allowed_local_media_path)
+        if not os.path.exists(path):
+            raise ConfigError(
+                f"Invalid `--allowed-local-media-path`: The path {path} does not exist."
+            )
+        if not os.path.isdir(path):
+            raise ConfigError(
+                f"Invalid `--allowed-local-media-path`: The path {path} must be a directory."
+            )
+    for modality, kwargs in config.media_io_kwargs.items():
+        if not isinstance(kwargs, dict):
+            raise ConfigError(
+                f"media_io_kwargs[{modality!r}] must be a JSON object, got {kwargs!r}"
+            )
+    if os.environ.get("VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES", "0") not in ("", "0"):
+        config.allow_private_media_addresses = True
 
 
 def _validate_parsers(config: FrontendConfig) -> None:

@@ -177,6 +177,29 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument("--structured-outputs-config", type=_json_object, default=None)
     p.add_argument("--api-key", nargs="+", default=None)
+    p.add_argument(
+        "--allowed-local-media-path",
+        default=None,
+        help="serve file:// media URLs from under this directory (default: refuse them)",
+    )
+    p.add_argument(
+        "--allowed-media-domains",
+        nargs="+",
+        default=None,
+        help="http(s) media URLs, and their redirects, must name one of these hosts",
+    )
+    p.add_argument(
+        "--allow-private-media-addresses",
+        **opt_bool,
+        help="let media be fetched from loopback, private, link-local and other non-global "
+        "addresses (refused by default)",
+    )
+    p.add_argument(
+        "--media-io-kwargs",
+        type=_json_object,
+        default=None,
+        help='per-modality media decoding defaults, e.g. \'{"video": {"num_frames": 40}}\'',
+    )
     p.add_argument("--allowed-origins", type=_json_list, default=None)
     p.add_argument("--allowed-methods", type=_json_list, default=None)
     p.add_argument("--allowed-headers", type=_json_list, default=None)

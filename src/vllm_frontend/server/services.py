@@ -9,6 +9,7 @@ from typing import Protocol
 import msgspec
 
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.multimodal.media.policy import MediaPolicy
 
 from . import errors
 from .protocol import TokenizeChatRequest
@@ -62,6 +63,8 @@ class Services(msgspec.Struct):
     """``root`` in ``/v1/models``: the model path or hub name (vLLM's ``model_path``)."""
     metrics_registry: MetricsRegistry | None = None
     """Registry rendered by ``/metrics`` (default: an empty one of the app's own)."""
+    media_policy: MediaPolicy = msgspec.field(default_factory=MediaPolicy)
+    """What loading the media requests name may do (paths, domains, addresses, limits)."""
 
 
 def check_model(served_model_names: Sequence[str], model: str | None) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .errors import MediaError
 
@@ -29,8 +30,7 @@ ALLOWED_IMAGE_FORMATS: tuple[str, ...] = (
 _WHITE = (255, 255, 255)
 
 
-@dataclass(frozen=True)
-class ImageOptions:
+class ImageOptions(msgspec.Struct, frozen=True):
     """How an image is decoded (``media_io_kwargs["image"]`` merged over the defaults)."""
 
     mode: str | None = "RGB"
@@ -61,8 +61,7 @@ class ImageOptions:
         return {"image_mode": self.mode, "rgba_background_color": self.background}
 
 
-@dataclass(frozen=True)
-class ImageItem:
+class ImageItem(msgspec.Struct, frozen=True):
     """A decoded image with what vLLM's item hash is computed from: the bytes it was decoded
     from and, when the mode was converted, the conversion settings (``io_config``)."""
 
