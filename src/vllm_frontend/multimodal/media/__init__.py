@@ -7,5 +7,6 @@ from .errors import MediaError
 from .image import ImageItem
 from .loader import MediaLoader
 from .policy import MediaPolicy
+from .video import VideoItem
 
-__all__ = ["ImageItem", "MediaError", "MediaLoader", "MediaPolicy"]
+__all__ = ["ImageItem", "MediaError", "MediaLoader", "MediaPolicy", "VideoItem"]

@@ -14,8 +14,10 @@ from .errors import MediaError
 from .http import HttpFetcher, check_domain
 from .image import ImageItem, ImageOptions, decode_image
 from .policy import MediaPolicy
+from .video import VideoItem, VideoOptions, decode_jpeg_sequence, decode_video
 
 if TYPE_CHECKING:
+    import numpy as np
     from PIL import Image
 
 _T = TypeVar("_T")
@@ -62,14 +64,22 @@ class MediaLoader:
         *,
         timeout: float,
         max_bytes: int | None = None,
-        decode_data: Callable[[str], _T] | None = None,
+        decode_data: Callable[[str, str], _T | None] | None = None,
     ) -> _T:
-        """Fetch ``url``'s bytes and decode them off the loop (vLLM's ``load_from_url``)."""
+        """Fetch ``url``'s bytes and decode them off the loop (vLLM's ``load_from_url``);
+        ``decode_data(media_type, payload)`` may decode a ``data:`` URL's payload itself
+        (None: it does not)."""
         if dataurl.is_data_url(url):
-            _media_type, payload = dataurl.split_data_url(url)
-            if decode_data is not None:
-                return await self._off_loop(decode_data, payload)
-            return await self._off_loop(lambda: decode(dataurl.b64decode(payload)))
+
+            def from_data_url() -> _T:
+                media_type, payload = dataurl.split_data_url(url)
+                if decode_data is not None:
+                    decoded = decode_data(media_type, payload)
+                    if decoded is not None:
+                        return decoded
+                return decode(dataurl.b64decode(payload))
+
+            return await self._off_loop(from_data_url)
         from urllib3.util import parse_url
 
         try:
@@ -115,3 +125,49 @@ class MediaLoader:
         ``media_io_kwargs`` is the request's, already merged over ``--media-io-kwargs``
         (None: the server's). MediaError for anything that cannot be loaded."""
         return (await self.load_image_item(url, media_io_kwargs)).image
+
+    async def load_video_item(
+        self,
+        url: str,
+        media_io_kwargs: MediaIOKwargs | None = None,
+        *,
+        video_processor: str | None = None,
+    ) -> VideoItem:
+        """The video at ``url`` with the bytes vLLM hashes it by."""
+        try:
+            kwargs = media_io_kwargs if media_io_kwargs is not None else self.policy.media_io_kwargs
+            options = VideoOptions.from_kwargs(
+                kwargs.get("video"),
+                ImageOptions.from_kwargs(kwargs.get("image")),
+                self.policy.video_loader_backend,
+                video_processor,
+            )
+            max_pixels = self.policy.max_image_pixels
+
+            def jpeg_frames(media_type: str, payload: str) -> VideoItem | None:
+                if media_type.lower() != "video/jpeg":
+                    return None
+                return decode_jpeg_sequence(payload, options, max_pixels)
+
+            return await self._load(
+                url,
+                lambda data: decode_video(data, options, max_pixels),
+                timeout=self.policy.video_fetch_timeout,
+                decode_data=jpeg_frames,
+            )
+        except Exception as exc:
+            raise MediaError.from_exception(exc) from exc
+
+    async def load_video(
+        self,
+        url: str,
+        media_io_kwargs: MediaIOKwargs | None = None,
+        *,
+        video_processor: str | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The sampled frames (``uint8 [T, H, W, 3]``, RGB) and metadata of the video at ``url``,
+        as vLLM's video loader gives them: ``media_io_kwargs["video"]`` may set ``num_frames``
+        (default 32), ``fps``, ``video_backend`` (a loader), ``frame_recovery``; the model's
+        ``video_processor`` class name picks its loader as vLLM does (Qwen2-VL, Qwen3-VL)."""
+        item = await self.load_video_item(url, media_io_kwargs, video_processor=video_processor)
+        return item.frames, item.metadata
