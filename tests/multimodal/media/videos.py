@@ -34,5 +34,5 @@ def make_video(
 
 def index_of(decoded: np.ndarray) -> int:
     """The index a decoded frame carries (mod 256 / 7 steps)."""
-    value = int(round(float(decoded[:, : decoded.shape[1] // 4].mean())))
+    value = round(float(decoded[:, : decoded.shape[1] // 4].mean()))
     return next(i for i in range(37) if abs((i * 7) % 256 - value) <= 3)
