@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import dataurl, local
+from .audio import AudioOptions, check_base64_size, decode_audio
 from .errors import MediaError
 from .http import HttpFetcher, check_domain
 from .image import ImageItem, ImageOptions, decode_image
@@ -65,6 +67,7 @@ class MediaLoader:
         timeout: float,
         max_bytes: int | None = None,
         decode_data: Callable[[str, str], _T | None] | None = None,
+        decode_file: Callable[[Path], _T] | None = None,
     ) -> _T:
         """Fetch ``url``'s bytes and decode them off the loop (vLLM's ``load_from_url``);
         ``decode_data(media_type, payload)`` may decode a ``data:`` URL's payload itself
@@ -96,10 +99,12 @@ class MediaLoader:
             data = await self._http.fetch(spec.url, timeout=timeout, max_bytes=max_bytes, named=url)
             return await self._off_loop(decode, data)
         if spec.scheme == "file":
-            root = self._root
-            return await self._off_loop(
-                lambda: decode(local.read_local(spec.netloc or "", spec.path or "", root))
-            )
+            netloc, path, root = spec.netloc or "", spec.path or "", self._root
+            if decode_file is not None:
+                return await self._off_loop(
+                    lambda: decode_file(local.local_path(netloc, path, root))
+                )
+            return await self._off_loop(lambda: decode(local.read_local(netloc, path, root)))
         raise MediaError.bad_request("The URL must be either a HTTP, data or file URL.")
 
     async def load_image_item(
@@ -171,3 +176,39 @@ class MediaLoader:
         ``video_processor`` class name picks its loader as vLLM does (Qwen2-VL, Qwen3-VL)."""
         item = await self.load_video_item(url, media_io_kwargs, video_processor=video_processor)
         return item.frames, item.metadata
+
+    async def load_audio(
+        self, url: str, media_io_kwargs: MediaIOKwargs | None = None
+    ) -> tuple[np.ndarray, float]:
+        """The samples (float32, channels averaged to mono) and sample rate (the file's own:
+        vLLM resamples later, in the processor) of the audio at ``url``. An ``input_audio``
+        part is the URL ``data:audio/<format>;base64,<data>`` (see :func:`input_audio_url`).
+        ``media_io_kwargs["audio"]["audio_backend"]`` may pick ``soundfile`` or ``pyav``."""
+        try:
+            kwargs = media_io_kwargs if media_io_kwargs is not None else self.policy.media_io_kwargs
+            options = AudioOptions.from_kwargs(
+                kwargs.get("audio"),
+                max_clip_mb=self.policy.max_audio_clip_mb,
+                max_duration_s=self.policy.max_audio_decode_duration_s,
+                max_decode_bytes=self.policy.max_audio_decode_bytes,
+            )
+
+            def from_base64(_media_type: str, payload: str) -> tuple[np.ndarray, float]:
+                check_base64_size(payload, options)
+                return decode_audio(dataurl.b64decode(payload), options)
+
+            return await self._load(
+                url,
+                lambda data: decode_audio(data, options),
+                timeout=self.policy.audio_fetch_timeout,
+                max_bytes=options.max_bytes,
+                decode_data=from_base64,
+                decode_file=lambda path: decode_audio(path, options),
+            )
+        except Exception as exc:
+            raise MediaError.from_exception(exc) from exc
+
+
+def input_audio_url(data: str, audio_format: str) -> str:
+    """The URL vLLM makes of an ``input_audio`` content part (``{"data", "format"}``)."""
+    return f"data:audio/{audio_format};base64,{data}"
