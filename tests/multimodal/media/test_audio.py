@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("soundfile")
 pytest.importorskip("av")
 
-from tests.multimodal.media.images import data_url  # noqa: E402
-from tests.multimodal.media.sounds import clips, tone, with_soundfile  # noqa: E402
-from vllm_frontend.multimodal.media import MediaError, MediaLoader, MediaPolicy  # noqa: E402
-from vllm_frontend.multimodal.media.loader import input_audio_url  # noqa: E402
+from tests.multimodal.media.images import data_url
+from tests.multimodal.media.sounds import clips, tone, with_soundfile
+from vllm_frontend.multimodal.media import MediaError, MediaLoader, MediaPolicy
+from vllm_frontend.multimodal.media.loader import input_audio_url
 
 
 def load(url: str, kwargs: dict[str, Any] | None = None, **policy: Any) -> tuple[np.ndarray, Any]:

@@ -14,15 +14,15 @@ import pytest
 pytest.importorskip("soundfile")
 pytest.importorskip("av")
 
-from tests.multimodal.media.http_server import MediaServer  # noqa: E402
-from tests.multimodal.media.images import data_url  # noqa: E402
-from tests.multimodal.media.sounds import clips, tone, with_soundfile  # noqa: E402
-from tests.multimodal.media.vllm_reference import (  # noqa: E402
+from tests.multimodal.media.http_server import MediaServer
+from tests.multimodal.media.images import data_url
+from tests.multimodal.media.sounds import clips, tone, with_soundfile
+from tests.multimodal.media.vllm_reference import (
     our_error,
     vllm_connector,
     vllm_outcome,
 )
-from vllm_frontend.multimodal.media import MediaError, MediaLoader, MediaPolicy  # noqa: E402
+from vllm_frontend.multimodal.media import MediaError, MediaLoader, MediaPolicy
 
 pytestmark = pytest.mark.oracle  # imports vLLM as the reference
 
