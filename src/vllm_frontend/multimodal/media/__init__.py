@@ -3,10 +3,11 @@
 event loop by a :class:`MediaLoader`; every failure is a :class:`MediaError` carrying vLLM's
 status and message."""
 
+from .embeds import Embeds
 from .errors import MediaError
 from .image import ImageItem
 from .loader import MediaLoader
 from .policy import MediaPolicy
 from .video import VideoItem
 
-__all__ = ["ImageItem", "MediaError", "MediaLoader", "MediaPolicy", "VideoItem"]
+__all__ = ["Embeds", "ImageItem", "MediaError", "MediaLoader", "MediaPolicy", "VideoItem"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import dataurl, local
 from .audio import AudioOptions, check_base64_size, decode_audio
+from .embeds import Embeds, decode_embeds
 from .errors import MediaError
 from .http import HttpFetcher, check_domain
 from .image import ImageItem, ImageOptions, decode_image
@@ -207,6 +208,25 @@ class MediaLoader:
             )
         except Exception as exc:
             raise MediaError.from_exception(exc) from exc
+
+    async def load_embeds(self, data: str, modality: str = "image") -> Embeds:
+        """A base64 embeddings payload (``.npy`` or ``torch.save``) of ``modality`` (image,
+        audio, video), decoded off the loop as vLLM's ``fetch_*_embedding_async``."""
+        try:
+            limit = self.policy.max_embed_decode_bytes
+            return await self._off_loop(decode_embeds, data, f"{modality}_embeds", limit)
+        except Exception as exc:
+            raise MediaError.from_exception(exc) from exc
+
+    async def load_image_embeds(self, data: str | Mapping[str, Any]) -> Embeds | dict[str, Any]:
+        """``image_embeds`` as vLLM accepts it: a base64 payload, or a mapping whose string
+        values are base64 payloads (decoded concurrently) and whose other values pass as they
+        are (numbers, lists)."""
+        if isinstance(data, str):
+            return await self.load_embeds(data, "image")
+        keys = [key for key, value in data.items() if isinstance(value, str)]
+        tensors = await asyncio.gather(*(self.load_embeds(data[key], "image") for key in keys))
+        return {**data, **dict(zip(keys, tensors, strict=True))}
 
 
 def input_audio_url(data: str, audio_format: str) -> str:

@@ -60,6 +60,9 @@ class MediaPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """``VLLM_MAX_AUDIO_DECODE_DURATION_S``."""
     max_audio_decode_bytes: int = 268435456
     """``VLLM_MAX_AUDIO_DECODE_BYTES``."""
+    max_embed_decode_bytes: int = 2147483648
+    """``VLLM_MAX_EMBED_DECODE_BYTES``: the largest tensor a ``torch.save`` embeds payload may
+    declare (0 or less: no limit)."""
     max_image_pixels: int = 178_956_970
     """``VLLM_MAX_IMAGE_PIXELS`` (0 or less: no limit of ours; Pillow's own still applies)."""
     loading_threads: int = 8
@@ -84,6 +87,7 @@ class MediaPolicy(msgspec.Struct, frozen=True, kw_only=True):
             max_audio_clip_mb=_env_int(env, "VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25"),
             max_audio_decode_duration_s=_env_int(env, "VLLM_MAX_AUDIO_DECODE_DURATION_S", "600"),
             max_audio_decode_bytes=_env_int(env, "VLLM_MAX_AUDIO_DECODE_BYTES", "268435456"),
+            max_embed_decode_bytes=_env_int(env, "VLLM_MAX_EMBED_DECODE_BYTES", "2147483648"),
             max_image_pixels=_env_int(env, "VLLM_MAX_IMAGE_PIXELS", "178956970"),
             loading_threads=_env_int(env, "VLLM_MEDIA_LOADING_THREAD_COUNT", "8"),
             video_loader_backend=env.get("VLLM_VIDEO_LOADER_BACKEND", "opencv"),
