@@ -69,3 +69,4 @@ def guarded_socket_factory(addr_info: tuple[Any, ...]) -> socket.socket:
 
 
 SocketFactory = Callable[[tuple[Any, ...]], socket.socket]
+"""The type of aiohttp's ``socket_factory`` (an ``addr_info`` tuple in, a socket out)."""

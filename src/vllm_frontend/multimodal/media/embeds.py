@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 NUMPY_MAGIC = b"\x93NUMPY"
+"""How a ``.npy`` file starts (anything else is read as a ``torch.save`` file, as vLLM does)."""
 
 # torch storage class -> (torch dtype name, numpy dtype of its raw values)
 _STORAGES: dict[str, tuple[str, str]] = {
@@ -73,6 +74,7 @@ class _TensorUnpickler(pickle.Unpickler):
         self.prefix = prefix
 
     def find_class(self, module: str, name: str) -> Any:
+        """Stand-ins for the few globals a saved tensor names; UnpicklingError otherwise."""
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return _rebuild_tensor
         if (module, name) == ("collections", "OrderedDict"):
@@ -82,6 +84,7 @@ class _TensorUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unsupported global in a tensor file: {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
+        """A storage record: (storage class name, its values read from the archive)."""
         import numpy as np
 
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):

@@ -33,6 +33,7 @@ class _SizeExceeded(Exception):
         self.media_limit = media_limit
 
     def to_media_error(self, url: str) -> MediaError:
+        """vLLM's 422 for the download limit, its 400 for the audio clip limit."""
         if self.media_limit:
             return MediaError.unprocessable(
                 "Failed to fetch media from URL: Remote media download exceeds "

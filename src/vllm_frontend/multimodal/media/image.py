@@ -26,6 +26,7 @@ ALLOWED_IMAGE_FORMATS: tuple[str, ...] = (
     "PIXAR", "PNG", "PPM", "PSD", "QOI", "SGI", "SPIDER", "SUN", "TGA", "TIFF", "WEBP", "XBM",
     "XPM", "XVTHUMB",
 )  # fmt: skip
+"""The image formats Pillow may open for a request (vLLM 0.32's allowlist)."""
 
 _WHITE = (255, 255, 255)
 

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 MIB = 1024 * 1024
+"""Bytes in a MiB (vLLM's ``_MB`` limits are MiB)."""
 
 
 def _env_int(environ: Mapping[str, str], name: str, default: str) -> int:
