@@ -242,3 +242,41 @@ def test_which_addresses_are_public(address: str, public: bool) -> None:
     from vllm_frontend.multimodal.media.addresses import is_public_address
 
     assert is_public_address(address) is public
+
+
+def test_the_check_is_on_the_address_a_name_resolves_to_at_connect_time(
+    server: MediaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name whose DNS answer changes between lookups (rebinding) gets nothing by it: there is
+    # no earlier lookup to fool; the address each connection is about to use is the one judged.
+    import socket
+
+    import aiohttp.connector
+    from aiohttp.abc import AbstractResolver, ResolveResult
+
+    class LoopbackAnswers(AbstractResolver):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            return [
+                ResolveResult(
+                    hostname=host, host="127.0.0.1", port=port, family=socket.AF_INET, proto=0,
+                    flags=0,
+                )
+            ]  # fmt: skip
+
+        async def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(aiohttp.connector, "DefaultResolver", LoopbackAnswers)
+    url = server.url("files/a.png").replace("127.0.0.1", "media.example")
+    before = len(server.requests)
+    err = error(url, allow_private_addresses=False)
+    assert "--allow-private-media-addresses" in err.message
+    assert "media.example" in err.message
+    assert len(server.requests) == before
+    assert load(url, allow_private_addresses=True).size == (40, 30)  # the answer was used
+    assert len(server.requests) == before + 1
