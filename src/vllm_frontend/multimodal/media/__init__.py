@@ -6,8 +6,18 @@ status and message."""
 from .embeds import Embeds
 from .errors import MediaError
 from .image import ImageItem
-from .loader import MediaLoader
+from .kwargs import merge_media_io_kwargs
+from .loader import MediaLoader, input_audio_url
 from .policy import MediaPolicy
 from .video import VideoItem
 
-__all__ = ["Embeds", "ImageItem", "MediaError", "MediaLoader", "MediaPolicy", "VideoItem"]
+__all__ = [
+    "Embeds",
+    "ImageItem",
+    "MediaError",
+    "MediaLoader",
+    "MediaPolicy",
+    "VideoItem",
+    "input_audio_url",
+    "merge_media_io_kwargs",
+]

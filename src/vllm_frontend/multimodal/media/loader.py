@@ -128,8 +128,9 @@ class MediaLoader:
     ) -> Image.Image:
         """The image at ``url``, decoded and converted as vLLM converts it (RGB by default;
         ``media_io_kwargs["image"]`` may set ``image_mode`` and ``rgba_background_color``).
-        ``media_io_kwargs`` is the request's, already merged over ``--media-io-kwargs``
-        (None: the server's). MediaError for anything that cannot be loaded."""
+        ``media_io_kwargs`` is the request's, already merged over ``--media-io-kwargs`` by
+        :func:`merge_media_io_kwargs` (None: the server's). MediaError for anything that cannot
+        be loaded."""
         return (await self.load_image_item(url, media_io_kwargs)).image
 
     async def load_video_item(
