@@ -70,3 +70,20 @@ def test_serve_imports_numpy_and_jinja2_only_for_requests_that_need_them(
         assert status == 200, body
         assert len(json.loads(body)["choices"]) == 2
         assert _numpy_imported(pid)
+
+
+def test_importing_the_runner_leaves_the_media_libraries_unimported() -> None:
+    # The server carries the media policy from startup; loading media (aiohttp, Pillow, OpenCV,
+    # soundfile, PyAV and the loader's own modules) waits for the first request with media.
+    heavy = [
+        "aiohttp", "PIL", "cv2", "soundfile", "av", "pybase64",
+        "vllm_frontend.multimodal.media.loader", "vllm_frontend.multimodal.media.http",
+    ]  # fmt: skip
+    code = (
+        "import sys, vllm_frontend.cmd.runner\n"
+        "import vllm_frontend.multimodal.media.policy\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

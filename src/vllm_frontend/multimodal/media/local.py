@@ -4,7 +4,6 @@ them (symlinks and ``..`` resolved before the check)."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.request import url2pathname
 
 from .errors import MediaError
 
@@ -18,6 +17,8 @@ def local_path(netloc: str, path: str, root: Path | None) -> Path:
             "InternalServerError",
             "Cannot load local files without `--allowed-local-media-path`.",
         )
+    from urllib.request import url2pathname
+
     named = Path(url2pathname(netloc + path))
     resolved = named.resolve()
     if root not in resolved.parents:
