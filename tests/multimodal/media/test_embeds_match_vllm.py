@@ -110,7 +110,7 @@ def test_payloads_vllm_refuses_are_refused_with_its_status(
         mine, reference = ours(payload), theirs(payload)
         assert mine[0] == reference[0] == "error"
         assert mine[1][0] == reference[1][0], (mine, reference)  # the status
-        if mine[1][0] == 400:
+        if not mine[1][2].startswith("File is not a zip file"):  # torch.load's own wording
             assert mine == reference
     import torch
 

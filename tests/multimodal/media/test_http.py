@@ -109,18 +109,18 @@ def test_client_error_statuses_are_422(server: MediaServer, code: int) -> None:
 
 
 @pytest.mark.parametrize("code", [408, 429, 500, 503])
-def test_transient_statuses_are_500_after_the_retries(server: MediaServer, code: int) -> None:
+def test_transient_statuses_are_a_400_after_the_retries(server: MediaServer, code: int) -> None:
     before = server.requests.count(f"/status/{code}")
     err = error(server.url(f"status/{code}"), fetch_max_retries=2)
-    assert (err.status, err.err_type) == (500, "InternalServerError")
+    assert (err.status, err.err_type) == (400, "BadRequestError")
     assert err.message.startswith(f"{code}, message=")
     # vLLM retries 5xx only: 408 and 429 are answered as they are, at once
     assert server.requests.count(f"/status/{code}") - before == (2 if code >= 500 else 1)
 
 
-def test_an_unreachable_host_is_a_500() -> None:
+def test_an_unreachable_host_is_a_400_not_vllms_500() -> None:
     err = error("http://127.0.0.1:9/a.png")
-    assert (err.status, err.err_type) == (500, "InternalServerError")
+    assert (err.status, err.err_type) == (400, "BadRequestError")
     assert err.message.startswith("Cannot connect to host 127.0.0.1:9")
 
 
@@ -144,11 +144,11 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading(server: Medi
     assert f"(received at least {size} bytes)" in err.message
 
 
-def test_a_slow_server_times_out_with_a_500(server: MediaServer) -> None:
+def test_a_slow_server_times_out_with_a_400(server: MediaServer) -> None:
     url = server.url("drip/a.png?delay=0.5&pieces=10")
     started = time.monotonic()
     err = error(url, image_fetch_timeout=1)
-    assert (err.status, err.err_type) == (500, "InternalServerError")
+    assert (err.status, err.err_type) == (400, "BadRequestError")
     assert time.monotonic() - started < 3
 
 

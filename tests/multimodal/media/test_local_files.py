@@ -53,7 +53,7 @@ def test_a_file_under_the_allowed_path_loads(tree: pathlib.Path) -> None:
 
 def test_without_the_flag_file_urls_are_refused(tree: pathlib.Path) -> None:
     err = error(f"file://{tree}/sub/a.png", "")
-    assert (err.status, err.err_type) == (500, "InternalServerError")  # as vLLM answers
+    assert (err.status, err.err_type) == (400, "BadRequestError")  # vLLM answers 500
     assert err.message == "Cannot load local files without `--allowed-local-media-path`."
 
 
@@ -71,9 +71,9 @@ def test_the_root_itself_is_not_a_file_under_it(tree: pathlib.Path) -> None:
     assert error(f"file://{tree}", str(tree)).status == 400
 
 
-def test_a_missing_file_is_vllms_500(tree: pathlib.Path) -> None:
+def test_a_missing_file_is_a_400_not_vllms_500(tree: pathlib.Path) -> None:
     err = error(f"file://{tree}/sub/missing.png", str(tree))
-    assert (err.status, err.err_type) == (500, "InternalServerError")
+    assert (err.status, err.err_type) == (400, "BadRequestError")
     assert "No such file or directory" in err.message
 
 

@@ -106,11 +106,11 @@ def test_frames_over_the_pixel_limit_are_a_400() -> None:
     assert err.message.startswith("Video frame dimensions 64x48 (3072 pixels) exceed")
 
 
-def test_loaders_vllm_has_and_we_lack_are_a_501_unknown_ones_vllms_500() -> None:
+def test_loaders_vllm_has_and_we_lack_are_a_501_unknown_ones_a_400() -> None:
     err = error(data_url(VIDEO), {"video": {"video_backend": "molmo2"}})
     assert (err.status, err.err_type) == (501, "NotImplementedError")
     err = error(data_url(VIDEO), {"video": {"video_backend": "nope"}})
-    assert (err.status, err.message) == (500, "Extension class nope not found")
+    assert (err.status, err.message) == (400, "Extension class nope not found")
     err = error(data_url(VIDEO), {"video": {"backend": "nope"}})
     assert err.status == 400
     assert err.message.startswith("Unknown video codec backend 'nope'")

@@ -19,10 +19,14 @@ def vllm_connector(**kwargs: Any) -> Any:
 
 
 def vllm_error(exc: BaseException) -> tuple[int, str, str, str | None]:
-    """(status, type, message, param) of vLLM's error response for ``exc``."""
+    """(status, type, message, param) of vLLM's error response for ``exc``, with our one
+    deliberate difference applied: vLLM's 500 for media that cannot be fetched or read is a 400
+    ``BadRequestError`` here (MediaError's docstring says why)."""
     from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
 
     info = create_error_response(exc).error  # type: ignore[arg-type]
+    if info.code == 500:
+        return 400, "BadRequestError", info.message, info.param
     return info.code, info.type, info.message, info.param
 
 

@@ -153,6 +153,7 @@ def _missing(extra_module: str) -> MediaError:
         500,
         "InternalServerError",
         f"audio decoding needs the {extra_module!r} package (install vllm-frontend-py[audio])",
+        server_fault=True,
     )
 
 

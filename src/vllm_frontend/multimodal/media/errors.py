@@ -19,10 +19,28 @@ def _with_extras(message: str, parameter: str | None, value: Any) -> str:
 class MediaError(Exception):
     """Media that cannot be loaded, with what vLLM's error response says about it: ``status``
     (400, 422, 500, 501), ``err_type`` (``BadRequestError``, ...), ``message`` (unsanitized;
-    the server strips addresses and paths from it as vLLM does) and ``param``."""
+    the server strips addresses and paths from it as vLLM does) and ``param``.
 
-    def __init__(self, status: int, err_type: str, message: str, param: str | None = None) -> None:
+    One deliberate difference: vLLM answers 500 for media a request names that cannot be fetched
+    or read (an unreachable host, a timeout, an upstream error status, a missing file, a
+    decompression bomb, a ``file://`` URL the server does not serve). The request is at fault
+    there, not the server, so such errors are 400 ``BadRequestError`` here, with vLLM's message;
+    ``vllm_status`` keeps vLLM's status. Only ``server_fault`` errors (this installation lacks
+    a decoder) stay 500."""
+
+    def __init__(
+        self,
+        status: int,
+        err_type: str,
+        message: str,
+        param: str | None = None,
+        *,
+        server_fault: bool = False,
+    ) -> None:
         super().__init__(message)
+        self.vllm_status = status
+        if status == 500 and not server_fault:
+            status, err_type = 400, "BadRequestError"
         self.status = status
         self.err_type = err_type
         self.message = message
@@ -49,7 +67,8 @@ class MediaError(Exception):
     def from_exception(cls, exc: BaseException) -> MediaError:
         """What vLLM's error handler answers for an exception it did not raise on purpose:
         400 for ``ValueError``/``TypeError``/``OverflowError``, 501 for ``NotImplementedError``,
-        500 ``InternalServerError`` for anything else; the message is ``str(exc)``."""
+        500 ``InternalServerError`` for anything else (a 400 here, see the class); the message
+        is ``str(exc)``."""
         if isinstance(exc, MediaError):
             return exc
         if isinstance(exc, (ValueError, TypeError, OverflowError)):
