@@ -1,0 +1,52 @@
+"""Comparing a processor's output with transformers' (the test-only reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+def assert_same_outputs(
+    expected: Mapping[str, Any], got: Mapping[str, np.ndarray], what: str
+) -> None:
+    """``got`` has ``expected``'s keys, and each value its dtype, shape and exact bytes (float
+    tensors bit for bit: -0.0 and 0.0 differ, NaNs compare by payload)."""
+    assert sorted(got) == sorted(expected), (what, sorted(got), sorted(expected))
+    for key, value in expected.items():
+        want = np.asarray(value)
+        have = got[key]
+        assert isinstance(have, np.ndarray), (what, key, type(have))
+        assert have.dtype == want.dtype, (what, key, have.dtype, want.dtype)
+        assert have.shape == want.shape, (what, key, have.shape, want.shape)
+        if have.tobytes() != want.tobytes():
+            diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
+            where = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            raise AssertionError(
+                f"{what}: {key} differs at {int(np.count_nonzero(diff))} of {diff.size} elements, "
+                f"max {float(diff.max())} at {where}"
+            )
+
+
+def assert_close_outputs(
+    expected: Mapping[str, Any], got: Mapping[str, np.ndarray], what: str, atol: float
+) -> None:
+    """As :func:`assert_same_outputs`, but float tensors within ``atol`` (integers still exact)."""
+    assert sorted(got) == sorted(expected), (what, sorted(got), sorted(expected))
+    for key, value in expected.items():
+        want = np.asarray(value)
+        have = got[key]
+        assert have.dtype == want.dtype and have.shape == want.shape, (
+            what,
+            key,
+            have.dtype,
+            want.dtype,
+            have.shape,
+            want.shape,
+        )
+        if np.issubdtype(want.dtype, np.floating):
+            diff = float(np.max(np.abs(have - want), initial=0.0))
+            assert diff <= atol, f"{what}: {key} differs by {diff} > {atol}"
+        else:
+            assert np.array_equal(have, want), (what, key)
