@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 
 
 def assert_same_outputs(
@@ -50,3 +51,22 @@ def assert_close_outputs(
             assert diff <= atol, f"{what}: {key} differs by {diff} > {atol}"
         else:
             assert np.array_equal(have, want), (what, key)
+
+
+def assert_same_or_both_fail(
+    reference: Callable[[], Mapping[str, Any]],
+    ours: Callable[[], Mapping[str, np.ndarray]],
+    what: str,
+) -> bool:
+    """:func:`assert_same_outputs` of the two calls' results, or both calls raise (an input the
+    reference refuses, such as a size that rounds to 0 pixels, is refused by ours too). Whether
+    the reference answered."""
+    try:
+        expected = reference()
+    except Exception as error:
+        with pytest.raises(Exception):  # noqa: B017
+            ours()
+        print(f"both refuse {what}: {error!r}")
+        return False
+    assert_same_outputs(dict(expected), ours(), what)
+    return True
