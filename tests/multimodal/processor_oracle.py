@@ -54,19 +54,21 @@ def assert_close_outputs(
 
 
 def assert_same_or_both_fail(
-    reference: Callable[[], Mapping[str, Any]],
-    ours: Callable[[], Mapping[str, np.ndarray]],
+    reference: Callable[..., Mapping[str, Any]],
+    ours: Callable[..., Mapping[str, np.ndarray]],
+    items: list[Any],
     what: str,
+    **kwargs: Any,
 ) -> bool:
-    """:func:`assert_same_outputs` of the two calls' results, or both calls raise (an input the
-    reference refuses, such as a size that rounds to 0 pixels, is refused by ours too). Whether
-    the reference answered."""
+    """:func:`assert_same_outputs` of ``reference(items, return_tensors="np", **kwargs)`` and
+    ``ours(items, **kwargs)``, or both calls raise (an input the reference refuses, such as a size
+    that rounds to 0 pixels, is refused by ours too). Whether the reference answered."""
     try:
-        expected = reference()
-    except Exception as error:
-        with pytest.raises(Exception):  # noqa: B017
-            ours()
+        expected = reference(items, return_tensors="np", **kwargs)
+    except Exception as error:  # noqa: BLE001 - any refusal of the reference
+        with pytest.raises(Exception):  # noqa: B017, PT011
+            ours(items, **kwargs)
         print(f"both refuse {what}: {error!r}")
         return False
-    assert_same_outputs(dict(expected), ours(), what)
+    assert_same_outputs(dict(expected), dict(ours(items, **kwargs)), what)
     return True
