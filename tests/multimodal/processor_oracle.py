@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -72,3 +74,20 @@ def assert_same_or_both_fail(
         return False
     assert_same_outputs(dict(expected), dict(ours(items, **kwargs)), what)
     return True
+
+
+def source_function(path: str, qualname: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    """The function ``qualname`` ("Class.method" or "function") of the Python file ``path``,
+    compiled from its source alone in ``namespace``: the reference's own code, for modules that
+    cannot be imported here (vLLM's and transformers' modules that import torchvision)."""
+    tree = ast.parse(pathlib.Path(path).read_text(encoding="utf-8"))
+    nodes: list[ast.stmt] = tree.body
+    *owners, name = qualname.split(".")
+    for owner in owners:
+        nodes = next(n for n in nodes if isinstance(n, ast.ClassDef) and n.name == owner).body
+    function = next(n for n in nodes if isinstance(n, ast.FunctionDef) and n.name == name)
+    function.decorator_list = []
+    module = ast.Module(body=[function], type_ignores=[])
+    scope = dict(namespace)
+    exec(compile(module, path, "exec"), scope)
+    return scope[name]
