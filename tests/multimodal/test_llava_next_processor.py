@@ -1,0 +1,116 @@
+"""Our LLaVA-NeXT image processor equals transformers' ``LlavaNextImageProcessorPil`` bit for bit,
+and its image token count equals vLLM 0.32's (``LlavaNextProcessingInfo.get_num_image_tokens``,
+compiled from its source: vLLM's llava modules import torchvision through transformers' pixtral)."""
+
+from __future__ import annotations
+
+import pathlib
+import types
+from typing import Any
+
+import pytest
+import vllm
+from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
+from tests.multimodal.random_images import image_cases
+from transformers import LlavaNextImageProcessorPil
+from transformers.models.llava_next.modeling_llava_next import get_anyres_image_grid_shape
+from vllm.model_executor.models.clip import CLIPEncoderInfo
+from vllm.model_executor.models.vision import get_num_selected_vision_tokens
+
+from vllm_frontend.multimodal.processors.llava_next import (
+    LlavaNextImageProcessor,
+    num_image_tokens,
+)
+
+pytestmark = pytest.mark.oracle
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+# llava-hf/llava-v1.6-mistral-7b-hf's preprocessor_config.json values.
+LLAVA_16: dict[str, Any] = {
+    "crop_size": {"height": 336, "width": 336},
+    "do_center_crop": True,
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_pad": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_grid_pinpoints": PINPOINTS,
+    "image_mean": CLIP_MEAN,
+    "image_std": CLIP_STD,
+    "resample": 3,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"shortest_edge": 336},
+}
+# the same at a sixth of the size, with a grid that is not the default's, for many fast cases.
+SMALL: dict[str, Any] = {
+    **LLAVA_16,
+    "crop_size": {"height": 56, "width": 56},
+    "size": {"shortest_edge": 56},
+    "image_grid_pinpoints": [[56, 112], [112, 56], [112, 112], [168, 56], [56, 168], [168, 168]],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "kwargs"),
+    [
+        ("llava-v1.6", LLAVA_16, {}),
+        ("small", SMALL, {}),
+        (
+            "small bilinear square",
+            {**SMALL, "resample": 2, "size": {"height": 56, "width": 56}},
+            {},
+        ),
+        ("small no resize", SMALL, {"do_resize": False}),
+    ],
+)
+def test_pixel_values_and_image_sizes_equal_transformers(
+    name: str, config: dict[str, Any], kwargs: dict[str, Any]
+) -> None:
+    reference = LlavaNextImageProcessorPil(**config)
+    ours = LlavaNextImageProcessor(config)
+    images = image_cases(seed=len(name), count=12 if name == "llava-v1.6" else 26)
+    batches = [[image] for image in images] + [images[i : i + 3] for i in range(0, 9, 3)]
+    answered = sum(
+        assert_same_or_both_fail(reference, ours.preprocess, batch, f"{name} {batch}", **kwargs)
+        for batch in batches
+    )
+    assert answered == len(batches)
+
+
+_LLAVA_NEXT = str(pathlib.Path(vllm.__file__).parent / "model_executor/models/llava_next.py")
+_NAMESPACE = {
+    "get_num_selected_vision_tokens": get_num_selected_vision_tokens,
+    "get_anyres_image_grid_shape": get_anyres_image_grid_shape,
+}
+vllm_num_image_tokens = source_function(
+    _LLAVA_NEXT, "LlavaNextProcessingInfo.get_num_image_tokens", _NAMESPACE
+)
+vllm_num_unpadded_features = source_function(
+    _LLAVA_NEXT, "LlavaNextProcessingInfo._get_num_unpadded_features", _NAMESPACE
+)
+
+
+@pytest.mark.parametrize(
+    ("pinpoints", "image_size", "patch_size", "strategy"),
+    [(PINPOINTS, 336, 14, "default"), ([[224, 448], [448, 224], [448, 448]], 224, 16, "full")],
+)
+def test_image_token_counts_equal_vllms(
+    pinpoints: list[list[int]], image_size: int, patch_size: int, strategy: str
+) -> None:
+    hf_config = types.SimpleNamespace(
+        vision_feature_select_strategy=strategy,
+        image_grid_pinpoints=pinpoints,
+        vision_config=types.SimpleNamespace(image_size=image_size, patch_size=patch_size),
+    )
+    info = types.SimpleNamespace(
+        get_hf_config=lambda: hf_config,
+        get_vision_encoder_info=lambda: CLIPEncoderInfo(hf_config),
+    )
+    info._get_num_unpadded_features = lambda **kw: vllm_num_unpadded_features(info, **kw)
+    for width in (1, 7, 100, 335, 336, 337, 500, 672, 999, 1008, 1500, 4000):
+        for height in (1, 3, 100, 336, 480, 672, 1000, 2000, 3000):
+            want = vllm_num_image_tokens(info, image_width=width, image_height=height)
+            got = num_image_tokens(height, width, pinpoints, image_size, patch_size, strategy)
+            assert got == want, (width, height)
