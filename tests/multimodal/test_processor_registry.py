@@ -1,0 +1,32 @@
+"""The processors are found by the type names models' preprocessor configs give."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from vllm_frontend.multimodal.processors import PROCESSORS, processor_class
+from vllm_frontend.multimodal.processors.basic import CLIPImageProcessor
+from vllm_frontend.multimodal.processors.idefics3 import Idefics3ImageProcessor
+
+
+def test_type_names_with_backend_suffixes_find_the_processor() -> None:
+    assert processor_class("Idefics3ImageProcessor") is Idefics3ImageProcessor
+    assert processor_class("CLIPImageProcessorFast") is CLIPImageProcessor
+    assert processor_class("CLIPImageProcessorPil") is CLIPImageProcessor
+    assert processor_class("Qwen2VLImageProcessorFast") is None
+    assert processor_class("NoSuchImageProcessor") is None
+
+
+def test_every_registered_processor_builds_from_an_empty_config() -> None:
+    image = Image.fromarray(np.full((30, 50, 3), 128, dtype=np.uint8))
+    for name in PROCESSORS:
+        cls = processor_class(name)
+        assert cls is not None, name
+        processor = cls({})
+        if name == "WhisperFeatureExtractor":
+            out = processor.extract([np.zeros(1600, dtype=np.float32)])
+            assert out["input_features"].shape == (1, 80, 3000)
+        else:
+            out = processor.preprocess([image])
+            assert out["pixel_values"].dtype == np.float32, name
