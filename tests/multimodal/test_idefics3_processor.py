@@ -8,7 +8,7 @@ import types
 import pytest
 from tests.multimodal.processor_oracle import assert_same_outputs
 from tests.multimodal.random_images import image_cases
-from transformers import Idefics3ImageProcessorPil
+from transformers import Idefics3ImageProcessorPil, SmolVLMImageProcessorPil
 from vllm.model_executor.models.idefics3 import Idefics3ProcessingInfo
 
 from vllm_frontend.multimodal.processors.idefics3 import Idefics3ImageProcessor, image_replacement
@@ -87,3 +87,14 @@ def test_prompt_text_per_image_equals_vllms(name: str) -> None:
             info, image_width=width, image_height=height, processor=processor, mm_kwargs={}
         )
         assert image_replacement(patches[1], patches[2], seq_len) == want, (width, height)
+
+
+def test_smolvlm_pixel_values_equal_transformers() -> None:
+    """SmolVLM's image processor (generated from Idefics3's) with SmolVLM's tile size."""
+    config = {"max_image_size": {"longest_edge": 512}, "size": {"longest_edge": 2048}}
+    reference = SmolVLMImageProcessorPil(**config)
+    ours = Idefics3ImageProcessor(config)
+    for image in image_cases(seed=99, count=8):
+        expected = reference([image], return_tensors="np", return_row_col_info=True)
+        got = ours.preprocess([image], return_row_col_info=True)
+        assert_same_outputs(dict(expected), got, f"smolvlm {image}")

@@ -15,6 +15,8 @@ from typing import Any
 # suffixes name transformers' backends of the same processor).
 PROCESSORS: dict[str, str] = {
     "Idefics3ImageProcessor": "idefics3:Idefics3ImageProcessor",
+    # transformers generates SmolVLM's from Idefics3's: the same steps and defaults.
+    "SmolVLMImageProcessor": "idefics3:Idefics3ImageProcessor",
     "CLIPImageProcessor": "basic:CLIPImageProcessor",
     "SiglipImageProcessor": "basic:SiglipImageProcessor",
     "Gemma3ImageProcessor": "gemma3:Gemma3ImageProcessor",
