@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.multimodal.processor_oracle import assert_same_or_both_fail, assert_same_outputs
-from tests.multimodal.random_images import image_cases
 from transformers import CLIPImageProcessorPil, SiglipImageProcessorPil
 
+from tests.multimodal.processor_oracle import assert_same_or_both_fail, assert_same_outputs
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.basic import CLIPImageProcessor, SiglipImageProcessor
 
 pytestmark = pytest.mark.oracle

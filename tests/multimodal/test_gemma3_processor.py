@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.multimodal.processor_oracle import assert_same_or_both_fail
-from tests.multimodal.random_images import image_cases
 from transformers import Gemma3ImageProcessorPil, Gemma3Processor
 
+from tests.multimodal.processor_oracle import assert_same_or_both_fail
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.gemma3 import (
     BOI_TOKEN,
     EOI_TOKEN,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import types
 
 import pytest
-from tests.multimodal.processor_oracle import assert_same_outputs
-from tests.multimodal.random_images import image_cases
 from transformers import Idefics3ImageProcessorPil, SmolVLMImageProcessorPil
 from vllm.model_executor.models.idefics3 import Idefics3ProcessingInfo
 
+from tests.multimodal.processor_oracle import assert_same_outputs
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.idefics3 import Idefics3ImageProcessor, image_replacement
 
 pytestmark = pytest.mark.oracle

@@ -9,10 +9,10 @@ import types
 from typing import Any
 
 import pytest
-from tests.multimodal.processor_oracle import assert_same_or_both_fail
-from tests.multimodal.random_images import image_cases
 from transformers import GotOcr2ImageProcessorPil, InternVLProcessor
 
+from tests.multimodal.processor_oracle import assert_same_or_both_fail
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.internvl import (
     INTERNVL_DEFAULTS,
     GotOcr2ImageProcessor,

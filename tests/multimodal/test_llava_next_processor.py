@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 import vllm
-from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
-from tests.multimodal.random_images import image_cases
-from transformers import LlavaNextImageProcessorPil
+from transformers import LlavaNextImageProcessorPil, LlavaOnevisionImageProcessorPil
 from transformers.models.llava_next.modeling_llava_next import get_anyres_image_grid_shape
 from vllm.model_executor.models.clip import CLIPEncoderInfo
 from vllm.model_executor.models.vision import get_num_selected_vision_tokens
 
+from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.llava_next import (
     LlavaNextImageProcessor,
+    LlavaOnevisionImageProcessor,
     num_image_tokens,
 )
 
@@ -77,6 +78,26 @@ def test_pixel_values_and_image_sizes_equal_transformers(
         for batch in batches
     )
     assert answered == len(batches)
+
+
+# llava-hf/llava-onevision-qwen2-0.5b-ov-hf's values are the class defaults (384-pixel patches, the
+# 6 x 6 grid); the small variant keeps the grid's shape at 28-pixel patches.
+ONEVISION_SMALL: dict[str, Any] = {
+    "size": {"height": 28, "width": 28},
+    "image_grid_pinpoints": [[h * 28, w * 28] for h in range(1, 7) for w in range(1, 7)],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "config"), [("onevision", {}), ("onevision small", ONEVISION_SMALL)]
+)
+def test_onevision_pixel_values_equal_transformers(name: str, config: dict[str, Any]) -> None:
+    reference = LlavaOnevisionImageProcessorPil(**config)
+    ours = LlavaOnevisionImageProcessor(config)
+    images = image_cases(seed=len(name), count=8 if name == "onevision" else 24)
+    batches = [[image] for image in images] + [images[i : i + 3] for i in range(0, 6, 3)]
+    for batch in batches:
+        assert assert_same_or_both_fail(reference, ours.preprocess, batch, f"{name} {batch}")
 
 
 _LLAVA_NEXT = str(pathlib.Path(vllm.__file__).parent / "model_executor/models/llava_next.py")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import transformers
 import vllm
-from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
-from tests.multimodal.random_images import image_cases
 from transformers import PixtralImageProcessorPil
 
+from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
+from tests.multimodal.random_images import image_cases
 from vllm_frontend.multimodal.processors.pixtral import PixtralImageProcessor, image_tokens
 
 pytestmark = pytest.mark.oracle

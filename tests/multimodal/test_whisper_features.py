@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.multimodal.processor_oracle import assert_close_outputs
 from transformers import WhisperFeatureExtractor as ReferenceExtractor
 from transformers.models.whisper import feature_extraction_whisper
 
+from tests.multimodal.processor_oracle import assert_close_outputs
 from vllm_frontend.multimodal.processors.whisper import (
     QWEN_AUDIO_DEFAULTS,
     WhisperFeatureExtractor,

@@ -23,6 +23,7 @@ PROCESSORS: dict[str, str] = {
     "PixtralImageProcessor": "pixtral:PixtralImageProcessor",
     "GotOcr2ImageProcessor": "internvl:GotOcr2ImageProcessor",
     "LlavaNextImageProcessor": "llava_next:LlavaNextImageProcessor",
+    "LlavaOnevisionImageProcessor": "llava_next:LlavaOnevisionImageProcessor",
     "WhisperFeatureExtractor": "whisper:WhisperFeatureExtractor",
 }
 

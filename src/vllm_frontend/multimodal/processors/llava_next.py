@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from PIL import Image
@@ -69,8 +69,10 @@ def fitted_size(height: int, width: int, target_height: int, target_width: int) 
 class LlavaNextImageProcessor:
     """transformers' ``LlavaNextImageProcessor`` (PIL backend) of one model's config."""
 
+    DEFAULTS: ClassVar[dict[str, Any]] = DEFAULTS
+
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self.options = Options(DEFAULTS, config)
+        self.options = Options(self.DEFAULTS, config)
 
     def preprocess(self, images: list[Image.Image], **kwargs: Any) -> dict[str, np.ndarray]:
         """``pixel_values`` (images, patches, C, H, W) float32 and ``image_sizes`` (images, 2)
@@ -147,6 +149,28 @@ class LlavaNextImageProcessor:
         ]
         whole = image_ops.to_channels_first(image_ops.resize(image, base[0], base[1], resample))
         return [whole, *patches]
+
+
+class LlavaOnevisionImageProcessor(LlavaNextImageProcessor):
+    """transformers' ``LlavaOnevisionImageProcessor`` (PIL backend) for the images of one prompt
+    given as a flat list (each image its own sample, so each is cut into patches, as LLaVA-NeXT's):
+    384 x 384 patches, no center crop, the 6 x 6 grid of resolutions, and ``batch_num_images``."""
+
+    DEFAULTS: ClassVar[dict[str, Any]] = {
+        **DEFAULTS,
+        "size": {"height": 384, "width": 384},
+        "crop_size": None,
+        "do_center_crop": None,
+        "image_grid_pinpoints": [
+            [height * 384, width * 384] for height in range(1, 7) for width in range(1, 7)
+        ],
+    }
+
+    def preprocess(self, images: list[Image.Image], **kwargs: Any) -> dict[str, np.ndarray]:
+        """LLaVA-NeXT's outputs and ``batch_num_images`` (images,) int64, all ones."""
+        out = super().preprocess(images, **kwargs)
+        out["batch_num_images"] = np.ones(len(images), dtype=np.int64)
+        return out
 
 
 def num_image_tokens(
