@@ -63,7 +63,7 @@ def image_cases(seed: int, count: int, modes: list[str] | None = None) -> list[I
         if index < len(SIZES):
             width, height = SIZES[index]
         else:
-            area = rng.uniform(1, 2_000_000)
+            area = rng.uniform(1, 1_200_000)
             ratio = float(np.exp(rng.uniform(-3, 3)))
             width = max(1, int((area * ratio) ** 0.5))
             height = max(1, int((area / ratio) ** 0.5))
