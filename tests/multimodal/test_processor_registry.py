@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from vllm_frontend.multimodal.processors import PROCESSORS, processor_class
@@ -30,3 +31,11 @@ def test_every_registered_processor_builds_from_an_empty_config() -> None:
         else:
             out = processor.preprocess([image])
             assert out["pixel_values"].dtype == np.float32, name
+
+
+def test_unknown_call_arguments_are_refused_and_the_known_ones_listed() -> None:
+    processor = Idefics3ImageProcessor({})
+    assert {"do_image_splitting", "max_image_size", "size"} <= processor.options.names
+    image = Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="not_an_option"):
+        processor.preprocess([image], not_an_option=1)

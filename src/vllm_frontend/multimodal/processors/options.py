@@ -21,6 +21,11 @@ class Options:
         """The configured value of ``key``."""
         return self._values[key]
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The options' names: the keyword arguments a call may override."""
+        return frozenset(self._values)
+
     def merged(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """The configured values with per-call ``overrides`` (``None`` keeps the configured value);
         a key the processor does not know is a ``ValueError``."""
