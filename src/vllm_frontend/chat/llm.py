@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import msgspec
 
 from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.harmony_output import HarmonyOutputParser
+from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.renderer import ChatRenderer
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
@@ -49,7 +51,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
 class ChatLlm:
     """Chat generation for one model over ``text`` (built once at startup)."""
 
-    __slots__ = ("_parsers", "renderer", "response_role", "text")
+    __slots__ = ("_parsers", "harmony", "renderer", "response_role", "text")
 
     def __init__(
         self,
@@ -58,10 +60,14 @@ class ChatLlm:
         parsers: OutputParsers | None = None,
         *,
         response_role: str = "assistant",
+        harmony: HarmonyRenderer | None = None,
     ) -> None:
-        """``parsers`` are the configured reasoning / tool-call parsers."""
+        """``parsers`` are the configured reasoning / tool-call parsers; ``harmony`` renders a
+        gpt-oss model's chat prompts instead of ``renderer`` (which still serves
+        ``/tokenize``, as in vLLM)."""
         self.text = text
         self.renderer = renderer
+        self.harmony = harmony
         self.response_role = response_role
         self._parsers = parsers if parsers is not None and parsers.active else None
 
@@ -74,11 +80,21 @@ class ChatLlm:
         """Check, render and tokenize the request; its generation, not started yet."""
         text_request = request.text
         self.text.admit(text_request.sampling.n or 1)  # vLLM's _preflight: before rendering
-        self._check_tool_choice(request)
+        if self.harmony is None:
+            self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
         self.text.prompts.check_max_tokens_param(
             text_request.max_tokens, text_request.max_tokens_param
         )
-        rendered = self._render(request)
+        if self.harmony is not None:
+            self._check_harmony_constraints(request)
+            rendered: Any = self.harmony.render(
+                plain(request.messages),
+                tools=plain(request.tools),
+                tool_choice=plain(request.tool_choice),
+                reasoning_effort=request.reasoning_effort,
+            )
+        else:
+            rendered = self._render(request)
         self._force_tool_calls(request)
         parsers = self._parsers
         if parsers is not None and parsers.needs_special_tokens(self._options(request)):
@@ -86,7 +102,8 @@ class ChatLlm:
         generation = await self.text.generate_prompts(text_request, [rendered.prompt])
         role = self.response_role if request.add_generation_prompt is not False else None
         if role is None:
-            role = rendered.conversation[-1]["role"]
+            last = (plain(request.messages) if self.harmony else rendered.conversation)[-1]
+            role = last["role"]
         echo_text = _echo_text(request, rendered.conversation, role)
         return ChatGeneration(self, request, generation, role, echo_text)
 
@@ -105,6 +122,20 @@ class ChatLlm:
         else:
             desc = f'"{choice}"'
         raise ChatError(f"tool_choice={desc} requires --tool-call-parser to be set")
+
+    def _check_harmony_constraints(self, request: ChatRequest) -> None:
+        # vLLM's HarmonyParser.adjust_request rewrites a response_format / structured_outputs
+        # constraint into a Harmony structural tag whenever a parser is configured.
+        if self._parsers is None:
+            return
+        text_request = request.text
+        response_format = text_request.response_format
+        kind = response_format.get("type") if response_format is not None else None
+        if text_request.structured_outputs is not None or kind not in (None, "text"):
+            raise NotImplementedError(
+                "Structured outputs with gpt-oss output parsers are not supported by this "
+                "frontend yet (vLLM constrains them with a Harmony structural tag)."
+            )
 
     def _render(self, request: ChatRequest) -> Any:
         renderer = self.renderer
@@ -183,7 +214,7 @@ class ChatGeneration:
         parsers = self._chat._parsers
         return parsers is not None and parsers.has_reasoning
 
-    def new_parser(self) -> OutputParser | None:
+    def new_parser(self) -> OutputParser | HarmonyOutputParser | None:
         """A parser for one choice's output (None without configured parsers)."""
         chat = self._chat
         parsers = chat._parsers

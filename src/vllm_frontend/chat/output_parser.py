@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import (
     REASONING_PARSERS,
@@ -66,11 +67,17 @@ class OutputParsers:
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
         model: ModelFacts | None = None,
+        harmony: bool = False,
+        decode: Callable[[Sequence[int]], str] | None = None,
     ) -> None:
         """Resolve and validate the names against the registries and the vocabulary (and
-        ``model``, which a few reasoning parsers read)."""
+        ``model``, which a few reasoning parsers read). ``harmony``: the model is a gpt-oss
+        one, whose output vLLM reads through Harmony whatever the names (only the gpt-oss
+        parsers are accepted); ``decode`` then gives the text of ids Harmony cannot read."""
         self.vocab = vocab
         self.enable_auto_tools = enable_auto_tool_choice
+        self.harmony = harmony
+        self._decode = decode
         self.reasoning_cls: type[ReasoningParser] | None = None
         self.tool_cls: type[ToolParser] | None = None
         if reasoning_parser:
@@ -98,6 +105,25 @@ class OutputParsers:
                 + ", ".join(repr(t) for t in missing)
                 + " token(s)"
             )
+        self._check_harmony(flags)
+
+    def _check_harmony(self, flags: list[str]) -> None:
+        # vLLM's HarmonyParser refuses other parsers at startup (validate_parser_tokenizer);
+        # the gpt-oss parsers on another model would fail every request there.
+        for cls_, kind in ((self.reasoning_cls, "Reasoning"), (self.tool_cls, "Tool")):
+            if cls_ is None:
+                continue
+            if self.harmony and not cls_.harmony_only:
+                raise ParserConfigError(
+                    f"{' and '.join(flags)} cannot be used with this gpt-oss model: Harmony "
+                    f"requires the gpt-oss {kind.lower()} parser (openai"
+                    f"{'_gptoss' if kind == 'Reasoning' else ''}), got {cls_.name!r}"
+                )
+            if not self.harmony and cls_.harmony_only:
+                raise ParserConfigError(
+                    f"{' and '.join(flags)} parses gpt-oss (Harmony) output only, and this "
+                    "model is not a gpt-oss one (config.json model_type gpt_oss)"
+                )
 
     @classmethod
     def for_tokenizer(
@@ -108,6 +134,8 @@ class OutputParsers:
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
         model: ModelFacts | None = None,
+        harmony: bool = False,
+        decode: Callable[[Sequence[int]], str] | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -127,6 +155,8 @@ class OutputParsers:
             reasoning_parser=reasoning_parser,
             enable_auto_tool_choice=enable_auto_tool_choice,
             model=model,
+            harmony=harmony,
+            decode=decode,
         )
 
     @property
@@ -157,8 +187,21 @@ class OutputParsers:
             and options.tool_choice != "none"
         )
 
-    def for_request(self, options: RequestToolOptions) -> OutputParser:
+    def for_request(self, options: RequestToolOptions) -> OutputParser | HarmonyOutputParser:
         """A fresh parser for one choice of a request."""
+        if self.harmony:
+            decode = self._decode
+            if decode is None:
+                raise RuntimeError("a gpt-oss model's parsers need the tokenizer's decode")
+            return HarmonyOutputParser(
+                reasoning=self.reasoning_cls is not None,
+                tools=self.tool_cls is not None,
+                tool_choice=options.tool_choice,
+                include_reasoning=options.include_reasoning,
+                request_has_tools=options.tools,
+                enable_auto_tools=self.enable_auto_tools,
+                decode=decode,
+            )
         reasoning = None
         if self.reasoning_cls is not None:
             reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
@@ -339,8 +382,14 @@ class OutputParser:
 
     # -- whole output ------------------------------------------------------------------------
 
-    def parse(self, text: str) -> ParsedOutput:
-        """Split a finished output into reasoning, content and tool calls."""
+    @property
+    def null_later_names(self) -> bool:
+        """Later pieces of a streamed call say ``"name": null`` (a forced ``"required"``)."""
+        return self.forced is not None and self.forced.required
+
+    def parse(self, text: str, token_ids: Sequence[int] = ()) -> ParsedOutput:
+        """Split a finished output into reasoning, content and tool calls (from the text;
+        ``token_ids`` are for the Harmony parser's interface)."""
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(text)
         else:

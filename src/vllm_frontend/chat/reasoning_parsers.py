@@ -22,6 +22,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
     SeedOssReasoningParser,
     Step3p5ReasoningParser,
 )
+from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.think_tags import (
     DeepSeekR1ReasoningParser,
@@ -51,6 +52,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Ernie45ReasoningParser,
         Glm45ReasoningParser,
         Glm47ReasoningParser,
+        GptOssReasoningParser,
         Holo2ReasoningParser,
         HYV3ReasoningParser,
         KimiK2ReasoningParser,

@@ -20,6 +20,7 @@ from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
+from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
@@ -302,6 +303,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
     "olmo3": Olmo3ToolParser,
+    "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_json": HermesToolParser,

@@ -10,6 +10,8 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat.harmony_encoding import is_harmony_model
+from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import chat_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.reasoning_parsers import ModelFacts
@@ -66,7 +68,12 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
     templates = ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config)
     # An unservable parser fails before engines start.
-    output_parsers(config, tokenizer, ModelFacts(tokenizer_config, templates.tokenizer))
+    output_parsers(
+        config,
+        tokenizer,
+        ModelFacts(tokenizer_config, templates.tokenizer),
+        harmony=is_harmony_model(files.config),
+    )
     options = ChatTemplateOptions(
         chat_template=load_chat_template_option(config.chat_template),
         content_format=config.chat_template_content_format,  # type: ignore[arg-type]
@@ -162,6 +169,14 @@ def build_frontend_app(
         max_header_count=config.h11_max_header_count,
         max_body_size=config.http_max_body_size,
     )
+    # vLLM renders gpt-oss chat completions with Harmony (/tokenize keeps the chat template).
+    harmony = (
+        HarmonyRenderer(
+            exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none
+        )
+        if is_harmony_model(model.files.config)
+        else None
+    )
     services = Services(
         engine=client,
         tokenizer=model.tokenizer,
@@ -176,7 +191,12 @@ def build_frontend_app(
         {
             ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
             ("POST", "/v1/chat/completions"): ChatHandler(
-                ctx, parse_chat_request, output_parsers(config, model.tokenizer, model_facts(model))
+                ctx,
+                parse_chat_request,
+                output_parsers(
+                    config, model.tokenizer, model_facts(model), harmony=harmony is not None
+                ),
+                harmony=harmony,
             ),
         },
     )
@@ -202,13 +222,20 @@ def model_facts(model: ModelResources) -> ModelFacts:
 
 
 def output_parsers(
-    config: FrontendConfig, tokenizer: Tokenizer, model: ModelFacts | None = None
+    config: FrontendConfig,
+    tokenizer: Tokenizer,
+    model: ModelFacts | None = None,
+    *,
+    harmony: bool = False,
 ) -> OutputParsers:
-    """The configured reasoning / tool-call parsers, checked against the tokenizer."""
+    """The configured reasoning / tool-call parsers, checked against the tokenizer
+    (``harmony``: a gpt-oss model, whose output is read through Harmony)."""
     return OutputParsers.for_tokenizer(
         tokenizer.token_to_id,
         tool_call_parser=config.tool_call_parser,
         reasoning_parser=config.reasoning_parser,
         enable_auto_tool_choice=config.enable_auto_tool_choice,
         model=model,
+        harmony=harmony,
+        decode=functools.partial(tokenizer.decode, skip_special_tokens=False),
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
@@ -309,13 +310,21 @@ class ChatHandler:
     text updates onto the response."""
 
     def __init__(
-        self, ctx: ServingContext, parse: Any, parsers: OutputParsers | None = None
+        self,
+        ctx: ServingContext,
+        parse: Any,
+        parsers: OutputParsers | None = None,
+        *,
+        harmony: HarmonyRenderer | None = None,
     ) -> None:
         """``parse(body: bytes)`` returns the decoded ``ChatCompletionRequest``; ``parsers``
-        are the configured reasoning / tool-call parsers."""
+        are the configured reasoning / tool-call parsers; ``harmony`` renders a gpt-oss
+        model's prompts."""
         self.ctx = ctx
         self._parse = parse
-        self.chat = ChatLlm(ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role)
+        self.chat = ChatLlm(
+            ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role, harmony=harmony
+        )
         """The chat layer's facade."""
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
@@ -413,7 +422,7 @@ class ChatHandler:
             finish_reason = seq.finish_reason or "stop"
             hide = False
             if (parser := gen.new_parser()) is not None:
-                parsed = parser.parse(seq.text)
+                parsed = parser.parse(seq.text, seq.token_ids)
                 message.content = parsed.content
                 if parser.forced is not None:
                     # vLLM: a forced call's message has "" content, and "required" finishes
@@ -647,8 +656,7 @@ class _StreamChunks:
                 parsed = OutputDelta()
             if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
                 parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
-            forced = parser.forced
-            delta = _delta_json(parsed, null_names=forced is not None and forced.required)
+            delta = _delta_json(parsed, null_names=parser.null_later_names)
             if parser.tool_calls_streamed and not self._named_tool and finish_reason == "stop":
                 finish_reason = "tool_calls"
         choice: DeltaChoice | FinishChoice

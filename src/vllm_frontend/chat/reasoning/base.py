@@ -32,6 +32,8 @@ class ReasoningParser:
     needs_special_tokens: ClassVar[bool] = False
     """Whether the request must be detokenized with ``skip_special_tokens=False``."""
     engine_based: ClassVar[bool] = False
+    harmony_only: ClassVar[bool] = False
+    """Only gpt-oss output (Harmony) is parsed with this name."""
     """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
     request_kwargs: Mapping[str, Any] = {}
     """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""

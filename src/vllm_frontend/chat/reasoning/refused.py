@@ -21,8 +21,6 @@ _STATEFUL = (
 )
 
 REFUSED_REASONING_PARSERS: dict[str, str] = {
-    "openai_gptoss": "gpt-oss output is Harmony channels, parsed by vLLM's Harmony parser "
-    "(openai_harmony), which vllm-frontend does not reproduce",
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
     "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),

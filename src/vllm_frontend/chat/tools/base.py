@@ -33,6 +33,8 @@ class ToolParser:
     """Further token strings the parser looks up by id when the vocabulary has them."""
     needs_special_tokens: ClassVar[bool] = False
     """Whether requests with tools must be detokenized with ``skip_special_tokens=False``."""
+    harmony_only: ClassVar[bool] = False
+    """Only gpt-oss output (Harmony) is parsed with this name."""
 
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""
