@@ -10,6 +10,7 @@ tokenizer. Tool-call ids are random on both sides: they are compared by format.
 from __future__ import annotations
 
 import functools
+import itertools
 import pathlib
 import re
 from typing import Any
@@ -37,13 +38,13 @@ OUTPUTS: dict[str, str] = {
     "tool call": "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
     '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": '
     '"Paris", "unit": "°C"}<|call|>',
-    "legacy tool-call header": ' to=functions.get_time<|channel|>commentary json<|message|>{ "a" :1}'
-    "<|call|>",
+    "legacy tool-call header": " to=functions.get_time<|channel|>commentary json<|message|>"
+    '{ "a" :1}<|call|>',
     "preamble then call": "<|channel|>commentary<|message|>Checking now.<|end|><|start|>assistant"
     ' to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Oslo"}<|call|>',
-    "two calls": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"c":1}'
-    "<|call|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"c":2}<|call|>',
+    "two calls": "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    '{"c":1}<|call|><|start|>assistant<|channel|>commentary to=functions.get_weather '
+    '<|constrain|>json<|message|>{"c":2}<|call|>',
     "bare recipient and text arguments": "<|channel|>commentary to=lookup <|constrain|>text"
     "<|message|>Paris please<|call|>",
     "arguments that are not JSON": "<|channel|>commentary to=functions.get_weather <|constrain|>"
@@ -172,7 +173,7 @@ def vllm_events(parser: Any, request: Any, chunks: list[list[int]]) -> list[Any]
 
 def _chunks(ids: list[int], cuts: list[int]) -> list[list[int]]:
     points = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
-    return [ids[a:b] for a, b in zip(points, points[1:], strict=False)] or [[]]
+    return [ids[a:b] for a, b in itertools.pairwise(points)] or [[]]
 
 
 def assert_same(text_or_ids: str | list[int], config: str, cuts: list[int], **fields: Any) -> None:

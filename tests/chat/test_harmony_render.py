@@ -64,12 +64,16 @@ def vllm_ids(body: dict[str, Any], exclude_tools_when_none: bool = False) -> lis
 def our_ids(body: dict[str, Any], **options: Any) -> list[int]:
     """Ours, with the request as the route decodes it (the default tool choice filled in)."""
     choice = body.get("tool_choice", "auto" if body.get("tools") else None)
-    return HarmonyRenderer(start_date=START_DATE, **options).render(
-        body["messages"],
-        tools=body.get("tools"),
-        tool_choice=choice,
-        reasoning_effort=body.get("reasoning_effort"),
-    ).prompt
+    return (
+        HarmonyRenderer(start_date=START_DATE, **options)
+        .render(
+            body["messages"],
+            tools=body.get("tools"),
+            tool_choice=choice,
+            reasoning_effort=body.get("reasoning_effort"),
+        )
+        .prompt
+    )
 
 
 CASES: dict[str, dict[str, Any]] = {
@@ -79,11 +83,16 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "developer instructions as parts": {
         "messages": [
-            {"role": "developer", "content": [{"type": "text", "text": "Rhyme. "},
-                                              {"type": "text", "text": "Always."}]},
+            {
+                "role": "developer",
+                "content": [
+                    {"type": "text", "text": "Rhyme. "},
+                    {"type": "text", "text": "Always."},
+                ],
+            },
             {"role": "user", "content": "Hi"},
         ]
-    },  # fmt: skip
+    },
     "tools and effort": {
         "messages": [{"role": "user", "content": "Weather?"}],
         "tools": [WEATHER, BARE],
@@ -111,24 +120,36 @@ CASES: dict[str, dict[str, Any]] = {
     "tool call round trip": {
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": "Let me check.", "reasoning": "call the tool",
-             "tool_calls": [CALL]},
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "reasoning": "call the tool",
+                "tool_calls": [CALL],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 25 C"},
         ],
         "tools": [WEATHER],
-    },  # fmt: skip
+    },
     "tool call without content, empty arguments, unknown id": {
         "messages": [
             {"role": "user", "content": "time?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "t", "type": "function", "function": {"name": "get_time", "arguments": ""}}
-            ]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "t",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": ""},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "other", "content": [{"type": "text", "text": "9"}]},
             {"role": "assistant", "content": "It is 9."},
             {"role": "user", "content": "ok"},
         ],
         "tools": [BARE],
-    },  # fmt: skip
+    },
     "later system and developer messages": {
         "messages": [
             {"role": "user", "content": "a"},
@@ -147,13 +168,16 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "user content parts with an image": {
         "messages": [
-            {"role": "user", "content": [
-                {"type": "text", "text": "What is "},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                {"type": "text", "text": "this?"},
-            ]}
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is "},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "text", "text": "this?"},
+                ],
+            }
         ]
-    },  # fmt: skip
+    },
     "unicode and special-looking text": {
         "messages": [{"role": "user", "content": "héllo 日本 🎉 <|start|> not special"}]
     },
@@ -174,9 +198,7 @@ def test_excluded_tools_match_vllm() -> None:
 
 
 @pytest.mark.parametrize("name", ["system instructions", "later system and developer messages"])
-def test_system_instructions_mode_matches_vllm(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_system_instructions_mode_matches_vllm(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS", "1")
     body = CASES[name]
     assert HarmonyRenderer(start_date=START_DATE).system_instructions
@@ -203,7 +225,7 @@ def test_unsupported_reasoning_effort_is_refused_like_vllm(effort: str) -> None:
     assert ours.value.parameter == theirs.value.parameter == "reasoning_effort"
 
 
-_text = st.text(st.sampled_from("ab é😀\n{}\"<|>"), max_size=12)
+_text = st.text(st.sampled_from('ab é😀\n{}"<|>'), max_size=12)
 _part = st.fixed_dictionaries({"type": st.just("text"), "text": _text})
 _content = st.one_of(_text, st.lists(_part, max_size=2))
 _call = st.builds(
@@ -221,7 +243,9 @@ _message = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     messages=st.lists(_message, min_size=1, max_size=6),
     tools=st.sampled_from([None, [WEATHER], [WEATHER, BARE]]),

@@ -259,9 +259,9 @@ class HarmonyOutputParser:
         if calls:
             self.tool_calls_streamed = True
         if not self.include_reasoning:
-            reasoning = ""
             if not content and not calls:
                 return None
+            return OutputDelta(content=content or None, tool_calls=calls, reasoning_hidden=True)
         return OutputDelta(content=content or None, reasoning=reasoning or None, tool_calls=calls)
 
     def streamed_reasoning_tokens(self) -> int:

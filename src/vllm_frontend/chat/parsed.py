@@ -39,6 +39,9 @@ class OutputDelta(msgspec.Struct):
     content: str | None = None
     reasoning: str | None = None
     tool_calls: list[ToolCallDelta] = msgspec.field(default_factory=list)
+    reasoning_hidden: bool = False
+    """``reasoning`` was cleared for ``include_reasoning: false`` the way vLLM's Harmony parser
+    clears it: the chunk then says ``"reasoning": null``."""
 
 
 class ToolCall(msgspec.Struct, gc=False):

@@ -195,6 +195,14 @@ class ContentDelta(msgspec.Struct, omit_defaults=True):
     tool_calls: list[DeltaToolCallJSON] | None = None
 
 
+class HiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A delta whose ``reasoning`` vLLM set to null (Harmony with ``include_reasoning: false``)."""
+
+    content: str | None = None
+    reasoning: None
+    tool_calls: list[DeltaToolCallJSON] | None = None
+
+
 class RoleChoice(msgspec.Struct):
     """Role (and echo) chunk choice: vLLM sets index, delta, logprobs and finish_reason."""
 
@@ -208,7 +216,7 @@ class DeltaChoice(msgspec.Struct):
     """A content chunk choice (no ``stop_reason`` key until the finish)."""
 
     index: int
-    delta: ContentDelta
+    delta: ContentDelta | HiddenReasoningDelta
     logprobs: ChatLogprobs | None
     finish_reason: None
     token_ids: list[int] | None
@@ -218,7 +226,7 @@ class FinishChoice(msgspec.Struct):
     """The choice of the chunk carrying the finish reason."""
 
     index: int
-    delta: ContentDelta
+    delta: ContentDelta | HiddenReasoningDelta
     logprobs: ChatLogprobs | None
     finish_reason: str
     stop_reason: int | str | None
@@ -233,7 +241,7 @@ class FirstChunk(msgspec.Struct):
     created: int
     model: str
     choices: list[RoleChoice]
-    usage: ChatUsageChunk | msgspec.UnsetType = msgspec.UNSET
+    usage: ChatUsageChunk | ReasoningUsageChunk | msgspec.UnsetType = msgspec.UNSET
     prompt_token_ids: list[int] | None = None
     prompt_text: str | None = None
 
@@ -564,7 +572,7 @@ class _StreamChunks:
 
     def _heads(self) -> bytes:
         # The role chunk of every choice (and the echoed last message), before any content.
-        req, prompt, num_prompt = self._req, self._prompt, self._num_prompt
+        req, prompt = self._req, self._prompt
         out: list[bytes] = []
         for i in range(self._n):
             head = FirstChunk(
@@ -577,7 +585,7 @@ class _StreamChunks:
                 prompt_text=prompt.text if req.return_prompt_text else None,
             )
             if self._continuous:
-                head.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+                head.usage = self._no_completion_usage()
             out.append(sse(head))
         if self._echo_text:
             for i in range(self._n):
@@ -589,9 +597,16 @@ class _StreamChunks:
                     choices=[RoleChoice(i, ContentDelta(self._echo_text), None, None)],
                 )
                 if self._continuous:
-                    echo_chunk.usage = ChatUsageChunk(num_prompt, num_prompt, 0)
+                    echo_chunk.usage = self._no_completion_usage()
                 out.append(sse(echo_chunk))
         return b"".join(out)
+
+    def _no_completion_usage(self) -> ChatUsageChunk | ReasoningUsageChunk:
+        # The continuous usage of the role and echo chunks (0 reasoning tokens with a parser).
+        num_prompt = self._num_prompt
+        if self._reasoning_details:
+            return ReasoningUsageChunk(num_prompt, num_prompt, 0, None, ReasoningTokens(0))
+        return ChatUsageChunk(num_prompt, num_prompt, 0)
 
     def text_event(self, idx: int) -> TextEvent | None:
         """Choice ``idx``'s text-only event while a running update that is new text alone can
@@ -638,7 +653,7 @@ class _StreamChunks:
             event = self._templates.render(idx, seq.text)
             if event is not None:
                 return event
-        delta = ContentDelta(seq.text)
+        delta: ContentDelta | HiddenReasoningDelta = ContentDelta(seq.text)
         token_ids = list(seq.token_ids) if self._return_ids else None
         if parser is not None:
             parsed = parser.feed(
@@ -735,7 +750,9 @@ def _text_template(request_id: str, created: int, model: str, index: int) -> Sse
     )
 
 
-def _delta_json(delta: OutputDelta, null_names: bool = False) -> ContentDelta:
+def _delta_json(
+    delta: OutputDelta, null_names: bool = False
+) -> ContentDelta | HiddenReasoningDelta:
     """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape);
     ``null_names``: later pieces say ``"name": null`` (vLLM's
     ``extract_required_tool_call_streaming``)."""
@@ -754,4 +771,6 @@ def _delta_json(delta: OutputDelta, null_names: bool = False) -> ContentDelta:
                 function=function,
             )
         )
+    if delta.reasoning_hidden:
+        return HiddenReasoningDelta(content=delta.content, reasoning=None, tool_calls=calls or None)
     return ContentDelta(delta.content, delta.reasoning, calls or None)

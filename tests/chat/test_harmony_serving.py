@@ -1,0 +1,324 @@
+"""gpt-oss chat completions end to end through our HTTP app, against vLLM 0.32's chat serving on
+the same engine outputs.
+
+A scripted engine client answers our app with given Harmony completions, cut into engine steps;
+vLLM's ``OpenAIServingChat`` stream and full generators get the same steps as ``RequestOutput``s.
+The prompt our app sends to the engine must be the one vLLM's chat path renders, and the
+response bodies (SSE chunks and JSON) must be the same, with ids, timestamps and tool-call ids
+masked (tool-call ids by format: they are random).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import types
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from tests.support.responses import body as body_of
+from tests.support.tiny_gptoss import tiny_gptoss_dir
+from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
+from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
+from vllm_frontend.chat.output_parser import OutputParsers
+from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm_frontend.llm import LLM
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.chat import ChatHandler
+from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.protocol import parse_chat_request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request
+from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+START_DATE = "2025-06-30"
+TOOL_ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+]
+
+OUTPUTS = {
+    "answer": "<|channel|>analysis<|message|>Easy one.<|end|><|start|>assistant<|channel|>final"
+    "<|message|>It is sunny in Paris, 25 °C.<|return|>",
+    "call": "<|channel|>analysis<|message|>Use the tool.<|end|><|start|>assistant<|channel|>"
+    'commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+    "preamble and call": "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant "
+    'to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Paris"}<|call|>',
+    "truncated": "<|channel|>analysis<|message|>Thinking about the weather in",
+    "no header": "Plain words.",
+}
+SERVERS = {
+    "both": ("openai_gptoss", "openai", True),
+    "reasoning only": ("openai_gptoss", None, False),
+    "tools without auto choice": ("openai_gptoss", "openai", False),
+    "no parsers": (None, None, False),
+}
+
+
+@pytest.fixture(autouse=True)
+def _pinned_date(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("VLLM_SYSTEM_START_DATE", START_DATE)
+    yield
+
+
+@functools.cache
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_dir(tiny_gptoss_dir())
+
+
+@functools.cache
+def hf_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_gptoss_dir())
+
+
+def steps_of(text: str, size: int) -> list[list[int]]:
+    ids = tokenizer().encode(text, add_special_tokens=False)
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+def _finish(text: str) -> str:
+    return "length" if text in (OUTPUTS["truncated"], OUTPUTS["no header"]) else "stop"
+
+
+class ScriptedEngine:
+    """Answers every request with the given steps; keeps the requests it got."""
+
+    def __init__(self, steps: list[list[int]], finish: str) -> None:
+        self.steps = steps
+        self.finish = FinishReason.STOP if finish == "stop" else FinishReason.LENGTH
+        self.requests: list[EngineCoreRequest] = []
+
+    def add_request(self, request: EngineCoreRequest) -> AsyncIterator[EngineCoreOutput]:
+        self.requests.append(request)
+        return self._run(request)
+
+    async def _run(self, request: EngineCoreRequest) -> AsyncIterator[EngineCoreOutput]:
+        for i, step in enumerate(self.steps):
+            last = i == len(self.steps) - 1
+            yield EngineCoreOutput(
+                request.request_id, step, finish_reason=self.finish if last else None
+            )
+            await asyncio.sleep(0)
+
+    def abort_requests(self, request_ids: Sequence[str]) -> int:
+        return len(request_ids)
+
+
+def our_app(engine: ScriptedEngine, server: str) -> App:
+    reasoning, tool, auto = SERVERS[server]
+    model = tiny_gptoss_dir()
+    tok = tokenizer()
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    ctx = ServingContext(
+        llm=LLM(engine, EngineCoreRequest, None),
+        tokenizer=tok,
+        served_model_names=["m"],
+        max_model_len=4096,
+        sampling=ModelSamplingInfo(max_model_len=4096, eos_token_id=tok.eos_token_id),
+        chat_renderer=ChatRenderer(
+            ModelChatTemplates.from_model_dir(model, config), special_tokens_map(config)
+        ),
+    )
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id,
+        tool_call_parser=tool,
+        reasoning_parser=reasoning,
+        enable_auto_tool_choice=auto,
+        harmony=True,
+        decode=functools.partial(tok.decode, skip_special_tokens=False),
+    )
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=4096))
+    handler = ChatHandler(
+        ctx, parse_chat_request, parsers, harmony=HarmonyRenderer(start_date=START_DATE)
+    )
+    app.route("POST", "/v1/chat/completions", handler)
+    return app
+
+
+async def ours(body: dict[str, Any], steps: list[list[int]], finish: str, server: str) -> Any:
+    engine = ScriptedEngine(steps, finish)
+    headers = {b"content-type": b"application/json"}
+    request = Request("POST", "/v1/chat/completions", b"", headers, json.dumps(body).encode())
+    response = await our_app(engine, server)(request)
+    raw = (await body_of(response)).decode()
+    [sent] = engine.requests
+    if isinstance(response, PushedStreamingResponse):
+        events = [line[6:] for line in raw.split("\n") if line.startswith("data: ")]
+        return sent, [e if e == "[DONE]" else json.loads(e) for e in events]
+    assert response.status == 200, raw
+    return sent, json.loads(raw)
+
+
+def vllm_serving(server: str) -> Any:
+    """vLLM's chat serving object, with what its generators read (no engine behind it)."""
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.parser import ParserManager
+
+    reasoning, tool, auto = SERVERS[server]
+    serving = object.__new__(OpenAIServingChat)
+    serving.parser_cls = ParserManager.get_parser(
+        tool_parser_name=tool,
+        reasoning_parser_name=reasoning,
+        enable_auto_tools=auto,
+        is_harmony=True,
+    )
+    serving.enable_auto_tools = auto
+    serving._include_reasoning_tokens_details = bool(reasoning)
+    for name, value in {
+        "enable_force_include_usage": False, "response_role": "assistant",
+        "enable_log_outputs": False, "request_logger": None, "system_fingerprint": None,
+        "enable_prompt_tokens_details": False, "enable_per_request_metrics": False,
+        "model_config": None, "default_chat_template_kwargs": {}, "chat_template": None,
+        "chat_template_content_format": "auto",
+    }.items():  # fmt: skip
+        setattr(serving, name, value)
+    return serving
+
+
+async def theirs(body: dict[str, Any], steps: list[list[int]], finish: str, server: str) -> Any:
+    from vllm.entrypoints.generate.base.protocol import RequestResponseMetadata
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.outputs import CompletionOutput, RequestOutput
+    from vllm.renderers.online_renderer import OnlineRenderer
+
+    request = ChatCompletionRequest.model_validate(body)
+    serving = vllm_serving(server)
+    owner = types.SimpleNamespace(
+        renderer=None, supports_browsing=False, supports_code_interpreter=False
+    )
+    conversation, [engine_input] = OnlineRenderer._make_request_with_harmony(
+        owner, request, request.tools is not None
+    )
+    prompt = list(engine_input["prompt_token_ids"])
+    hf = hf_tokenizer()
+    texts, seen = [], ""
+    so_far: list[int] = []
+    for step in steps:
+        so_far += step
+        text = hf.decode(so_far, skip_special_tokens=True)
+        texts.append(text[len(seen) :])
+        seen = text
+
+    def output(ids: list[int], text: str, last: bool) -> Any:
+        done = CompletionOutput(0, text, ids, None, None, finish_reason=finish if last else None)
+        return RequestOutput("r", None, prompt, None, [done], finished=last)
+
+    async def stream() -> AsyncIterator[Any]:
+        for i, step in enumerate(steps):
+            yield output(step, texts[i], i == len(steps) - 1)
+
+    async def whole() -> AsyncIterator[Any]:
+        yield output(so_far, seen, True)
+
+    meta = RequestResponseMetadata(request_id="r")
+    if request.stream:
+        chunks = [
+            chunk[6:].strip()
+            async for chunk in serving.chat_completion_stream_generator(
+                request, stream(), "r", "m", conversation, hf, meta, chat_template_kwargs={}
+            )
+        ]
+        return prompt, [c if c == "[DONE]" else json.loads(c) for c in chunks]
+    parser = None
+    if serving.parser_cls is not None:
+        parser = serving._make_parser(request, hf, {})
+    response = await serving.chat_completion_full_generator(
+        request, whole(), "r", "m", conversation, hf, meta, parser=parser
+    )
+    return prompt, json.loads(response.model_dump_json())
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if key == "prompt_logprobs":
+                continue  # (echo asks for them; neither scripted engine sends any)
+            if (
+                key in ("id", "created")
+                and isinstance(item, str | int)
+                and not (isinstance(item, str) and TOOL_ID.fullmatch(item))
+            ):
+                out[key] = "*"
+            else:
+                out[key] = _masked(item)
+        return out
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, str) and TOOL_ID.fullmatch(value):
+        return "chatcmpl-tool-#"
+    return value
+
+
+def compare(body: dict[str, Any], text: str, size: int, server: str) -> Any:
+    body = {"model": "m", "messages": MESSAGES, **body}
+    steps = steps_of(text, size)
+    finish = _finish(text)
+    sent, our_body = asyncio.run(ours(body, steps, finish, server))
+    prompt, their_body = asyncio.run(theirs(body, steps, finish, server))
+    assert list(sent.prompt_token_ids) == prompt
+    assert _masked(our_body) == _masked(their_body)
+    return our_body
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+@pytest.mark.parametrize("name", list(OUTPUTS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_match_vllm(name: str, server: str, stream: bool) -> None:
+    body: dict[str, Any] = {"tools": [WEATHER], "reasoning_effort": "low", "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    compare(body, OUTPUTS[name], 3, server)
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_streams_in_any_step_size_match_vllm(size: int) -> None:
+    body = {"tools": [WEATHER], "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    for text in OUTPUTS.values():
+        compare(body, text, size, "both")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "none"},
+        {"tool_choice": "required"},
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"include_reasoning": False},
+        {"parallel_tool_calls": False},
+        {"n": 1, "echo": True},
+    ],
+)
+def test_request_options_match_vllm(fields: dict[str, Any], stream: bool) -> None:
+    body = {"tools": [WEATHER], "stream": stream, **fields}
+    for text in OUTPUTS.values():
+        compare(body, text, 2, "both")
+
+
+def test_a_tool_call_is_served_as_vllm_serves_it() -> None:
+    response = compare({"tools": [WEATHER]}, OUTPUTS["call"], 4, "both")
+    [choice] = response["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["reasoning"] == "Use the tool."
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert response["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
