@@ -57,6 +57,7 @@ def test_serve_imports_numpy_and_jinja2_only_for_requests_that_need_them(
         assert prompt_logprobs[0] is None and len(prompt_logprobs) > 1
         assert not _jinja2_imported(pid)
         assert not _numpy_imported(pid)
+        assert "openai_harmony" not in pathlib.Path(f"/proc/{pid}/maps").read_text()  # gpt-oss's
 
         # The chat template is compiled (or read from the code cache) with jinja2.
         assert post("/v1/chat/completions", chat)[0] == 200

@@ -44,10 +44,14 @@ class MockServe:
 
 @contextlib.contextmanager
 def mock_serve(
-    model: pathlib.Path, log: pathlib.Path, python_flags: Sequence[str] = ()
+    model: pathlib.Path,
+    log: pathlib.Path,
+    python_flags: Sequence[str] = (),
+    serve_args: Sequence[str] = (),
 ) -> Iterator[MockServe]:
-    """Serve ``model`` (``python python_flags -m vllm_frontend serve``, stderr to ``log``) in
-    front of a mock engine, once healthy; on exit the frontend must stop cleanly on SIGTERM."""
+    """Serve ``model`` (``python python_flags -m vllm_frontend serve … serve_args``, stderr to
+    ``log``) in front of a mock engine, once healthy; on exit the frontend must stop cleanly on
+    SIGTERM."""
     port, rpc = free_port(), free_port()
     engine = subprocess.Popen(
         [sys.executable, "-m", "vllm_frontend", "mock-engine",
@@ -58,7 +62,7 @@ def mock_serve(
         frontend = subprocess.Popen(
             [sys.executable, *python_flags, "-m", "vllm_frontend", "serve", str(model),
              "--port", str(port), "--data-parallel-size-local", "0",
-             "--data-parallel-rpc-port", str(rpc)],
+             "--data-parallel-rpc-port", str(rpc), *serve_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
             start_new_session=True,
         )  # fmt: skip
