@@ -43,6 +43,13 @@ def test_serve_answers_gpt_oss_chat_through_harmony(tmp_path: pathlib.Path) -> N
         assert json.loads(body)["error"]["message"] == (
             "Harmony does not support reasoning_effort='none' (parameter=reasoning_effort)"
         )
+        # vLLM would wrap the constraint in a Harmony structural tag: not served yet.
+        status, body = serve.request(
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({**chat, "response_format": {"type": "json_object"}}),
+        )
+        assert status == 501, body
 
 
 def test_gpt_oss_models_take_only_the_gpt_oss_parsers() -> None:
