@@ -9,9 +9,9 @@ import json
 import pathlib
 
 import pytest
-
 from tests.support.mock_serve import mock_serve
 from tests.support.tiny_gptoss import tiny_gptoss_dir
+
 from vllm_frontend.chat.output_parser import OutputParsers, ParserConfigError
 
 PARSERS = ("--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
@@ -55,17 +55,17 @@ def test_serve_answers_gpt_oss_chat_through_harmony(tmp_path: pathlib.Path) -> N
 def test_gpt_oss_models_take_only_the_gpt_oss_parsers() -> None:
     OutputParsers({}, reasoning_parser="openai_gptoss", tool_call_parser="openai",
                   enable_auto_tool_choice=True, harmony=True)  # fmt: skip
-    with pytest.raises(ParserConfigError, match="Harmony requires .*got 'deepseek_r1'"):
+    with pytest.raises(ParserConfigError, match=r"Harmony requires .*got 'deepseek_r1'"):
         OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="deepseek_r1", harmony=True)
-    with pytest.raises(ParserConfigError, match="Harmony requires .*got 'hermes'"):
+    with pytest.raises(ParserConfigError, match=r"Harmony requires .*got 'hermes'"):
         OutputParsers({"<tool_call>": 1, "</tool_call>": 2}, tool_call_parser="hermes",
                       enable_auto_tool_choice=True, harmony=True)  # fmt: skip
 
 
 def test_the_gpt_oss_parsers_are_refused_for_other_models() -> None:
-    with pytest.raises(ParserConfigError, match="gpt-oss .* only"):
+    with pytest.raises(ParserConfigError, match=r"gpt-oss .* only"):
         OutputParsers({}, reasoning_parser="openai_gptoss")
-    with pytest.raises(ParserConfigError, match="gpt-oss .* only"):
+    with pytest.raises(ParserConfigError, match=r"gpt-oss .* only"):
         OutputParsers({}, tool_call_parser="openai", enable_auto_tool_choice=True)
     # Without --enable-auto-tool-choice vLLM builds no tool parser, whatever its name.
     assert not OutputParsers({}, tool_call_parser="openai").active
