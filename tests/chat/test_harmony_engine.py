@@ -43,6 +43,8 @@ FLAGS = ("--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
          "--enable-auto-tool-choice")  # fmt: skip
 ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1")
 DATE = {"VLLM_SYSTEM_START_DATE": "2025-06-30"}
+# Two gpt-oss engines starting on a busy shared 2-core machine took more than 10 minutes.
+READY_TIMEOUT = 1800
 WEATHER = {
     "type": "function",
     "function": {
@@ -96,15 +98,15 @@ def sdk() -> Iterator[dict[str, openai.OpenAI]]:
     exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
     argv = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(handshake), *FLAGS]  # fmt: skip
+            "--data-parallel-rpc-port", str(handshake), "--engine-ready-timeout-secs",
+            str(READY_TIMEOUT), *FLAGS]  # fmt: skip
     log = (log_dir() / f"ours-gptoss-{port}.log").open("wb")
     ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env=engine_env(DATE))  # fmt: skip
     clients: dict[str, openai.OpenAI] = {}
     try:
-        # (Two gpt-oss engines starting on a shared 2-core machine took up to 10 minutes.)
-        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 1200)
-        reference.wait_ready(1200)
+        _wait_http(f"http://127.0.0.1:{port}", ours, engines, READY_TIMEOUT)
+        reference.wait_ready(READY_TIMEOUT)
         for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
             clients[name] = openai.OpenAI(
                 base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300
