@@ -5,7 +5,8 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,16 +27,21 @@ from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.multimodal.media.policy import MediaPolicy
+from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
+
+if TYPE_CHECKING:
+    from vllm_frontend.multimodal.llm import MultimodalLlm
 
 
 class ModelResources(msgspec.Struct):
@@ -132,6 +138,7 @@ def build_frontend_app(
         structured_outputs_backend=config.structured_outputs_backend,
     )
     ctx = ServingContext(
+        multimodal=multimodal_facade(config, model, client),
         llm=llm,
         tokenizer=model.tokenizer,
         served_model_names=served,
@@ -194,6 +201,40 @@ def media_policy(config: FrontendConfig) -> MediaPolicy:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def multimodal_facade(
+    config: FrontendConfig, model: ModelResources, client: EngineCoreClient
+) -> Callable[[TextLlm], MultimodalLlm] | None:
+    """What makes the multimodal facade over the text one, for a model that takes media (None
+    for a text-only one)."""
+    files = model.files
+    if not is_multimodal_config(files.config):
+        return None
+    from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
+
+    options = MultimodalOptions(
+        limit_mm_per_prompt=dict(config.limit_mm_per_prompt),
+        mm_processor_kwargs=dict(config.mm_processor_kwargs),
+        media_io_kwargs=dict(config.media_io_kwargs),
+        mm_hasher_algorithm=config.mm_hasher_algorithm,
+        mm_device_do_normalize=config.mm_device_do_normalize,
+    )
+    family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
+    dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
+    dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")
+
+    def make(text: TextLlm) -> MultimodalLlm:
+        return MultimodalLlm(
+            text,
+            family,
+            model_id=config.model,
+            config=files.config,
+            dtype=dtype.removeprefix("torch."),
+            options=options,
+        )
+
+    return make
 
 
 def model_facts(model: ModelResources) -> ModelFacts:

@@ -82,6 +82,9 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     data_parallel_rank: int | None = None
     cache_salt: str | None = None
     trace_headers: dict[str, str] | None = None
+    mm_features: list[Any] | None = None
+    """Multimodal items (``MultiModalFeatureSpec``); every sample's engine request carries
+    them, and they are dropped from the engine requests once sent."""
 
 
 class SampleOutput(msgspec.Struct, gc=False):
@@ -372,6 +375,10 @@ class GenerationStream:
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
                 it: Any = client.add_request(engine_request)
+                if getattr(engine_request, "mm_features", None) is not None:
+                    # Sent: the frames hold the tensors until ZMQ is done with them (what
+                    # vllm-rs's ``mm_features.take()`` does).
+                    engine_request.mm_features = None
                 if admission is not None:
                     admission.started(len(self._request.prompt_token_ids))
                     sample.admitted = sample.prefilling = True
@@ -665,7 +672,7 @@ class LLM:
                 self._request_factory(
                     request_id=engine_id,
                     prompt_token_ids=request.prompt_token_ids,
-                    mm_features=None,
+                    mm_features=request.mm_features,
                     sampling_params=child_params,
                     pooling_params=None,
                     arrival_time=arrival,
@@ -677,4 +684,5 @@ class LLM:
                     external_req_id=request.request_id,
                 )
             )
+        request.mm_features = None  # the engine requests hold them until sent
         return GenerationStream(self, request, samples, engine_requests)

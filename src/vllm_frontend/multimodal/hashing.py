@@ -98,7 +98,7 @@ def _hasher(algorithm: HashAlgorithm) -> Callable[[], Any]:
     if algorithm == "blake3":
         from blake3 import blake3
 
-        return blake3  # type: ignore[no-any-return]
+        return blake3
     if algorithm == "sha256":
         return hashlib.sha256
     if algorithm == "sha512":

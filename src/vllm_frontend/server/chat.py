@@ -315,7 +315,9 @@ class ChatHandler:
         are the configured reasoning / tool-call parsers."""
         self.ctx = ctx
         self._parse = parse
-        self.chat = ChatLlm(ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role)
+        self.chat = ChatLlm(
+            ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role, media=ctx.media
+        )
         """The chat layer's facade."""
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
@@ -359,6 +361,8 @@ class ChatHandler:
                 include_reasoning=bool(req.include_reasoning),
                 parallel_tool_calls=req.parallel_tool_calls,
                 echo=bool(req.echo),
+                mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
+                media_io_kwargs=getattr(req, "media_io_kwargs", None),
             )
         )
         if req.stream:

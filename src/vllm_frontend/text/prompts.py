@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -30,6 +30,9 @@ class PreparedPrompt(msgspec.Struct):
 
     token_ids: list[int]
     text: str | None
+    mm_features: list[Any] | None = None
+    """The engine's ``MultiModalFeatureSpec`` list (multimodal prompts); handed over to the
+    engine request, and cleared here once taken (no second reference to the tensors)."""
 
 
 class PromptPreparer:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vllm_frontend.engine.tensors import to_bfloat16_words
+
 if TYPE_CHECKING:
     from PIL.Image import Image
 
@@ -54,8 +56,8 @@ def smart_resize(
 
 @dataclass(frozen=True, slots=True)
 class Qwen2VLOutput:
-    """One image's processed form: ``pixel_values`` ``(t*h*w, C*T*p*p)`` float32 and its
-    ``grid_thw`` ``(t, h, w)`` in patches."""
+    """One image's processed form: ``pixel_values`` ``(t*h*w, C*T*p*p)`` (float32, or the
+    dtype asked for) and its ``grid_thw`` ``(t, h, w)`` in patches."""
 
     pixel_values: np.ndarray
     grid_thw: tuple[int, int, int]
@@ -140,8 +142,12 @@ class Qwen2VLImageProcessor:
             table = (table - mean[:, None]) / std[:, None]
         return np.ascontiguousarray(table, dtype=np.float32)
 
-    def preprocess(self, image: Image) -> Qwen2VLOutput:
-        """Process one image (any mode; converted to RGB as transformers does)."""
+    def preprocess(self, image: Image, dtype: str = "float32") -> Qwen2VLOutput:
+        """Process one image (any mode; converted to RGB as transformers does).
+
+        ``dtype`` is the dtype ``pixel_values`` is cast to afterwards: ``float32`` (the
+        processor's own output), ``float16`` or ``bfloat16`` (raw 16-bit words, rounded as
+        torch rounds); the cast is folded into the lookup table, so it costs nothing extra."""
         if self.do_convert_rgb and image.mode != "RGB":
             image = _to_rgb(image)
         width, height = image.size
@@ -151,9 +157,9 @@ class Qwen2VLImageProcessor:
         pixels = np.asarray(image)
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
-        return self._patchify(pixels[None])
+        return self._patchify(pixels[None], dtype)
 
-    def _patchify(self, frames: np.ndarray) -> Qwen2VLOutput:
+    def _patchify(self, frames: np.ndarray, dtype: str = "float32") -> Qwen2VLOutput:
         """``frames`` ``(F, H, W, C)`` uint8 (F a multiple of the temporal patch, or 1 for an
         image: repeated) -> flattened patches."""
         num_frames, height, width, channels = frames.shape
@@ -169,6 +175,12 @@ class Qwen2VLImageProcessor:
         )
         patches = patches.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
         table = self._lookup_table(channels)
+        if dtype == "bfloat16":
+            table = to_bfloat16_words(table)
+        elif dtype == "float16":
+            table = table.astype(np.float16)
+        elif dtype != "float32":
+            raise ValueError(f"unsupported pixel dtype {dtype!r}")
         channel_index = np.arange(channels).reshape(channels, 1, 1, 1)
         values = table[channel_index, patches]  # one gather, float32, contiguous
         if frames_per_patch != t:
