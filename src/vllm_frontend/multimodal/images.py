@@ -129,6 +129,6 @@ def load_image_url(url: str, media_io_kwargs: Mapping[str, Any] | None = None) -
         raise MediaError("Only base64 data URLs are supported.")
     try:
         data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise MediaError(f"Failed to load image: {e}") from None
+    except (binascii.Error, ValueError):
+        raise MediaError("Non-base64 digit found") from None  # pybase64's word, as vLLM
     return decode_image(data, media_io_kwargs)
