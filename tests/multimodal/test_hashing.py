@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vllm_frontend.multimodal.hashing import hash_kwargs, image_hash_value, item_hash
-from vllm_frontend.multimodal.images import decode_image
+from vllm_frontend.multimodal.hashing import hash_kwargs, image_hash_value, image_id, item_hash
+from vllm_frontend.multimodal.media.image import ImageOptions
+from vllm_frontend.multimodal.media.image import decode_image as decode
 
 pytestmark = pytest.mark.oracle
 
@@ -67,10 +68,10 @@ def test_image_items_match_vllm(mode: str) -> None:
     data = _encoded(mode, 1)
     for io_kwargs in ({}, {"rgba_background_color": [0, 0, 0]}):
         theirs = ImageMediaIO(**io_kwargs).load_bytes(data)
-        ours = decode_image(data, io_kwargs)
+        ours = decode(data, ImageOptions.from_kwargs(io_kwargs), 0)
         assert np.array_equal(np.asarray(ours.image), np.asarray(theirs.media))
         assert ours.io_config == theirs.io_config
-        value = image_hash_value(ours.original, ours.io_config, ours.image_id)
+        value = image_hash_value(ours.original_bytes, ours.io_config, image_id(ours.image))
         for processor_kwargs in ({}, {"max_pixels": 1000, "images_kwargs": {"x": 1}}):
             factors = {"mm_processor_kwargs": processor_kwargs} if processor_kwargs else {}
             expected = MultiModalHasher.hash_kwargs(
@@ -121,8 +122,8 @@ def test_image_with_exif_matches_vllm() -> None:
 
     data = _encoded("RGB", 2, exif_id=uuid.UUID(int=12345))
     theirs = ImageMediaIO().load_bytes(data)
-    ours = decode_image(data)
-    value = image_hash_value(ours.original, ours.io_config, ours.image_id)
+    ours = decode(data, ImageOptions(), 0)
+    value = image_hash_value(ours.original_bytes, ours.io_config, image_id(ours.image))
     assert hash_kwargs("blake3", model_id="m", image=value) == MultiModalHasher.hash_kwargs(
         "blake3", model_id="m", image=theirs
     )

@@ -25,6 +25,7 @@ from vllm_frontend.engine import codec
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM
 from vllm_frontend.multimodal.llm import MultimodalLlm
+from vllm_frontend.multimodal.media import MediaLoader, MediaPolicy
 from vllm_frontend.multimodal.parts import MediaPart
 from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 from vllm_frontend.text.llm import TextLlm, TextRequest
@@ -65,7 +66,8 @@ def _facade(client: _Client) -> MultimodalLlm:
     family = Qwen2VLFamily(
         {"model_type": "qwen2_vl"}, {"max_pixels": 1280 * 28 * 28}, ids.get, {}, True
     )
-    return MultimodalLlm(text, family, model_id="m", config={"vision_config": {}})
+    loader = MediaLoader(MediaPolicy())
+    return MultimodalLlm(text, family, loader, model_id="m", config={"vision_config": {}})
 
 
 def _jpeg(width: int = 1024, height: int = 768) -> str:

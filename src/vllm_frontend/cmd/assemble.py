@@ -212,6 +212,7 @@ def multimodal_facade(
     if not is_multimodal_config(files.config):
         return None
     from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
+    from vllm_frontend.multimodal.media import MediaLoader, MediaPolicy
 
     options = MultimodalOptions(
         limit_mm_per_prompt=dict(config.limit_mm_per_prompt),
@@ -221,6 +222,14 @@ def multimodal_facade(
         mm_device_do_normalize=config.mm_device_do_normalize,
     )
     family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
+    loader = MediaLoader(
+        MediaPolicy.from_env(
+            media_io_kwargs=dict(config.media_io_kwargs),
+            allowed_local_media_path=config.allowed_local_media_path,
+            allowed_media_domains=tuple(config.allowed_media_domains),
+            allow_private_addresses=config.allow_private_media_addresses,
+        )
+    )
     dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")
 
@@ -228,6 +237,7 @@ def multimodal_facade(
         return MultimodalLlm(
             text,
             family,
+            loader,
             model_id=config.model,
             config=files.config,
             dtype=dtype.removeprefix("torch."),

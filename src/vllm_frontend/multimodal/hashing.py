@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HashAlgorithm", "hash_kwargs", "image_hash_value", "item_hash"]
+__all__ = ["HashAlgorithm", "hash_kwargs", "image_hash_value", "image_id", "item_hash"]
 
 HashAlgorithm = str
 """``"blake3"`` (vLLM's default), ``"sha256"`` or ``"sha512"`` (``--mm-hasher-algorithm``)."""
@@ -113,6 +113,21 @@ def hash_kwargs(algorithm: HashAlgorithm, /, **kwargs: Any) -> str:
         for chunk in _pair(key, value):
             hasher.update(chunk)
     return str(hasher.hexdigest())
+
+
+_EXIF_IMAGE_ID = 0xA420
+
+
+def image_id(image: Any) -> bytes | None:
+    """The EXIF ``ImageID`` UUID's bytes of a ``PIL.Image.Image``, when it carries one (vLLM
+    then hashes the image by it)."""
+    import uuid
+
+    try:
+        value = image.getexif().get(_EXIF_IMAGE_ID)
+    except Exception:  # malformed EXIF: hashed by its bytes, as vLLM does
+        return None
+    return value.bytes if isinstance(value, uuid.UUID) else None
 
 
 def image_hash_value(

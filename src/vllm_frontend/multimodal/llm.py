@@ -22,8 +22,8 @@ import msgspec
 
 from vllm_frontend.engine.protocol import MultiModalFeatureSpec, PlaceholderRange
 from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_model_type
-from vllm_frontend.multimodal.hashing import image_hash_value, item_hash
-from vllm_frontend.multimodal.images import LoadedImage, MediaError, load_image_url
+from vllm_frontend.multimodal.hashing import image_hash_value, image_id, item_hash
+from vllm_frontend.multimodal.media import ImageItem, MediaError, MediaLoader
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.text.errors import BadInput
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
@@ -89,12 +89,22 @@ def _limit(value: Any) -> int:
 class MultimodalLlm:
     """Multimodal prompts for one model over ``text`` (built once at startup)."""
 
-    __slots__ = ("_limits", "dtype", "family", "model_id", "model_type", "options", "text")
+    __slots__ = (
+        "_limits",
+        "dtype",
+        "family",
+        "loader",
+        "model_id",
+        "model_type",
+        "options",
+        "text",
+    )
 
     def __init__(
         self,
         text: TextLlm,
         family: Family | None,
+        loader: MediaLoader,
         *,
         model_id: str,
         config: Mapping[str, Any],
@@ -102,9 +112,11 @@ class MultimodalLlm:
         options: MultimodalOptions | None = None,
     ) -> None:
         """``model_id``: the model as vLLM names it (``--model``: the hashes include it);
-        ``config``: its ``config.json``; ``dtype``: the engine's model dtype."""
+        ``config``: its ``config.json``; ``dtype``: the engine's model dtype; ``loader``
+        fetches and decodes the media (``multimodal.media``)."""
         self.text = text
         self.family = family
+        self.loader = loader
         self.model_id = model_id
         self.model_type = multimodal_model_type(config)
         self.dtype = dtype
@@ -149,15 +161,9 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         processor_kwargs = dict(mm_processor_kwargs or {})
-        io_kwargs = self._media_io_kwargs(media_io_kwargs)
         items = parts.items
         loop = asyncio.get_running_loop()
-        loaded = await asyncio.gather(
-            *(
-                loop.run_in_executor(_media_pool(), _load, part, io_kwargs.get(part.modality))
-                for part in items
-            )
-        )
+        loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
         preparer = text.prompts
         [prepared] = await preparer.prepare_prompts(
             [prompt],
@@ -184,17 +190,27 @@ class MultimodalLlm:
             )
         return text.generate_prepared(request, [PreparedPrompt(ids, prompt, features)])
 
-    def _media_io_kwargs(self, request_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-        merged: dict[str, Any] = {k: dict(v) for k, v in self.options.media_io_kwargs.items()}
-        for modality, kwargs in (request_kwargs or {}).items():
-            if isinstance(kwargs, Mapping):
-                merged.setdefault(modality, {}).update(kwargs)
-        return merged
+    async def _load(self, part: MediaPart, request_kwargs: Mapping[str, Any] | None) -> ImageItem:
+        if part.modality != "image":
+            raise MediaError.bad_request(
+                f"{part.modality} inputs are not supported by this frontend yet"
+            )
+        if part.url is None:
+            raise MediaError.bad_request(
+                "A media part without data (a uuid alone) is not supported by this frontend yet"
+            )
+        merged = None
+        if request_kwargs:
+            merged = {k: dict(v) for k, v in self.options.media_io_kwargs.items()}
+            for modality, kwargs in request_kwargs.items():
+                if isinstance(kwargs, Mapping):
+                    merged.setdefault(modality, {}).update(kwargs)
+        return await self.loader.load_image_item(part.url, merged)
 
     def _hash(
         self,
         part: MediaPart,
-        item: LoadedImage,
+        item: ImageItem,
         processor_kwargs: Mapping[str, Any],
         media_io_kwargs: Mapping[str, Any] | None,
     ) -> str:
@@ -207,7 +223,7 @@ class MultimodalLlm:
             self.options.mm_hasher_algorithm,
             model_id=self.model_id,
             modality=modality,
-            value=image_hash_value(item.original, item.io_config, item.image_id),
+            value=image_hash_value(item.original_bytes, item.io_config, image_id(item.image)),
             uuid=part.uuid,
             media_io_kwargs=io_kwargs,
             mm_processor_kwargs=kwargs,
@@ -217,7 +233,7 @@ class MultimodalLlm:
         self,
         family: Family,
         parts: list[MediaPart],
-        loaded: list[LoadedImage],
+        loaded: list[ImageItem],
         kwargs: Mapping[str, Any],
     ) -> list[ProcessedItem]:
         """Each part's processed item, in part order (a modality's items in one call)."""
@@ -228,14 +244,6 @@ class MultimodalLlm:
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
         return [p for p in out if p is not None]
-
-
-def _load(part: MediaPart, media_io_kwargs: Mapping[str, Any] | None) -> LoadedImage:
-    if part.modality != "image":
-        raise MediaError(f"{part.modality} inputs are not supported by this frontend yet")
-    if part.url is None:
-        raise MediaError("an image part without data needs a cached item (uuid); not supported")
-    return load_image_url(part.url, media_io_kwargs)
 
 
 def _expand(

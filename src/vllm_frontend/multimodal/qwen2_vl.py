@@ -14,7 +14,7 @@ import numpy as np
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import ProcessedItem
-from vllm_frontend.multimodal.images import LoadedImage, MediaError
+from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors.qwen2_vl import Qwen2VLImageProcessor
 
 __all__ = ["Qwen2VLFamily"]
@@ -69,14 +69,14 @@ class Qwen2VLFamily:
     def process(
         self,
         modality: str,
-        items: list[LoadedImage],
+        items: list[ImageItem],
         kwargs: Mapping[str, Any],
         dtype: str,
     ) -> list[ProcessedItem]:
         """Process the request's items of ``modality`` together, in order (one processor call,
         as vLLM makes one: the flat field's slices span them all)."""
         if modality != "image":
-            raise MediaError(f"{modality} inputs are not supported for this model yet")
+            raise MediaError.bad_request(f"{modality} inputs are not supported for this model yet")
         processor = self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
         if self.device_normalize:
             # vLLM's merge_mm_processor_kwargs: the engine normalizes; requests cannot undo it.
@@ -87,7 +87,7 @@ class Qwen2VLFamily:
             try:
                 outputs.append(processor.preprocess(item.image, dtype))
             except ValueError as e:
-                raise MediaError(str(e)) from None
+                raise MediaError.bad_request(str(e)) from None
         slices: list[Any] = []
         start = 0
         for out in outputs:
