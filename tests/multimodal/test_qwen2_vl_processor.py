@@ -4,6 +4,8 @@ image modes and processor settings; the dtype cast folded into it equals casting
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -60,8 +62,10 @@ def test_matches_transformers(settings: dict) -> None:
 def test_dtype_cast_equals_casting_afterwards() -> None:
     import torch
 
-    ours = Qwen2VLImageProcessor(max_pixels=128 * 28 * 28)
-    for image in _images(7, 8):
+    raw = Qwen2VLImageProcessor(max_pixels=128 * 28 * 28, do_rescale=False, do_normalize=False)
+    for ours, image in itertools.product(
+        (Qwen2VLImageProcessor(max_pixels=128 * 28 * 28), raw), _images(7, 8)
+    ):
         full = ours.preprocess(image).pixel_values
         bf16 = ours.preprocess(image, "bfloat16").pixel_values
         expected = torch.from_numpy(full).to(torch.bfloat16).view(torch.int16).numpy()

@@ -169,26 +169,40 @@ class Qwen2VLImageProcessor:
         grid_h, grid_w = height // p, width // p
         grid_t = max(1, num_frames // t)
         frames_per_patch = t if num_frames > 1 else 1
-        # (gt, T, gh/m, m, p, gw/m, m, p, C) -> (gt, gh/m, gw/m, m, m, C, T, p, p)
-        patches = frames[: grid_t * frames_per_patch].reshape(
+        values = self._values(frames[: grid_t * frames_per_patch], dtype)
+        # (gt, T, gh/m, m, p, gw/m, m, p, C) -> (gt, gh/m, gw/m, m, m, C, T, p, p): one copy
+        patches = values.reshape(
             grid_t, frames_per_patch, grid_h // m, m, p, grid_w // m, m, p, channels
+        ).transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+        if frames_per_patch != t:
+            patches = np.broadcast_to(patches, (*patches.shape[:6], t, p, p))
+        pixel_values = np.ascontiguousarray(patches).reshape(
+            grid_t * grid_h * grid_w, channels * t * p * p
         )
-        patches = patches.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+        return Qwen2VLOutput(pixel_values, (grid_t, grid_h, grid_w))
+
+    def _values(self, pixels: np.ndarray, dtype: str) -> np.ndarray:
+        """Each uint8 of ``pixels`` (channels last) as the float it becomes, in ``dtype``."""
+        if dtype not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"unsupported pixel dtype {dtype!r}")
+        if not self.do_rescale and not self.do_normalize:
+            # The values themselves (the engine normalizes): exact in every float dtype, and a
+            # bfloat16 integer below 256 is the upper half of its float32 bits.
+            values = pixels.astype(np.float32)
+            if dtype == "bfloat16":
+                return (values.view(np.uint32) >> 16).astype(np.uint16)
+            return values if dtype == "float32" else values.astype(np.float16)
+        channels = pixels.shape[-1]
         table = self._lookup_table(channels)
         if dtype == "bfloat16":
             table = to_bfloat16_words(table)
         elif dtype == "float16":
             table = table.astype(np.float16)
-        elif dtype != "float32":
-            raise ValueError(f"unsupported pixel dtype {dtype!r}")
-        channel_index = np.arange(channels).reshape(channels, 1, 1, 1)
-        values = table[channel_index, patches]  # one gather, float32, contiguous
-        if frames_per_patch != t:
-            values = np.broadcast_to(values, (*values.shape[:6], t, p, p))
-        pixel_values = np.ascontiguousarray(values).reshape(
-            grid_t * grid_h * grid_w, channels * t * p * p
-        )
-        return Qwen2VLOutput(pixel_values, (grid_t, grid_h, grid_w))
+        flat = pixels.reshape(-1, channels)
+        out = np.empty(flat.shape, dtype=table.dtype)
+        for c in range(channels):
+            np.take(table[c], flat[:, c], out=out[:, c])
+        return out.reshape(pixels.shape)
 
 
 def _per_channel(value: Any, channels: int) -> np.ndarray:
