@@ -243,6 +243,9 @@ BAD = {
     ],
     "too many images": [{"role": "user", "content": [_image(_png(8 + i, 8, i)) for i in range(4)]}],
     "video": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}],
+    "image embeds": [
+        {"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}
+    ],
 }
 
 
@@ -253,3 +256,40 @@ def test_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
     assert responses["ours"].json() == responses["vllm"].json()
     for side in sides.values():
         assert side.new_requests() == []
+
+
+def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
+    # 2048-token context: the expanded prompt (~150 tokens) leaves less than 2000 for output,
+    # and a max_tokens beyond the context is refused.
+    messages = REQUESTS["one image"]
+    for max_tokens in (2000, 1900, 4096):
+        responses = {k: _post(side, messages, max_tokens=max_tokens) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code
+        if responses["vllm"].status_code != 200:
+            assert responses["ours"].json() == responses["vllm"].json()
+            continue
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
+        _compare(vllm, ours, _SENT)
+
+
+def test_memory_stays_flat_over_many_image_requests(sides: dict[str, Side]) -> None:
+    import psutil
+
+    side = sides["ours"]
+    process = psutil.Process(side.processes[0].pid)
+
+    def burst(first_seed: int, count: int) -> None:
+        for seed in range(first_seed, first_seed + count):
+            content = [_image(_jpeg(640, 480, seed * 3 + k)) for k in range(3)]
+            response = _post(side, [{"role": "user", "content": content}])
+            assert response.status_code == 200
+
+    burst(1000, 20)  # warm-up: pools, caches, allocator arenas
+    side.new_requests()
+    before = process.memory_info().rss
+    burst(2000, 60)  # ~110 MB of pixel tensors: kept, they would show
+    side.new_requests()
+    growth = process.memory_info().rss - before
+    assert growth < 40 * 2**20, growth

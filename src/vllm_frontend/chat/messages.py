@@ -268,6 +268,9 @@ def _media_part(
             param="type",
         )
     uuid = part.get("uuid")
+    if kind in ("image_embeds", "audio_embeds", "video_embeds"):
+        # vLLM without --enable-mm-embeds (which this frontend does not take yet).
+        raise ChatError(f"You must set `--enable-mm-embeds` to input `{kind}`", param=kind)
     if kind not in _URL_PARTS:
         raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
     key, modality = _URL_PARTS[kind]
