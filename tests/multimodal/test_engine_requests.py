@@ -3,9 +3,8 @@ engine that records every ADD request, get the same image chat requests; the eng
 must be equal (prompt ids, placeholder ranges, hashes and identifiers, field factories, tensor
 dtypes, shapes and values). Bad input gets vLLM's status and error body.
 
-vLLM's frontend keeps a sender cache: an item the engine already holds goes as ``data=None``;
-ours sends every item (always correct, engine-protocol §4.6), so those compare with the data
-vLLM sent the first time.
+Both frontends mirror the engine's multimodal cache: an item the engine already holds goes as
+``data=None`` from both, on the same requests.
 """
 
 from __future__ import annotations
@@ -152,7 +151,7 @@ def _compare(vllm: Any, ours: Any, cached: dict[str, Any]) -> None:
     if vllm.mm_features is None:
         assert ours.mm_features is None
         return
-    # A "flat" field's slices span the items processed in one call: vLLM's spans only the items
+    # A "flat" field's slices span the items processed in one call: vLLM's span only the items
     # its processor cache missed, ours every item of the request. Equal when vLLM missed all.
     all_sent = all(f.data is not None for f in vllm.mm_features)
     assert len(ours.mm_features) == len(vllm.mm_features)
@@ -165,9 +164,13 @@ def _compare(vllm: Any, ours: Any, cached: dict[str, Any]) -> None:
         assert mine.mm_position.offset == theirs.mm_position.offset
         assert mine.mm_position.length == theirs.mm_position.length
         assert mine.mm_position.is_embed is None and theirs.mm_position.is_embed is None
-        data = theirs.data if theirs.data is not None else cached[theirs.mm_hash]
+        # Items the engine holds go without data from both (the sender caches agree).
+        assert (mine.data is None) == (theirs.data is None), theirs.mm_hash
+        if theirs.data is None:
+            continue
+        data = theirs.data
         cached[theirs.mm_hash] = data
-        assert mine.data is not None and set(mine.data) == set(data)
+        assert set(mine.data) == set(data)
         for key, elem in data.items():
             got = mine.data[key]
             if all_sent:

@@ -220,6 +220,7 @@ def multimodal_facade(
         media_io_kwargs=dict(config.media_io_kwargs),
         mm_hasher_algorithm=config.mm_hasher_algorithm,
         mm_device_do_normalize=config.mm_device_do_normalize,
+        mm_processor_cache_gb=config.mm_processor_cache_gb,
     )
     family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
     loader = MediaLoader(
@@ -242,6 +243,13 @@ def multimodal_facade(
             config=files.config,
             dtype=dtype.removeprefix("torch."),
             options=options,
+            # vLLM's engine keeps the LRU cache its frontend mirrors only for one API process
+            # in front of one engine (or external load balancing).
+            mirror_engine_cache=(
+                config.mm_processor_cache_type == "lru"
+                and config.api_server_count == 1
+                and len(client.engine_indices) == 1
+            ),
         )
 
     return make

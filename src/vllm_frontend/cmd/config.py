@@ -117,6 +117,9 @@ class FrontendConfig(msgspec.Struct):
     allow_private_media_addresses: bool = False
     """Media fetches may connect to loopback, private and link-local addresses (ours)."""
     mm_device_do_normalize: bool | None = None
+    mm_processor_cache_gb: float = 4
+    """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
+    mm_processor_cache_type: str = "lru"
     """The engine rescales and normalizes pixels itself (None: vLLM's default per model)."""
 
     @property

@@ -181,6 +181,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
     p.add_argument("--media-io-kwargs", type=_json_object, default=None)
     p.add_argument("--mm-hasher-algorithm", default=None)
+    p.add_argument("--mm-processor-cache-gb", type=float, default=None)
+    p.add_argument("--mm-processor-cache-type", default=None)
     p.add_argument("--allowed-local-media-path", default=None)
     p.add_argument("--allowed-media-domains", nargs="+", default=None)
     p.add_argument("--allow-private-media-addresses", **opt_bool)
@@ -247,7 +249,8 @@ _LAUNCH_ONLY = frozenset(
 
 # `serve` flags the frontend reads that the engines need as well: forwarded to managed engines.
 ENGINE_SHARED = ("limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs",
-                 "mm_hasher_algorithm")  # fmt: skip
+                 "mm_hasher_algorithm", "mm_processor_cache_gb",
+                 "mm_processor_cache_type")  # fmt: skip
 
 
 def engine_shared_args(ns: argparse.Namespace) -> list[str]:

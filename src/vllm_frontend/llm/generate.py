@@ -85,6 +85,9 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     mm_features: list[Any] | None = None
     """Multimodal items (``MultiModalFeatureSpec``); every sample's engine request carries
     them, and they are dropped from the engine requests once sent."""
+    mm_cache: Any = None
+    """The engine's multimodal cache mirror (``apply(features)`` right before sending drops
+    the data the engine holds; ``invalidate(hashes)`` on ``mm_cache_miss_hashes``), or None."""
 
 
 class SampleOutput(msgspec.Struct, gc=False):
@@ -372,6 +375,11 @@ class GenerationStream:
         admission = self._llm.admission
         if admission is not None:  # again, as vLLM does: others may have started meanwhile
             admission.check(len(self._samples))
+        mm_cache = self._request.mm_cache
+        if mm_cache is not None and self._engine_requests:
+            features = getattr(self._engine_requests[0], "mm_features", None)
+            if features:  # every sample's request shares them: decided once, as vLLM does
+                mm_cache.apply(features)
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
                 it: Any = client.add_request(engine_request)
@@ -498,6 +506,10 @@ class GenerationStream:
             )
         lp = output.new_logprobs
         finish = output.finish_reason
+        if finish is not None and self._request.mm_cache is not None:
+            missed = getattr(output, "mm_cache_miss_hashes", None)
+            if missed:  # the engine lacked items the mirror thought it had
+                self._request.mm_cache.invalidate(missed)
         # Positional, cheap checks first: this runs for every engine output. The engine output's
         # own list of ids (decoded for this output alone) is taken over, not copied.
         return SampleOutput(

@@ -25,6 +25,7 @@ from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_mo
 from vllm_frontend.multimodal.hashing import image_hash_value, image_id, item_hash
 from vllm_frontend.multimodal.media import ImageItem, MediaError, MediaLoader
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
+from vllm_frontend.multimodal.sender_cache import SenderCache
 from vllm_frontend.text.errors import BadInput
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.prompts import PreparedPrompt
@@ -44,6 +45,8 @@ class MultimodalOptions(msgspec.Struct, kw_only=True):
     mm_hasher_algorithm: str = "blake3"
     mm_device_do_normalize: bool | None = None
     """The engine normalizes pixels (None: vLLM's default for the family)."""
+    mm_processor_cache_gb: float = 4
+    """The engine's multimodal cache size (GiB); 0 disables it (every item carries data)."""
 
 
 def load_family(
@@ -97,6 +100,7 @@ class MultimodalLlm:
         "model_id",
         "model_type",
         "options",
+        "sender_cache",
         "text",
     )
 
@@ -110,10 +114,13 @@ class MultimodalLlm:
         config: Mapping[str, Any],
         dtype: str = "bfloat16",
         options: MultimodalOptions | None = None,
+        mirror_engine_cache: bool = False,
     ) -> None:
         """``model_id``: the model as vLLM names it (``--model``: the hashes include it);
         ``config``: its ``config.json``; ``dtype``: the engine's model dtype; ``loader``
-        fetches and decodes the media (``multimodal.media``)."""
+        fetches and decodes the media (``multimodal.media``); ``mirror_engine_cache``: the
+        engine keeps a multimodal cache this frontend alone feeds (one engine, one frontend
+        process, vLLM's LRU cache type), so items it holds are sent without data."""
         self.text = text
         self.family = family
         self.loader = loader
@@ -121,6 +128,9 @@ class MultimodalLlm:
         self.model_type = multimodal_model_type(config)
         self.dtype = dtype
         self.options = options if options is not None else MultimodalOptions()
+        gb = self.options.mm_processor_cache_gb
+        self.sender_cache = SenderCache(gb) if mirror_engine_cache and gb > 0 else None
+        """The mirror of the engine's multimodal cache (None: every item carries its data)."""
         self._limits: dict[str, int] = {}
         if family is not None:
             for modality, supported in family.supported_limits.items():
@@ -160,6 +170,10 @@ class MultimodalLlm:
             return await text.generate_prompts(request, [prompt])
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
+        if request.use_beam_search:
+            raise BadInput(
+                "Beam search with multimodal inputs is not supported by this frontend yet."
+            )
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
         loop = asyncio.get_running_loop()
@@ -188,7 +202,8 @@ class MultimodalLlm:
                 "image tokens depends on the number of images, and possibly their aspect ratios "
                 "as well."
             )
-        return text.generate_prepared(request, [PreparedPrompt(ids, prompt, features)])
+        prepared_prompt = PreparedPrompt(ids, prompt, features, self.sender_cache)
+        return text.generate_prepared(request, [prepared_prompt])
 
     async def _load(self, part: MediaPart, request_kwargs: Mapping[str, Any] | None) -> ImageItem:
         if part.modality != "image":

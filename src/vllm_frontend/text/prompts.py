@@ -33,6 +33,9 @@ class PreparedPrompt(msgspec.Struct):
     mm_features: list[Any] | None = None
     """The engine's ``MultiModalFeatureSpec`` list (multimodal prompts); handed over to the
     engine request, and cleared here once taken (no second reference to the tensors)."""
+    mm_cache: Any = None
+    """The mirror of the engine's multimodal cache the features go through when sent
+    (``multimodal.sender_cache.SenderCache``), or None."""
 
 
 class PromptPreparer:

@@ -113,6 +113,7 @@ class SequenceStream:
                 data_parallel_rank=data_parallel_rank,
                 cache_salt=cache_salt,
                 mm_features=prompt.mm_features,
+                mm_cache=prompt.mm_cache,
             )
         )
         prompt.mm_features = None  # the engine requests hold them now
