@@ -29,8 +29,9 @@ from tests.support.tiny_vlm import TORCHVISION_SHIM, tiny_vlm_dir
 
 pytestmark = pytest.mark.engine
 
-# Both engines get exactly these arguments. A processor cache of ~1 MB holds three of these
-# images' items, so the distinct-images test evicts.
+# Both engines get exactly these arguments (vLLM's server applies them to its frontend too; ours
+# gets the cache size as well, to mirror it). A processor cache of ~1 MB holds a few of these
+# images' items, so the tests evict, within a request too.
 LIMITS = '{"image": 3, "video": 0}'
 ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
                "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001")  # fmt: skip
@@ -51,7 +52,7 @@ def urls() -> Iterator[dict[str, str]]:
             "ours-vlm",
             ["-m", "vllm_frontend", "serve", str(model), "--port", str(port),
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
-             "--limit-mm-per-prompt", LIMITS],
+             "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001"],
             program=sys.executable,
         )  # fmt: skip
         started.append(ours)
