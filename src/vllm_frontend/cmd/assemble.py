@@ -26,8 +26,8 @@ from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
-from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.multimodal.family import is_multimodal_config
+from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
@@ -212,7 +212,7 @@ def multimodal_facade(
     if not is_multimodal_config(files.config):
         return None
     from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
-    from vllm_frontend.multimodal.media import MediaLoader, MediaPolicy
+    from vllm_frontend.multimodal.media import MediaLoader
 
     options = MultimodalOptions(
         limit_mm_per_prompt=dict(config.limit_mm_per_prompt),
@@ -223,14 +223,7 @@ def multimodal_facade(
         mm_processor_cache_gb=config.mm_processor_cache_gb,
     )
     family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
-    loader = MediaLoader(
-        MediaPolicy.from_env(
-            media_io_kwargs=dict(config.media_io_kwargs),
-            allowed_local_media_path=config.allowed_local_media_path,
-            allowed_media_domains=tuple(config.allowed_media_domains),
-            allow_private_addresses=config.allow_private_media_addresses,
-        )
-    )
+    loader = MediaLoader(media_policy(config))
     dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")
 

@@ -110,17 +110,11 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     """The model processor's options (over its ``preprocessor_config.json``)."""
     mm_hasher_algorithm: str = "blake3"
-    allowed_local_media_path: str = ""
-    """``file://`` media is read only under this directory (empty: not at all)."""
-    allowed_media_domains: list[str] = msgspec.field(default_factory=list)
-    """``http(s)://`` media only from these hosts (empty: any)."""
-    allow_private_media_addresses: bool = False
-    """Media fetches may connect to loopback, private and link-local addresses (ours)."""
     mm_device_do_normalize: bool | None = None
+    """The engine rescales and normalizes pixels itself (None: vLLM's default per model)."""
     mm_processor_cache_gb: float = 4
     """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
     mm_processor_cache_type: str = "lru"
-    """The engine rescales and normalizes pixels itself (None: vLLM's default per model)."""
 
     @property
     def served_model_names(self) -> list[str]:

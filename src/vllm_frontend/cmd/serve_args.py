@@ -179,13 +179,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     # Multimodal options the engines need too (the launcher forwards them: ENGINE_SHARED).
     p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
     p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
-    p.add_argument("--media-io-kwargs", type=_json_object, default=None)
     p.add_argument("--mm-hasher-algorithm", default=None)
     p.add_argument("--mm-processor-cache-gb", type=float, default=None)
     p.add_argument("--mm-processor-cache-type", default=None)
-    p.add_argument("--allowed-local-media-path", default=None)
-    p.add_argument("--allowed-media-domains", nargs="+", default=None)
-    p.add_argument("--allow-private-media-addresses", **opt_bool)
     p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument(
         "--allowed-local-media-path",
