@@ -13,7 +13,7 @@ carries the text generation, the response role, the echoed text and the output p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -23,7 +23,11 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.renderer import ChatRenderer
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
+from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
+
+if TYPE_CHECKING:
+    from vllm_frontend.multimodal.llm import MultimodalLlm
 
 __all__ = ["ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
 
@@ -46,12 +50,14 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     parallel_tool_calls: bool | None = None
     echo: bool = False
     """Echo the last message's content before the generated text."""
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
 
 
 class ChatLlm:
     """Chat generation for one model over ``text`` (built once at startup)."""
 
-    __slots__ = ("_parsers", "harmony", "renderer", "response_role", "text")
+    __slots__ = ("_parsers", "harmony", "media", "renderer", "response_role", "text")
 
     def __init__(
         self,
@@ -61,11 +67,14 @@ class ChatLlm:
         *,
         response_role: str = "assistant",
         harmony: HarmonyRenderer | None = None,
+        media: MultimodalLlm | None = None,
     ) -> None:
         """``parsers`` are the configured reasoning / tool-call parsers; ``harmony`` renders a
         gpt-oss model's chat prompts instead of ``renderer`` (which still serves
-        ``/tokenize``, as in vLLM)."""
+        ``/tokenize``, as in vLLM); ``media`` is the multimodal facade over ``text`` (None for
+        a text-only model)."""
         self.text = text
+        self.media = media
         self.renderer = renderer
         self.harmony = harmony
         self.response_role = response_role
@@ -85,6 +94,8 @@ class ChatLlm:
         self.text.prompts.check_max_tokens_param(
             text_request.max_tokens, text_request.max_tokens_param
         )
+        media = self.media
+        parts = media.new_parts() if media is not None else None
         if self.harmony is not None:
             self._check_harmony_constraints(request)
             rendered: Any = self.harmony.render(
@@ -94,12 +105,21 @@ class ChatLlm:
                 reasoning_effort=request.reasoning_effort,
             )
         else:
-            rendered = self._render(request)
+            rendered = self._render(request, parts)
         self._force_tool_calls(request)
         parsers = self._parsers
         if parsers is not None and parsers.needs_special_tokens(self._options(request)):
             text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
-        generation = await self.text.generate_prompts(text_request, [rendered.prompt])
+        if media is not None and parts is not None and parts.items:
+            generation = await media.generate(
+                text_request,
+                rendered.prompt,
+                parts,
+                mm_processor_kwargs=plain(request.mm_processor_kwargs),
+                media_io_kwargs=plain(request.media_io_kwargs),
+            )
+        else:
+            generation = await self.text.generate_prompts(text_request, [rendered.prompt])
         role = self.response_role if request.add_generation_prompt is not False else None
         if role is None:
             last = (plain(request.messages) if self.harmony else rendered.conversation)[-1]
@@ -137,7 +157,7 @@ class ChatLlm:
                 "frontend yet (vLLM constrains them with a Harmony structural tag)."
             )
 
-    def _render(self, request: ChatRequest) -> Any:
+    def _render(self, request: ChatRequest, media: MediaParts | None = None) -> Any:
         renderer = self.renderer
         if renderer is None:
             raise RuntimeError("no chat renderer configured")
@@ -151,6 +171,7 @@ class ChatLlm:
             chat_template=request.chat_template,
             chat_template_kwargs=plain(request.chat_template_kwargs),
             reasoning_effort=request.reasoning_effort,
+            media=media,
         )
 
     def _force_tool_calls(self, request: ChatRequest) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.template import ContentFormat
+from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 
 Conversation = list[dict[str, Any]]
 """Messages as the chat template receives them."""
@@ -71,17 +72,29 @@ _MEDIA_PART_TYPES = frozenset(
     }
 )
 _CLAUDE_BILLING_HEADER = "x-anthropic-billing-header"
+# Media part types that carry a URL, with the key holding it and their modality.
+_URL_PARTS = {
+    "image_url": ("image_url", "image"),
+    "input_image": ("image_url", "image"),
+    "video_url": ("video_url", "video"),
+    "audio_url": ("audio_url", "audio"),
+}
 
 
-def normalize_messages(messages: Any, content_format: ContentFormat) -> Conversation:
-    """The conversation vLLM renders for the request's ``messages``.
+def normalize_messages(
+    messages: Any, content_format: ContentFormat, media: MediaParts | None = None
+) -> Conversation:
+    """The conversation vLLM renders for the request's ``messages``; media parts go to
+    ``media`` (in order) and stand in the conversation as ``{"type": modality}`` parts, or as
+    the model's placeholder text in "string" format. Without ``media`` (a text-only model) a
+    media part is refused.
 
     Raises :class:`ChatError` (HTTP 400) for malformed messages.
     """
     if not isinstance(messages, list):
         raise ChatError("messages must be a list of message objects.", param="messages")
     conversation = [
-        _normalize_message(i, message, content_format) for i, message in enumerate(messages)
+        _normalize_message(i, message, content_format, media) for i, message in enumerate(messages)
     ]
     for message in conversation:
         _parse_tool_call_arguments(message)
@@ -146,7 +159,9 @@ def _optional_bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
     return value
 
 
-def _normalize_message(index: int, message: Any, content_format: ContentFormat) -> dict[str, Any]:
+def _normalize_message(
+    index: int, message: Any, content_format: ContentFormat, media: MediaParts | None
+) -> dict[str, Any]:
     where = f"messages.{index}"
     if not isinstance(message, dict):
         raise ChatError(f"{where} must be an object.", param=where)
@@ -178,13 +193,18 @@ def _normalize_message(index: int, message: Any, content_format: ContentFormat) 
     if role == "system":
         parts = _strip_billing_header(parts)
 
-    texts = [p for p in (_parse_part(f"{where}.content.{i}", part) for i, part in enumerate(parts))]
+    placeholders: list[str] = []
+    texts = [
+        _parse_part(f"{where}.content.{i}", part, media, placeholders, content_format)
+        for i, part in enumerate(parts)
+    ]
     kept = [p for p in texts if p is not None]
     result: dict[str, Any] = {"role": role}
     if content_format == "openai":
         result["content"] = kept
     else:
-        result["content"] = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
+        text = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
+        result["content"] = _with_placeholders(text, placeholders) if placeholders else text
 
     if role == "assistant":
         tool_calls = message.get("tool_calls")
@@ -217,9 +237,67 @@ def _normalize_message(index: int, message: Any, content_format: ContentFormat) 
     return result
 
 
-def _parse_part(where: str, part: Any) -> dict[str, Any] | None:
-    """One content part as an "openai"-format part (text or tool_reference), or ``None`` when
-    vLLM skips it."""
+def _with_placeholders(text: str, placeholders: list[str]) -> str:
+    # vLLM's string format: placeholders the text does not already hold go in front of it.
+    missing: list[str] = []
+    for placeholder in dict.fromkeys(placeholders):
+        count = placeholders.count(placeholder) - text.count(placeholder)
+        if count < 0:
+            raise ChatError(
+                f"Found more '{placeholder}' placeholders in input prompt than actual "
+                "multimodal data items.",
+                param="messages",
+            )
+        missing.extend([placeholder] * count)
+    return "\n".join([*missing, text] if text else missing)
+
+
+def _media_part(
+    where: str,
+    kind: str,
+    part: dict[str, Any],
+    media: MediaParts | None,
+    placeholders: list[str],
+    content_format: ContentFormat,
+) -> dict[str, Any] | None:
+    """A media part added to ``media``: its stand-in (an "openai"-format part, or None with its
+    placeholder text noted in ``placeholders``)."""
+    if media is None:
+        raise ChatError(
+            f"Content part type {kind!r} is not supported: this frontend serves text-only models.",
+            param="type",
+        )
+    uuid = part.get("uuid")
+    if kind in ("image_embeds", "audio_embeds", "video_embeds"):
+        # vLLM without --enable-mm-embeds (which this frontend does not take yet).
+        raise ChatError(f"You must set `--enable-mm-embeds` to input `{kind}`", param=kind)
+    if kind not in _URL_PARTS:
+        raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
+    key, modality = _URL_PARTS[kind]
+    value = part.get(key)
+    url = value.get("url") if isinstance(value, dict) else value
+    if url is not None and not isinstance(url, str):
+        raise ChatError(f"{where}.{key}.url must be a string.", param=f"{where}.{key}")
+    placeholder = media.add(MediaPart(modality, url, None if uuid is None else str(uuid)))
+    if content_format != "openai":
+        if placeholder is not None:
+            placeholders.append(placeholder)
+        return None
+    out: dict[str, Any] = {"type": modality}
+    out.update((k, v) for k, v in part.items() if k not in _KNOWN_PART_FIELDS)
+    return out
+
+
+def _parse_part(
+    where: str,
+    part: Any,
+    media: MediaParts | None = None,
+    placeholders: list[str] | None = None,
+    content_format: ContentFormat = "openai",
+) -> dict[str, Any] | None:
+    """One content part as an "openai"-format part (text, tool_reference or a media item's
+    ``{"type": modality}``), or ``None`` when vLLM skips it (or, in "string" format, when it
+    is a media item: its placeholder goes to ``placeholders``)."""
     if isinstance(part, str):
         return {"type": "text", "text": part}
     if not isinstance(part, dict):
@@ -251,10 +329,10 @@ def _parse_part(where: str, part: Any) -> dict[str, Any] | None:
             raise ChatError(f"{where}.name must be a string.", param=f"{where}.name")
         return {"type": "tool_reference", "name": ref}
     if kind in _MEDIA_PART_TYPES:
-        raise ChatError(
-            f"Content part type {kind!r} is not supported: this frontend serves text-only models.",
-            param="type",
-        )
+        return _media_part(
+            where, kind, part, media, placeholders if placeholders is not None else [],
+            content_format,
+        )  # fmt: skip
     supported = sorted((_MEDIA_PART_TYPES - {"file"}) | set(_TEXT_PART_KEYS) | {"tool_reference"})
     raise ChatError(
         f"Unsupported chat content part type: {kind!r}. Supported types: {', '.join(supported)}.",

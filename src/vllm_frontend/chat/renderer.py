@@ -31,6 +31,7 @@ from vllm_frontend.chat.template import (
     render_template,
 )
 from vllm_frontend.chat.template_cache import TemplateCodeCache
+from vllm_frontend.multimodal.parts import MediaParts
 
 ContentFormatOption = Literal["auto", "string", "openai"]
 """``--chat-template-content-format``."""
@@ -189,6 +190,7 @@ class ChatRenderer:
         chat_template: str | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         reasoning_effort: str | None = None,
+        media: MediaParts | None = None,
     ) -> RenderedChat:
         """Render a chat completion request's ``messages`` into the prompt string.
 
@@ -234,7 +236,7 @@ class ChatRenderer:
             raise ChatError("chat_template must be a string.", param="chat_template")
         requested = chat_template if chat_template is not None else opts.chat_template
         content_format = self._content_format(requested, has_tools)
-        conversation = normalize_messages(messages, content_format)
+        conversation = normalize_messages(messages, content_format, media)
 
         render_source = requested if requested is not None else kwargs.get("chat_template")
         kwargs.pop("chat_template", None)

@@ -5,7 +5,8 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -27,6 +28,7 @@ from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
@@ -34,10 +36,14 @@ from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
+
+if TYPE_CHECKING:
+    from vllm_frontend.multimodal.llm import MultimodalLlm
 
 
 class ModelResources(msgspec.Struct):
@@ -139,6 +145,7 @@ def build_frontend_app(
         structured_outputs_backend=config.structured_outputs_backend,
     )
     ctx = ServingContext(
+        multimodal=multimodal_facade(config, model, client),
         llm=llm,
         tokenizer=model.tokenizer,
         served_model_names=served,
@@ -214,6 +221,51 @@ def media_policy(config: FrontendConfig) -> MediaPolicy:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def multimodal_facade(
+    config: FrontendConfig, model: ModelResources, client: EngineCoreClient
+) -> Callable[[TextLlm], MultimodalLlm] | None:
+    """What makes the multimodal facade over the text one, for a model that takes media (None
+    for a text-only one)."""
+    files = model.files
+    if not is_multimodal_config(files.config):
+        return None
+    from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
+    from vllm_frontend.multimodal.media import MediaLoader
+
+    options = MultimodalOptions(
+        limit_mm_per_prompt=dict(config.limit_mm_per_prompt),
+        mm_processor_kwargs=dict(config.mm_processor_kwargs),
+        media_io_kwargs=dict(config.media_io_kwargs),
+        mm_hasher_algorithm=config.mm_hasher_algorithm,
+        mm_device_do_normalize=config.mm_device_do_normalize,
+        mm_processor_cache_gb=config.mm_processor_cache_gb,
+    )
+    family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
+    loader = MediaLoader(media_policy(config))
+    dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
+    dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")
+
+    def make(text: TextLlm) -> MultimodalLlm:
+        return MultimodalLlm(
+            text,
+            family,
+            loader,
+            model_id=config.model,
+            config=files.config,
+            dtype=dtype.removeprefix("torch."),
+            options=options,
+            # vLLM's engine keeps the LRU cache its frontend mirrors only for one API process
+            # in front of one engine (or external load balancing).
+            mirror_engine_cache=(
+                config.mm_processor_cache_type == "lru"
+                and config.api_server_count == 1
+                and len(client.engine_indices) == 1
+            ),
+        )
+
+    return make
 
 
 def model_facts(model: ModelResources) -> ModelFacts:

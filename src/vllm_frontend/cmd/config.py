@@ -105,6 +105,16 @@ class FrontendConfig(msgspec.Struct):
     addresses (refused by default; ``VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES=1`` too)."""
     media_io_kwargs: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Per-modality media decoding defaults (``{"video": {"num_frames": 40}}``)."""
+    limit_mm_per_prompt: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Media items allowed per prompt by modality (999 where unnamed, as vLLM)."""
+    mm_processor_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    """The model processor's options (over its ``preprocessor_config.json``)."""
+    mm_hasher_algorithm: str = "blake3"
+    mm_device_do_normalize: bool | None = None
+    """The engine rescales and normalizes pixels itself (None: vLLM's default per model)."""
+    mm_processor_cache_gb: float = 4
+    """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
+    mm_processor_cache_type: str = "lru"
 
     @property
     def served_model_names(self) -> list[str]:
@@ -246,6 +256,8 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
         elif key in (
             "default_chat_template_kwargs",
             "override_generation_config",
+            "limit_mm_per_prompt",
+            "mm_processor_kwargs",
             "media_io_kwargs",
         ):
             kwargs[key] = _as_dict(key, value)

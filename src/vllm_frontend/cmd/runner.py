@@ -31,7 +31,7 @@ from vllm_frontend.cmd.assemble import (
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
-from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs
+from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs, engine_shared_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.admission import SharedRequestCounts
@@ -176,7 +176,7 @@ def run_serve(serve: ServeArgs) -> int:
         data_parallel_size=ns.data_parallel_size,
         data_parallel_size_local=ns.data_parallel_size_local,
         max_model_len=ns.max_model_len,
-        passthrough=serve.engine_args,
+        passthrough=[*engine_shared_args(ns), *serve.engine_args],
     )
     if ns.headless:
         engines = ManagedEngines(spec)

@@ -176,6 +176,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-log-requests", action="store_true")
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument("--structured-outputs-config", type=_json_object, default=None)
+    # Multimodal options the engines need too (the launcher forwards them: ENGINE_SHARED).
+    p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
+    p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
+    p.add_argument("--mm-hasher-algorithm", default=None)
+    p.add_argument("--mm-processor-cache-gb", type=float, default=None)
+    p.add_argument("--mm-processor-cache-type", default=None)
     p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument(
         "--allowed-local-media-path",
@@ -235,6 +241,23 @@ _LAUNCH_ONLY = frozenset(
         "data_parallel_size_local",
     }
 )
+
+
+# `serve` flags the frontend reads that the engines need as well: forwarded to managed engines.
+ENGINE_SHARED = ("limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs",
+                 "mm_hasher_algorithm", "mm_processor_cache_gb",
+                 "mm_processor_cache_type")  # fmt: skip
+
+
+def engine_shared_args(ns: argparse.Namespace) -> list[str]:
+    """The :data:`ENGINE_SHARED` flags set in ``ns``, spelled for ``vllm serve``."""
+    out: list[str] = []
+    for key in ENGINE_SHARED:
+        value = getattr(ns, key, None)
+        if value is not None:
+            text = value if isinstance(value, str) else json.dumps(value)
+            out += ["--" + key.replace("_", "-"), text]
+    return out
 
 
 class ServeArgs(msgspec.Struct):

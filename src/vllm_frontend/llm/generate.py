@@ -82,6 +82,12 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     data_parallel_rank: int | None = None
     cache_salt: str | None = None
     trace_headers: dict[str, str] | None = None
+    mm_features: list[Any] | None = None
+    """Multimodal items (``MultiModalFeatureSpec``); every sample's engine request carries
+    them, and they are dropped from the engine requests once sent."""
+    mm_cache: Any = None
+    """The engine's multimodal cache mirror (``apply(features)`` right before sending drops
+    the data the engine holds; ``invalidate(hashes)`` on ``mm_cache_miss_hashes``), or None."""
 
 
 class SampleOutput(msgspec.Struct, gc=False):
@@ -369,9 +375,18 @@ class GenerationStream:
         admission = self._llm.admission
         if admission is not None:  # again, as vLLM does: others may have started meanwhile
             admission.check(len(self._samples))
+        mm_cache = self._request.mm_cache
+        if mm_cache is not None and self._engine_requests:
+            features = getattr(self._engine_requests[0], "mm_features", None)
+            if features:  # every sample's request shares them: decided once, as vLLM does
+                mm_cache.apply(features)
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
                 it: Any = client.add_request(engine_request)
+                if getattr(engine_request, "mm_features", None) is not None:
+                    # Sent: the frames hold the tensors until ZMQ is done with them (what
+                    # vllm-rs's ``mm_features.take()`` does).
+                    engine_request.mm_features = None
                 if admission is not None:
                     admission.started(len(self._request.prompt_token_ids))
                     sample.admitted = sample.prefilling = True
@@ -491,6 +506,10 @@ class GenerationStream:
             )
         lp = output.new_logprobs
         finish = output.finish_reason
+        if finish is not None and self._request.mm_cache is not None:
+            missed = getattr(output, "mm_cache_miss_hashes", None)
+            if missed:  # the engine lacked items the mirror thought it had
+                self._request.mm_cache.invalidate(missed)
         # Positional, cheap checks first: this runs for every engine output. The engine output's
         # own list of ids (decoded for this output alone) is taken over, not copied.
         return SampleOutput(
@@ -665,7 +684,7 @@ class LLM:
                 self._request_factory(
                     request_id=engine_id,
                     prompt_token_ids=request.prompt_token_ids,
-                    mm_features=None,
+                    mm_features=request.mm_features,
                     sampling_params=child_params,
                     pooling_params=None,
                     arrival_time=arrival,
@@ -677,4 +696,5 @@ class LLM:
                     external_req_id=request.request_id,
                 )
             )
+        request.mm_features = None  # the engine requests hold them until sent
         return GenerationStream(self, request, samples, engine_requests)

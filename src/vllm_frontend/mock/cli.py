@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sends ENGINE_CORE_DEAD to every frontend and the process exits with status 1",
     )
     parser.add_argument(
+        "--record-requests",
+        default=None,
+        metavar="PATH",
+        help="append every ADD request's frames to PATH (for tests comparing frontends)",
+    )
+    parser.add_argument(
         "--stats-file", default=None, help="write CPU time and counters as JSON here"
     )
     parser.add_argument(
@@ -115,6 +121,7 @@ def _options(args: argparse.Namespace) -> MockEngineOptions:
         max_num_batched_tokens=args.max_num_batched_tokens,
         dtype=args.dtype,
         die_after_requests=args.die_after_requests,
+        record_requests=args.record_requests,
     )
 
 

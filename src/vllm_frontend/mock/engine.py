@@ -41,6 +41,7 @@ from vllm_frontend.engine.protocol import (
     engine_identity,
 )
 from vllm_frontend.mock.core import Message, MockEngineCore, MockEngineOptions, registration_message
+from vllm_frontend.mock.recording import append_request
 
 __all__ = ["EngineDied", "MockEngine", "MockEngineGroup"]
 
@@ -220,6 +221,8 @@ class MockEngine:
 
     def _handle(self, frames: list[bytes]) -> None:
         core = self.core
+        if self.options.record_requests and frames and frames[0] == RequestType.ADD.value:
+            append_request(self.options.record_requests, frames)
         try:
             kind, payload = self._decoder.decode(frames)
         except ProtocolError as exc:

@@ -39,6 +39,8 @@ class MockEngineOptions:
     vocabulary; a mock caps it to stay cheap)."""
     die_after_requests: int | None = None
     """Fault injection: after this many ADDs the engine runs one more step, then dies."""
+    record_requests: str | None = None
+    """Append every ADD request's frames to this file (see :mod:`vllm_frontend.mock.recording`)."""
 
 
 def registration_message(

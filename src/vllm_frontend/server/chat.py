@@ -21,6 +21,7 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.text.errors import InvalidInput
 from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
@@ -331,7 +332,12 @@ class ChatHandler:
         self.ctx = ctx
         self._parse = parse
         self.chat = ChatLlm(
-            ctx.text, ctx.chat_renderer, parsers, response_role=ctx.response_role, harmony=harmony
+            ctx.text,
+            ctx.chat_renderer,
+            parsers,
+            response_role=ctx.response_role,
+            harmony=harmony,
+            media=ctx.media,
         )
         """The chat layer's facade."""
 
@@ -339,6 +345,7 @@ class ChatHandler:
         """Handle one request (errors are raised, the app maps them)."""
         ctx = self.ctx
         req = self._parse(request.body)
+        _refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
         if req.max_completion_tokens is not None:
             max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
@@ -376,6 +383,8 @@ class ChatHandler:
                 include_reasoning=bool(req.include_reasoning),
                 parallel_tool_calls=req.parallel_tool_calls,
                 echo=bool(req.echo),
+                mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
+                media_io_kwargs=getattr(req, "media_io_kwargs", None),
             )
         )
         if req.stream:
@@ -774,3 +783,22 @@ def _delta_json(
     if delta.reasoning_hidden:
         return HiddenReasoningDelta(content=delta.content, reasoning=None, tool_calls=calls or None)
     return ContentDelta(delta.content, delta.reasoning, calls or None)
+
+
+def _refuse_request_mm_kwargs(req: Any) -> None:
+    """vLLM's ``validate_request_mm_kwargs`` without ``--trust-request-mm-kwargs`` (which this
+    frontend does not take): per-request processor and media options are refused."""
+    if getattr(req, "mm_processor_kwargs", None):
+        raise InvalidInput(
+            "Per-request mm_processor_kwargs are disabled by default because they can change "
+            "multimodal preprocessing resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="mm_processor_kwargs",
+        )
+    if getattr(req, "media_io_kwargs", None):
+        raise InvalidInput(
+            "Per-request media_io_kwargs are disabled by default because they can change "
+            "multimodal media loading resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="media_io_kwargs",
+        )

@@ -8,7 +8,8 @@ and chat_completion/serving.py); the comments there name the vLLM behaviour bein
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,6 +22,9 @@ from vllm_frontend.text.tokenizer import Tokenizer
 from . import errors
 from .services import check_model
 from .transport import Request
+
+if TYPE_CHECKING:
+    from vllm_frontend.multimodal.llm import MultimodalLlm
 
 __all__ = [
     "ServingContext",
@@ -39,6 +43,7 @@ class ServingContext:
         "chat_renderer",
         "enable_force_include_usage",
         "enable_prompt_tokens_details",
+        "media",
         "response_role",
         "return_tokens_as_token_ids",
         "served_model_names",
@@ -65,13 +70,15 @@ class ServingContext:
         tokenizer_truncation_side: str = "left",
         stream_interval: int = 1,
         sse_keep_alive_interval: float = 0.0,
+        multimodal: Callable[[TextLlm], MultimodalLlm] | None = None,
     ) -> None:
         """``sampling``: model-level sampling inputs (generation-config defaults, EOS ids,
         limits); ``chat_renderer``: a ``vllm_frontend.chat.ChatRenderer`` (for the chat route);
         ``tokenizer_truncation_side``: the side ``truncate_prompt_tokens`` cuts when the request
         names none (vLLM loads generation models' tokenizers with ``truncation_side="left"``);
         ``stream_interval``: ``--stream-interval``; ``sse_keep_alive_interval``: seconds of
-        stream idleness before an SSE keep-alive comment (0 = never)."""
+        stream idleness before an SSE keep-alive comment (0 = never); ``multimodal`` makes the
+        multimodal facade over the text one (a model that takes media)."""
         self.text = TextLlm(
             llm,
             tokenizer,
@@ -82,6 +89,8 @@ class ServingContext:
             stream_interval=stream_interval,
         )
         """The text layer's facade."""
+        self.media = multimodal(self.text) if multimodal is not None else None
+        """The multimodal layer's facade (None: a text-only model)."""
         self.served_model_names = served_model_names
         self.return_tokens_as_token_ids = return_tokens_as_token_ids
         self.enable_force_include_usage = enable_force_include_usage

@@ -142,6 +142,13 @@ class TextLlm:
             truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
             truncation_side=request.truncation_side,
         )
+        return self.generate_prepared(request, prepared)
+
+    def generate_prepared(
+        self, request: TextRequest, prepared: list[PreparedPrompt]
+    ) -> TextGeneration:
+        """Resolve each prepared prompt's parameters (``prepared`` checked already: the
+        multimodal layer's expanded prompts)."""
         lowered: SamplingRequest | None = None
         params: list[SamplingParams | BeamSearchParams] = []
         for prompt in prepared:

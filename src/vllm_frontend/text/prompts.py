@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -30,6 +30,12 @@ class PreparedPrompt(msgspec.Struct):
 
     token_ids: list[int]
     text: str | None
+    mm_features: list[Any] | None = None
+    """The engine's ``MultiModalFeatureSpec`` list (multimodal prompts); handed over to the
+    engine request, and cleared here once taken (no second reference to the tensors)."""
+    mm_cache: Any = None
+    """The mirror of the engine's multimodal cache the features go through when sent
+    (``multimodal.sender_cache.SenderCache``), or None."""
 
 
 class PromptPreparer:

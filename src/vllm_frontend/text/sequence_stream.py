@@ -112,8 +112,11 @@ class SequenceStream:
                 priority=priority,
                 data_parallel_rank=data_parallel_rank,
                 cache_salt=cache_salt,
+                mm_features=prompt.mm_features,
+                mm_cache=prompt.mm_cache,
             )
         )
+        prompt.mm_features = None  # the engine requests hold them now
 
     @property
     def finished(self) -> bool:

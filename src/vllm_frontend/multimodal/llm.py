@@ -1,0 +1,306 @@
+"""The multimodal layer's facade: a rendered prompt and its media parts in, a text generation
+out, over the text layer.
+
+:meth:`MultimodalLlm.generate` does what vLLM 0.32's renderer and input processor do with a
+multimodal chat prompt: load every item (off the event loop), tokenize the prompt, hash each
+item (``multimodal.hashing``), run the family's processor on each modality's items, expand every
+placeholder token into the item's run of placeholders, check the expanded length against the
+context, and attach the items to the prompt as the engine's ``MultiModalFeatureSpec`` list,
+ordered by their place in the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+
+from vllm_frontend.engine.protocol import MultiModalFeatureSpec, PlaceholderRange
+from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_model_type
+from vllm_frontend.multimodal.hashing import image_hash_value, image_id, item_hash
+from vllm_frontend.multimodal.media import ImageItem, MediaError, MediaLoader
+from vllm_frontend.multimodal.parts import MediaPart, MediaParts
+from vllm_frontend.multimodal.sender_cache import SenderCache
+from vllm_frontend.text.errors import BadInput
+from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
+from vllm_frontend.text.prompts import PreparedPrompt
+
+__all__ = ["MultimodalLlm", "MultimodalOptions", "load_family"]
+
+DEFAULT_LIMIT = 999
+"""vLLM's per-prompt item limit for a modality ``--limit-mm-per-prompt`` does not name."""
+
+
+class MultimodalOptions(msgspec.Struct, kw_only=True):
+    """The server's multimodal options (vLLM's names)."""
+
+    limit_mm_per_prompt: dict[str, Any] = msgspec.field(default_factory=dict)
+    mm_processor_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    media_io_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    mm_hasher_algorithm: str = "blake3"
+    mm_device_do_normalize: bool | None = None
+    """The engine normalizes pixels (None: vLLM's default for the family)."""
+    mm_processor_cache_gb: float = 4
+    """The engine's multimodal cache size (GiB); 0 disables it (every item carries data)."""
+
+
+def load_family(
+    model_dir: str | pathlib.Path,
+    config: Mapping[str, Any],
+    token_to_id: Callable[[str], int | None],
+    options: MultimodalOptions,
+) -> Family | None:
+    """The model's implemented family, or None (text-only, or a family not implemented)."""
+    model_type = config.get("model_type")
+    if model_type == "qwen2_vl":
+        from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
+
+        path = pathlib.Path(model_dir) / "preprocessor_config.json"
+        preprocessor = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        return Qwen2VLFamily(
+            config,
+            preprocessor,
+            token_to_id,
+            options.mm_processor_kwargs,
+            options.mm_device_do_normalize,
+        )
+    return None
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _media_pool() -> ThreadPoolExecutor:
+    # Pillow decodes and resizes with the GIL released: a few threads process images at once.
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(4, thread_name_prefix="vllm-frontend-media")
+    return _pool
+
+
+def _limit(value: Any) -> int:
+    if isinstance(value, Mapping):
+        value = value.get("count", DEFAULT_LIMIT)
+    return int(value)
+
+
+class MultimodalLlm:
+    """Multimodal prompts for one model over ``text`` (built once at startup)."""
+
+    __slots__ = (
+        "_limits",
+        "dtype",
+        "family",
+        "loader",
+        "model_id",
+        "model_type",
+        "options",
+        "sender_cache",
+        "text",
+    )
+
+    def __init__(
+        self,
+        text: TextLlm,
+        family: Family | None,
+        loader: MediaLoader,
+        *,
+        model_id: str,
+        config: Mapping[str, Any],
+        dtype: str = "bfloat16",
+        options: MultimodalOptions | None = None,
+        mirror_engine_cache: bool = False,
+    ) -> None:
+        """``model_id``: the model as vLLM names it (``--model``: the hashes include it);
+        ``config``: its ``config.json``; ``dtype``: the engine's model dtype; ``loader``
+        fetches and decodes the media (``multimodal.media``); ``mirror_engine_cache``: the
+        engine keeps a multimodal cache this frontend alone feeds (one engine, one frontend
+        process, vLLM's LRU cache type), so items it holds are sent without data."""
+        self.text = text
+        self.family = family
+        self.loader = loader
+        self.model_id = model_id
+        self.model_type = multimodal_model_type(config)
+        self.dtype = dtype
+        self.options = options if options is not None else MultimodalOptions()
+        gb = self.options.mm_processor_cache_gb
+        self.sender_cache = SenderCache(gb) if mirror_engine_cache and gb > 0 else None
+        """The mirror of the engine's multimodal cache (None: every item carries its data)."""
+        self._limits: dict[str, int] = {}
+        if family is not None:
+            for modality, supported in family.supported_limits.items():
+                user = self.options.limit_mm_per_prompt.get(modality)
+                allowed = DEFAULT_LIMIT if user is None else _limit(user)
+                self._limits[modality] = allowed if supported is None else min(allowed, supported)
+
+    def new_parts(self) -> MediaParts:
+        """A collector for one request's media parts (refusing them when the model's family is
+        not implemented)."""
+        family = self.family
+        if family is None:
+            return MediaParts({}, {}, {}, refusal=self._unsupported_message())
+        return MediaParts(self._limits, family.supported_limits, family.placeholders)
+
+    def _unsupported_message(self) -> str:
+        if self.model_type is None:
+            return "This model does not accept multimodal inputs: it is a text-only model."
+        return (
+            f"Multimodal inputs are not supported by this frontend for model type "
+            f"{self.model_type!r} yet."
+        )
+
+    async def generate(
+        self,
+        request: TextRequest,
+        prompt: str,
+        parts: MediaParts | None,
+        *,
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        media_io_kwargs: Mapping[str, Any] | None = None,
+    ) -> TextGeneration:
+        """The text generation of ``prompt`` with ``parts``' items (admission, tool choice and
+        ``max_tokens`` already checked by the caller)."""
+        text = self.text
+        if parts is None or not parts.items:
+            return await text.generate_prompts(request, [prompt])
+        family = self.family
+        assert family is not None  # new_parts refused the parts otherwise
+        if request.use_beam_search:
+            raise BadInput(
+                "Beam search with multimodal inputs is not supported by this frontend yet."
+            )
+        processor_kwargs = dict(mm_processor_kwargs or {})
+        items = parts.items
+        loop = asyncio.get_running_loop()
+        loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
+        preparer = text.prompts
+        [prepared] = await preparer.prepare_prompts(
+            [prompt],
+            add_special_tokens=request.add_special_tokens,
+            truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
+            truncation_side=request.truncation_side,
+        )
+        hashes = [
+            self._hash(part, item, processor_kwargs, media_io_kwargs)
+            for part, item in zip(items, loaded, strict=True)
+        ]
+        processed = await loop.run_in_executor(
+            _media_pool(), self._process, family, items, loaded, processor_kwargs
+        )
+        ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
+        limit = text.max_model_len
+        if len(ids) > limit:
+            raise BadInput(
+                f"The decoder prompt (length {len(ids)}) is longer than the maximum model "
+                f"length of {limit}. Make sure that `max_model_len` is no smaller than the "
+                "number of text tokens plus multimodal tokens. For image inputs, the number of "
+                "image tokens depends on the number of images, and possibly their aspect ratios "
+                "as well."
+            )
+        prepared_prompt = PreparedPrompt(ids, prompt, features, self.sender_cache)
+        return text.generate_prepared(request, [prepared_prompt])
+
+    async def _load(self, part: MediaPart, request_kwargs: Mapping[str, Any] | None) -> ImageItem:
+        if part.modality != "image":
+            raise MediaError.bad_request(
+                f"{part.modality} inputs are not supported by this frontend yet"
+            )
+        if part.url is None:
+            raise MediaError.bad_request(
+                "A media part without data (a uuid alone) is not supported by this frontend yet"
+            )
+        merged = None
+        if request_kwargs:
+            merged = {k: dict(v) for k, v in self.options.media_io_kwargs.items()}
+            for modality, kwargs in request_kwargs.items():
+                if isinstance(kwargs, Mapping):
+                    merged.setdefault(modality, {}).update(kwargs)
+        return await self.loader.load_image_item(part.url, merged)
+
+    def _hash(
+        self,
+        part: MediaPart,
+        item: ImageItem,
+        processor_kwargs: Mapping[str, Any],
+        media_io_kwargs: Mapping[str, Any] | None,
+    ) -> str:
+        modality = part.modality
+        scoped = {"image": "images_kwargs", "video": "videos_kwargs", "audio": "audio_kwargs"}
+        own = scoped.get(modality)
+        kwargs = {k: v for k, v in processor_kwargs.items() if k not in scoped.values() or k == own}
+        io_kwargs = (media_io_kwargs or {}).get(modality)
+        return item_hash(
+            self.options.mm_hasher_algorithm,
+            model_id=self.model_id,
+            modality=modality,
+            value=image_hash_value(item.original_bytes, item.io_config, image_id(item.image)),
+            uuid=part.uuid,
+            media_io_kwargs=io_kwargs,
+            mm_processor_kwargs=kwargs,
+        )
+
+    def _process(
+        self,
+        family: Family,
+        parts: list[MediaPart],
+        loaded: list[ImageItem],
+        kwargs: Mapping[str, Any],
+    ) -> list[ProcessedItem]:
+        """Each part's processed item, in part order (a modality's items in one call)."""
+        out: list[ProcessedItem | None] = [None] * len(parts)
+        for modality in dict.fromkeys(p.modality for p in parts):
+            indices = [i for i, p in enumerate(parts) if p.modality == modality]
+            results = family.process(modality, [loaded[i] for i in indices], kwargs, self.dtype)
+            for i, result in zip(indices, results, strict=True):
+                out[i] = result
+        return [p for p in out if p is not None]
+
+
+def _expand(
+    ids: list[int],
+    family: Family,
+    parts: list[MediaPart],
+    processed: list[ProcessedItem],
+    hashes: list[str],
+) -> tuple[list[int], list[MultiModalFeatureSpec]]:
+    """The prompt with each item's placeholder token repeated for its length, and the items'
+    features ordered by their place in the prompt (vLLM's ``PromptReplacement`` of each
+    placeholder token, in order, by the modality's items in order)."""
+    token_modality = {tid: modality for modality, tid in family.token_ids.items()}
+    pending: dict[str, list[int]] = {}
+    for index, part in enumerate(parts):
+        pending.setdefault(part.modality, []).append(index)
+    next_item = dict.fromkeys(pending, 0)
+    out: list[int] = []
+    features: list[MultiModalFeatureSpec] = []
+    for tid in ids:
+        modality = token_modality.get(tid)
+        queue = pending.get(modality) if modality is not None else None
+        if modality is None or queue is None or next_item[modality] >= len(queue):
+            out.append(tid)
+            continue
+        index = queue[next_item[modality]]
+        next_item[modality] += 1
+        item = processed[index]
+        features.append(
+            MultiModalFeatureSpec(
+                data=item.fields,
+                modality=modality,
+                identifier=hashes[index],
+                mm_position=PlaceholderRange(len(out), item.num_tokens),
+                mm_hash=hashes[index],
+            )
+        )
+        out.extend([tid] * item.num_tokens)
+    for modality, queue in pending.items():
+        if next_item[modality] < len(queue):
+            index = next_item[modality]
+            raise BadInput(
+                f"Failed to apply prompt replacement for mm_items[{modality!r}][{index}]."
+            )
+    return out, features

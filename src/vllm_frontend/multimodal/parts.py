@@ -1,0 +1,74 @@
+"""The media items of one chat request, collected while its messages are normalised, in the
+order they appear (vLLM's ``MultiModalItemTracker``): each part's modality, source and ``uuid``,
+checked against the per-prompt limits as it is added."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from vllm_frontend.text.errors import InvalidInput
+
+__all__ = ["MediaPart", "MediaParts", "UnsupportedMedia"]
+
+
+class UnsupportedMedia(InvalidInput):
+    """A media part for a model that cannot take it here (HTTP 400)."""
+
+
+class MediaPart(msgspec.Struct, frozen=True, gc=False):
+    """One media content part: ``modality`` ("image", "video", ...), its ``url`` (http(s),
+    data: or file:) and the request's ``uuid`` for it."""
+
+    modality: str
+    url: str | None
+    uuid: str | None = None
+
+
+class MediaParts:
+    """The collector one request's message normalisation fills (see ``chat.messages``)."""
+
+    __slots__ = ("_limits", "_placeholders", "_refusal", "_supported", "by_modality", "items")
+
+    def __init__(
+        self,
+        limits: Mapping[str, int],
+        supported: Mapping[str, int | None],
+        placeholders: Mapping[str, str],
+        refusal: str | None = None,
+    ) -> None:
+        """``limits``: items allowed per prompt by modality (``--limit-mm-per-prompt`` within
+        what the model supports; absent: none); ``supported``: the model's own limits (None:
+        any number); ``placeholders``: the text a part stands for in "string"-format
+        conversations; ``refusal``: the message every part is refused with (a model whose
+        family is not implemented)."""
+        self._refusal = refusal
+        self._limits = limits
+        self._supported = supported
+        self._placeholders = placeholders
+        self.items: list[MediaPart] = []
+        """Every part, in message order."""
+        self.by_modality: dict[str, int] = {}
+
+    def add(self, part: MediaPart) -> str | None:
+        """Track ``part``; its placeholder text. Raises vLLM's 400 past the modality's limit."""
+        if self._refusal is not None:
+            raise UnsupportedMedia(self._refusal, parameter="messages")
+        modality = part.modality
+        count = self.by_modality.get(modality, 0) + 1
+        limit = self._limits.get(modality, 0)
+        if count > limit:
+            supported = self._supported.get(modality, 0)
+            raise InvalidInput(
+                f"At most {limit} {modality}(s) may be provided in one prompt."
+                + (
+                    " Set `--limit-mm-per-prompt` to increase this limit."
+                    if supported is not None and count <= supported
+                    else ""
+                ),
+                parameter=modality,
+            )
+        self.by_modality[modality] = count
+        self.items.append(part)
+        return self._placeholders.get(modality)

@@ -1,0 +1,298 @@
+"""Engine-request differential: vLLM 0.32's Python frontend and ours, each in front of a mock
+engine that records every ADD request, get the same image chat requests; the engine requests
+must be equal (prompt ids, placeholder ranges, hashes and identifiers, field factories, tensor
+dtypes, shapes and values). Bad input gets vLLM's status and error body.
+
+Both frontends mirror the engine's multimodal cache: an item the engine already holds goes as
+``data=None`` from both, on the same requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import pathlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.support.engines import (
+    VllmProcess,
+    external_engine_args,
+    free_port,
+    http_status,
+    start_vllm,
+    start_vllm_server,
+)
+from tests.support.tiny_vlm import TORCHVISION_SHIM, tiny_vlm_dir
+from vllm_frontend.mock.recording import read_requests
+
+pytestmark = pytest.mark.engine
+
+
+class Side:
+    """One frontend with its recording mock engine."""
+
+    def __init__(self, url: str, record: pathlib.Path, processes: list[Any]) -> None:
+        self.url = url
+        self.record = record
+        self.processes = processes
+        self.seen = 0
+
+    def new_requests(self) -> list[Any]:
+        """The engine requests recorded since the last call."""
+        requests = read_requests(self.record)
+        out = requests[self.seen :]
+        self.seen = len(requests)
+        return out
+
+
+def _mock_engine(name: str, rpc: int, record: pathlib.Path) -> VllmProcess:
+    args = ["-m", "vllm_frontend", "mock-engine", "--handshake-address",
+            f"tcp://127.0.0.1:{rpc}", "--max-model-len", "2048", "--vocab-size", "1000",
+            "--record-requests", str(record)]  # fmt: skip
+    return start_vllm(name, args, program=sys.executable)
+
+
+def _wait(port: int, processes: list[Any], timeout: float = 300) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while http_status(port, timeout=2) != 200:
+        for p in processes:
+            p.check_running() if hasattr(p, "check_running") else p.process.check_running()
+        assert time.monotonic() < deadline, "frontend not ready"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    model = tiny_vlm_dir()
+    tmp = tmp_path_factory.mktemp("records")
+    out: dict[str, Side] = {}
+    started: list[Any] = []
+    try:
+        rpc, port = free_port(), free_port()
+        started.append(_mock_engine("mock-vllm", rpc, tmp / "vllm.bin"))
+        server = start_vllm_server(
+            model=model,
+            port=port,
+            extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt",
+                        '{"image": 3, "video": 0}'],
+            env={"PYTHONPATH": str(TORCHVISION_SHIM)},
+        )  # fmt: skip
+        started.append(server)
+        out["vllm"] = Side(server.base_url, tmp / "vllm.bin", [server])
+        rpc2, port2 = free_port(), free_port()
+        started.append(_mock_engine("mock-ours", rpc2, tmp / "ours.bin"))
+        ours = start_vllm(
+            "ours-mm",
+            ["-m", "vllm_frontend", "serve", str(model), "--port", str(port2),
+             "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc2),
+             "--limit-mm-per-prompt", '{"image": 3, "video": 0}'],
+            program=sys.executable,
+        )  # fmt: skip
+        started.append(ours)
+        out["ours"] = Side(f"http://127.0.0.1:{port2}", tmp / "ours.bin", [ours])
+        _wait(port2, [ours])
+        server.wait_ready(600)
+        yield out
+    finally:
+        for p in reversed(started):
+            p.stop()
+
+
+def _png(width: int, height: int, seed: int, mode: str = "RGB") -> str:
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    image.convert(mode).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _jpeg(width: int, height: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    image.save(buf, "JPEG", quality=90)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _truncated_png() -> str:
+    data = base64.b64decode(_png(64, 48, 1).split(",", 1)[1])
+    return "data:image/png;base64," + base64.b64encode(data[: len(data) // 2]).decode()
+
+
+def _image(url: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}, **extra}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _post(side: Side, messages: list[Any], **extra: Any) -> httpx.Response:
+    body = {"messages": messages, "max_tokens": 3, **extra}
+    return httpx.post(side.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def _tensor(elem: Any) -> tuple[str, tuple[int, ...], np.ndarray]:
+    data = elem.data
+    return data.dtype, tuple(data.shape), np.asarray(data.numpy())
+
+
+def _compare(vllm: Any, ours: Any, cached: dict[str, Any]) -> None:
+    assert ours.prompt_token_ids == vllm.prompt_token_ids
+    if vllm.mm_features is None:
+        assert ours.mm_features is None
+        return
+    # A "flat" field's slices span the items processed in one call: vLLM's span only the items
+    # its processor cache missed, ours every item of the request. Equal when vLLM missed all.
+    all_sent = all(f.data is not None for f in vllm.mm_features)
+    assert len(ours.mm_features) == len(vllm.mm_features)
+    for theirs, mine in zip(vllm.mm_features, ours.mm_features, strict=True):
+        assert (mine.modality, mine.identifier, mine.mm_hash) == (
+            theirs.modality,
+            theirs.identifier,
+            theirs.mm_hash,
+        )
+        assert mine.mm_position.offset == theirs.mm_position.offset
+        assert mine.mm_position.length == theirs.mm_position.length
+        assert mine.mm_position.is_embed is None and theirs.mm_position.is_embed is None
+        # Items the engine holds go without data from both (the sender caches agree).
+        assert (mine.data is None) == (theirs.data is None), theirs.mm_hash
+        if theirs.data is None:
+            continue
+        data = theirs.data
+        cached[theirs.mm_hash] = data
+        assert set(mine.data) == set(data)
+        for key, elem in data.items():
+            got = mine.data[key]
+            if all_sent:
+                assert got.field == elem.field, key
+            else:
+                assert got.field[0] == elem.field[0], key
+                assert {k: v for k, v in got.field[1].items() if k != "slices"} == {
+                    k: v for k, v in elem.field[1].items() if k != "slices"
+                }
+            want_dtype, want_shape, want = _tensor(elem)
+            got_dtype, got_shape, values = _tensor(got)
+            assert (got_dtype, got_shape) == (want_dtype, want_shape), key
+            assert np.array_equal(values, want), key
+
+
+REQUESTS = {
+    "one image": [{"role": "user", "content": [_image(_png(64, 48, 1)), _text("What is it?")]}],
+    "sizes and interleaved text": [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                _text("First:"),
+                _image(_png(300, 200, 2)),
+                _text("then"),
+                _image(_jpeg(97, 431, 3)),
+                _text("and"),
+                _image(_png(20, 20, 4, "L")),
+            ],
+        },
+    ],
+    "repeated image": [
+        {"role": "user", "content": [_image(_png(64, 48, 1)), _image(_png(64, 48, 1))]},
+        {"role": "assistant", "content": "Two."},
+        {"role": "user", "content": [_text("Again"), _image(_png(300, 200, 2))]},
+    ],
+    "uuid": [{"role": "user", "content": [_image(_png(50, 90, 5), uuid="my-image")]}],
+    "transparent": [{"role": "user", "content": [_image(_png(70, 30, 6, "RGBA"))]}],
+    "string content": [{"role": "user", "content": "No image here."}],
+}
+
+
+# What vLLM sent for each item hash (its later requests send data=None for them).
+_SENT: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
+    cached = _SENT
+    for _ in range(2):  # the second time, vLLM's sender cache has the items
+        responses = {k: _post(side, REQUESTS[name]) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        _compare(vllm, ours, cached)
+
+
+@pytest.mark.parametrize("key", ["mm_processor_kwargs", "media_io_kwargs"])
+def test_request_mm_kwargs_refused_as_vllm(sides: dict[str, Side], key: str) -> None:
+    # Without --trust-request-mm-kwargs (not taken by this frontend yet).
+    value = {"max_pixels": 20000} if key == "mm_processor_kwargs" else {"image": {"x": 1}}
+    messages = REQUESTS["one image"]
+    responses = {k: _post(side, messages, **{key: value}) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    assert responses["ours"].json() == responses["vllm"].json()
+
+
+BAD = {
+    "truncated png": [{"role": "user", "content": [_image(_truncated_png())]}],
+    "bad base64": [{"role": "user", "content": [_image("data:image/png;base64,aGVsbG8gd29ybGQ")]}],
+    "not an image": [
+        {"role": "user", "content": [_image("data:image/png;base64," + "aGVsbG8gd29ybGQ=")]}
+    ],
+    "too many images": [{"role": "user", "content": [_image(_png(8 + i, 8, i)) for i in range(4)]}],
+    "video": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}],
+    "image embeds": [
+        {"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
+    responses = {k: _post(side, BAD[name]) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
+    # 2048-token context: the expanded prompt (~150 tokens) leaves less than 2000 for output,
+    # and a max_tokens beyond the context is refused.
+    messages = REQUESTS["one image"]
+    for max_tokens in (2000, 1900, 4096):
+        responses = {k: _post(side, messages, max_tokens=max_tokens) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code
+        if responses["vllm"].status_code != 200:
+            assert responses["ours"].json() == responses["vllm"].json()
+            continue
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
+        _compare(vllm, ours, _SENT)
+
+
+def test_memory_stays_flat_over_many_image_requests(sides: dict[str, Side]) -> None:
+    import psutil
+
+    side = sides["ours"]
+    process = psutil.Process(side.processes[0].pid)
+
+    def burst(first_seed: int, count: int) -> None:
+        for seed in range(first_seed, first_seed + count):
+            content = [_image(_jpeg(640, 480, seed * 3 + k)) for k in range(3)]
+            response = _post(side, [{"role": "user", "content": content}])
+            assert response.status_code == 200
+
+    burst(1000, 20)  # warm-up: pools, caches, allocator arenas
+    side.new_requests()
+    before = process.memory_info().rss
+    burst(2000, 60)  # ~110 MB of pixel tensors: kept, they would show
+    side.new_requests()
+    growth = process.memory_info().rss - before
+    assert growth < 40 * 2**20, growth

@@ -1,0 +1,126 @@
+"""Media parts in chat messages (what vLLM 0.32's ``chat_utils`` does with them): their stand-in
+in the conversation for each content format, their order, uuids and per-prompt limits, and the
+placeholder expansion into the engine's ``mm_features`` order. Expected values are vLLM's
+documented behaviour (see ``chat_utils._get_full_multimodal_text_prompt`` and
+``MultiModalItemTracker``); the end-to-end equality with vLLM is in test_engine_requests."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import pytest
+
+from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.messages import normalize_messages
+from vllm_frontend.engine.protocol import MultiModalFieldElem
+from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.llm import _expand
+from vllm_frontend.multimodal.parts import MediaPart, MediaParts
+from vllm_frontend.text.errors import InvalidInput
+
+PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def _parts(limit: int = 5, refusal: str | None = None) -> MediaParts:
+    return MediaParts({"image": limit}, {"image": None}, {"image": PLACEHOLDER}, refusal)
+
+
+def _image(url: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}, **extra}
+
+
+def test_openai_format_keeps_parts_in_place() -> None:
+    parts = _parts()
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, _image("u1", uuid="x"),
+                                     _image("u2", cache_control={"k": 1})]},
+        {"role": "user", "content": [{"image_url": "u3"}]},
+    ]  # fmt: skip
+    conversation = normalize_messages(messages, "openai", parts)
+    assert conversation[0]["content"] == [
+        {"type": "text", "text": "a"},
+        {"type": "image"},
+        {"type": "image", "cache_control": {"k": 1}},
+    ]
+    assert conversation[1]["content"] == [{"type": "image"}]
+    assert parts.items == [
+        MediaPart("image", "u1", "x"),
+        MediaPart("image", "u2"),
+        MediaPart("image", "u3"),
+    ]
+
+
+def test_string_format_puts_missing_placeholders_first() -> None:
+    parts = _parts()
+    messages = [{"role": "user", "content": [{"type": "text", "text": "a"}, _image("u1"),
+                                             {"type": "text", "text": "b"}, _image("u2")]},
+                {"role": "user", "content": [_image("u3")]},
+                {"role": "user", "content": [{"type": "text", "text": f"x {PLACEHOLDER}"},
+                                             _image("u4")]}]  # fmt: skip
+    conversation = normalize_messages(messages, "string", parts)
+    assert conversation[0]["content"] == f"{PLACEHOLDER}\n{PLACEHOLDER}\na\nb"
+    assert conversation[1]["content"] == PLACEHOLDER
+    assert conversation[2]["content"] == f"x {PLACEHOLDER}"  # the user placed it
+    with pytest.raises(ChatError, match=re.escape("more '<|vision_start|>")):
+        normalize_messages(
+            [{"role": "user", "content": [{"type": "text", "text": PLACEHOLDER * 2}, _image("u")]}],
+            "string",
+            _parts(),
+        )
+
+
+def test_limits_and_refusals() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        normalize_messages([{"role": "user", "content": [_image("u")] * 3}], "openai", _parts(2))
+    assert str(refused.value) == (
+        "At most 2 image(s) may be provided in one prompt. (parameter=image)"
+    )
+    with pytest.raises(InvalidInput, match="At most 0 video"):
+        normalize_messages(
+            [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "v"}}]}],
+            "openai",
+            _parts(),
+        )
+    with pytest.raises(InvalidInput, match="model type 'llava'"):
+        normalize_messages(
+            [{"role": "user", "content": [_image("u")]}],
+            "openai",
+            _parts(refusal="... for model type 'llava' yet."),
+        )
+    with pytest.raises(ChatError, match="text-only"):
+        normalize_messages([{"role": "user", "content": [_image("u")]}], "openai", None)
+    assert normalize_messages([{"role": "user", "content": "hi"}], "openai", _parts(0))
+
+
+class _Family:
+    token_ids: ClassVar[dict[str, int]] = {"image": 7, "video": 8}
+
+
+def _item(modality: str, n: int) -> ProcessedItem:
+    return ProcessedItem(modality, n, {"x": MultiModalFieldElem(n, ("batched", {}))})
+
+
+def test_expansion_orders_items_by_place_in_prompt() -> None:
+    parts = [MediaPart("image", "a"), MediaPart("video", "b"), MediaPart("image", "c")]
+    processed = [_item("image", 2), _item("video", 3), _item("image", 1)]
+    ids, features = _expand(
+        [1, 8, 2, 7, 3, 7, 4],
+        _Family(),  # type: ignore[arg-type]
+        parts,
+        processed,
+        ["ha", "hb", "hc"],
+    )
+    assert ids == [1, 8, 8, 8, 2, 7, 7, 3, 7, 4]
+    assert [(f.modality, f.mm_hash, f.identifier) for f in features] == [
+        ("video", "hb", "hb"),
+        ("image", "ha", "ha"),
+        ("image", "hc", "hc"),
+    ]
+    assert [(f.mm_position.offset, f.mm_position.length) for f in features] == [
+        (1, 3),
+        (5, 2),
+        (8, 1),
+    ]
+    with pytest.raises(ValueError, match="prompt replacement"):
+        _expand([1, 7], _Family(), parts[:1] * 2, processed[:1] * 2, ["h", "h"])  # type: ignore[arg-type]

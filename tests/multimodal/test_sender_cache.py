@@ -1,0 +1,97 @@
+"""The mirror of the engine's multimodal cache against vLLM 0.32's own engine-side cache
+(``LruKeyReplicatedReceiverCache``): random request sequences with repeats, duplicates within a
+request, items larger than the cache and evictions; every request is applied to the mirror
+(dropping the data of items it says the engine holds) and then fed to vLLM's receiver, which
+must find every data-less item and end with the same items in the same LRU order."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vllm_frontend.engine.protocol import (
+    MultiModalFeatureSpec,
+    MultiModalFieldElem,
+    PlaceholderRange,
+)
+from vllm_frontend.engine.tensors import Tensor
+from vllm_frontend.multimodal.sender_cache import SenderCache
+
+pytestmark = pytest.mark.oracle
+
+CAPACITY_GB = 64 * 1024 / 2**30  # 64 KiB: a handful of items
+
+
+def _feature(mm_hash: str, rows: int) -> MultiModalFeatureSpec:
+    pixels = np.zeros((rows, 16), dtype=np.uint16)
+    fields = {
+        "pixel_values": MultiModalFieldElem(
+            Tensor.from_numpy(pixels, dtype="bfloat16"), ("flat", {})
+        ),
+        "image_grid_thw": MultiModalFieldElem(
+            Tensor.from_numpy(np.array([1, rows, 1], dtype=np.int64)), ("batched", {})
+        ),
+    }
+    return MultiModalFeatureSpec(fields, "image", mm_hash, PlaceholderRange(0, 1), mm_hash)
+
+
+def _theirs(feature: MultiModalFeatureSpec) -> Any:
+    import torch
+    from vllm.multimodal.inputs import (
+        MultiModalBatchedField,
+        MultiModalKwargsItem,
+    )
+    from vllm.multimodal.inputs import (
+        MultiModalFeatureSpec as VllmFeature,
+    )
+    from vllm.multimodal.inputs import (
+        MultiModalFieldElem as VllmElem,
+    )
+    from vllm.multimodal.inputs import (
+        PlaceholderRange as VllmRange,
+    )
+
+    data = None
+    if feature.data is not None:
+        data = MultiModalKwargsItem(
+            {
+                key: VllmElem(
+                    data=torch.from_numpy(np.array(elem.data.data)),
+                    field=MultiModalBatchedField(),
+                )
+                for key, elem in feature.data.items()
+            }
+        )
+    return VllmFeature(
+        data=data,
+        modality="image",
+        identifier=feature.identifier,
+        mm_position=VllmRange(offset=0, length=1),
+        mm_hash=feature.mm_hash,
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mirror_matches_vllms_engine_cache(seed: int) -> None:
+    from vllm.multimodal.cache.lru import LruKeyReplicatedReceiverCache
+
+    config = SimpleNamespace(
+        get_multimodal_config=lambda: SimpleNamespace(mm_processor_cache_gb=CAPACITY_GB)
+    )
+    receiver = LruKeyReplicatedReceiverCache(config)  # type: ignore[arg-type]
+    mirror = SenderCache(CAPACITY_GB)
+    rng = random.Random(seed)
+    sizes = {f"h{i}": rng.choice([16, 64, 256, 700, 2100]) for i in range(24)}  # rows
+    sent_without_data = 0
+    for _ in range(300):
+        hashes = [rng.choice(list(sizes)) for _ in range(rng.randint(1, 4))]
+        features = [_feature(h, sizes[h]) for h in hashes]
+        mirror.apply(features)
+        sent_without_data += sum(f.data is None for f in features)
+        receiver.get_and_update_features([_theirs(f) for f in features])  # raises on a miss
+        assert list(receiver._cache.order) == list(mirror._entries)  # LRU order
+    assert sent_without_data > 50  # the mirror did drop data, and correctly
