@@ -224,14 +224,18 @@ def mock_engine_command(
     step_ms: float = 5.0,
     tokens_per_step: int = 1,
     stats_file: pathlib.Path | None = None,
+    max_model_len: int | None = None,
 ) -> list[str]:
-    """Command line of the project's mock engine joining ``handshake_port``."""
+    """Command line of the project's mock engine joining ``handshake_port`` (``max_model_len``:
+    the context it reports in the handshake; its own default otherwise)."""
     cmd = [str(BIN / "vllm-frontend"), "mock-engine", "--handshake-address",
            f"tcp://127.0.0.1:{handshake_port}", "--engine-count", str(engines),
            "--step-ms", str(step_ms), "--tokens-per-step", str(tokens_per_step),
            "--vocab-size", "128000"]  # fmt: skip
     if stats_file is not None:
         cmd += ["--stats-file", str(stats_file)]
+    if max_model_len is not None:
+        cmd += ["--max-model-len", str(max_model_len)]
     return cmd
 
 

@@ -41,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from frontends import (
+    LONG_MAX_MODEL_LEN,
     PINNING,
     REPO,
     Proc,
@@ -180,11 +181,17 @@ def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) ->
 
 @contextlib.contextmanager
 def launch_mock(
-    name: str, model: pathlib.Path, step_ms: float, logs: pathlib.Path
+    name: str,
+    model: pathlib.Path,
+    step_ms: float,
+    logs: pathlib.Path,
+    max_model_len: int | None = None,
 ) -> Iterator[Launch]:
-    """``name`` in front of a fresh mock engine (already waiting in the handshake)."""
+    """``name`` in front of a fresh mock engine (already waiting in the handshake), which
+    reports ``max_model_len`` (the mock's default when None)."""
     port, handshake = free_port(), free_port()
-    mock = spawn(f"mock-{name}", mock_engine_command(handshake, 1, step_ms), logs)
+    command = mock_engine_command(handshake, 1, step_ms, max_model_len=max_model_len)
+    mock = spawn(f"mock-{name}", command, logs)
     fe: Proc | None = None
     try:
         time.sleep(1.0)
@@ -765,7 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             launcher = (
                 launch_real(name, served, work)
                 if args.real_engine
-                else launch_mock(name, served, step, work)
+                else launch_mock(name, served, step, work, LONG_MAX_MODEL_LEN if long else None)
             )
             try:
                 with launcher as launch:
