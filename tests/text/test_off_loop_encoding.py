@@ -12,7 +12,12 @@ import pytest
 from tests.support.tiny_model import tiny_model_dir
 
 from vllm_frontend.text.errors import InvalidInput
-from vllm_frontend.text.prompts import OFF_LOOP_ENCODE_CHARS, PromptPreparer
+from vllm_frontend.text.prompts import (
+    OFF_LOOP_ENCODE_CHARS,
+    OFF_LOOP_ENCODE_CHARS_FASTOKENS,
+    PromptPreparer,
+    encode_prompt,
+)
 from vllm_frontend.text.tokenizer import Tokenizer
 
 MAX_MODEL_LEN = 4096
@@ -129,3 +134,32 @@ def test_the_event_loop_runs_while_a_long_prompt_is_encoded(model: pathlib.Path)
         return prompt.token_ids
 
     assert asyncio.run(main()) == ctx.tokenizer.backend.encode(text).ids
+
+
+class _RecordingEncoder:
+    """A tokenizer stand-in that records whether it encoded in the loop or on the worker."""
+
+    def __init__(self, fastokens: bool) -> None:
+        self.uses_fastokens = fastokens
+        self.calls: list[str] = []
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self.calls.append("inline")
+        return [len(text)]
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        self.calls.append("worker")
+        return [[len(t)] for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("fastokens", "threshold"),
+    [(False, OFF_LOOP_ENCODE_CHARS), (True, OFF_LOOP_ENCODE_CHARS_FASTOKENS)],
+)
+def test_the_off_loop_threshold_follows_the_encoder(fastokens: bool, threshold: int) -> None:
+    # fastokens encodes ~10x faster: shorter texts than with `tokenizers` stay in the loop.
+    assert OFF_LOOP_ENCODE_CHARS < OFF_LOOP_ENCODE_CHARS_FASTOKENS
+    tokenizer = _RecordingEncoder(fastokens)
+    for chars in (threshold - 1, threshold):
+        assert asyncio.run(encode_prompt(tokenizer, "x" * chars, True)) == [chars]
+    assert tokenizer.calls == ["inline", "worker"]

@@ -12,6 +12,7 @@ instead of a dead engine. The SamplingParams checks follow ``SamplingParams.__po
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,20 @@ _TORCH_ONLY_ITEMSIZE = {
     "float8_e5m2fnuz": 1,
     "float8_e8m0fnu": 1,
 }
+# SamplingParams fields checked for their type, in vLLM's order: numbers, then flags. Exact
+# ``int``/``float``/``bool`` pass at once; anything else goes through the per-field checks.
+_NUMBER_FIELDS = (
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "temperature", "top_p", "min_p",
+)  # fmt: skip
+_get_number_fields = operator.attrgetter(*_NUMBER_FIELDS)
+_NUMBER_TYPES = frozenset({int, float})
+_BOOL_FIELDS = (
+    "ignore_eos", "flat_logprobs", "detokenize", "skip_special_tokens",
+    "spaces_between_special_tokens", "include_stop_str_in_output", "skip_clone",
+    "watermarking_skipped",
+)  # fmt: skip
+_get_bool_fields = operator.attrgetter(*_BOOL_FIELDS)
+_BOOL_TYPE = frozenset({bool})
 _STRUCTURED_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
@@ -133,10 +148,10 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     p = params
     # Types first: the engine's msgspec decoder rejects a mistyped field before any range check.
     n = _int(p.n, "n")
-    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "temperature"):
-        _float(getattr(p, name), name)
-    _float(p.top_p, "top_p")
-    _float(p.min_p, "min_p")
+    numbers = _get_number_fields(p)
+    if not all(map(_NUMBER_TYPES.__contains__, map(type, numbers))):  # else: find the culprit
+        for name, value in zip(_NUMBER_FIELDS, numbers, strict=True):
+            _float(value, name)
     top_k = _int(p.top_k, "top_k")
     _opt_bool(p.watermarking, "watermarking")
     _opt_int(p.seed, "seed")
@@ -150,18 +165,11 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     else:
         raise InvalidRequestError("stop must be a string or a list of strings", "stop")
     stop_token_ids = _opt_int_list(p.stop_token_ids, "stop_token_ids") or []
-    for name in (
-        "ignore_eos",
-        "flat_logprobs",
-        "detokenize",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "include_stop_str_in_output",
-        "skip_clone",
-        "watermarking_skipped",
-    ):
-        if not isinstance(getattr(p, name), bool):
-            raise InvalidRequestError(f"{name} must be a bool", name)
+    flags = _get_bool_fields(p)
+    if not all(map(_BOOL_TYPE.__contains__, map(type, flags))):
+        for name, value in zip(_BOOL_FIELDS, flags, strict=True):
+            if not isinstance(value, bool):
+                raise InvalidRequestError(f"{name} must be a bool", name)
     max_tokens = _opt_int(p.max_tokens, "max_tokens")
     min_tokens = _int(p.min_tokens, "min_tokens")
     logprobs = _opt_int(p.logprobs, "logprobs")
@@ -321,16 +329,22 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     if trace_ids is not None:
         _check_trace_replay(p, trace_ids, n)
     if vocab is not None:
-        for name, ids in (
-            ("stop_token_ids", stop_token_ids),
-            ("allowed_token_ids", allowed or ()),
-            ("logit_bias", logit_bias or ()),
-            ("trace_decode_token_ids", trace_ids or ()),
-            ("_all_stop_token_ids", all_stop),
-            ("_eos_token_id", () if p.eos_token_id is None else (p.eos_token_id,)),
-            ("_bad_words_token_ids", [t for w in bad_words_ids or () for t in w]),
-        ):
-            _check_vocab(ids, vocab, name)
+        # In this order; empty ones skipped (most are, on most requests).
+        if stop_token_ids:
+            _check_vocab(stop_token_ids, vocab, "stop_token_ids")
+        if allowed:
+            _check_vocab(allowed, vocab, "allowed_token_ids")
+        if logit_bias:
+            _check_vocab(logit_bias, vocab, "logit_bias")
+        if trace_ids:
+            _check_vocab(trace_ids, vocab, "trace_decode_token_ids")
+        if all_stop:
+            _check_vocab(all_stop, vocab, "_all_stop_token_ids")
+        eos = p.eos_token_id
+        if eos is not None and not 0 <= eos < vocab:
+            _check_vocab((eos,), vocab, "_eos_token_id")
+        if bad_words_ids:
+            _check_vocab([t for w in bad_words_ids for t in w], vocab, "_bad_words_token_ids")
 
 
 # -- pieces --------------------------------------------------------------------------------------
@@ -640,6 +654,8 @@ _PLAIN_INT = frozenset({int})
 
 
 def _is_int(value: object) -> bool:
+    if type(value) is int:  # the common case, first
+        return True
     if isinstance(value, int):
         return not isinstance(value, bool)
     numpy = loaded("numpy")  # a numpy scalar means numpy is imported
@@ -647,6 +663,8 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
+    if type(value) in _NUMBER_TYPES:  # the common case, first
+        return True
     if isinstance(value, int | float):
         return not isinstance(value, bool)
     numpy = loaded("numpy")
@@ -654,6 +672,8 @@ def _is_number(value: object) -> bool:
 
 
 def _int(value: Any, name: str) -> int:
+    if type(value) is int and _INT64_MIN <= value < _UINT64_END:  # the common case, first
+        return value
     if not _is_int(value):
         raise InvalidRequestError(f"{name} must be an integer, got {value!r}", name)
     if not _INT64_MIN <= value < _UINT64_END:
@@ -666,6 +686,8 @@ def _opt_int(value: Any, name: str) -> int | None:
 
 
 def _float(value: Any, name: str) -> float:
+    if type(value) is float:  # the common case, first
+        return value
     if not _is_number(value):
         raise InvalidRequestError(f"{name} must be a number, got {value!r}", name)
     return float(value)

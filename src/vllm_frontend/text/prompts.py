@@ -16,12 +16,14 @@ from vllm_frontend.text.tokenizer import Tokenizer
 
 __all__ = [
     "OFF_LOOP_ENCODE_CHARS",
+    "OFF_LOOP_ENCODE_CHARS_FASTOKENS",
     "BatchEncoder",
     "PreparedPrompt",
     "PromptEncoder",
     "PromptPreparer",
     "encode_off_loop",
     "encode_prompt",
+    "off_loop_encode_chars",
 ]
 
 
@@ -141,11 +143,13 @@ class PromptPreparer:
         truncation_side: str | None = None,
     ) -> list[PreparedPrompt]:
         """:meth:`prepare_prompt` for each prompt, in order, with the same results and errors;
-        when their texts come to :data:`OFF_LOOP_ENCODE_CHARS` or more, they are encoded on a
+        when their texts come to :func:`off_loop_encode_chars` or more, they are encoded on a
         worker thread (the library releases the GIL there), so running streams are not held up
         for the milliseconds a long prompt takes to encode."""
         chars = sum(len(p) for p in prompts if isinstance(p, str))
-        if chars < OFF_LOOP_ENCODE_CHARS or (truncate is not None and truncation_side is None):
+        if chars < off_loop_encode_chars(self.tokenizer) or (
+            truncate is not None and truncation_side is None
+        ):
             return [
                 self.prepare_prompt(
                     p,
@@ -226,6 +230,21 @@ OFF_LOOP_ENCODE_CHARS = 8192
 """Prompt texts of at least this many characters (a request's in all) are encoded off the event
 loop: ~2k tokens, which take `tokenizers` 5-10 ms here, a stall for every running stream."""
 
+OFF_LOOP_ENCODE_CHARS_FASTOKENS = 32768
+"""The same threshold once prompts are encoded with fastokens, ~10x faster: ~6k tokens, ~1.5 ms
+here. Below it the thread hop costs more than it saves: under load, the worker's result waits
+for the GIL (up to the 5 ms switch interval) and then for the loop, which showed as a 2k-token
+prompt's TTFT (BENCHMARKS.md, twelfth session)."""
+
+
+def off_loop_encode_chars(tokenizer: object) -> int:
+    """The off-loop threshold for ``tokenizer``: :data:`OFF_LOOP_ENCODE_CHARS_FASTOKENS` once it
+    encodes with fastokens, else :data:`OFF_LOOP_ENCODE_CHARS`."""
+    if getattr(tokenizer, "uses_fastokens", False):
+        return OFF_LOOP_ENCODE_CHARS_FASTOKENS
+    return OFF_LOOP_ENCODE_CHARS
+
+
 _encoder_pool: ThreadPoolExecutor | None = None
 
 
@@ -265,7 +284,7 @@ class PromptEncoder(BatchEncoder, Protocol):
 
 async def encode_prompt(tokenizer: PromptEncoder, text: str, add_special_tokens: bool) -> list[int]:
     """Token ids of one text: in the event loop when short, else as :func:`encode_off_loop`."""
-    if len(text) < OFF_LOOP_ENCODE_CHARS:
+    if len(text) < off_loop_encode_chars(tokenizer):
         return tokenizer.encode(text, add_special_tokens=add_special_tokens)
     [ids] = await encode_off_loop(tokenizer, [text], add_special_tokens)
     return ids
