@@ -414,6 +414,7 @@ class ChatHandler:
                     cached = num_cached
                 if seq.finished:
                     finals[idx] = seq
+            kv_transfer_params = outputs.kv_transfer_params
         return_ids = bool(getattr(req, "return_token_ids", False))
         choices: list[ChatChoice] = []
         prompt_lps = None
@@ -487,6 +488,7 @@ class ChatHandler:
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
             prompt_text=prompt.text if req.return_prompt_text else None,
+            kv_transfer_params=kv_transfer_params,
         )
         return _encode(response)
 

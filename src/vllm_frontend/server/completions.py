@@ -260,6 +260,7 @@ class CompletionsHandler:
         # Per prompt, its finished choices by index (beam search may return fewer than n).
         finals: list[dict[int, SequenceOutput]] = [{} for _ in prompts]
         cached: list[int | None] = [None] * len(prompts)
+        kv_params: list[dict[str, Any] | None] = [None] * len(prompts)
 
         async def run(i: int) -> None:
             async with contextlib.aclosing(gen.source(i)) as outputs:
@@ -268,6 +269,7 @@ class CompletionsHandler:
                         cached[i] = num_cached
                     if seq.finished:
                         finals[i][idx] = seq
+                kv_params[i] = outputs.kv_transfer_params
 
         if len(prompts) == 1:
             await run(0)
@@ -306,6 +308,7 @@ class CompletionsHandler:
             service_tier=None,
             system_fingerprint=ctx.system_fingerprint,
             usage=usage(num_prompt, num_gen, details),
+            kv_transfer_params=kv_params[0],  # vLLM returns the first prompt's
         )
         return _encode(response)
 
