@@ -78,7 +78,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         chat_template=load_chat_template_option(config.chat_template),
         content_format=config.chat_template_content_format,  # type: ignore[arg-type]
         trust_request_chat_template=config.trust_request_chat_template,
-        default_chat_template_kwargs=dict(config.default_chat_template_kwargs),
+        default_chat_template_kwargs=default_chat_template_kwargs(config),
         exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none,
     )
     renderer = ChatRenderer(
@@ -88,6 +88,15 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
     )
     return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
+
+
+def default_chat_template_kwargs(config: FrontendConfig) -> dict[str, Any]:
+    """``--default-chat-template-kwargs`` with ``--cohere-format`` added unless they name one
+    (vLLM's ``resolve_default_chat_template_kwargs``)."""
+    kwargs = dict(config.default_chat_template_kwargs)
+    if config.cohere_format:
+        kwargs.setdefault("cohere_format", config.cohere_format)
+    return kwargs
 
 
 def vocab_bound(model: ModelResources) -> int:

@@ -170,12 +170,11 @@ def run_serve(serve: ServeArgs) -> int:
     port = ns.data_parallel_rpc_port or _free_port(host)
     spec = ManagedEngineSpec(
         python=ns.python or default_python(),
-        model=ns.model,
+        model=ns.model_tag,
         handshake_host=host,
         handshake_port=port,
         data_parallel_size=ns.data_parallel_size,
         data_parallel_size_local=ns.data_parallel_size_local,
-        max_model_len=ns.max_model_len,
         passthrough=serve.engine_args,
     )
     if ns.headless:
