@@ -62,7 +62,7 @@ def test_options_both_sides_read_reach_the_managed_engines() -> None:
 @pytest.mark.parametrize(
     "argv,name",
     [
-        (["--ssl-certfile", "c.pem"], "--ssl-certfile"),
+        (["--middleware", "m.w"], "--middleware"),
         (["--lora-modules", "a=b"], "--lora-modules"),
         (["--tokenizer-mode=mistral"], "--tokenizer-mode"),
         (["--enable-scale-out"], "--enable-scale-out"),
@@ -116,8 +116,8 @@ def test_the_readme_lists_every_route() -> None:
 def test_args_json_refuses_unknown_and_unhonoured_keys_and_takes_the_rest() -> None:
     with pytest.raises(ConfigError, match="no_such_key"):
         config_from_args({"model_tag": "m", "no_such_key": 1})
-    with pytest.raises(ConfigError, match="--root-path"):
-        config_from_args({"model_tag": "m", "root_path": "/x"})
+    with pytest.raises(ConfigError, match="--middleware"):
+        config_from_args({"model_tag": "m", "middleware": ["a.b"]})
     cfg = config_from_args({"model_tag": "m", "model": "m", "tokenizer_mode": "auto",
                             "engine_ready_timeout_secs": 5, "cohere_format": "cmd3",
                             "data_parallel_size": 2, "uvicorn_log_level": "debug"})  # fmt: skip

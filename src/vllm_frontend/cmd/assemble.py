@@ -177,6 +177,7 @@ def build_frontend_app(
         max_head_size=config.h11_max_incomplete_event_size,
         max_header_count=config.h11_max_header_count,
         max_body_size=config.http_max_body_size,
+        root_path=config.root_path,
     )
     # vLLM renders gpt-oss chat completions with Harmony (/tokenize keeps the chat template).
     harmony = (

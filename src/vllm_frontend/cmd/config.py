@@ -20,6 +20,7 @@ from vllm_frontend.chat.output_parser import (
     resolve_tool_parser,
 )
 from vllm_frontend.cmd import flags
+from vllm_frontend.server.transport import TlsSettings
 from vllm_frontend.text.structured_outputs import BACKENDS as STRUCTURED_OUTPUTS_BACKENDS
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,16 @@ class FrontendConfig(msgspec.Struct):
     host: str | None = None
     port: int = 8000
     uds: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
+    """0: no client certificate asked; 1: optional; 2: required (mutual TLS)."""
+    ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False
+    """Reload the TLS files when they change on disk."""
+    root_path: str | None = None
+    """The path prefix a proxy serves us under: requests under it are routed without it."""
     http_timeout_keep_alive: float = 5.0
     """Seconds an idle keep-alive connection stays open."""
     http_timeout_head: float = 30.0
@@ -108,6 +119,18 @@ class FrontendConfig(msgspec.Struct):
     addresses (refused by default; ``VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES=1`` too)."""
     media_io_kwargs: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Per-modality media decoding defaults (``{"video": {"num_frames": 40}}``)."""
+
+    @property
+    def tls(self) -> TlsSettings:
+        """The ``--ssl-*`` options for the HTTP server."""
+        return TlsSettings(
+            certfile=self.ssl_certfile,
+            keyfile=self.ssl_keyfile,
+            ca_certs=self.ssl_ca_certs,
+            cert_reqs=self.ssl_cert_reqs,
+            ciphers=self.ssl_ciphers,
+            refresh=self.enable_ssl_refresh,
+        )
 
     @property
     def served_model_names(self) -> list[str]:
@@ -214,6 +237,13 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError(
             f"generation_config must be 'auto', 'vllm' or a folder: {config.generation_config!r}"
         )
+    if isinstance(config.ssl_cert_reqs, bool) or config.ssl_cert_reqs not in (0, 1, 2):
+        raise ConfigError(
+            f"ssl_cert_reqs must be 0 (none), 1 (optional) or 2 (required), "
+            f"got {config.ssl_cert_reqs!r}"
+        )
+    if config.ssl_keyfile and not config.ssl_certfile:
+        raise ConfigError("--ssl-keyfile needs --ssl-certfile")
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
     if isinstance(config.stream_interval, bool) or not isinstance(config.stream_interval, int):

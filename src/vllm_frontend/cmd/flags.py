@@ -29,7 +29,8 @@ api_server_count chat_template chat_template_content_format trust_request_chat_t
 default_chat_template_kwargs response_role return_tokens_as_token_ids enable_auto_tool_choice
 exclude_tools_when_tool_choice_none tool_call_parser enable_prompt_tokens_details
 enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval cohere_format
-host port uds allow_credentials allowed_origins allowed_methods allowed_headers api_key
+host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
+root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count
 """
 
@@ -59,13 +60,6 @@ _REFUSED: dict[str, str] = {
     "enable_scale_out": "the render / scale-out routes are not served yet",
     "fingerprint_mode": "only vLLM's default system_fingerprint (full)",
     "fingerprint_value": "only vLLM's default system_fingerprint",
-    "ssl_keyfile": "TLS is not implemented yet",
-    "ssl_certfile": "TLS is not implemented yet",
-    "ssl_ca_certs": "TLS is not implemented yet",
-    "enable_ssl_refresh": "TLS is not implemented yet",
-    "ssl_cert_reqs": "TLS is not implemented yet",
-    "ssl_ciphers": "TLS is not implemented yet",
-    "root_path": "--root-path is not implemented yet",
     "middleware": "ASGI middleware cannot run on this HTTP server",
     "skip_tokenizer_init": "the frontend always tokenizes",
     "tokenizer_mode": "only the `tokenizers` (HF fast) tokenizer is loaded",
@@ -132,8 +126,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "enable_scale_out": (False,),
     "fingerprint_mode": ("full",),
     "fingerprint_value": (None,),
-    "enable_ssl_refresh": (False,),
-    "ssl_cert_reqs": (0,),
     "middleware": ([],),
     "skip_tokenizer_init": (False,),
     "tokenizer_mode": ("auto", "hf"),

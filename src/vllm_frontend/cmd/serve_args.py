@@ -149,6 +149,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind host")
     p.add_argument("--port", type=int, default=8000, help="HTTP bind port")
     p.add_argument("--uds", default=None, help="serve HTTP on this Unix socket instead")
+    p.add_argument("--ssl-keyfile", default=None, help="TLS private key file")
+    p.add_argument("--ssl-certfile", default=None, help="TLS certificate (chain) file")
+    p.add_argument("--ssl-ca-certs", default=None, help="CA file for client certificates")
+    p.add_argument(
+        "--ssl-cert-reqs", type=int, default=0,
+        help="client certificate: 0 not asked, 1 optional, 2 required (mutual TLS)",
+    )  # fmt: skip
+    p.add_argument("--ssl-ciphers", default=None, help="TLS cipher string (OpenSSL's format)")
+    p.add_argument("--enable-ssl-refresh", **opt_bool, help="reload the TLS files when they change")
+    p.add_argument("--root-path", default=None, help="path prefix a proxy serves us under")
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--revision", default=None)
