@@ -5,6 +5,7 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import msgspec
@@ -31,13 +32,17 @@ from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
+
+logger = logging.getLogger(__name__)
 
 
 class ModelResources(msgspec.Struct):
@@ -195,21 +200,34 @@ def build_frontend_app(
         metrics_registry=registry,
         media_policy=media_policy(config),
     )
-    return build_app(
+    completions = CompletionsHandler(ctx, parse_completion_request)
+    chat = ChatHandler(
+        ctx,
+        parse_chat_request,
+        output_parsers(config, model.tokenizer, model_facts(model), harmony=harmony is not None),
+        harmony=harmony,
+    )
+    app = build_app(
         settings,
         services,
         {
-            ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
-            ("POST", "/v1/chat/completions"): ChatHandler(
-                ctx,
-                parse_chat_request,
-                output_parsers(
-                    config, model.tokenizer, model_facts(model), harmony=harmony is not None
-                ),
-                harmony=harmony,
-            ),
+            ("POST", "/v1/completions"): completions,
+            ("POST", "/v1/chat/completions"): chat,
+            ("POST", "/invocations"): invocations_handler(chat, completions),
         },
     )
+    if dev_mode():
+        shown = msgspec.structs.asdict(config)
+        shown["api_key"] = ["***"] if config.api_key else []
+        add_dev_routes(app, client, config, shown)
+    if config.profiler_config.get("profiler"):
+        logger.warning(
+            "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "
+            "for local development!",
+            config.profiler_config["profiler"],
+        )
+        add_profiler_routes(app, client)
+    return app
 
 
 def media_policy(config: FrontendConfig) -> MediaPolicy:

@@ -84,6 +84,12 @@ class FrontendConfig(msgspec.Struct):
     enable_ssl_refresh: bool = False
     """Reload the TLS files when they change on disk."""
     root_path: str | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    data_parallel_size: int = 1
+    profiler_config: dict[str, Any] = msgspec.field(default_factory=dict)
+    """``--profiler-config``: with a ``profiler``, /start_profile and /stop_profile are served."""
     """The path prefix a proxy serves us under: requests under it are routed without it."""
     http_timeout_keep_alive: float = 5.0
     """Seconds an idle keep-alive connection stays open."""
@@ -119,6 +125,15 @@ class FrontendConfig(msgspec.Struct):
     addresses (refused by default; ``VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES=1`` too)."""
     media_io_kwargs: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
     """Per-modality media decoding defaults (``{"video": {"num_frames": 40}}``)."""
+
+    @property
+    def world_size(self) -> int:
+        """Processes per engine, as vLLM's ParallelConfig counts them."""
+        return (
+            self.pipeline_parallel_size
+            * self.tensor_parallel_size
+            * self.prefill_context_parallel_size
+        )
 
     @property
     def tls(self) -> TlsSettings:
@@ -214,6 +229,7 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             "default_chat_template_kwargs",
             "override_generation_config",
             "media_io_kwargs",
+            "profiler_config",
         ):
             kwargs[key] = _as_dict(key, value)
         else:

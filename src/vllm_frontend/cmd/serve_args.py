@@ -244,6 +244,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--data-parallel-size", type=int, default=1)
     p.add_argument("--data-parallel-size-local", type=int, default=None)
+    # the engines' parallel layout (for /get_world_size) and profiler (for /start_profile)
+    p.add_argument("--tensor-parallel-size", type=int, default=None)
+    p.add_argument("--pipeline-parallel-size", type=int, default=None)
+    p.add_argument("--prefill-context-parallel-size", type=int, default=None)
+    p.add_argument("--profiler-config", type=_json_object, default=None)
     _add_negations(p)
 
 
@@ -267,7 +272,6 @@ _LAUNCH_ONLY = frozenset(
         "python",
         "data_parallel_address",
         "data_parallel_rpc_port",
-        "data_parallel_size",
         "data_parallel_size_local",
     }
 )
