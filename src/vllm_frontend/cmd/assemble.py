@@ -38,6 +38,7 @@ from vllm_frontend.server.protocol import parse_chat_request, parse_completion_r
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
+from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
@@ -143,7 +144,7 @@ def build_frontend_app(
         shared=sibling_counts,
         on_reject=metrics.record_admission_rejection,
     )
-    llm = LLM(client, factory, metrics, admission)
+    llm = LLM(client, factory, metrics, admission, log_requests=config.enable_log_requests)
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,
@@ -165,6 +166,7 @@ def build_frontend_app(
         response_role=config.response_role,
         stream_interval=config.stream_interval,
         sse_keep_alive_interval=float(config.sse_keep_alive_interval),
+        request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
     )
     settings = ServerSettings(
         served_model_names=served,

@@ -31,7 +31,7 @@ exclude_tools_when_tool_choice_none tool_call_parser enable_prompt_tokens_detail
 enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval cohere_format
 host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
-enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count
+enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
 """
 
 # The frontend reads these and the managed engines get them too (the model's files, limits
@@ -81,7 +81,6 @@ _REFUSED: dict[str, str] = {
 }
 
 _IGNORED: dict[str, str] = {
-    "max_log_len": "request logs are not implemented (see --enable-log-requests)",
     "enable_log_deltas": "only with --enable-log-outputs",
     "log_error_stack": "error responses are logged at debug level with their stack",
     "cohere_is_reasoning_model": "no Cohere API routes",

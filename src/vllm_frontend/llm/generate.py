@@ -372,6 +372,8 @@ class GenerationStream:
         try:
             for sample, engine_request in zip(self._samples, self._engine_requests, strict=True):
                 it: Any = client.add_request(engine_request)
+                if self._llm.log_requests:
+                    logger.info("Added request %s.", engine_request.request_id)
                 if admission is not None:
                     admission.started(len(self._request.prompt_token_ids))
                     sample.admitted = sample.prefilling = True
@@ -601,10 +603,14 @@ class LLM:
         request_factory: Callable[..., Any],
         metrics: FrontendMetrics | None = None,
         admission: AdmissionControl | None = None,
+        *,
+        log_requests: bool = False,
     ) -> None:
         """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py);
-        ``admission`` holds vLLM's queue limits (unused when it sets none)."""
+        ``admission`` holds vLLM's queue limits (unused when it sets none); ``log_requests``
+        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM)."""
         self.client = client
+        self.log_requests = log_requests
         self.metrics = metrics
         self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)
@@ -614,6 +620,8 @@ class LLM:
         self._aborting: set[asyncio.Future[Any]] = set()
 
     async def _abort(self, engine_ids: list[str]) -> None:
+        if self.log_requests:
+            logger.info("Aborted request(s) %s.", ",".join(engine_ids))
         try:
             result = self.client.abort_requests(engine_ids)
             if inspect.isawaitable(result):

@@ -15,6 +15,7 @@ import msgspec
 from vllm_frontend.llm import LLM, public_request_id
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.logprobs import TokenStrings
+from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
 from vllm_frontend.text.tokenizer import Tokenizer
 
@@ -65,6 +66,7 @@ class ServingContext:
         tokenizer_truncation_side: str = "left",
         stream_interval: int = 1,
         sse_keep_alive_interval: float = 0.0,
+        request_log: RequestLog | None = None,
     ) -> None:
         """``sampling``: model-level sampling inputs (generation-config defaults, EOS ids,
         limits); ``chat_renderer``: a ``vllm_frontend.chat.ChatRenderer`` (for the chat route);
@@ -80,6 +82,7 @@ class ServingContext:
             token_strings=token_strings,
             tokenizer_truncation_side=tokenizer_truncation_side,
             stream_interval=stream_interval,
+            request_log=request_log,
         )
         """The text layer's facade."""
         self.served_model_names = served_model_names
