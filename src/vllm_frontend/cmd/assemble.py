@@ -4,6 +4,7 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any
@@ -28,6 +29,7 @@ from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.stats_log import StatsLog
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
@@ -144,6 +146,11 @@ def build_frontend_app(
         shared=sibling_counts,
         on_reject=metrics.record_admission_rejection,
     )
+    if not config.disable_log_stats:
+        stats_log = StatsLog(metrics, client.scheduler_stats, client.engine_indices)
+        metrics.stats_log = stats_log
+        with contextlib.suppress(RuntimeError):  # no running loop: no periodic line
+            stats_log.start()
     llm = LLM(client, factory, metrics, admission, log_requests=config.enable_log_requests)
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,

@@ -95,7 +95,7 @@ _IGNORED: dict[str, str] = {
     "disable_fastapi_docs": "no /docs pages are served",
     "enable_offline_docs": "no /docs pages are served",
     "renderer_num_workers": "prompts are rendered on the event loop and tokenizer threads",
-    "aggregate_engine_logging": "no per-engine stats log",
+    "aggregate_engine_logging": "the stats log has one line per engine, never an aggregate",
     "logging_config": "the frontend logs with its own format (VLLM_LOGGING_LEVEL)",
     "log_level": "the frontend logs at VLLM_LOGGING_LEVEL",
     "log_config_file": "the frontend logs with its own format (VLLM_LOGGING_LEVEL)",
