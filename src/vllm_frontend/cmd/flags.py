@@ -32,6 +32,7 @@ enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval c
 host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
+allowed_local_media_path allowed_media_domains media_io_kwargs
 """
 
 # The frontend reads these and the managed engines get them too (the model's files, limits
@@ -50,7 +51,7 @@ _REFUSED: dict[str, str] = {
     "grpc": "no gRPC server",
     "grpc_port": "no gRPC server",
     "lora_modules": "LoRA adapters are not served yet",
-    "trust_request_mm_kwargs": "multimodal inputs are not served yet",
+    "trust_request_mm_kwargs": "multimodal prompts are not processed by the frontend yet",
     "tool_parser_plugin": "tool parser plugins are not loaded",
     "tool_strict_level": "only vLLM's default tool-call strictness (auto)",
     "tool_server": "no tool server (Responses API)",
@@ -104,11 +105,8 @@ _IGNORED: dict[str, str] = {
 _NOTES: dict[str, str] = {
     "speculative_config": "the vllm:spec_decode_* metrics are not exported",
     "enable_flash_late_interaction": "no pooling routes; the engines apply it",
-    "limit_mm_per_prompt": "multimodal inputs are not served yet",
-    "allowed_local_media_path": "multimodal inputs are not served yet",
-    "allowed_media_domains": "multimodal inputs are not served yet",
-    "media_io_kwargs": "multimodal inputs are not served yet",
-    "mm_processor_kwargs": "multimodal inputs are not served yet",
+    "limit_mm_per_prompt": "multimodal prompts are not processed by the frontend yet",
+    "mm_processor_kwargs": "multimodal prompts are not processed by the frontend yet",
 }
 
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -143,24 +141,23 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 
 # Every other option of vLLM 0.32's `vllm serve` configures the engines alone.
 _ENGINE = """
-runner convert trust_remote_code dtype seed allowed_local_media_path allowed_media_domains
-code_revision quantization quantization_config allow_deprecated_quantization enforce_eager
-logprobs_mode use_fp64_gumbel enable_trace_replay disable_sliding_window disable_cascade_attn
-config_format hf_token model_class_overrides pooler_config enable_sleep_mode
-sleep_mode_offload_cudagraph sleep_preserve_parameter_names enable_cumem_allocator
-enable_nccl_comm_suspend model_impl logits_processors load_format download_dir
-safetensors_load_strategy safetensors_prefetch_num_threads safetensors_prefetch_block_size
-model_loader_extra_config ignore_patterns use_tqdm_on_load pt_load_map_location
-attention_backend mamba_backend mamba_ssu_algorithm enable_mamba_cache_stochastic_rounding
-mamba_cache_philox_rounds distributed_executor_backend master_addr master_port nnodes node_rank
-distributed_timeout_seconds cpu_distributed_timeout_seconds numa_bind numa_bind_nodes
-numa_bind_cpus device_ids decode_context_parallel_size dcp_comm_backend dcp_q_replicate
-dcp_kv_cache_interleave_size cp_kv_cache_interleave_size data_parallel_rank
-data_parallel_start_rank data_parallel_backend data_parallel_hybrid_lb
-data_parallel_external_lb data_parallel_multi_port_external_lb enable_hc_sp
-enable_expert_parallel enable_batch_sharded_sampling enable_ep_weight_filter all2all_backend
-enable_dbo enable_shm_tensor_arena ubatch_size enable_elastic_ep elastic_ep_max_dp_size
-dbo_decode_token_threshold dp_sync_interval dbo_prefill_token_threshold
+runner convert trust_remote_code dtype seed code_revision quantization quantization_config
+allow_deprecated_quantization enforce_eager logprobs_mode use_fp64_gumbel enable_trace_replay
+disable_sliding_window disable_cascade_attn config_format hf_token model_class_overrides
+pooler_config enable_sleep_mode sleep_mode_offload_cudagraph sleep_preserve_parameter_names
+enable_cumem_allocator enable_nccl_comm_suspend model_impl logits_processors load_format
+download_dir safetensors_load_strategy safetensors_prefetch_num_threads
+safetensors_prefetch_block_size model_loader_extra_config ignore_patterns use_tqdm_on_load
+pt_load_map_location attention_backend mamba_backend mamba_ssu_algorithm
+enable_mamba_cache_stochastic_rounding mamba_cache_philox_rounds distributed_executor_backend
+master_addr master_port nnodes node_rank distributed_timeout_seconds
+cpu_distributed_timeout_seconds numa_bind numa_bind_nodes numa_bind_cpus device_ids
+decode_context_parallel_size dcp_comm_backend dcp_q_replicate dcp_kv_cache_interleave_size
+cp_kv_cache_interleave_size data_parallel_rank data_parallel_start_rank data_parallel_backend
+data_parallel_hybrid_lb data_parallel_external_lb data_parallel_multi_port_external_lb
+enable_hc_sp enable_expert_parallel enable_batch_sharded_sampling enable_ep_weight_filter
+all2all_backend enable_dbo enable_shm_tensor_arena ubatch_size enable_elastic_ep
+elastic_ep_max_dp_size dbo_decode_token_threshold dp_sync_interval dbo_prefill_token_threshold
 disable_nccl_for_dp_synchronization enable_eplb eplb_config expert_placement_strategy
 max_parallel_loading_workers ray_workers_use_nsight disable_custom_all_reduce worker_cls
 worker_extension_cls enable_fault_tolerance fault_tolerance_config block_size
@@ -171,7 +168,7 @@ mamba_ssm_cache_dtype mamba_block_size prefix_match_unit mamba_cache_mode
 enable_mamba_shared_prefix_checkpoint replayssm_buffer_len use_replayssm kv_offloading_size
 kv_offloading_backend offload_backend cpu_offload_gb cpu_offload_params offload_group_size
 offload_num_in_group offload_prefetch_step offload_params language_model_only
-limit_mm_per_prompt enable_mm_embeds media_io_kwargs mm_processor_kwargs mm_processor_cache_gb
+limit_mm_per_prompt enable_mm_embeds mm_processor_kwargs mm_processor_cache_gb
 mm_processor_cache_type mm_hasher_algorithm mm_shm_cache_max_object_size_mb mm_encoder_only
 mm_encoder_tp_mode mm_encoder_attn_backend mm_encoder_attn_dtype mm_encoder_fp8_scale_path
 mm_encoder_fp8_scale_save_path mm_encoder_fp8_scale_save_margin interleave_mm_strings
