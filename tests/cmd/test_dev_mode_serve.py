@@ -1,5 +1,6 @@
-"""``serve`` registers the development routes only with ``VLLM_SERVER_DEV_MODE=1``, and the
-profiler routes only with a ``--profiler-config`` naming a profiler (as vLLM 0.32), end to end in
+"""``serve`` registers the development routes only with ``VLLM_SERVER_DEV_MODE=1``, the
+profiler routes only with a ``--profiler-config`` naming a profiler, and ``/tokenizer_info`` only
+with ``--enable-tokenizer-info-endpoint`` (as vLLM 0.32), end to end in
 front of the mock engine: sleep / wake and pause / resume reach the engine and report its state.
 What each route answers and sends is pinned against vLLM's routers in
 tests/server/test_dev_routes_match_vllm.py."""
@@ -19,7 +20,7 @@ def test_without_dev_mode_the_routes_are_absent(
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
     with mock_serve(tiny_model, tmp_path / "serve.log") as serve:
         for method, path in (("POST", "/sleep"), ("GET", "/is_paused"), ("POST", "/start_profile"),
-                             ("GET", "/server_info")):  # fmt: skip
+                             ("GET", "/server_info"), ("GET", "/tokenizer_info")):  # fmt: skip
             assert serve.request(method, path)[0] == 404, path
 
 
@@ -27,7 +28,8 @@ def test_dev_mode_routes_reach_the_engine(
     tiny_model: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
-    flags = ["--tensor-parallel-size", "2", "--profiler-config", '{"profiler": "torch"}']
+    flags = ["--tensor-parallel-size", "2", "--profiler-config", '{"profiler": "torch"}',
+             "--enable-tokenizer-info-endpoint"]  # fmt: skip
     log = tmp_path / "serve.log"
     with mock_serve(tiny_model, log, serve_flags=flags) as serve:
 
@@ -52,6 +54,8 @@ def test_dev_mode_routes_reach_the_engine(
         assert call("POST", "/stop_profile") is None
         info = call("GET", "/server_info?config_format=json")
         assert isinstance(info, dict) and info["vllm_env"]["VLLM_SERVER_DEV_MODE"] == "1"
+        tokenizer = call("GET", "/tokenizer_info")
+        assert isinstance(tokenizer, dict) and tokenizer["name_or_path"] == str(tiny_model)
         status, _ = serve.request("POST", "/v1/completions",
                                   '{"prompt": "hi", "max_tokens": 2}')  # fmt: skip
         assert status == 200

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
+import os
 from typing import Any
 
 import msgspec
@@ -39,6 +41,7 @@ from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
+from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo
@@ -54,6 +57,8 @@ class ModelResources(msgspec.Struct):
     files: ModelFiles
     tokenizer: Tokenizer
     renderer: ChatRenderer
+    tokenizer_dir: str = ""
+    """The directory the tokenizer was loaded from (the model's, or ``--tokenizer``'s)."""
 
 
 def load_model_resources(config: FrontendConfig) -> ModelResources:
@@ -95,7 +100,9 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         options,
         code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
     )
-    return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
+    return ModelResources(
+        files=files, tokenizer=tokenizer, renderer=renderer, tokenizer_dir=str(tokenizer_dir)
+    )
 
 
 def default_chat_template_kwargs(config: FrontendConfig) -> dict[str, Any]:
@@ -225,6 +232,10 @@ def build_frontend_app(
             ("POST", "/invocations"): invocations_handler(chat, completions),
         },
     )
+    if config.enable_tokenizer_info_endpoint:
+        app.route(
+            "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
+        )
     if dev_mode():
         shown = msgspec.structs.asdict(config)
         shown["api_key"] = ["***"] if config.api_key else []
@@ -251,6 +262,21 @@ def media_policy(config: FrontendConfig) -> MediaPolicy:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[str, Any]:
+    """What ``/tokenizer_info`` answers for the served tokenizer."""
+    tokenizer_config: dict[str, Any] = dict(model.files.tokenizer_config)
+    if model.tokenizer_dir and model.tokenizer_dir != str(model.files.path):
+        path = os.path.join(model.tokenizer_dir, "tokenizer_config.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                tokenizer_config = json.load(f)
+    return tokenizer_info(
+        tokenizer_config,
+        config.tokenizer or config.model,
+        load_chat_template_option(config.chat_template),
+    )
 
 
 def model_facts(model: ModelResources) -> ModelFacts:

@@ -66,6 +66,8 @@ class FrontendConfig(msgspec.Struct):
     enable_request_id_headers: bool = False
     enable_server_load_tracking: bool = False
     enable_log_requests: bool = False
+    enable_tokenizer_info_endpoint: bool = False
+    """Serve ``GET /tokenizer_info``."""
     max_log_len: int | None = None
     """Most prompt characters / token ids a request log line shows (None: all)."""
     disable_log_stats: bool = False

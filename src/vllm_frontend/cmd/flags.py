@@ -32,7 +32,7 @@ enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval c
 host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
-allowed_local_media_path allowed_media_domains media_io_kwargs
+allowed_local_media_path allowed_media_domains media_io_kwargs enable_tokenizer_info_endpoint
 """
 
 # The frontend reads these and the managed engines get them too (the model's files, limits
@@ -56,7 +56,6 @@ _REFUSED: dict[str, str] = {
     "tool_strict_level": "only vLLM's default tool-call strictness (auto)",
     "tool_server": "no tool server (Responses API)",
     "enable_per_request_metrics": "per-request metrics in responses are not implemented",
-    "enable_tokenizer_info_endpoint": "/tokenizer_info is not served yet",
     "enable_log_outputs": "output logging is not implemented",
     "tokens_only": "the token-only server mode is not implemented",
     "enable_scale_out": "the render / scale-out routes are not served yet",
@@ -118,7 +117,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "tool_strict_level": ("auto",),
     "tool_server": (None,),
     "enable_per_request_metrics": (False,),
-    "enable_tokenizer_info_endpoint": (False,),
     "enable_log_outputs": (False,),
     "tokens_only": (False,),
     "enable_scale_out": (False,),
