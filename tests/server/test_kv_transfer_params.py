@@ -123,3 +123,74 @@ def test_streams_never_carry_them(tiny_model: pathlib.Path) -> None:
         events = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
         assert events[-1] == "[DONE]" and len(events) > 3
         assert not any("kv_transfer_params" in json.loads(e) for e in events[:-1])
+
+
+class RecordingClient(ConnectorClient):
+    """Also keeps every request sent, and how many streams were closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[EngineCoreRequest] = []
+        self.closed = 0
+
+    def add_request(self, request: EngineCoreRequest) -> Any:
+        self.requests.append(request)
+        if request.abort_immediately:
+            client = self
+
+            class Closed:
+                async def aclose(self) -> None:
+                    client.closed += 1
+
+            return Closed()
+        return super().add_request(request)
+
+
+def _rejection_app(model: pathlib.Path, connector: bool) -> tuple[App, RecordingClient]:
+    client = RecordingClient()
+    return generation_app(model, client, max_model_len=128, has_kv_connector=connector), client
+
+
+REMOTE = {"do_remote_prefill": True, "remote_block_ids": [1, 2]}
+
+
+async def _status(app: App, path: str, body: dict[str, Any]) -> int:
+    request = Request("POST", path, b"", {b"content-type": b"application/json",
+                                          b"x-data-parallel-rank": b"0"},
+                      json.dumps({"model": "m", **body}).encode())  # fmt: skip
+    response = await app(request)
+    await body_of(response)
+    return response.status
+
+
+def test_a_remote_prefill_request_refused_here_is_sent_pre_aborted(
+    tiny_model: pathlib.Path,
+) -> None:
+    """vLLM's ``_with_kv_transfer_rejection_cleanup`` / ``notify_kv_transfer_request_rejected``:
+    the engines get a one-token request carrying the params, aborted on arrival, so that their
+    connector frees what the prefill side holds for it."""
+    too_long = {"max_tokens": 1000, "kv_transfer_params": REMOTE, "request_id": "r1"}
+    for path, extra in (("/v1/completions", {"prompt": "a"}), ("/v1/chat/completions", CHAT)):
+        app, client = _rejection_app(tiny_model, connector=True)
+        assert asyncio.run(_status(app, path, {**extra, **too_long})) == 400
+        [sent] = client.requests
+        assert sent.request_id == "r1" and sent.abort_immediately
+        assert sent.prompt_token_ids == [0] and sent.data_parallel_rank == 0
+        params = sent.sampling_params
+        assert params.max_tokens == 1 and params.extra_args == {"kv_transfer_params": REMOTE}
+        assert client.closed == 1
+
+
+def test_nothing_is_sent_without_a_connector_a_remote_prefill_or_a_failure(
+    tiny_model: pathlib.Path,
+) -> None:
+    cases = [
+        (False, {"max_tokens": 1000, "kv_transfer_params": REMOTE}, 400),
+        (True, {"max_tokens": 1000, "kv_transfer_params": {"do_remote_decode": True}}, 400),
+        (True, {"max_tokens": 3, "kv_transfer_params": REMOTE}, 200),
+        (True, {"max_tokens": 3, "kv_transfer_params": REMOTE, "stream": True}, 200),
+    ]
+    for connector, body, status in cases:
+        app, client = _rejection_app(tiny_model, connector)
+        assert asyncio.run(_status(app, "/v1/completions", {"prompt": "a", **body})) == status
+        assert not any(r.abort_immediately for r in client.requests)

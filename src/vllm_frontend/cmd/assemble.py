@@ -181,6 +181,7 @@ def build_frontend_app(
         stream_interval=config.stream_interval,
         sse_keep_alive_interval=float(config.sse_keep_alive_interval),
         request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
+        has_kv_connector=config.kv_transfer_config is not None,
     )
     settings = ServerSettings(
         served_model_names=served,

@@ -92,6 +92,8 @@ class FrontendConfig(msgspec.Struct):
     pipeline_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
     data_parallel_size: int = 1
+    kv_transfer_config: dict[str, Any] | None = None
+    """``--kv-transfer-config``: the engines have a KV connector (disaggregated serving)."""
     profiler_config: dict[str, Any] = msgspec.field(default_factory=dict)
     """``--profiler-config``: with a ``profiler``, /start_profile and /stop_profile are served."""
     """The path prefix a proxy serves us under: requests under it are routed without it."""
@@ -234,6 +236,7 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             "override_generation_config",
             "media_io_kwargs",
             "profiler_config",
+            "kv_transfer_config",
         ):
             kwargs[key] = _as_dict(key, value)
         else:

@@ -251,6 +251,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline-parallel-size", type=int, default=None)
     p.add_argument("--prefill-context-parallel-size", type=int, default=None)
     p.add_argument("--profiler-config", type=_json_object, default=None)
+    p.add_argument("--kv-transfer-config", type=_json_object, default=None)
     _add_negations(p)
 
 

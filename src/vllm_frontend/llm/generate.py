@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm.admission import AdmissionControl
 from vllm_frontend.llm.ids import child_request_id, engine_request_id
 from vllm_frontend.llm.step_metrics import observe_step
@@ -639,6 +640,35 @@ class LLM:
             task = asyncio.ensure_future(result)
             self._aborting.add(task)
             task.add_done_callback(self._aborting.discard)
+
+    async def notify_kv_transfer_rejected(
+        self, request_id: str, kv_transfer_params: dict[str, Any], data_parallel_rank: int | None
+    ) -> None:
+        """Send a pre-aborted request carrying ``kv_transfer_params`` (vLLM's
+        ``notify_kv_transfer_request_rejected``): the engine's KV connector then frees what was
+        held for a request that never reached it."""
+        params = SamplingParams(
+            max_tokens=1,
+            extra_args={"kv_transfer_params": dict(kv_transfer_params)},
+            watermarking=False,
+        )
+        request = self._request_factory(
+            request_id=request_id,
+            prompt_token_ids=[0],
+            mm_features=None,
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=data_parallel_rank,
+            abort_immediately=True,
+        )
+        stream = self.client.add_request(request)
+        # The engine aborts it itself and sends nothing: stop waiting for it at once.
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
     def check_admission(self, n: int = 1) -> None:
         """Raise ``AdmissionRejected`` when the queue limits refuse a request of ``n`` samples

@@ -36,6 +36,7 @@ from .generation import (
     data_parallel_rank,
     finite,
     include_usage_flags,
+    notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
     usage,
@@ -337,8 +338,17 @@ class ChatHandler:
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
-        ctx = self.ctx
         req = self._parse(request.body)
+        if not self.ctx.has_kv_connector:
+            return await self._handle(request, req)
+        try:
+            return await self._handle(request, req)
+        except Exception:
+            await notify_kv_transfer_rejected(self.ctx, request, req)
+            raise
+
+    async def _handle(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
+        ctx = self.ctx
         ctx.check_model(req.model)
         if req.max_completion_tokens is not None:
             max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"

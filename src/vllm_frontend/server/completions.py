@@ -32,6 +32,7 @@ from .generation import (
     data_parallel_rank,
     finite,
     include_usage_flags,
+    notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
     usage,
@@ -212,8 +213,17 @@ class CompletionsHandler:
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
-        ctx = self.ctx
         req = self._parse(request.body)
+        if not self.ctx.has_kv_connector:
+            return await self._handle(request, req)
+        try:
+            return await self._handle(request, req)
+        except Exception:
+            await notify_kv_transfer_rejected(self.ctx, request, req)
+            raise
+
+    async def _handle(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
+        ctx = self.ctx
         if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)

@@ -7,7 +7,9 @@ and chat_completion/serving.py); the comments there name the vLLM behaviour bein
 
 from __future__ import annotations
 
+import logging
 import math
+import uuid
 from typing import Any
 
 import msgspec
@@ -22,6 +24,8 @@ from vllm_frontend.text.tokenizer import Tokenizer
 from . import errors
 from .services import check_model
 from .transport import Request
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ServingContext",
@@ -40,6 +44,7 @@ class ServingContext:
         "chat_renderer",
         "enable_force_include_usage",
         "enable_prompt_tokens_details",
+        "has_kv_connector",
         "response_role",
         "return_tokens_as_token_ids",
         "served_model_names",
@@ -67,6 +72,7 @@ class ServingContext:
         stream_interval: int = 1,
         sse_keep_alive_interval: float = 0.0,
         request_log: RequestLog | None = None,
+        has_kv_connector: bool = False,
     ) -> None:
         """``sampling``: model-level sampling inputs (generation-config defaults, EOS ids,
         limits); ``chat_renderer``: a ``vllm_frontend.chat.ChatRenderer`` (for the chat route);
@@ -93,6 +99,9 @@ class ServingContext:
         self.chat_renderer = chat_renderer
         self.system_fingerprint = system_fingerprint
         self.sse_keep_alive_interval = sse_keep_alive_interval
+        self.has_kv_connector = has_kv_connector
+        """``--kv-transfer-config`` is set: a request the engines never got that asked for a
+        remote prefill is reported to them (see :func:`notify_kv_transfer_rejected`)."""
 
     @property
     def model_name(self) -> str:
@@ -164,6 +173,24 @@ def sampling_request(req: Any, *, chat: bool) -> SamplingRequest:
 def request_id_for(prefix: str, request: Request, body_request_id: str | None) -> str:
     """The public id (``X-Request-Id`` header, else the body's ``request_id``, else random)."""
     return public_request_id(prefix, request.header(b"x-request-id"), body_request_id)
+
+
+async def notify_kv_transfer_rejected(ctx: ServingContext, request: Request, req: Any) -> None:
+    """vLLM's ``_with_kv_transfer_rejection_cleanup``: a request asking for a remote prefill
+    (``kv_transfer_params.do_remote_prefill``) that failed here is sent to the engines
+    pre-aborted, so that their KV connector frees what the prefill side pinned for it."""
+    params = getattr(req, "kv_transfer_params", None)
+    if not params or not params.get("do_remote_prefill"):
+        return
+    request_id = getattr(req, "request_id", None) or uuid.uuid4().hex
+    try:
+        await ctx.text.llm.notify_kv_transfer_rejected(
+            request_id, params, data_parallel_rank(request)
+        )
+    except Exception:
+        logger.warning(
+            "Failed to notify KV connector about rejected request %s", request_id, exc_info=True
+        )
 
 
 def data_parallel_rank(request: Request) -> int | None:
