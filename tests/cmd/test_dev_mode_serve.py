@@ -31,7 +31,7 @@ def test_dev_mode_routes_reach_the_engine(
     flags = ["--tensor-parallel-size", "2", "--profiler-config", '{"profiler": "torch"}',
              "--enable-tokenizer-info-endpoint"]  # fmt: skip
     log = tmp_path / "serve.log"
-    with mock_serve(tiny_model, log, serve_flags=flags) as serve:
+    with mock_serve(tiny_model, log, serve_args=flags) as serve:
 
         def call(method: str, path: str, body: str | None = None) -> object:
             status, raw = serve.request(method, path, body)

@@ -13,7 +13,7 @@ from tests.support.mock_serve import mock_serve
 
 def test_requests_are_logged(tiny_model: pathlib.Path, tmp_path: pathlib.Path) -> None:
     log = tmp_path / "serve.log"
-    with mock_serve(tiny_model, log, serve_flags=["--enable-log-requests"]) as serve:
+    with mock_serve(tiny_model, log, serve_args=["--enable-log-requests"]) as serve:
         status, _ = serve.request("POST", "/v1/completions",
                                   '{"prompt": ["a", "b"], "max_tokens": 2, "n": 2}')  # fmt: skip
         assert status == 200
@@ -29,7 +29,7 @@ def test_the_stats_line_is_logged_unless_disabled(
     monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "0.2")
     for flags, expected in (([], True), (["--disable-log-stats"], False)):
         log = tmp_path / f"serve{len(flags)}.log"
-        with mock_serve(tiny_model, log, serve_flags=flags) as serve:
+        with mock_serve(tiny_model, log, serve_args=flags) as serve:
             status, _ = serve.request("POST", "/v1/completions",
                                       '{"prompt": "a", "max_tokens": 8}')  # fmt: skip
             assert status == 200
