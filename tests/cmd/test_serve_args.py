@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from vllm_frontend.cmd import flags
 from vllm_frontend.cmd.config import ConfigError, config_from_args
 from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, add_serve_arguments, parse_serve_args
 
@@ -20,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def test_unknown_flags_are_forwarded_to_the_engine_with_their_values() -> None:
+def test_engine_flags_are_forwarded_with_their_values() -> None:
     args = parse_serve_args(
         _parser(),
         [
@@ -31,15 +32,96 @@ def test_unknown_flags_are_forwarded_to_the_engine_with_their_values() -> None:
             "--max-logprobs", "-1",
             "--kv-cache-dtype=fp8",
             "--served-model-name", "a", "b",
-            "--", "--port", "7",
+            "--", "--gpu-memory-utilization", "0.5", "--some-later-engine-flag",
         ],
     )  # fmt: skip
     assert args.ns.port == 9000
     assert args.ns.max_logprobs == -1
     assert args.ns.served_model_name == ["a", "b"]
+    # --max-logprobs and --served-model-name are read by both sides
     assert args.engine_args == [
-        "--tensor-parallel-size", "2", "--enforce-eager", "--kv-cache-dtype=fp8", "--port", "7",
+        "--tensor-parallel-size", "2", "--enforce-eager", "--max-logprobs", "-1",
+        "--kv-cache-dtype=fp8", "--served-model-name", "a", "b",
+        "--gpu-memory-utilization", "0.5", "--some-later-engine-flag",
     ]  # fmt: skip
+
+
+def test_options_both_sides_read_reach_the_managed_engines() -> None:
+    """They used to stay with the frontend: the engines then loaded another revision, or
+    compiled grammars with another backend, than the frontend served."""
+    cmd = ["m", "--revision", "r1", "--tokenizer", "t", "--tokenizer-revision", "r2",
+           "--hf-config-path", "h", "--generation-config", "vllm", "--max-model-len", "64",
+           "--structured-outputs-config", '{"backend": "guidance"}', "--reasoning-parser",
+           "qwen3", "--stream-interval", "2", "--disable-log-stats", "--shutdown-timeout", "3",
+           "--data-parallel-size", "2", "--headless", "--model", "m"]  # fmt: skip
+    args = parse_serve_args(_parser(), cmd)
+    assert args.engine_args == cmd[1:-5]
+    assert args.ns.revision == "r1" and args.ns.data_parallel_size == 2
+
+
+@pytest.mark.parametrize(
+    "argv,name",
+    [
+        (["--middleware", "m.w"], "--middleware"),
+        (["--lora-modules", "a=b"], "--lora-modules"),
+        (["--tokenizer-mode=mistral"], "--tokenizer-mode"),
+        (["--enable-scale-out"], "--enable-scale-out"),
+        (["--no-such-option", "1"], "--no-such-option"),
+        (["--", "--api-key", "k"], "--api-key"),
+        (["--", "--enable-log-outputs"], "--enable-log-outputs"),
+    ],
+)
+def test_an_option_that_cannot_be_honoured_stops_startup_naming_it(
+    argv: list[str], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_serve_args(_parser(), ["m", *argv])
+    assert exit_info.value.code == 2
+    assert name in capsys.readouterr().err
+
+
+def test_refused_options_at_their_default_and_ignored_options_go_nowhere() -> None:
+    args = parse_serve_args(
+        _parser(),
+        ["m", "--tokenizer-mode", "auto", "--no-enable-scale-out", "--ssl-cert-reqs", "0",
+         "--uvicorn-log-level", "debug", "--disable-fastapi-docs", "-q", "fp8"],
+    )  # fmt: skip
+    assert args.engine_args == ["--quantization", "fp8"]
+
+
+def test_options_both_sides_read_are_taken_after_the_separator_too() -> None:
+    args = parse_serve_args(_parser(), ["m", "--", "--enforce-eager", "--max-model-len", "48"])
+    assert args.ns.max_model_len == 48
+    assert args.engine_args == ["--enforce-eager", "--max-model-len", "48"]
+
+
+def test_no_forms_and_underscores_are_vllms_spellings() -> None:
+    ns = parse_serve_args(
+        _parser(), ["m", "--enable-auto-tool-choice", "--no-enable-auto-tool-choice",
+                    "--max_model_len", "32"],
+    ).ns  # fmt: skip
+    assert ns.enable_auto_tool_choice is False and ns.max_model_len == 32
+
+
+def test_the_model_option_must_name_the_model() -> None:
+    with pytest.raises(SystemExit):
+        parse_serve_args(_parser(), ["m", "--model", "other"])
+
+
+def test_the_readme_lists_every_route() -> None:
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    assert flags.markdown_table() in readme.read_text()
+
+
+def test_args_json_refuses_unknown_and_unhonoured_keys_and_takes_the_rest() -> None:
+    with pytest.raises(ConfigError, match="no_such_key"):
+        config_from_args({"model_tag": "m", "no_such_key": 1})
+    with pytest.raises(ConfigError, match="--middleware"):
+        config_from_args({"model_tag": "m", "middleware": ["a.b"]})
+    cfg = config_from_args({"model_tag": "m", "model": "m", "tokenizer_mode": "auto",
+                            "engine_ready_timeout_secs": 5, "cohere_format": "cmd3",
+                            "data_parallel_size": 2, "uvicorn_log_level": "debug"})  # fmt: skip
+    assert cfg.engine_ready_timeout_secs == 5 and cfg.cohere_format == "cmd3"
 
 
 def test_model_must_come_first() -> None:

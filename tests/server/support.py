@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -23,7 +24,12 @@ class RunningServer:
     """An HttpServer serving ``app`` on 127.0.0.1:<ephemeral> (or the given sockets)."""
 
     def __init__(
-        self, app: App, *, sockets: list[socket.socket] | None = None, **server_kwargs: Any
+        self,
+        app: App,
+        *,
+        sockets: list[socket.socket] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        **server_kwargs: Any,
     ) -> None:
         self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -34,7 +40,7 @@ class RunningServer:
             self.port = sock.getsockname()[1]
             sockets = [sock]
         for sock in sockets:
-            self.call(self.server.start(sock))
+            self.call(self.server.start(sock, ssl_context))
 
     @property
     def url(self) -> str:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from tests.support.engines import free_port, http_status
 
@@ -48,10 +48,11 @@ def mock_serve(
     log: pathlib.Path,
     python_flags: Sequence[str] = (),
     serve_args: Sequence[str] = (),
+    healthy: Callable[[int], bool] | None = None,
 ) -> Iterator[MockServe]:
     """Serve ``model`` (``python python_flags -m vllm_frontend serve … serve_args``, stderr to
-    ``log``) in front of a mock engine, once healthy; on exit the frontend must stop cleanly on
-    SIGTERM."""
+    ``log``) in front of a mock engine, once ``healthy(port)`` (default: ``/health`` answers
+    200); on exit the frontend must stop cleanly on SIGTERM."""
     port, rpc = free_port(), free_port()
     engine = subprocess.Popen(
         [sys.executable, "-m", "vllm_frontend", "mock-engine",
@@ -68,7 +69,7 @@ def mock_serve(
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while http_status(port, "/health") != 200:
+        while not (healthy(port) if healthy else http_status(port, "/health") == 200):
             assert frontend.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, "frontend not healthy after 120 s"
             time.sleep(0.05)

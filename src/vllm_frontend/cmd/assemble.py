@@ -4,7 +4,11 @@ pipeline and HTTP app, over an already connected engine client. The one place th
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,22 +32,29 @@ from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
+from vllm_frontend.metrics.stats_log import StatsLog
 from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
+from vllm_frontend.server.sagemaker import invocations_handler
+from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
+from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
+
+logger = logging.getLogger(__name__)
 
 
 class ModelResources(msgspec.Struct):
@@ -52,6 +63,8 @@ class ModelResources(msgspec.Struct):
     files: ModelFiles
     tokenizer: Tokenizer
     renderer: ChatRenderer
+    tokenizer_dir: str = ""
+    """The directory the tokenizer was loaded from (the model's, or ``--tokenizer``'s)."""
 
 
 def load_model_resources(config: FrontendConfig) -> ModelResources:
@@ -84,7 +97,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         chat_template=load_chat_template_option(config.chat_template),
         content_format=config.chat_template_content_format,  # type: ignore[arg-type]
         trust_request_chat_template=config.trust_request_chat_template,
-        default_chat_template_kwargs=dict(config.default_chat_template_kwargs),
+        default_chat_template_kwargs=default_chat_template_kwargs(config),
         exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none,
     )
     renderer = ChatRenderer(
@@ -93,7 +106,18 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         options,
         code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
     )
-    return ModelResources(files=files, tokenizer=tokenizer, renderer=renderer)
+    return ModelResources(
+        files=files, tokenizer=tokenizer, renderer=renderer, tokenizer_dir=str(tokenizer_dir)
+    )
+
+
+def default_chat_template_kwargs(config: FrontendConfig) -> dict[str, Any]:
+    """``--default-chat-template-kwargs`` with ``--cohere-format`` added unless they name one
+    (vLLM's ``resolve_default_chat_template_kwargs``)."""
+    kwargs = dict(config.default_chat_template_kwargs)
+    if config.cohere_format:
+        kwargs.setdefault("cohere_format", config.cohere_format)
+    return kwargs
 
 
 def vocab_bound(model: ModelResources) -> int:
@@ -135,7 +159,12 @@ def build_frontend_app(
         shared=sibling_counts,
         on_reject=metrics.record_admission_rejection,
     )
-    llm = LLM(client, factory, metrics, admission)
+    if not config.disable_log_stats:
+        stats_log = StatsLog(metrics, client.scheduler_stats, client.engine_indices)
+        metrics.stats_log = stats_log
+        with contextlib.suppress(RuntimeError):  # no running loop: no periodic line
+            stats_log.start()
+    llm = LLM(client, factory, metrics, admission, log_requests=config.enable_log_requests)
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,
@@ -158,6 +187,8 @@ def build_frontend_app(
         response_role=config.response_role,
         stream_interval=config.stream_interval,
         sse_keep_alive_interval=float(config.sse_keep_alive_interval),
+        request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
+        has_kv_connector=config.kv_transfer_config is not None,
     )
     settings = ServerSettings(
         served_model_names=served,
@@ -175,6 +206,7 @@ def build_frontend_app(
         max_head_size=config.h11_max_incomplete_event_size,
         max_header_count=config.h11_max_header_count,
         max_body_size=config.http_max_body_size,
+        root_path=config.root_path,
     )
     # vLLM renders gpt-oss chat completions with Harmony (/tokenize keeps the chat template).
     harmony = (
@@ -192,21 +224,38 @@ def build_frontend_app(
         metrics_registry=registry,
         media_policy=media_policy(config),
     )
-    return build_app(
+    completions = CompletionsHandler(ctx, parse_completion_request)
+    chat = ChatHandler(
+        ctx,
+        parse_chat_request,
+        output_parsers(config, model.tokenizer, model_facts(model), harmony=harmony is not None),
+        harmony=harmony,
+    )
+    app = build_app(
         settings,
         services,
         {
-            ("POST", "/v1/completions"): CompletionsHandler(ctx, parse_completion_request),
-            ("POST", "/v1/chat/completions"): ChatHandler(
-                ctx,
-                parse_chat_request,
-                output_parsers(
-                    config, model.tokenizer, model_facts(model), harmony=harmony is not None
-                ),
-                harmony=harmony,
-            ),
+            ("POST", "/v1/completions"): completions,
+            ("POST", "/v1/chat/completions"): chat,
+            ("POST", "/invocations"): invocations_handler(chat, completions),
         },
     )
+    if config.enable_tokenizer_info_endpoint:
+        app.route(
+            "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
+        )
+    if dev_mode():
+        shown = msgspec.structs.asdict(config)
+        shown["api_key"] = ["***"] if config.api_key else []
+        add_dev_routes(app, client, config, shown)
+    if config.profiler_config.get("profiler"):
+        logger.warning(
+            "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "
+            "for local development!",
+            config.profiler_config["profiler"],
+        )
+        add_profiler_routes(app, client)
+    return app
 
 
 def media_policy(config: FrontendConfig) -> MediaPolicy:
@@ -266,6 +315,21 @@ def multimodal_facade(
         )
 
     return make
+
+
+def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[str, Any]:
+    """What ``/tokenizer_info`` answers for the served tokenizer."""
+    tokenizer_config: dict[str, Any] = dict(model.files.tokenizer_config)
+    if model.tokenizer_dir and model.tokenizer_dir != str(model.files.path):
+        path = os.path.join(model.tokenizer_dir, "tokenizer_config.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                tokenizer_config = json.load(f)
+    return tokenizer_info(
+        tokenizer_config,
+        config.tokenizer or config.model,
+        load_chat_template_option(config.chat_template),
+    )
 
 
 def model_facts(model: ModelResources) -> ModelFacts:

@@ -19,6 +19,8 @@ from vllm_frontend.chat.output_parser import (
     resolve_reasoning_parser,
     resolve_tool_parser,
 )
+from vllm_frontend.cmd import flags
+from vllm_frontend.server.transport import TlsSettings
 from vllm_frontend.text.structured_outputs import BACKENDS as STRUCTURED_OUTPUTS_BACKENDS
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class FrontendConfig(msgspec.Struct):
     trust_request_chat_template: bool = False
     default_chat_template_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
     response_role: str = "assistant"
+    cohere_format: str | None = "cmd4"
+    """Added to the chat template's default kwargs unless they name one (as vLLM does)."""
     return_tokens_as_token_ids: bool = False
     exclude_tools_when_tool_choice_none: bool = False
     enable_auto_tool_choice: bool = False
@@ -62,6 +66,10 @@ class FrontendConfig(msgspec.Struct):
     enable_request_id_headers: bool = False
     enable_server_load_tracking: bool = False
     enable_log_requests: bool = False
+    enable_tokenizer_info_endpoint: bool = False
+    """Serve ``GET /tokenizer_info``."""
+    max_log_len: int | None = None
+    """Most prompt characters / token ids a request log line shows (None: all)."""
     disable_log_stats: bool = False
     api_key: list[str] = msgspec.field(default_factory=list)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
@@ -71,6 +79,24 @@ class FrontendConfig(msgspec.Struct):
     host: str | None = None
     port: int = 8000
     uds: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
+    """0: no client certificate asked; 1: optional; 2: required (mutual TLS)."""
+    ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False
+    """Reload the TLS files when they change on disk."""
+    root_path: str | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    data_parallel_size: int = 1
+    kv_transfer_config: dict[str, Any] | None = None
+    """``--kv-transfer-config``: the engines have a KV connector (disaggregated serving)."""
+    profiler_config: dict[str, Any] = msgspec.field(default_factory=dict)
+    """``--profiler-config``: with a ``profiler``, /start_profile and /stop_profile are served."""
+    """The path prefix a proxy serves us under: requests under it are routed without it."""
     http_timeout_keep_alive: float = 5.0
     """Seconds an idle keep-alive connection stays open."""
     http_timeout_head: float = 30.0
@@ -117,77 +143,31 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_cache_type: str = "lru"
 
     @property
+    def world_size(self) -> int:
+        """Processes per engine, as vLLM's ParallelConfig counts them."""
+        return (
+            self.pipeline_parallel_size
+            * self.tensor_parallel_size
+            * self.prefill_context_parallel_size
+        )
+
+    @property
+    def tls(self) -> TlsSettings:
+        """The ``--ssl-*`` options for the HTTP server."""
+        return TlsSettings(
+            certfile=self.ssl_certfile,
+            keyfile=self.ssl_keyfile,
+            ca_certs=self.ssl_ca_certs,
+            cert_reqs=self.ssl_cert_reqs,
+            ciphers=self.ssl_ciphers,
+            refresh=self.enable_ssl_refresh,
+        )
+
+    @property
     def served_model_names(self) -> list[str]:
         """The public model names (``--served-model-name`` or the model itself)."""
         return list(self.served_model_name) or [self.model]
 
-
-# Keys of `vllm serve` that change what the *frontend* does and that we do not implement yet:
-# starting with one of them must fail loudly rather than silently behave differently.
-UNSUPPORTED_KEYS: frozenset[str] = frozenset(
-    {
-        "lora_modules",
-        "tool_parser_plugin",
-        "tool_server",
-        "reasoning_parser_plugin",
-        "skip_tokenizer_init",
-        "tokens_only",
-        "enable_scale_out",
-        "enable_prompt_embeds",
-        "root_path",
-        "middleware",
-        "ssl_keyfile",
-        "ssl_certfile",
-        "ssl_ca_certs",
-        "ssl_cert_reqs",
-        "ssl_ciphers",
-        "enable_ssl_refresh",
-        "io_processor_plugin",
-        "trust_request_mm_kwargs",
-        "enable_log_outputs",
-        "grpc",
-        "grpc_port",
-        "tokenizer_mode",
-        "hf_overrides",
-        "enable_tokenizer_info_endpoint",
-        "enable_per_request_metrics",
-        "fingerprint_mode",
-        "fingerprint_value",
-        "config",
-    }
-)
-
-# Keys that only tune logging or the old HTTP stack: accepted, logged and ignored.
-HARMLESS_KEYS: frozenset[str] = frozenset(
-    {
-        "uvicorn_log_level",
-        "disable_uvicorn_access_log",
-        "disable_access_log_for_endpoints",
-        "disable_fastapi_docs",
-        "enable_offline_docs",
-        "max_log_len",
-        "log_error_stack",
-        "log_config_file",
-        "enable_log_deltas",
-        "aggregate_engine_logging",
-        "disable_log_requests",
-        "data_parallel_supervisor_port",
-        "dp_supervisor_probe_interval_s",
-        "dp_supervisor_probe_timeout_s",
-        "dp_supervisor_probe_failure_threshold",
-    }
-)
-
-# Values that are the same as vLLM's default are harmless even for an unsupported key.
-_NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
-    "tokenizer_mode": ("auto", "hf"),
-    "enable_prompt_embeds": (False,),
-    "hf_overrides": (None, {}),
-    "lora_modules": (None, []),
-    "middleware": ([],),
-    "fingerprint_mode": ("full",),
-    "grpc_port": (None,),
-}
 
 _FIELD_NAMES = set(FrontendConfig.__struct_fields__)
 
@@ -216,23 +196,31 @@ def _as_dict(key: str, value: Any) -> dict[str, Any]:
 def config_from_args(args: dict[str, Any]) -> FrontendConfig:
     """Build the configuration from ``vllm serve``-style arguments (``--args-json``).
 
-    Unsupported keys that would change behaviour raise ``ConfigError`` naming them; harmless ones
-    are logged; every other key is an engine argument and is ignored by the frontend.
+    Each key is taken as ``cmd.flags`` routes it: the frontend's and both sides' are read, the
+    engines' are left to them, ignored ones are logged, and refused or unknown keys raise
+    ``ConfigError`` naming them.
     """
     model = args.get("model_tag") or args.get("model")
     if not model:
         raise ConfigError("no model given: --args-json needs `model_tag`")
-    unsupported = sorted(
-        k for k in args if k in UNSUPPORTED_KEYS and args[k] not in _NEUTRAL_VALUES.get(k, ())
+    unknown = sorted(
+        k
+        for k in args
+        if k not in flags.FLAGS and k not in _FIELD_NAMES and k not in flags.EXTRA_ARGS_JSON_KEYS
     )
-    if unsupported:
-        raise ConfigError(
-            "these vllm serve options are not supported by vllm-frontend yet: "
-            + ", ".join(f"--{k.replace('_', '-')}" for k in unsupported)
-        )
+    if unknown:
+        raise ConfigError("unknown vllm serve options: " + ", ".join(unknown))
+    refused = sorted(
+        k
+        for k in args
+        if flags.FLAGS.get(k) == "refused" and args[k] is not None
+        and not flags.is_neutral(k, args[k])
+    )  # fmt: skip
+    if refused:
+        raise ConfigError(flags.refused_message(refused))
     for k in sorted(args):
-        if k in HARMLESS_KEYS:
-            logger.info("ignoring option %s (no effect on this frontend)", k)
+        if flags.FLAGS.get(k) == "ignored":
+            logger.info("ignoring option %s (%s)", flags.option_name(k), flags.note(k))
     kwargs: dict[str, Any] = {"model": str(model)}
     for key, value in args.items():
         if key in ("model_tag", "model") or value is None:
@@ -259,6 +247,8 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             "limit_mm_per_prompt",
             "mm_processor_kwargs",
             "media_io_kwargs",
+            "profiler_config",
+            "kv_transfer_config",
         ):
             kwargs[key] = _as_dict(key, value)
         else:
@@ -282,6 +272,13 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError(
             f"generation_config must be 'auto', 'vllm' or a folder: {config.generation_config!r}"
         )
+    if isinstance(config.ssl_cert_reqs, bool) or config.ssl_cert_reqs not in (0, 1, 2):
+        raise ConfigError(
+            f"ssl_cert_reqs must be 0 (none), 1 (optional) or 2 (required), "
+            f"got {config.ssl_cert_reqs!r}"
+        )
+    if config.ssl_keyfile and not config.ssl_certfile:
+        raise ConfigError("--ssl-keyfile needs --ssl-certfile")
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
     if isinstance(config.stream_interval, bool) or not isinstance(config.stream_interval, int):

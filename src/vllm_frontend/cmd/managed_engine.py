@@ -64,7 +64,6 @@ class ManagedEngineSpec(msgspec.Struct):
     handshake_port: int
     data_parallel_size: int = 1
     data_parallel_size_local: int | None = None
-    max_model_len: int | None = None
     passthrough: list[str] = msgspec.field(default_factory=list)
 
     def command(self) -> list[str]:
@@ -83,9 +82,7 @@ class ManagedEngineSpec(msgspec.Struct):
             "--data-parallel-size",
             str(self.data_parallel_size),
         ]
-        cmd += self.passthrough
-        if self.max_model_len is not None:
-            cmd += ["--max-model-len", str(self.max_model_len)]
+        cmd += self.passthrough  # the engines' options, and those both sides need
         if self.data_parallel_size_local is not None:
             cmd += ["--data-parallel-size-local", str(self.data_parallel_size_local)]
         return cmd

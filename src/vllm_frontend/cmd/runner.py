@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -31,12 +32,18 @@ from vllm_frontend.cmd.assemble import (
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
-from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs, engine_shared_args
+from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.transport import bind_handshake
 from vllm_frontend.llm.admission import SharedRequestCounts
 from vllm_frontend.server.app import make_server
-from vllm_frontend.server.transport import bind_tcp, bind_unix, socket_from_fd
+from vllm_frontend.server.transport import (
+    CertificateRefresher,
+    bind_tcp,
+    bind_unix,
+    server_ssl_context,
+    socket_from_fd,
+)
 from vllm_frontend.text.detokenizer import prefill
 from vllm_frontend.text.tokenizer import release_freed_heap
 
@@ -91,6 +98,7 @@ def run_frontend(args: argparse.Namespace) -> int:
             if (value := getattr(args, key, None)) is not None:
                 raw[key] = value
         config = config_from_args(raw)
+        tls = tls_context(config)
         model = _load(config)
         http_sock = socket_from_fd(args.listen_fd)
     except (ConfigError, json.JSONDecodeError) as e:
@@ -142,6 +150,7 @@ def run_frontend(args: argparse.Namespace) -> int:
             exit_on_engine_death=True,
             siblings=siblings,
             sibling_counts=counts,
+            tls=tls,
         )
     )
 
@@ -170,13 +179,12 @@ def run_serve(serve: ServeArgs) -> int:
     port = ns.data_parallel_rpc_port or _free_port(host)
     spec = ManagedEngineSpec(
         python=ns.python or default_python(),
-        model=ns.model,
+        model=ns.model_tag,
         handshake_host=host,
         handshake_port=port,
         data_parallel_size=ns.data_parallel_size,
         data_parallel_size_local=ns.data_parallel_size_local,
-        max_model_len=ns.max_model_len,
-        passthrough=[*engine_shared_args(ns), *serve.engine_args],
+        passthrough=serve.engine_args,
     )
     if ns.headless:
         engines = ManagedEngines(spec)
@@ -196,10 +204,11 @@ def run_serve(serve: ServeArgs) -> int:
     address = f"tcp://{host}:{port}"
     try:
         config = config_from_args(serve.frontend_args())
+        tls = tls_context(config)
         http_sock = _http_socket(config)
     except ConfigError as e:
         return fail(str(e), 2)
-    except OSError as e:
+    except (StartupError, OSError) as e:
         return fail(str(e), 1)
     try:
         # Bound before the model loads: engines that are already waiting connect meanwhile
@@ -238,7 +247,7 @@ def run_serve(serve: ServeArgs) -> int:
     try:
         # Managed engines die with us; external ones keep us up and unhealthy until stopped.
         return run_event_loop(
-            _serve(config, model, connect, [http_sock], exit_on_engine_death=not external)
+            _serve(config, model, connect, [http_sock], exit_on_engine_death=not external, tls=tls)
         )
     finally:
         handshake.close()  # in case the engines' handshake never ran (a signal came first)
@@ -257,6 +266,7 @@ async def _serve(
     exit_on_engine_death: bool,
     siblings: SiblingMetrics | None = None,
     sibling_counts: SharedRequestCounts | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -287,13 +297,17 @@ async def _serve(
             )
             http = make_server(app, siblings.wrap)
         for sock in sockets:
-            await http.start(sock)
+            await http.start(sock, tls)
     except Exception as e:
         logger.error("could not start the HTTP server: %s", e)
         if siblings is not None:
             await siblings.close()
         await client.close()
         return 1
+    refresher = None
+    if tls is not None and config.enable_ssl_refresh:
+        refresher = CertificateRefresher(tls, config.tls)
+        refresher.start()
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
     gc.collect()
     gc.freeze()
@@ -304,7 +318,7 @@ async def _serve(
     logger.info(
         "serving %s on %s (%d engine(s), max_model_len %s); ready %.2f s after start",
         ", ".join(config.served_model_names),
-        ", ".join(_describe(s) for s in sockets),
+        ", ".join(_describe(s, tls is not None) for s in sockets),
         client.engine_count,
         client.max_model_len,
         time.monotonic() - _STARTED,
@@ -323,6 +337,8 @@ async def _serve(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
     logger.info("shutting down")
+    if refresher is not None:
+        await refresher.stop()
     await http.shutdown(config.shutdown_timeout)
     if siblings is not None:
         await siblings.close()
@@ -351,9 +367,24 @@ def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> No
     loop.call_soon(step)
 
 
-def _describe(sock: socket.socket) -> str:
+def _describe(sock: socket.socket, tls: bool) -> str:
     addr = sock.getsockname()
     if sock.family == socket.AF_UNIX:
-        return f"unix:{addr}"
+        return f"unix:{addr}" + (" (TLS)" if tls else "")
     host, port = addr[0], addr[1]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def tls_context(config: FrontendConfig) -> ssl.SSLContext | None:
+    """The HTTP server's TLS context from ``--ssl-*`` (None without TLS); StartupError names
+    the file that cannot be loaded."""
+    settings = config.tls
+    if not settings.enabled:
+        return None
+    try:
+        return server_ssl_context(settings)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    except (OSError, ssl.SSLError) as e:
+        raise StartupError(f"cannot load the TLS files: {e}") from None

@@ -1,15 +1,17 @@
-"""Arguments of ``vllm-frontend serve``: our flags, and everything else forwarded to the engines.
+"""Arguments of ``vllm-frontend serve``: our flags, and the engines' forwarded to them.
 
 Flags and defaults follow ``vllm-rs serve`` where a flag exists in both. Before an explicit
-``--``, the arguments are cut into chunks at each option-like token; a chunk whose flag we know
-stays with us, every other chunk is forwarded to the managed ``vllm serve --headless`` launcher.
-Everything after ``--`` is forwarded verbatim.
+``--``, the arguments are cut into chunks at each option-like token, and each chunk goes where
+``cmd.flags`` routes its option: to us, to the managed ``vllm serve --headless`` launcher, to
+both, or nowhere (an option we cannot honour stops startup with its name). Everything after
+``--`` is forwarded verbatim, once checked that none of it is an option only we can honour.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.cmd import flags
 from vllm_frontend.cmd.managed_engine import split_passthrough
 
 # vLLM's multi-character short aliases (vllm/engine/arg_utils.py, launchers/cli_args.py).
@@ -40,7 +43,14 @@ SHORT_ALIASES: dict[str, str] = {
     "-sc": "--speculative-config",
     "-cc": "--compilation-config",
     "-ac": "--attention-config",
+    "-dc": "--diffusion-config",
+    "-q": "--quantization",
+    "-n": "--nnodes",
+    "-r": "--node-rank",
+    "--device-memory-utilization": "--gpu-memory-utilization",
 }
+
+logger = logging.getLogger(__name__)
 
 _NUMBER = re.compile(r"^-\d")
 
@@ -133,17 +143,29 @@ def add_http_limit_arguments(p: argparse.ArgumentParser, *, defaults: bool) -> N
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``serve`` flags on ``p``."""
     opt_bool: dict[str, Any] = {"nargs": "?", "const": True, "default": False, "type": _bool}
-    p.add_argument("model", help="local model directory or hub name (resolved in the HF cache)")
+    p.add_argument("model_tag", help="local model directory or hub name (resolved in the HF cache)")
+    p.add_argument("--model", default=None, help="the model again (must match MODEL)")
     p.add_argument("--headless", action="store_true", help="only start the managed engines")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind host")
     p.add_argument("--port", type=int, default=8000, help="HTTP bind port")
     p.add_argument("--uds", default=None, help="serve HTTP on this Unix socket instead")
+    p.add_argument("--ssl-keyfile", default=None, help="TLS private key file")
+    p.add_argument("--ssl-certfile", default=None, help="TLS certificate (chain) file")
+    p.add_argument("--ssl-ca-certs", default=None, help="CA file for client certificates")
+    p.add_argument(
+        "--ssl-cert-reqs", type=int, default=0,
+        help="client certificate: 0 not asked, 1 optional, 2 required (mutual TLS)",
+    )  # fmt: skip
+    p.add_argument("--ssl-ciphers", default=None, help="TLS cipher string (OpenSSL's format)")
+    p.add_argument("--enable-ssl-refresh", **opt_bool, help="reload the TLS files when they change")
+    p.add_argument("--root-path", default=None, help="path prefix a proxy serves us under")
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--revision", default=None)
     p.add_argument("--tokenizer-revision", default=None)
     p.add_argument("--hf-config-path", default=None)
     p.add_argument("--generation-config", default="auto")
+    p.add_argument("--override-generation-config", type=_json_object, default=None)
     p.add_argument(
         "--engine-ready-timeout-secs",
         type=float,
@@ -163,6 +185,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--chat-template-content-format", choices=["auto", "string", "openai"], default="auto"
     )
     p.add_argument("--response-role", default="assistant")
+    p.add_argument("--cohere-format", default="cmd4")
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--sse-keep-alive-interval", type=int, default=0)
@@ -174,14 +197,17 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-request-id-headers", **opt_bool)
     p.add_argument("--enable-server-load-tracking", **opt_bool)
     p.add_argument("--enable-log-requests", action="store_true")
+    p.add_argument("--enable-tokenizer-info-endpoint", **opt_bool)
+    p.add_argument("--max-log-len", type=int, default=None)
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument("--structured-outputs-config", type=_json_object, default=None)
-    # Multimodal options the engines need too (the launcher forwards them: ENGINE_SHARED).
+    # Multimodal options the engines need too (cmd.flags routes them to both).
     p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
     p.add_argument("--mm-processor-kwargs", type=_json_object, default=None)
     p.add_argument("--mm-hasher-algorithm", default=None)
     p.add_argument("--mm-processor-cache-gb", type=float, default=None)
     p.add_argument("--mm-processor-cache-type", default=None)
+    p.add_argument("--mm-device-do-normalize", **{**opt_bool, "default": None})
     p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument(
         "--allowed-local-media-path",
@@ -227,37 +253,38 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--data-parallel-size", type=int, default=1)
     p.add_argument("--data-parallel-size-local", type=int, default=None)
+    # the engines' parallel layout (for /get_world_size) and profiler (for /start_profile)
+    p.add_argument("--tensor-parallel-size", type=int, default=None)
+    p.add_argument("--pipeline-parallel-size", type=int, default=None)
+    p.add_argument("--prefill-context-parallel-size", type=int, default=None)
+    p.add_argument("--profiler-config", type=_json_object, default=None)
+    p.add_argument("--kv-transfer-config", type=_json_object, default=None)
+    _add_negations(p)
+
+
+def _add_negations(p: argparse.ArgumentParser) -> None:
+    """``--no-X`` for each boolean ``--X`` (vLLM's BooleanOptionalAction spelling)."""
+    for action in list(p._actions):
+        if action.type is _bool or isinstance(action, argparse._StoreTrueAction):
+            for option in action.option_strings:
+                if option.startswith("--"):
+                    p.add_argument(
+                        "--no-" + option[2:], dest=action.dest, action="store_false",
+                        help=argparse.SUPPRESS,
+                    )  # fmt: skip
 
 
 # `serve` flags that only concern launching/joining engines, not the frontend's behaviour.
 _LAUNCH_ONLY = frozenset(
     {
-        "model",
+        "model_tag",
         "headless",
         "python",
         "data_parallel_address",
         "data_parallel_rpc_port",
-        "data_parallel_size",
         "data_parallel_size_local",
     }
 )
-
-
-# `serve` flags the frontend reads that the engines need as well: forwarded to managed engines.
-ENGINE_SHARED = ("limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs",
-                 "mm_hasher_algorithm", "mm_processor_cache_gb",
-                 "mm_processor_cache_type")  # fmt: skip
-
-
-def engine_shared_args(ns: argparse.Namespace) -> list[str]:
-    """The :data:`ENGINE_SHARED` flags set in ``ns``, spelled for ``vllm serve``."""
-    out: list[str] = []
-    for key in ENGINE_SHARED:
-        value = getattr(ns, key, None)
-        if value is not None:
-            text = value if isinstance(value, str) else json.dumps(value)
-            out += ["--" + key.replace("_", "-"), text]
-    return out
 
 
 class ServeArgs(msgspec.Struct):
@@ -268,45 +295,138 @@ class ServeArgs(msgspec.Struct):
 
     def frontend_args(self) -> dict[str, Any]:
         """The ``vllm serve``-style argument dict (``--args-json`` vocabulary) for the config."""
-        out: dict[str, Any] = {"model_tag": self.ns.model}
+        out: dict[str, Any] = {"model_tag": self.ns.model_tag}
         for key, value in vars(self.ns).items():
             if key not in _LAUNCH_ONLY and value is not None:
                 out[key] = value
         return out
 
 
-def _known_flags(parser: argparse.ArgumentParser) -> set[str]:
-    return {s for a in parser._actions for s in a.option_strings}
+def _known_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    return {s: a.dest for a in parser._actions for s in a.option_strings}
+
+
+# Our options that the launcher is given by ManagedEngineSpec itself, not as the user wrote them.
+_LAUNCHER_SETS = frozenset(
+    {
+        "model_tag",
+        "model",
+        "headless",
+        "data_parallel_size",
+        "data_parallel_size_local",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+    }
+)
+
+
+class FlagError(ValueError):
+    """An option that cannot go where it was given (unknown, refused, or ours after ``--``)."""
+
+
+def normalize_option(token: str) -> str:
+    """``token`` (``--opt``, ``--opt=value``, ``-x``) with vLLM's aliases and underscores
+    spelled as the canonical long option (``-tp=2`` -> ``--tensor-parallel-size=2``)."""
+    head, sep, rest = token.partition("=")
+    if head.startswith("--"):
+        head = "--" + head[2:].replace("_", "-")
+    return SHORT_ALIASES.get(head, head) + sep + rest
+
+
+def option_dest(option: str) -> tuple[str | None, bool]:
+    """The vLLM destination name of a normalized option (``--a-b.c`` -> ``a_b``) and whether it
+    is a ``--no-`` negation; None for an option vLLM 0.32's ``serve`` does not have."""
+    name = option.split("=", 1)[0].lstrip("-").split(".", 1)[0].replace("-", "_")
+    if name in flags.FLAGS:
+        return name, False
+    if name.startswith("no_") and name[3:] in flags.FLAGS:
+        return name[3:], True
+    return None, False
+
+
+def _neutral(dest: str, chunk: list[str], negated: bool) -> bool:
+    if negated:
+        return flags.is_neutral(dest, False)
+    _, sep, inline = chunk[0].partition("=")
+    values = ([inline] if sep else []) + chunk[1:]
+    if not values:
+        return flags.is_neutral(dest, True)
+    text = " ".join(values)
+    return any(
+        text == (v if isinstance(v, str) else json.dumps(v))
+        for v in flags.NEUTRAL_VALUES.get(dest, ())
+        if not isinstance(v, bool)
+    )
+
+
+def _route_forwarded(chunk: list[str], *, verbatim: bool) -> list[str]:
+    """Check a chunk whose option our parser does not take; what goes to the engines."""
+    dest, negated = option_dest(chunk[0])
+    if dest is None:
+        if verbatim:
+            return chunk  # after `--`, whatever the launcher's own vLLM accepts
+        raise FlagError(f"unknown option {chunk[0].split('=', 1)[0]} (not a vllm serve option)")
+    route = flags.FLAGS[dest]
+    if route == "refused":
+        if _neutral(dest, chunk, negated):
+            return []
+        raise FlagError(flags.refused_message([dest]))
+    if route == "ignored":
+        logger.info("ignoring option %s (%s)", flags.option_name(dest), flags.note(dest))
+        return []
+    if route in ("frontend", "both"):
+        # Only reachable after `--`: the engines would take it without a word.
+        raise FlagError(
+            f"{flags.option_name(dest)} is an option of the frontend: give it before `--`"
+        )
+    return chunk
 
 
 def partition(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split ``serve`` arguments into (ours, forwarded to the engines)."""
+    """Split ``serve`` arguments into (ours, forwarded to the engines), as ``cmd.flags`` routes
+    each option; raises FlagError for an option that cannot be honoured."""
     before, verbatim = split_passthrough(argv)
-    if not before:
-        return [], verbatim
     known = _known_flags(parser)
-    ours: list[str] = [before[0]]  # the model
+    ours: list[str] = before[:1]  # the model
     forwarded: list[str] = []
     chunk: list[str] = []
 
     def flush() -> None:
         if not chunk:
             return
-        flag = chunk[0].split("=", 1)[0]
-        if flag in known:
-            ours.extend(chunk)  # --max-model-len/-size-local are re-forwarded by the launcher
+        dest = known.get(chunk[0].split("=", 1)[0])
+        if dest is None:
+            forwarded.extend(_route_forwarded(chunk, verbatim=False))
         else:
-            forwarded.extend(chunk)
+            ours.extend(chunk)
+            if flags.FLAGS.get(dest) == "both" and dest not in _LAUNCHER_SETS:
+                forwarded.extend(chunk)
         chunk.clear()
 
     for tok in before[1:]:
         if tok.startswith("-") and not _NUMBER.match(tok):
             flush()
-            head, sep, rest = tok.partition("=")
-            tok = SHORT_ALIASES.get(head, head) + sep + rest
+            tok = normalize_option(tok)
         chunk.append(tok)
     flush()
+    for part in _chunks(verbatim):
+        head = normalize_option(part[0])
+        dest = known.get(head.split("=", 1)[0])
+        if dest is not None and flags.FLAGS.get(dest) == "both" and dest not in _LAUNCHER_SETS:
+            ours.extend([head, *part[1:]])  # both sides read it, wherever it was given
+        elif head.startswith("-") and not _NUMBER.match(head):
+            _route_forwarded([head, *part[1:]], verbatim=True)
     return ours, forwarded + verbatim
+
+
+def _chunks(tokens: Sequence[str]) -> list[list[str]]:
+    out: list[list[str]] = []
+    for tok in tokens:
+        if (tok.startswith("-") and not _NUMBER.match(tok)) or not out:
+            out.append([tok])
+        else:
+            out[-1].append(tok)
+    return out
 
 
 def parse_serve_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> ServeArgs:
@@ -314,8 +434,14 @@ def parse_serve_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Se
     argv = list(argv)
     if not argv or argv[0].startswith("-"):
         parser.error("the model must appear immediately after the command: serve MODEL [options]")
-    ours, engine = partition(parser, argv)
+    try:
+        ours, engine = partition(parser, argv)
+    except FlagError as e:
+        parser.error(str(e))
     ns = parser.parse_args(ours)
+    if ns.model is not None and ns.model != ns.model_tag:
+        parser.error(f"--model {ns.model} differs from the model argument {ns.model_tag}")
+    ns.model = None
     if ns.data_parallel_size < 1:
         parser.error("--data-parallel-size must be at least 1")
     if ns.data_parallel_size_local is not None and ns.data_parallel_size_local < 0:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm.admission import AdmissionControl
 from vllm_frontend.llm.ids import child_request_id, engine_request_id
 from vllm_frontend.llm.step_metrics import observe_step
@@ -387,6 +388,8 @@ class GenerationStream:
                     # Sent: the frames hold the tensors until ZMQ is done with them (what
                     # vllm-rs's ``mm_features.take()`` does).
                     engine_request.mm_features = None
+                if self._llm.log_requests:
+                    logger.info("Added request %s.", engine_request.request_id)
                 if admission is not None:
                     admission.started(len(self._request.prompt_token_ids))
                     sample.admitted = sample.prefilling = True
@@ -620,10 +623,14 @@ class LLM:
         request_factory: Callable[..., Any],
         metrics: FrontendMetrics | None = None,
         admission: AdmissionControl | None = None,
+        *,
+        log_requests: bool = False,
     ) -> None:
         """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py);
-        ``admission`` holds vLLM's queue limits (unused when it sets none)."""
+        ``admission`` holds vLLM's queue limits (unused when it sets none); ``log_requests``
+        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM)."""
         self.client = client
+        self.log_requests = log_requests
         self.metrics = metrics
         self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)
@@ -633,6 +640,8 @@ class LLM:
         self._aborting: set[asyncio.Future[Any]] = set()
 
     async def _abort(self, engine_ids: list[str]) -> None:
+        if self.log_requests:
+            logger.info("Aborted request(s) %s.", ",".join(engine_ids))
         try:
             result = self.client.abort_requests(engine_ids)
             if inspect.isawaitable(result):
@@ -650,6 +659,35 @@ class LLM:
             task = asyncio.ensure_future(result)
             self._aborting.add(task)
             task.add_done_callback(self._aborting.discard)
+
+    async def notify_kv_transfer_rejected(
+        self, request_id: str, kv_transfer_params: dict[str, Any], data_parallel_rank: int | None
+    ) -> None:
+        """Send a pre-aborted request carrying ``kv_transfer_params`` (vLLM's
+        ``notify_kv_transfer_request_rejected``): the engine's KV connector then frees what was
+        held for a request that never reached it."""
+        params = SamplingParams(
+            max_tokens=1,
+            extra_args={"kv_transfer_params": dict(kv_transfer_params)},
+            watermarking=False,
+        )
+        request = self._request_factory(
+            request_id=request_id,
+            prompt_token_ids=[0],
+            mm_features=None,
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=data_parallel_rank,
+            abort_immediately=True,
+        )
+        stream = self.client.add_request(request)
+        # The engine aborts it itself and sends nothing: stop waiting for it at once.
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
     def check_admission(self, n: int = 1) -> None:
         """Raise ``AdmissionRejected`` when the queue limits refuse a request of ``n`` samples

@@ -50,6 +50,8 @@ def observe_step(
     if stats is None:
         return
     prefix = stats.prefix_cache_stats
+    if (stats_log := metrics.stats_log) is not None:
+        stats_log.observe_prefix(engine, prefix, stats.connector_prefix_cache_stats)
     series.prefix_cache_queries.inc(prefix.queries)
     series.prefix_cache_hits.inc(prefix.hits)
     series.cached_on_device.inc(prefix.hits)

@@ -22,13 +22,13 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from vllm_frontend.metrics.request_stats import RequestStats
 from vllm_frontend.metrics.series import CounterChild, HistogramChild
 from vllm_frontend.metrics.vllm_families import FINISH_REASON_LABELS, Registry, VllmFamilies
 
-__all__ = ["FrontendMetrics", "StepSeries"]
+__all__ = ["FrontendMetrics", "StatsLogSink", "StepSeries"]
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
@@ -52,6 +52,8 @@ class FrontendMetrics(VllmFamilies):
         self._series: dict[int, _EngineSeries] = {}
         self._steps: dict[int, StepSeries] = {}
         self._finished: dict[int, _FinishSeries] = {}
+        self.stats_log: StatsLogSink | None = None
+        """The periodic stats log (``--disable-log-stats`` off), told each step's cache stats."""
 
     def _labels(self, engine_index: int) -> tuple[str, str]:
         key = self._keys.get(engine_index)
@@ -281,6 +283,14 @@ class FrontendMetrics(VllmFamilies):
         key = self._labels(engine_index)
         self.request_params_n.child(key).observe(n)
         self.request_max_num_generation_tokens.child(key).observe(max_generation_tokens)
+
+
+class StatsLogSink(Protocol):
+    """What an engine step tells the periodic stats log (``metrics.stats_log.StatsLog``)."""
+
+    def observe_prefix(self, engine: int, stats: Any, connector: Any | None) -> None:
+        """Account one step's prefix-cache stats (and the KV connector's)."""
+        ...
 
 
 class _EngineSeries(NamedTuple):

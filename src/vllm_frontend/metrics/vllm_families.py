@@ -304,3 +304,8 @@ class VllmFamilies:
                 self.prompt_tokens_cached_by_source.child((model_name, engine, source))
         for reason in ADMISSION_REASONS:
             self.admission_rejections.child((model_name, reason))
+
+    @property
+    def model_name(self) -> str:
+        """The ``model_name`` label of every series."""
+        return self._model_name

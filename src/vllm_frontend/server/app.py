@@ -95,6 +95,9 @@ class ServerSettings(msgspec.Struct):
     """Seconds a started request head may take to arrive before 408."""
     http_timeout_body: float = DEFAULT_BODY_TIMEOUT
     """Seconds a started request body may go without data before 408."""
+    root_path: str | None = None
+    """``--root-path``: a request path under this prefix is routed without it (FastAPI's
+    ``root_path`` as vLLM sets it; paths outside it are routed as they are)."""
     http_metrics: bool = True
     """Record vLLM's ``http_*`` Prometheus series (its instrumentator's defaults)."""
 
@@ -191,6 +194,16 @@ def _require_json(handler: Handler) -> Handler:
     return checked
 
 
+def _route_path(path: str, root: str) -> str:
+    """``path`` without the ``root`` prefix where it is a whole path segment (Starlette's
+    ``get_route_path``)."""
+    if not path.startswith(root):
+        return path
+    if len(path) == len(root):
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path
+
+
 def _append_vary_origin(headers: Headers) -> None:
     for i, (name, value) in enumerate(headers):
         if name == b"vary":
@@ -215,6 +228,7 @@ class App:
         self._tracked = LOAD_TRACKED_PATHS if settings.enable_server_load_tracking else frozenset()
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
+        self._root_path = settings.root_path or ""
 
     def route(self, method: str, path: str, handler: Handler, json_body: bool = False) -> None:
         """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``.
@@ -254,6 +268,8 @@ class App:
         return response
 
     async def _dispatch(self, request: Request) -> AnyResponse:
+        if self._root_path:
+            request.path = _route_path(request.path, self._root_path)
         path = request.path
         if (
             self._api_tokens

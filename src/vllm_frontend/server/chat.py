@@ -37,6 +37,7 @@ from .generation import (
     data_parallel_rank,
     finite,
     include_usage_flags,
+    notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
     usage,
@@ -343,8 +344,17 @@ class ChatHandler:
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
-        ctx = self.ctx
         req = self._parse(request.body)
+        if not self.ctx.has_kv_connector:
+            return await self._handle(request, req)
+        try:
+            return await self._handle(request, req)
+        except Exception:
+            await notify_kv_transfer_rejected(self.ctx, request, req)
+            raise
+
+    async def _handle(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
+        ctx = self.ctx
         _refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
         if req.max_completion_tokens is not None:
@@ -423,6 +433,7 @@ class ChatHandler:
                     cached = num_cached
                 if seq.finished:
                     finals[idx] = seq
+            kv_transfer_params = outputs.kv_transfer_params
         return_ids = bool(getattr(req, "return_token_ids", False))
         choices: list[ChatChoice] = []
         prompt_lps = None
@@ -496,6 +507,7 @@ class ChatHandler:
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
             prompt_text=prompt.text if req.return_prompt_text else None,
+            kv_transfer_params=kv_transfer_params,
         )
         return _encode(response)
 

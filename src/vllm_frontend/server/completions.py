@@ -32,6 +32,7 @@ from .generation import (
     data_parallel_rank,
     finite,
     include_usage_flags,
+    notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
     usage,
@@ -212,8 +213,17 @@ class CompletionsHandler:
 
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
-        ctx = self.ctx
         req = self._parse(request.body)
+        if not self.ctx.has_kv_connector:
+            return await self._handle(request, req)
+        try:
+            return await self._handle(request, req)
+        except Exception:
+            await notify_kv_transfer_rejected(self.ctx, request, req)
+            raise
+
+    async def _handle(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
+        ctx = self.ctx
         if req.stream and req.use_beam_search:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
@@ -260,6 +270,7 @@ class CompletionsHandler:
         # Per prompt, its finished choices by index (beam search may return fewer than n).
         finals: list[dict[int, SequenceOutput]] = [{} for _ in prompts]
         cached: list[int | None] = [None] * len(prompts)
+        kv_params: list[dict[str, Any] | None] = [None] * len(prompts)
 
         async def run(i: int) -> None:
             async with contextlib.aclosing(gen.source(i)) as outputs:
@@ -268,6 +279,7 @@ class CompletionsHandler:
                         cached[i] = num_cached
                     if seq.finished:
                         finals[i][idx] = seq
+                kv_params[i] = outputs.kv_transfer_params
 
         if len(prompts) == 1:
             await run(0)
@@ -306,6 +318,7 @@ class CompletionsHandler:
             service_tier=None,
             system_fingerprint=ctx.system_fingerprint,
             usage=usage(num_prompt, num_gen, details),
+            kv_transfer_params=kv_params[0],  # vLLM returns the first prompt's
         )
         return _encode(response)
 

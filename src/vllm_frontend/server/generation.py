@@ -7,7 +7,9 @@ and chat_completion/serving.py); the comments there name the vLLM behaviour bein
 
 from __future__ import annotations
 
+import logging
 import math
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,7 @@ import msgspec
 from vllm_frontend.llm import LLM, public_request_id
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.logprobs import TokenStrings
+from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
 from vllm_frontend.text.tokenizer import Tokenizer
 
@@ -25,6 +28,8 @@ from .transport import Request
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ServingContext",
@@ -43,6 +48,7 @@ class ServingContext:
         "chat_renderer",
         "enable_force_include_usage",
         "enable_prompt_tokens_details",
+        "has_kv_connector",
         "media",
         "response_role",
         "return_tokens_as_token_ids",
@@ -71,6 +77,8 @@ class ServingContext:
         stream_interval: int = 1,
         sse_keep_alive_interval: float = 0.0,
         multimodal: Callable[[TextLlm], MultimodalLlm] | None = None,
+        request_log: RequestLog | None = None,
+        has_kv_connector: bool = False,
     ) -> None:
         """``sampling``: model-level sampling inputs (generation-config defaults, EOS ids,
         limits); ``chat_renderer``: a ``vllm_frontend.chat.ChatRenderer`` (for the chat route);
@@ -87,6 +95,7 @@ class ServingContext:
             token_strings=token_strings,
             tokenizer_truncation_side=tokenizer_truncation_side,
             stream_interval=stream_interval,
+            request_log=request_log,
         )
         """The text layer's facade."""
         self.media = multimodal(self.text) if multimodal is not None else None
@@ -99,6 +108,9 @@ class ServingContext:
         self.chat_renderer = chat_renderer
         self.system_fingerprint = system_fingerprint
         self.sse_keep_alive_interval = sse_keep_alive_interval
+        self.has_kv_connector = has_kv_connector
+        """``--kv-transfer-config`` is set: a request the engines never got that asked for a
+        remote prefill is reported to them (see :func:`notify_kv_transfer_rejected`)."""
 
     @property
     def model_name(self) -> str:
@@ -170,6 +182,24 @@ def sampling_request(req: Any, *, chat: bool) -> SamplingRequest:
 def request_id_for(prefix: str, request: Request, body_request_id: str | None) -> str:
     """The public id (``X-Request-Id`` header, else the body's ``request_id``, else random)."""
     return public_request_id(prefix, request.header(b"x-request-id"), body_request_id)
+
+
+async def notify_kv_transfer_rejected(ctx: ServingContext, request: Request, req: Any) -> None:
+    """vLLM's ``_with_kv_transfer_rejection_cleanup``: a request asking for a remote prefill
+    (``kv_transfer_params.do_remote_prefill``) that failed here is sent to the engines
+    pre-aborted, so that their KV connector frees what the prefill side pinned for it."""
+    params = getattr(req, "kv_transfer_params", None)
+    if not params or not params.get("do_remote_prefill"):
+        return
+    request_id = getattr(req, "request_id", None) or uuid.uuid4().hex
+    try:
+        await ctx.text.llm.notify_kv_transfer_rejected(
+            request_id, params, data_parallel_rank(request)
+        )
+    except Exception:
+        logger.warning(
+            "Failed to notify KV connector about rejected request %s", request_id, exc_info=True
+        )
 
 
 def data_parallel_rank(request: Request) -> int | None:

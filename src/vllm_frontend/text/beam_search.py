@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -394,6 +394,11 @@ class BeamSearchStream:
     def finished(self) -> bool:
         """The choices (or the failure) have been taken."""
         return self._finished
+
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        """Always None: vLLM's beam search result carries no KV-transfer parameters."""
+        return None
 
     def start(self) -> None:
         """Start the search task (idempotent)."""

@@ -29,6 +29,7 @@ from vllm_frontend.text.beam_search import (
 from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.prompts import PreparedPrompt, PromptPreparer
+from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import (
     ModelSamplingInfo,
     SamplingRequest,
@@ -84,6 +85,7 @@ class TextLlm:
         "llm",
         "max_model_len",
         "prompts",
+        "request_log",
         "sampling",
         "stream_interval",
         "token_strings",
@@ -100,8 +102,11 @@ class TextLlm:
         token_strings: TokenStrings | None = None,
         tokenizer_truncation_side: str = "left",
         stream_interval: int = 1,
+        request_log: RequestLog | None = None,
     ) -> None:
         self.llm = llm
+        self.request_log = request_log
+        """``--enable-log-requests``: each prompt's request is logged as it starts."""
         self.tokenizer = tokenizer
         self.sampling = sampling
         """Model-level sampling inputs (generation-config defaults, EOS ids, limits)."""
@@ -226,6 +231,9 @@ class TextGeneration:
         request = self._request
         prompt = self.prompts[p]
         params = self.params[p]
+        request_id = f"{request.request_id}-{p}" if request.numbered else request.request_id
+        if (log := self._text.request_log) is not None:
+            log.log_inputs(request_id, prompt.text, prompt.token_ids, params)
         if isinstance(params, BeamSearchParams):
             search = BeamSearch(
                 self._text,
@@ -237,7 +245,7 @@ class TextGeneration:
             return BeamSearchStream(search)
         return SequenceStream(
             self._text,
-            request_id=f"{request.request_id}-{p}" if request.numbered else request.request_id,
+            request_id=request_id,
             prompt=prompt,
             params=params,
             n=request.sampling.n or 1,

@@ -44,6 +44,12 @@ class UpdateSource(Protocol):
         """Every choice has ended and its last update was taken."""
         ...
 
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        """The KV-transfer parameters of the engine output that finished the last sample to
+        finish (vLLM's ``RequestOutput.kv_transfer_params``); None until then, or without."""
+        ...
+
     def on_ready(self, callback: Callable[[], None] | None) -> None:
         """Start, and call ``callback()`` whenever :meth:`take` may have something."""
 
@@ -74,7 +80,7 @@ class SequenceStream:
     (no task wakes up per engine step). Closing early (disconnect) aborts what still runs.
     """
 
-    __slots__ = ("_gen", "_procs")
+    __slots__ = ("_gen", "_kv_transfer_params", "_procs")
 
     def __init__(
         self,
@@ -101,6 +107,7 @@ class SequenceStream:
             )
             for _ in range(n)
         ]
+        self._kv_transfer_params: dict[str, Any] | None = None
         self._gen = text.llm.generate(
             GenerateRequest(
                 request_id=request_id,
@@ -122,6 +129,12 @@ class SequenceStream:
     def finished(self) -> bool:
         """Every sample has ended (what :meth:`take` returned last included the last update)."""
         return self._gen.finished
+
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        """The KV-transfer parameters of the engine output that finished the last sample to
+        finish (vLLM's ``RequestOutput.kv_transfer_params``); None until then, or without."""
+        return self._kv_transfer_params
 
     def start(self) -> None:
         """Send the engine requests (idempotent; iterating or :meth:`on_ready` also does)."""
@@ -156,7 +169,10 @@ class SequenceStream:
                     else _concat(blocks)
                 )
                 plp = out.prompt_logprobs
-                code = FINISH_REASONS.index(out.finish_reason) if out.finish_reason else None
+                code = None
+                if out.finish_reason:
+                    code = FINISH_REASONS.index(out.finish_reason)
+                    self._kv_transfer_params = out.kv_transfer_params
                 seq = proc.process(
                     out.token_ids,
                     code,

@@ -17,7 +17,7 @@ iterator), so the generation code's cancellation path aborts the engine request.
 
 Modules: ``messages`` (request/response types), ``framing`` (response heads), ``limits``,
 ``reader`` / ``writer`` / ``connection`` (the protocol), ``state`` (what a server's connections
-share), ``server``, ``sockets``.
+share), ``server``, ``sockets``, ``tls``.
 """
 
 from .framing import SSE_KEEP_ALIVE_COMMENT
@@ -47,6 +47,7 @@ from .messages import (
 )
 from .server import HttpServer
 from .sockets import LISTEN_BACKLOG, bind_tcp, bind_unix, socket_from_fd
+from .tls import CertificateRefresher, TlsSettings, server_ssl_context
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
@@ -60,6 +61,7 @@ __all__ = [
     "SSE_KEEP_ALIVE_COMMENT",
     "AnyResponse",
     "App",
+    "CertificateRefresher",
     "Headers",
     "HttpLimits",
     "HttpServer",
@@ -70,9 +72,11 @@ __all__ = [
     "Response",
     "StreamSink",
     "StreamingResponse",
+    "TlsSettings",
     "bind_tcp",
     "bind_unix",
     "json_response",
     "plain_refusal",
+    "server_ssl_context",
     "socket_from_fd",
 ]

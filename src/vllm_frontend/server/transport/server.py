@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from typing import cast
 
 from .connection import HttpConnection
@@ -41,8 +42,9 @@ class HttpServer:
         self.on_refusal = on_refusal
         self._servers: list[asyncio.AbstractServer] = []
 
-    async def start(self, sock: socket.socket) -> None:
-        """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it."""
+    async def start(self, sock: socket.socket, ssl_context: ssl.SSLContext | None = None) -> None:
+        """Start accepting on a bound socket; calls ``listen(LISTEN_BACKLOG)`` on it. With
+        ``ssl_context``, connections speak TLS (see ``tls``)."""
         loop = asyncio.get_running_loop()
         state = self._state
         sock.listen(LISTEN_BACKLOG)
@@ -50,11 +52,11 @@ class HttpServer:
         server: asyncio.AbstractServer
         if sock.family == socket.AF_UNIX:
             server = await loop.create_unix_server(
-                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG
+                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context
             )
         else:
             server = await loop.create_server(
-                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG
+                lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context
             )
         self._servers.append(server)
 

@@ -1,0 +1,57 @@
+"""``GET /tokenizer_info`` answers what vLLM 0.32's answers for the same tokenizer directory
+(its ``TokenizerInfo`` over the tokenizer vLLM loads, dumped as its response model), key order
+included: the tiny Llama 3 tokenizer, and copies of it whose ``tokenizer_config.json`` has extra
+special tokens, tokens written as ``AddedToken`` objects, or no chat template, with and without
+``--chat-template``."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+from typing import Any
+
+import pytest
+
+from vllm_frontend.server.tokenizer_info import tokenizer_info
+
+pytestmark = pytest.mark.oracle
+
+
+def _variant(tiny: pathlib.Path, tmp: pathlib.Path, name: str) -> pathlib.Path:
+    if name == "as built":
+        return tiny
+    target = tmp / name.replace(" ", "-")
+    target.mkdir()
+    for file in ("tokenizer.json", "config.json"):
+        shutil.copy(tiny / file, target / file)
+    config: dict[str, Any] = json.loads((tiny / "tokenizer_config.json").read_text())
+    if name == "extra special tokens":
+        config["additional_special_tokens"] = ["<|eot_id|>", "<|python_tag|>"]
+        config["pad_token"] = "<|finetune_right_pad_id|>"
+        config["padding_side"] = "left"
+    elif name == "added token objects":
+        config["bos_token"] = {"__type": "AddedToken", "content": "<|begin_of_text|>",
+                               "lstrip": False, "normalized": False, "rstrip": False,
+                               "single_word": False, "special": True}  # fmt: skip
+        del config["chat_template"]
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return target
+
+
+@pytest.mark.parametrize("template", [None, "{{ messages[0]['content'] }}"])
+@pytest.mark.parametrize("name", ["as built", "extra special tokens", "added token objects"])
+def test_tokenizer_info_is_vllms(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path, name: str, template: str | None
+) -> None:
+    from vllm.entrypoints.serve.tokenize.protocol import TokenizerInfoResponse
+    from vllm.entrypoints.serve.tokenize.serving import TokenizerInfo
+    from vllm.tokenizers import get_tokenizer
+
+    directory = _variant(tiny_model, tmp_path, name)
+    tokenizer = get_tokenizer(str(directory))
+    theirs = TokenizerInfoResponse(**TokenizerInfo(tokenizer, template).to_dict()).model_dump()
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    ours = tokenizer_info(config, str(directory), template)
+    # over HTTP both are JSON objects: integer keys become strings, order stays
+    assert json.dumps(ours) == json.dumps(theirs)
