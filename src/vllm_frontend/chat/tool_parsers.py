@@ -20,6 +20,7 @@ from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
+from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
@@ -29,6 +30,12 @@ from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
     PythonicToolParser,
+)
+from vllm_frontend.chat.tools.qwen3_xml import (
+    MiMoToolParser,
+    Qwen3XmlToolParser,
+    SeedOssToolParser,
+    Step3p5ToolParser,
 )
 from vllm_frontend.chat.tools.steptml import Step3ToolParser
 from vllm_frontend.chat.tools.xlam import XLamToolParser
@@ -292,22 +299,30 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v31": DeepSeekV31ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
+    "glm45": Glm47ToolParser,
+    "glm47": Glm47ToolParser,
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
+    "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
+    "mimo": MiMoToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
+    "qwen3_coder": Qwen3XmlToolParser,
     "qwen3_json": HermesToolParser,
+    "qwen3_xml": Qwen3XmlToolParser,
+    "seed_oss": SeedOssToolParser,
     "step3": Step3ToolParser,
+    "step3p5": Step3p5ToolParser,
     "xlam": XLamToolParser,
 }
 """``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``

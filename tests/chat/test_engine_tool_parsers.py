@@ -1,0 +1,226 @@
+"""Tool parsers vLLM 0.32 runs on its parser engine match vLLM's, delta for delta.
+
+Each family's outputs go through the tiny tokenizer with the family's markers as tokens (its
+special tokens special), cut into engine updates every which way, and through vLLM's composed
+parser and ours (``tests/chat/tool_family_harness.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL, Family, vllm_request
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+pytest.importorskip("vllm")
+
+_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+TYPED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "budget": {"type": ["number", "null"]},
+                "metric": {"type": "boolean"},
+                "stops": {"type": "array", "items": {"type": "integer"}},
+                "opts": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            },
+        },
+    },
+}
+TOOLS = [WEATHER_TOOL, TIME_TOOL, TYPED_TOOL]
+CHATML = ("<|im_start|>", "<|im_end|>")
+
+
+def requests() -> list[Any]:
+    """The request shapes every family is checked under."""
+    return [
+        vllm_request(TOOLS),
+        vllm_request(TOOLS, tool_choice="none"),
+        vllm_request(None),
+        vllm_request(TOOLS, include_reasoning=False),
+        vllm_request(TOOLS, tool_choice="required"),
+        vllm_request(TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}),
+    ]
+
+
+def check_all(family: Family, text: str) -> None:
+    """Whole output and streaming (whole, per token), under every request shape."""
+    for req in requests():
+        family.check(text, req)
+
+
+# -- qwen3_coder / qwen3_xml and the grammar's relatives ---------------------------------------
+
+
+def _qc(name: str, **params: str) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+QWEN3_OUTPUTS = [
+    _qc("get_weather", city="Paris"),
+    "Let me check." + _qc("get_weather", city="Paris", unit="celsius"),
+    _qc("get_weather", city="Zürich 日本") + "\n" + _qc("get_time"),
+    _qc("plan_trip", city="Rome", days="3", budget="12.5", metric="true", stops="[1, 2]"),
+    _qc("plan_trip", days="three", budget="null", opts='{"n": "4"}', metric="0"),
+    _qc("get_weather", city='say "hi" \\ <b>')[:-30],
+    _qc("get_weather", city="Paris")[:-12],
+    "<tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>",
+    "<tool_call>\n<function=get_weather\n</function>\n</tool_call>",
+    "<function=get_time>\n</function>",
+    "No tools needed.",
+    "   \n",
+    _qc("unknown_tool", x="1") + " trailing words",
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n<parameter=unit>\nc\n"
+    "</function>\n</tool_call>",
+    "text </think> more <think> x",
+    "a<|im_end|>b" + _qc("get_time"),
+    "\n\n" + _qc("get_time") + "\n\n" + _qc("get_weather", city="x"),
+    "<tool_call>" + _qc("get_time"),
+]
+
+QWEN3 = Family(
+    "qwen3_coder", ("<tool_call>", "</tool_call>", "<think>", "</think>"), special=CHATML
+)
+QWEN3_FAMILIES = [
+    QWEN3,
+    Family("qwen3_xml", QWEN3.markers, special=CHATML),
+    Family("mimo", QWEN3.markers, special=CHATML),
+    Family("step3p5", QWEN3.markers, special=CHATML),
+]
+
+
+@pytest.mark.parametrize("family", QWEN3_FAMILIES, ids=lambda f: f.parser)
+@pytest.mark.parametrize("text", QWEN3_OUTPUTS)
+def test_qwen3_xml_family_matches_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@pytest.mark.parametrize("reasoning", ["qwen3", "deepseek_r1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<think>Weather needed.</think>\n\n" + QWEN3_OUTPUTS[1],
+        "plan first</think>" + QWEN3_OUTPUTS[2],
+        "thinking and then a call " + QWEN3_OUTPUTS[0],
+        "<think>only thoughts",
+        "<think>x</think>\n\nJust text.</think> <think>y</think>",
+    ],
+)
+def test_qwen3_coder_after_a_reasoning_parser_matches_vllm(reasoning: str, text: str) -> None:
+    family = Family(QWEN3.parser, QWEN3.markers, reasoning, CHATML)
+    for req in requests()[:4]:
+        family.check(text, req)
+
+
+SEED = Family(
+    "seed_oss",
+    ("<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"),
+    special=("<seed:bos>", "<seed:eos>"),
+)
+
+
+@pytest.mark.parametrize("text", QWEN3_OUTPUTS)
+def test_seed_oss_matches_vllm(text: str) -> None:
+    text = (
+        text.replace("<tool_call>", "<seed:tool_call>")
+        .replace("</tool_call>", "</seed:tool_call>")
+        .replace("think>", "seed:think>")
+        .replace("<|im_end|>", "<seed:eos>")
+    )
+    check_all(SEED, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(QWEN3_OUTPUTS),
+    st.lists(st.integers(0, 80), max_size=14),
+    st.sampled_from(range(4)),
+)
+def test_qwen3_coder_streaming_matches_vllm_for_any_cut(
+    text: str, cuts: list[int], which: int
+) -> None:
+    QWEN3.check_stream(text, cuts, requests()[which])
+
+
+# -- glm45 / glm47 / ling3 ---------------------------------------------------------------------
+
+
+def _glm(name: str, **args: str) -> str:
+    body = "".join(f"\n<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>" for k, v in args.items())
+    return f"<tool_call>{name}{body}\n</tool_call>"
+
+
+GLM_MARKERS = (
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+    "<think>",
+    "</think>",
+)
+GLM_SPECIAL = ("<|user|>", "<|observation|>", "<|endoftext|>")
+GLM_OUTPUTS = [
+    _glm("get_weather", city="Paris"),
+    "Checking. " + _glm("get_weather", city=" Zürich ", unit="c") + _glm("get_time"),
+    "<tool_call>get_time</tool_call>",
+    "<tool_call> get_weather <arg_key>city</arg_key><arg_value>x</arg_value></tool_call>",
+    _glm("plan_trip", days="4", budget="null", metric="false", stops="[3]", opts='{"n": "2"}'),
+    _glm("unknown", a="1") + " after",
+    _glm("get_weather", city="Pa")[:-25],
+    "<tool_call>get_weather<arg_key>city",
+    "Answer <think>hmm</think> done",
+    "Text<|observation|>more " + _glm("get_time"),
+    "\n" + _glm("get_time") + "\n\n",
+    "plain text only",
+]
+GLM_FAMILIES = [
+    Family("glm47", GLM_MARKERS, special=GLM_SPECIAL),
+    Family("glm45", GLM_MARKERS, special=GLM_SPECIAL),
+    Family("ling3", GLM_MARKERS, special=GLM_SPECIAL),
+]
+
+
+@pytest.mark.parametrize("family", GLM_FAMILIES, ids=lambda f: f.parser)
+@pytest.mark.parametrize("text", GLM_OUTPUTS)
+def test_glm_family_matches_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+    family.check(text, vllm_request(TOOLS, chat_template_kwargs={"enable_thinking": False}))
+
+
+@pytest.mark.parametrize("reasoning", ["glm45", None])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plan</think>" + GLM_OUTPUTS[1],
+        "thinking " + GLM_OUTPUTS[0],
+        "<think>a</think>b<think>c</think>" + GLM_OUTPUTS[2],
+    ],
+)
+def test_glm47_after_its_reasoning_parser_matches_vllm(reasoning: str | None, text: str) -> None:
+    family = Family("glm47", GLM_MARKERS, reasoning, GLM_SPECIAL)
+    for req in requests()[:4]:
+        family.check(text, req)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(GLM_OUTPUTS),
+    st.lists(st.integers(0, 60), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_glm47_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
+    GLM_FAMILIES[0].check_stream(text, cuts, requests()[which])
