@@ -26,6 +26,8 @@ from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToo
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
+from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
@@ -307,12 +309,14 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "hunyuan_a13b": HunyuanA13BToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
+    "kimi_k2": KimiK2ToolParser,
     "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
+    "minimax_m2": MiniMaxM2ToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
