@@ -342,3 +342,76 @@ def test_minimax_m2_streaming_matches_vllm_for_any_cut(
     text: str, cuts: list[int], which: int
 ) -> None:
     MINIMAX.check_stream(text, cuts, requests()[which])
+
+
+# -- deepseek_v32 / deepseek_v4 / deepseek_v41 (DSML) ------------------------------------------
+
+
+def _dsml(
+    wrapper: str, *calls: tuple[str, dict[str, tuple[str, str | None]]], sep: str = ""
+) -> str:
+    d = "｜DSML｜" + sep
+    body = ""
+    for name, params in calls:
+        body += f'<{d}invoke name="{name}">\n'
+        for key, (value, is_str) in params.items():
+            attr = f' string="{is_str}"' if is_str is not None else ""
+            body += f'<{d}parameter name="{key}"{attr}>{value}</{d}parameter>\n'
+        body += f"</{d}invoke>\n"
+    return f"<{d}{wrapper}>\n{body}</{d}{wrapper}>"
+
+
+def dsml_outputs(wrapper: str, sep: str = "") -> list[str]:
+    """A DSML corpus with ``wrapper`` tags."""
+    w = _dsml(wrapper, ("get_weather", {"city": ("杭州", "true")}), sep=sep)
+    return [
+        w,
+        "Let me see.\n\n" + w + " and trailing text",
+        _dsml(
+            wrapper,
+            ("plan_trip", {"days": ("5", "false"), "opts": ('{"n": 2}', None)}),
+            ("get_time", {}),
+            sep=sep,
+        ),
+        _dsml(wrapper, ("plan_trip", {"arguments": ('{"days": 3}', "false")}), sep=sep),
+        _dsml(wrapper, ("get_weather", {"city": ("Pa", "true")}), sep=sep)[:-40],
+        _dsml(wrapper, ("get_weather", {"city": ("x", "true")}), sep=sep)[:-20],
+        "No tools here.",
+        _dsml(wrapper, ("get_weather", {"city": ("<b>", "true")}), sep=sep)
+        + _dsml(wrapper, ("get_time", {}), sep=sep),
+    ]
+
+
+DSML_CASES = [
+    (Family("deepseek_v32"), dsml_outputs("function_calls")),
+    (
+        Family("deepseek_v32", ("<｜DSML｜function_calls>", "</｜DSML｜function_calls>")),
+        dsml_outputs("function_calls"),
+    ),
+    (Family("deepseek_v4", ("<think>", "</think>")), dsml_outputs("tool_calls")),
+    (Family("deepseek_v4"), dsml_outputs("toolcalls")[:3] + ["a <think>b</think> c"]),
+    (Family("deepseek_v41"), dsml_outputs("calls", " ")),
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "text"),
+    [(f, t) for f, texts in DSML_CASES for t in texts],
+    ids=lambda x: getattr(x, "parser", None) or str(len(x)),
+)
+def test_dsml_families_match_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(DSML_CASES))),
+    st.integers(0, 7),
+    st.lists(st.integers(0, 90), max_size=12),
+    st.sampled_from(range(len(requests()))),
+)
+def test_dsml_streaming_matches_vllm_for_any_cut(
+    case: int, which_text: int, cuts: list[int], which: int
+) -> None:
+    family, texts = DSML_CASES[case]
+    family.check_stream(texts[which_text % len(texts)], cuts, requests()[which])

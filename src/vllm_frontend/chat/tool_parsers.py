@@ -18,6 +18,11 @@ from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.dsml import (
+    DeepSeekV4ToolParser,
+    DeepSeekV32ToolParser,
+    DeepSeekV41ToolParser,
+)
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
@@ -299,6 +304,9 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "apertus": ApertusToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
+    "deepseek_v32": DeepSeekV32ToolParser,
+    "deepseek_v4": DeepSeekV4ToolParser,
+    "deepseek_v41": DeepSeekV41ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
