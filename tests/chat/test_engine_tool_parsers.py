@@ -389,7 +389,7 @@ DSML_CASES = [
         dsml_outputs("function_calls"),
     ),
     (Family("deepseek_v4", ("<think>", "</think>")), dsml_outputs("tool_calls")),
-    (Family("deepseek_v4"), dsml_outputs("toolcalls")[:3] + ["a <think>b</think> c"]),
+    (Family("deepseek_v4"), [*dsml_outputs("toolcalls")[:3], "a <think>b</think> c"]),
     (Family("deepseek_v41"), dsml_outputs("calls", " ")),
 ]
 

@@ -17,6 +17,7 @@ dropped.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -55,15 +56,13 @@ class _Dialect:
             name, is_str, value = m.group(1), m.group(2), m.group(3)
             params[name] = value if is_str == "true" else _json_or_text(value)
             end = m.end()
-        if partial and (m := self.open_param_re.search(raw, end)):
-            name, is_str, value = m.group(1), m.group(2), m.group(3)
+        if partial and (last := self.open_param_re.search(raw, end)):
+            name, is_str, value = last.group(1), last.group(2), last.group(3)
             if is_str == "true":
                 params[name] = value
             else:
-                try:
+                with contextlib.suppress(ValueError):
                     params[name] = json.loads(value)
-                except ValueError:
-                    pass
         return json.dumps(params, ensure_ascii=False)
 
 
