@@ -29,7 +29,7 @@ from vllm_frontend.chat.tool_choice import (
     forced_tool_choice,
     parse_required_tool_calls,
 )
-from vllm_frontend.chat.tool_parsers import TOOL_PARSERS, ToolParser
+from vllm_frontend.chat.tool_parsers import REFUSED_TOOL_PARSERS, TOOL_PARSERS, ToolParser
 
 __all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
 
@@ -236,6 +236,10 @@ class OutputParsers:
 
 def resolve_tool_parser(name: str) -> type[ToolParser]:
     """The tool parser class registered as ``name``."""
+    if (reason := REFUSED_TOOL_PARSERS.get(name)) is not None:
+        raise ParserConfigError(
+            f"tool call parser {name!r} is not supported by vllm-frontend: {reason}"
+        )
     if name not in TOOL_PARSERS:
         raise ParserConfigError(
             f"tool call parser {name!r} is not supported by vllm-frontend; choose one of: "

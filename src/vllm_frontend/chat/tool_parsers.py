@@ -44,10 +44,12 @@ from vllm_frontend.chat.tools.qwen3_xml import (
     SeedOssToolParser,
     Step3p5ToolParser,
 )
+from vllm_frontend.chat.tools.refused import REFUSED_TOOL_PARSERS
 from vllm_frontend.chat.tools.steptml import Step3ToolParser
 from vllm_frontend.chat.tools.xlam import XLamToolParser
 
 __all__ = [
+    "REFUSED_TOOL_PARSERS",
     "TOOL_PARSERS",
     "ExtractedToolCalls",
     "HermesToolParser",
@@ -338,4 +340,6 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "xlam": XLamToolParser,
 }
 """``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
-and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``)."""
+and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``; ``qwen3_xml`` of
+``qwen3_coder``; ``glm45`` of ``glm47``). The rest of vLLM's names are in
+:data:`REFUSED_TOOL_PARSERS`, refused at startup."""
