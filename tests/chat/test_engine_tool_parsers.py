@@ -415,3 +415,34 @@ def test_dsml_streaming_matches_vllm_for_any_cut(
 ) -> None:
     family, texts = DSML_CASES[case]
     family.check_stream(texts[which_text % len(texts)], cuts, requests()[which])
+
+
+# -- granite (JSON array) ----------------------------------------------------------------------
+
+GRANITE = Family("granite", special=("<|tool_call|>",))
+GRANITE_OUTPUTS = [
+    '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "SF"}}]',
+    '<tool_call> [{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "c"}},'
+    ' {"name": "get_time", "arguments": {}}] and after',
+    'Sure. <|tool_call|>[{"arguments": {"q": "a}b\\"c"}, "name": "get_weather"}]',
+    '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "S',
+    '<|tool_call|>{"name": "get_time"}',
+    '<|tool_call|>[{"name": "get_time", "arguments": "x"}]',
+    '<|tool_call|>[{"name": "plan_trip", "arguments": {"days": 2, "opts": {"n": [1]}}}]',
+    "no calls",
+]
+
+
+@pytest.mark.parametrize("text", GRANITE_OUTPUTS)
+def test_granite_matches_vllm(text: str) -> None:
+    check_all(GRANITE, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(GRANITE_OUTPUTS),
+    st.lists(st.integers(0, 50), max_size=12),
+    st.sampled_from(range(len(requests()))),
+)
+def test_granite_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
+    GRANITE.check_stream(text, cuts, requests()[which])

@@ -28,6 +28,7 @@ from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
+from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
@@ -313,6 +314,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
     "glm47": Glm47ToolParser,
+    "granite": GraniteEngineToolParser,
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,

@@ -90,6 +90,9 @@ class Grammar:
     stream_arg_deltas: bool = True
     json_args: bool = True
     """Arguments are JSON text, streamed with their top-level closing brace held back."""
+    array_body: bool = False
+    """The tool region is one JSON array of call objects, one call per element (no closing
+    marker: the array's ``]`` ends it)."""
     arg_structural_chars: frozenset[str] | None = None
     preserve_tokens: frozenset[str] = frozenset()
     """Special tokens that are neither terminals nor dropped."""

@@ -113,6 +113,8 @@ class Machine:
         self._depth = 0
         self._in_string = False
         self._escape = False
+        self._array_started = False
+        self._in_element = False
 
     # -- input -------------------------------------------------------------------------------
 
@@ -140,7 +142,9 @@ class Machine:
             self._args = ""
         state = self.state
         if state in TOOL_STATES:
-            if self.index >= 0:
+            # In array mode a closed element has had its end; only an open one needs it.
+            open_call = self._in_element if self.grammar.array_body else True
+            if open_call and self.index >= 0:
                 events.append(Event(Kind.CALL_END, "", self.index))
             self.state = State.CONTENT
         elif state == State.REASONING:
@@ -197,6 +201,8 @@ class Machine:
             self._header += text
             return []
         if state == State.TOOL_ARGS:
+            if self.grammar.array_body:
+                return self._array(text)
             if self.grammar.json_args:
                 return self._json_args(text)
             return [Event(Kind.ARGS, text, self.index)]
@@ -223,32 +229,91 @@ class Machine:
         if self.state == State.TOOL_ARGS:
             self._depth = 0
             self._in_string = self._escape = False
+            if self.grammar.array_body:
+                self._array_started = self._in_element = False
         return events
 
     def _json_args(self, text: str) -> list[Event]:
         """Argument JSON, streamed as it comes except a closing brace at depth zero, held until
         more follows (or the call ends)."""
-        out: list[str] = []
-        buf = self._args
+        events: list[Event] = []
         for ch in text:
-            buf += ch
-            if self._escape:
-                self._escape = False
-            elif self._in_string:
-                if ch == "\\":
-                    self._escape = True
-                elif ch == '"':
-                    self._in_string = False
+            piece = self._json_char(ch)
+            if piece is not None:
+                events.append(Event(Kind.ARGS, piece, self.index))
+        return events
+
+    def _json_char(self, ch: str) -> str | None:
+        """One character of argument JSON: what it releases (None while it is held)."""
+        self._args += ch
+        if self._escape:
+            self._escape = False
+        elif self._in_string:
+            if ch == "\\":
+                self._escape = True
             elif ch == '"':
-                self._in_string = True
-            elif ch in "{[":
-                self._depth += 1
-            elif ch in "}]":
-                if self._depth > 0:
-                    self._depth -= 1
-                if self._depth == 0:
-                    continue
-            out.append(buf)
-            buf = ""
-        self._args = buf
-        return [Event(Kind.ARGS, piece, self.index) for piece in out]
+                self._in_string = False
+        elif ch == '"':
+            self._in_string = True
+        elif ch in "{[":
+            self._depth += 1
+        elif ch in "}]":
+            if self._depth > 0:
+                self._depth -= 1
+            if self._depth == 0:
+                return None
+        piece, self._args = self._args, ""
+        return piece
+
+    def _array(self, text: str) -> list[Event]:
+        """A JSON array of call objects after the marker: one call per element; the array's
+        ``]`` ends the region (the rest is content); anything else than an array is content."""
+        events: list[Event] = []
+        for i, ch in enumerate(text):
+            if self.state != State.TOOL_ARGS:
+                events += self._text(text[i:])
+                break
+            events += self._array_char(ch)
+        return events
+
+    def _array_char(self, ch: str) -> list[Event]:
+        if self._in_element:
+            piece = self._json_char(ch)
+            events = [] if piece is None else [Event(Kind.ARGS, piece, self.index)]
+            if ch == "}" and not self._in_string and not self._escape and self._depth == 0:
+                self._in_element = False
+                if self._args:
+                    events.append(Event(Kind.ARGS, self._args, self.index))
+                    self._args = ""
+                events.append(Event(Kind.CALL_END, "", self.index))
+            return events
+        if ch in " \t\r\n":
+            return []
+        if not self._array_started:
+            if ch == "[":
+                self._array_started = True
+                return []
+            return self._leave_array(ch)
+        if ch == ",":
+            return []
+        if ch == "{":
+            self.index += 1
+            self._args = ""
+            self._depth = 0
+            self._in_string = self._escape = False
+            self._in_element = True
+            events = [Event(Kind.CALL_START, "", self.index)]
+            piece = self._json_char(ch)
+            if piece is not None:
+                events.append(Event(Kind.ARGS, piece, self.index))
+            return events
+        if ch == "]":
+            self.state = State.CONTENT
+            self._array_started = self._in_element = False
+            return []
+        return self._leave_array(ch)
+
+    def _leave_array(self, ch: str) -> list[Event]:
+        self.state = State.CONTENT
+        self._array_started = self._in_element = False
+        return self._text(ch)

@@ -28,7 +28,6 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
         where="vllm/parser/mistral.py",
     ),
     "gemma4": _ENGINE.format(grammar="Gemma 4 channel", where="vllm/parser/gemma4.py"),
-    "granite": _ENGINE.format(grammar="Granite JSON-array", where="vllm/parser/granite.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
     "inkling": _ENGINE.format(grammar="Inkling", where="vllm/parser/inkling.py"),
     "minimax_m3": _ENGINE.format(grammar="MiniMax M3", where="vllm/parser/minimax_m3.py"),
