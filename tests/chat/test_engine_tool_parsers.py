@@ -446,3 +446,56 @@ def test_granite_matches_vllm(text: str) -> None:
 )
 def test_granite_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
     GRANITE.check_stream(text, cuts, requests()[which])
+
+
+# -- through the chat route ----------------------------------------------------------------------
+
+
+def _route_parsers(name: str) -> Any:
+    from tests.support.tiny_model import tiny_model_dir
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id,
+        tool_call_parser=name,
+        enable_auto_tool_choice=True,
+        special_tokens=tok.all_special_tokens,
+    )
+    return tok, parsers
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_glm47_required_choice_is_read_in_its_format_without_a_json_constraint(
+    stream: bool,
+) -> None:
+    """vLLM's GLM parser reads "required" in its own format: no JSON schema reaches the engine,
+    special tokens are kept, and the call comes back (``tool_calls`` finish, ``""`` content)."""
+    import json
+
+    from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+
+    tok, parsers = _route_parsers("glm47")
+    text = GLM_OUTPUTS[0]
+    engine = _ScriptedEngine(tok.encode(text, add_special_tokens=False))
+    body = {**CHAT, "tools": TOOLS, "tool_choice": "required", "stream": stream}
+    status, raw = _post(_chat_app(engine, parsers), body)
+    assert status == 200, raw
+    params = engine.requests[0].sampling_params
+    assert params.structured_outputs is None
+    assert params.skip_special_tokens is False
+    if not stream:
+        choice = json.loads(raw)["choices"][0]
+        assert choice["finish_reason"] == "tool_calls"
+        assert choice["message"]["content"] == ""
+        call = choice["message"]["tool_calls"][0]["function"]
+        assert (call["name"], call["arguments"]) == ("get_weather", '{"city": "Paris"}')
+        return
+    chunks = [
+        json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: {")
+    ]
+    pieces = [tc for c in chunks for tc in (c["choices"][0]["delta"].get("tool_calls") or [])]
+    assert pieces[0]["function"]["name"] == "get_weather"
+    assert "".join(p["function"].get("arguments") or "" for p in pieces) == '{"city": "Paris"}'
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
