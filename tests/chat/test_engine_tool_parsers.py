@@ -499,3 +499,30 @@ def test_glm47_required_choice_is_read_in_its_format_without_a_json_constraint(
     assert pieces[0]["function"]["name"] == "get_weather"
     assert "".join(p["function"].get("arguments") or "" for p in pieces) == '{"city": "Paris"}'
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+# -- ernie45 -------------------------------------------------------------------------------------
+
+ERNIE = Family(
+    "ernie45", ("<tool_call>", "</tool_call>", "<response>", "</response>", "<think>", "</think>")
+)
+ERNIE_OUTPUTS = [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n',
+    'Checking.\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+    "<response>\nJust an answer.\n</response>",
+    "\n\nplain",
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa',
+    "<tool_call>not json</tool_call>",
+    '<tool_call>\n["x"]\n</tool_call> after',
+    '<tool_call>{"arguments": {"a": 1}}</tool_call>',
+]
+
+
+@pytest.mark.parametrize("reasoning", [None, "ernie45"])
+@pytest.mark.parametrize("text", ERNIE_OUTPUTS)
+def test_ernie45_matches_vllm(reasoning: str | None, text: str) -> None:
+    family = Family(ERNIE.parser, ERNIE.markers, reasoning)
+    check_all(family, text)
+    if reasoning:
+        family.check("thinking\n</think>\n\n" + text)

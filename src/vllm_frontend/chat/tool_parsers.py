@@ -23,6 +23,7 @@ from vllm_frontend.chat.tools.dsml import (
     DeepSeekV32ToolParser,
     DeepSeekV41ToolParser,
 )
+from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
@@ -310,6 +311,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v32": DeepSeekV32ToolParser,
     "deepseek_v4": DeepSeekV4ToolParser,
     "deepseek_v41": DeepSeekV41ToolParser,
+    "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
