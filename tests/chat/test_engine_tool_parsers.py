@@ -526,3 +526,40 @@ def test_ernie45_matches_vllm(reasoning: str | None, text: str) -> None:
     check_all(family, text)
     if reasoning:
         family.check("thinking\n</think>\n\n" + text)
+
+
+# -- the engine's helpers ------------------------------------------------------------------------
+
+_JSONISH = st.text(st.sampled_from(list('{}[]:,"\\ab \n1x')), max_size=16)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSONISH, st.sampled_from([None, {"a", "b"}, set()]))
+def test_safe_arg_prefix_matches_vllms(text: str, keys: set[str] | None) -> None:
+    from vllm.parser.engine.parser_engine import ParserEngine
+
+    from vllm_frontend.chat.engine.calls import safe_arg_prefix
+
+    assert safe_arg_prefix(text, keys) == ParserEngine._safe_arg_prefix(text, keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.sampled_from(["1", "-2", "1.5", "1e999", "nan", "true", "0", "null", "[1]", '{"a":1}']),
+        st.text(max_size=6),
+    ),
+    st.lists(
+        st.sampled_from(["string", "integer", "number", "boolean", "null", "object", "array",
+                         "int", "float", "bool", "list", "dict", "str", " Integer "]),
+        min_size=1,
+        max_size=3,
+    ),
+)  # fmt: skip
+def test_schema_coercion_matches_vllms(value: str, types: list[str]) -> None:
+    from vllm.tool_parsers.utils import coerce_to_schema_type
+
+    from vllm_frontend.chat.engine.coerce import coerce_text
+
+    ours, theirs = coerce_text(value, types), coerce_to_schema_type(value, types)
+    assert type(ours) is type(theirs) and repr(ours) == repr(theirs)

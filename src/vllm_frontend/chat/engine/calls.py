@@ -16,7 +16,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from vllm_frontend.chat.engine.coerce import fix_arg_types, has_tool, schema_types, tool_properties
+from vllm_frontend.chat.engine.coerce import (
+    has_tool,
+    schema_types,
+    tool_properties,
+    typed_arguments,
+)
 from vllm_frontend.chat.engine.grammar import Event, Grammar, Kind, State
 from vllm_frontend.chat.engine.machine import Machine, compile_grammar
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
@@ -88,8 +93,18 @@ class EngineToolParser(ToolParser):
             or "THINK_END" in grammar.terminals
             or grammar.initial == State.REASONING
         )
+        self._properties: dict[str, dict[str, Any]] = {}
         self._reset()
         self._streaming = False
+
+    def _typed(self, args_json: str, name: str) -> str:
+        """Arguments typed by the schema of tool ``name`` (looked up once per name)."""
+        if not self.tools or not name:
+            return args_json
+        properties = self._properties.get(name)
+        if properties is None:
+            properties = self._properties[name] = tool_properties(self.tools, name)
+        return typed_arguments(args_json, properties)
 
     @classmethod
     def grammar_for(cls, chat_template_kwargs: Mapping[str, Any]) -> Grammar:
@@ -309,7 +324,7 @@ class EngineToolParser(ToolParser):
         if not current:
             return None
         if slot.name:
-            current = fix_arg_types(current, self.tools, slot.name)
+            current = self._typed(current, slot.name)
         prev = slot.streamed_json
         safe = safe_arg_prefix(current, slot.string_keys)
         if not safe or safe == prev:
@@ -332,7 +347,7 @@ class EngineToolParser(ToolParser):
         except (ValueError, TypeError):
             return None
         if final:
-            final = fix_arg_types(final, self.tools, slot.name)
+            final = self._typed(final, slot.name)
         prev = slot.streamed_json
         if final and len(final) > len(prev):
             if prev and not final.startswith(prev):
@@ -370,7 +385,7 @@ class EngineToolParser(ToolParser):
                 args = "{}"
             if self._accept(name):
                 self._ensure_id(slot)
-                calls.append((name, fix_arg_types(args, self.tools, name)))
+                calls.append((name, self._typed(args, name)))
                 ids.append(slot.id)
         return calls, ids
 
@@ -425,6 +440,9 @@ def _coalesce(calls: list[ToolCallDelta]) -> list[ToolCallDelta]:
     return calls if len(merged) == len(calls) else list(merged.values())
 
 
+_JSON_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)("?)|[{}\[\]:]', re.DOTALL)
+
+
 def safe_arg_prefix(text: str, string_keys: set[str] | None = None) -> str:
     """The part of an arguments JSON object that cannot change as more is read: up to the last
     top-level value, plus that value if it is a string of a key in ``string_keys`` (all keys
@@ -432,30 +450,20 @@ def safe_arg_prefix(text: str, string_keys: set[str] | None = None) -> str:
     last_colon = -1
     last_key: str | None = None
     pending: str | None = None
-    in_string = escape = False
-    start = -1
     depth = 0
-    for i, c in enumerate(text):
-        if escape:
-            escape = False
-            continue
-        if in_string:
-            if c == "\\":
-                escape = True
-            elif c == '"':
-                in_string = False
-                if depth == 1 and start >= 0:
-                    pending = text[start + 1 : i]
-            continue
-        if c == '"':
-            in_string = True
-            start = i
-        elif c in "{[":
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group(0)
+        if token[0] == '"':
+            if not m.group(2):
+                break  # a string that runs to the end
+            if depth == 1:
+                pending = m.group(1)
+        elif token in "{[":
             depth += 1
-        elif c in "}]":
+        elif token in "}]":
             depth -= 1
-        elif c == ":" and depth == 1:
-            last_colon = i
+        elif depth == 1:
+            last_colon = m.start()
             last_key = pending
             pending = None
     if last_colon < 0:
@@ -468,13 +476,7 @@ def safe_arg_prefix(text: str, string_keys: set[str] | None = None) -> str:
         return text[:end]
     if string_keys is not None and last_key not in string_keys:
         return text[:end]
-    escape = False
-    for i in range(end + 1, n):
-        c = text[i]
-        if escape:
-            escape = False
-        elif c == "\\":
-            escape = True
-        elif c == '"':
-            return text[:i]
+    value = _JSON_TOKEN.match(text, end)
+    if value is not None and value.group(2):
+        return text[: value.end() - 1]
     return text

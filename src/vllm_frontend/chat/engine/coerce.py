@@ -13,7 +13,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["coerce_value", "fix_arg_types", "schema_types", "tool_properties"]
+__all__ = [
+    "coerce_value",
+    "fix_arg_types",
+    "has_tool",
+    "schema_types",
+    "tool_properties",
+    "typed_arguments",
+]
 
 _ALIASES = {
     "str": "string",
@@ -212,14 +219,18 @@ def fix_arg_types(args_json: str, tools: Sequence[Mapping[str, Any]], name: str)
     there is nothing to type)."""
     if not tools or not name:
         return args_json
+    return typed_arguments(args_json, tool_properties(tools, name))
+
+
+def typed_arguments(args_json: str, properties: Mapping[str, Any]) -> str:
+    """Arguments JSON with its values typed by a tool's parameter ``properties``."""
+    if not properties:
+        return args_json
     try:
         args = json.loads(args_json)
     except ValueError:
         return args_json
     if not isinstance(args, dict):
-        return args_json
-    properties = tool_properties(tools, name)
-    if not properties:
         return args_json
     if coerce_dict(args, properties):
         return json.dumps(args, ensure_ascii=False)
