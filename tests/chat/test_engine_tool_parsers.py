@@ -563,3 +563,16 @@ def test_schema_coercion_matches_vllms(value: str, types: list[str]) -> None:
 
     ours, theirs = coerce_text(value, types), coerce_to_schema_type(value, types)
     assert type(ours) is type(theirs) and repr(ours) == repr(theirs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"enable_thinking": False}, {"thinking": False}])
+def test_startup_looks_up_every_token_a_grammar_reads_by_id(kwargs: dict[str, Any]) -> None:
+    """``OutputParsers.for_tokenizer`` gives parsers only the ids of their declared tokens."""
+    from vllm_frontend.chat.engine.calls import EngineToolParser
+    from vllm_frontend.chat.tool_parsers import TOOL_PARSERS
+
+    engine = [c for c in TOOL_PARSERS.values() if issubclass(c, EngineToolParser)]
+    assert len(engine) >= 14
+    for cls in engine:
+        wanted = set(cls.grammar_for(kwargs).token_terminals.values())
+        assert wanted <= set(cls.optional_tokens), cls.name

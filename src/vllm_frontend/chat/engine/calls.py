@@ -106,9 +106,19 @@ class EngineToolParser(ToolParser):
             properties = self._properties[name] = tool_properties(self.tools, name)
         return typed_arguments(args_json, properties)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Its grammar's special tokens are looked up by id (startup builds the vocabulary the
+        parsers see from ``optional_tokens``)."""
+        super().__init_subclass__(**kwargs)
+        if "GRAMMAR" in cls.__dict__ or "grammar_for" in cls.__dict__:
+            grammar = cls.grammar_for({})
+            tokens = dict.fromkeys((*cls.optional_tokens, *grammar.token_terminals.values()))
+            cls.optional_tokens = tuple(tokens)
+
     @classmethod
     def grammar_for(cls, chat_template_kwargs: Mapping[str, Any]) -> Grammar:
-        """The grammar for a request with these chat template kwargs."""
+        """The grammar for a request with these chat template kwargs (the default one for
+        none)."""
         return cls.GRAMMAR
 
     def _reset(self) -> None:

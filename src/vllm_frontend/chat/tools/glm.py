@@ -139,6 +139,11 @@ class Glm47ToolParser(EngineToolParser):
         slot.name = slot.name.strip()
 
 
+@functools.cache
+def _ling3_grammar(thinking: bool) -> Grammar:
+    return replace(glm_grammar(thinking), name="ling3")
+
+
 class Ling3ToolParser(Glm47ToolParser):
     """``ling3``: the GLM grammar, whatever the template."""
 
@@ -153,8 +158,3 @@ class Ling3ToolParser(Glm47ToolParser):
     def grammar_for(cls, chat_template_kwargs: Mapping[str, Any]) -> Grammar:
         """With or without reasoning markers, by the thinking switch."""
         return _ling3_grammar(glm_thinking(chat_template_kwargs))
-
-
-@functools.cache
-def _ling3_grammar(thinking: bool) -> Grammar:
-    return replace(glm_grammar(thinking), name="ling3")
