@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import msgspec
 
 __all__ = ["Event", "Grammar", "Kind", "State", "Step"]
 
@@ -71,17 +72,18 @@ DEFAULT_TEXT_KINDS: Mapping[State, Kind] = {
 }
 
 
-@dataclass(frozen=True, eq=False)
-class Grammar:
+class Grammar(msgspec.Struct, frozen=True, eq=False, kw_only=True):
     """A model's output format (hashed by identity: build each once and share it)."""
 
     name: str
     terminals: Mapping[str, str | tuple[str, ...]]
     """Terminal name -> its spelling(s)."""
     steps: Mapping[tuple[State, str], Step]
-    token_terminals: Mapping[str, str] = field(default_factory=dict)
+    token_terminals: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Terminal name -> the token whose id also stands for it."""
-    text_kinds: Mapping[State, Kind] = field(default_factory=lambda: dict(DEFAULT_TEXT_KINDS))
+    text_kinds: Mapping[State, Kind] = msgspec.field(
+        default_factory=lambda: dict(DEFAULT_TEXT_KINDS)
+    )
     """The event text read in each state makes (text in other states is dropped)."""
     initial: State = State.CONTENT
     wait_for_reasoning: bool | None = None

@@ -15,8 +15,9 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from vllm_frontend.chat.engine.calls import EngineToolParser, Slot
 from vllm_frontend.chat.engine.grammar import Event, Grammar, Kind, State, Step
@@ -141,7 +142,7 @@ class Glm47ToolParser(EngineToolParser):
 
 @functools.cache
 def _ling3_grammar(thinking: bool) -> Grammar:
-    return replace(glm_grammar(thinking), name="ling3")
+    return msgspec.structs.replace(glm_grammar(thinking), name="ling3")
 
 
 class Ling3ToolParser(Glm47ToolParser):

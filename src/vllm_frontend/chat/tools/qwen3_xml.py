@@ -18,7 +18,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import replace
+
+import msgspec
 
 from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.engine.grammar import Grammar, Kind, State, Step
@@ -149,11 +150,13 @@ class MiMoToolParser(EngineToolParser):
     """``mimo``: the Qwen3 grammar, parameter values verbatim."""
 
     name = "mimo"
-    GRAMMAR = replace(qwen3_grammar("mimo"), arg_converter=mimo_arguments)
+    GRAMMAR = msgspec.structs.replace(qwen3_grammar("mimo"), arg_converter=mimo_arguments)
 
 
 class Step3p5ToolParser(EngineToolParser):
     """``step3p5``: the Qwen3 grammar, trailing reasoning whitespace stripped."""
 
     name = "step3p5"
-    GRAMMAR = replace(qwen3_grammar("step3p5"), strip_trailing_reasoning_whitespace=True)
+    GRAMMAR = msgspec.structs.replace(
+        qwen3_grammar("step3p5"), strip_trailing_reasoning_whitespace=True
+    )
