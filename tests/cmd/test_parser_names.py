@@ -3,7 +3,8 @@ starts the server or stops startup naming the parser and why.
 
 The names go through the same startup step ``serve`` runs (``cmd.assemble.output_parsers``: the
 flags' config, the model's tokenizer), with the tiny model. A served name is not refused; one that
-needs marker tokens the tiny tokenizer lacks says which (as vLLM's startup check does).
+needs marker tokens the tiny tokenizer lacks says which (as vLLM's startup check does), and the
+gpt-oss (Harmony) parsers say the model is not a gpt-oss one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def _tokenizer() -> Tokenizer:
     return Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
 
 
+def _model_mismatch(message: str) -> bool:
+    """A served parser refuses only a model it cannot read: marker tokens the tokenizer lacks,
+    or a non-gpt-oss model for the Harmony parsers."""
+    return "lacks the" in message or "is not a gpt-oss one" in message
+
+
 def _start(**flags: object) -> None:
     config = config_from_args({"model_tag": "m", **flags})
     output_parsers(config, _tokenizer())
@@ -65,8 +72,8 @@ def test_every_tool_parser_name_starts_or_is_refused_by_name(name: str) -> None:
         return
     try:
         _start(tool_call_parser=name, enable_auto_tool_choice=True)
-    except ParserConfigError as e:  # only for marker tokens this tokenizer lacks
-        assert "lacks the" in str(e) and f"--tool-call-parser {name}" in str(e)
+    except ParserConfigError as e:  # only for what this model lacks
+        assert _model_mismatch(str(e)) and f"--tool-call-parser {name}" in str(e)
 
 
 @pytest.mark.parametrize("name", sorted(_vllm_reasoning_names()))
@@ -80,4 +87,4 @@ def test_every_reasoning_parser_name_starts_or_is_refused_by_name(name: str) -> 
     try:
         _start(reasoning_parser=name)
     except ParserConfigError as e:
-        assert "lacks the" in str(e) and f"--reasoning-parser {name}" in str(e)
+        assert _model_mismatch(str(e)) and f"--reasoning-parser {name}" in str(e)

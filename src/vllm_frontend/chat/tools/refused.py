@@ -21,8 +21,6 @@ _UNIFIED = (
 )
 
 REFUSED_TOOL_PARSERS: dict[str, str] = {
-    "openai": "gpt-oss output is Harmony channels, parsed by vLLM's Harmony parser "
-    "(openai_harmony), which vllm-frontend does not reproduce yet",
     "mistral": _ENGINE.format(
         grammar="Mistral [TOOL_CALLS]/[ARGS] (and the pre-v11 JSON-list)",
         where="vllm/parser/mistral.py",
