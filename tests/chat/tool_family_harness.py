@@ -20,6 +20,8 @@ from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
 ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}")
+MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+")
+"""Ids the model writes itself (Kimi K2), compared as they are."""
 """Tool-call id formats (random ids are compared by format; xlam and hunyuan make their own)."""
 
 WEATHER_TOOL = {
@@ -42,13 +44,16 @@ TOOLS = [WEATHER_TOOL, TIME_TOOL]
 
 
 @functools.cache
-def tokenizer(markers: tuple[str, ...]) -> Any:
-    """The tiny model's tokenizer with ``markers`` as single (non-special) tokens."""
+def tokenizer(markers: tuple[str, ...], special: tuple[str, ...] = ()) -> Any:
+    """The tiny model's tokenizer with ``markers`` as single (non-special) tokens and
+    ``special`` as special tokens (as the family's real tokenizer has them)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir())
     if markers:
         tok.add_tokens(list(markers))
+    if special:
+        tok.add_special_tokens({"additional_special_tokens": list(special)})
     vocab = tok.get_vocab()
     tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
     return tok
@@ -69,7 +74,11 @@ def options_of(req: Any) -> RequestToolOptions:
     """Our per-request options from vLLM's request object."""
     return RequestToolOptions(
         tools=bool(req.tools),
-        tool_choice=req.tool_choice if isinstance(req.tool_choice, str | type(None)) else {},
+        tool_choice=(
+            req.tool_choice
+            if isinstance(req.tool_choice, str | type(None))
+            else req.tool_choice.model_dump()
+        ),
         include_reasoning=req.include_reasoning,
         chat_template_kwargs=req.chat_template_kwargs,
         tool_definitions=[t.model_dump() for t in req.tools or ()],
@@ -95,6 +104,8 @@ def _id_shape(call_id: str | None) -> str:
     """A tool-call id with its random hex digits masked (``""`` for none)."""
     if call_id is None:
         return ""
+    if MODEL_ID.fullmatch(call_id):
+        return call_id
     assert ID.fullmatch(call_id), call_id
     return call_id[:-16] + "#"
 
@@ -107,11 +118,13 @@ class Family:
     markers: tuple[str, ...] = ()
     reasoning: str | None = None
     """A ``--reasoning-parser`` to run in front of the tool parser."""
+    special: tuple[str, ...] = ()
+    """Marker strings that are special tokens of the family's tokenizer."""
 
     @property
     def tok(self) -> Any:
         """The family's tokenizer."""
-        return tokenizer(self.markers)
+        return tokenizer(self.markers, self.special)
 
     @functools.cached_property
     def vllm_cls(self) -> Any:
@@ -128,39 +141,60 @@ class Family:
     @functools.cached_property
     def ours(self) -> OutputParsers:
         """Our parsers configured like ``--enable-auto-tool-choice --tool-call-parser``."""
+        tok = self.tok
         return OutputParsers(
-            self.tok.get_vocab(),
+            tok.get_vocab(),
             tool_call_parser=self.parser,
             reasoning_parser=self.reasoning,
             enable_auto_tool_choice=True,
+            special_tokens=dict(zip(tok.all_special_tokens, tok.all_special_ids, strict=True)),
         )
 
     def vllm_parser(self, req: Any) -> Any:
-        """A fresh vLLM parser for one choice."""
-        return self.vllm_cls(self.tok, req.tools, chat_template_kwargs={})
+        """A fresh vLLM parser for one choice.
+
+        vLLM turns ``supports_required_and_named`` off for parsers with a structural-tag model
+        while ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is on (its default); this frontend behaves as
+        with it off, so such a parser instance gets our class's value (parsers that turn it off
+        themselves keep it off)."""
+        parser = self.vllm_cls(
+            self.tok, req.tools, chat_template_kwargs=req.chat_template_kwargs or {}
+        )
+        tool = parser.tool_parser
+        ours = self.ours.tool_cls
+        if tool is not None and ours is not None and type(tool).structural_tag_model:
+            tool.supports_required_and_named = ours.supports_required_and_named
+        return parser
 
     # -- whole output ------------------------------------------------------------------------
 
     def vllm_full(self, text: str, req: Any) -> Message:
-        """vLLM's message for a finished ``text`` (serving keeps calls for ``auto`` only)."""
+        """vLLM's message for a finished ``text``, as its chat serving builds it: calls for
+        ``auto`` (which then finish with ``tool_calls``), and for ``required`` or a named
+        function (content at least ``""``)."""
         ids = self.tok.encode(text, add_special_tokens=False)
         reasoning, content, calls = self.vllm_parser(req).parse(
             text, req, enable_auto_tools=True, model_output_token_ids=ids
         )
         if not req.include_reasoning:
             reasoning = None
-        if req.tools and req.tool_choice == "auto" and calls:
-            ids = [_id_shape(c.id) for c in calls]
-            out = [(c.name, c.arguments, i) for c, i in zip(calls, ids, strict=True)]
-            return Message(content, out, True, reasoning)
+        forced = req.tool_choice == "required" or not isinstance(req.tool_choice, str | None)
+        if forced or (req.tools and req.tool_choice == "auto" and calls):
+            ids = [_id_shape(c.id or "chatcmpl-tool-0123456789abcdef") for c in calls or ()]
+            out = [(c.name, c.arguments, i) for c, i in zip(calls or (), ids, strict=True)]
+            return Message((content or "") if forced else content, out, not forced, reasoning)
         return Message(content, reasoning=reasoning)
 
     def ours_full(self, text: str, req: Any) -> Message:
-        """Our message for a finished ``text``."""
-        parsed = self.ours.for_request(options_of(req)).parse(text)
+        """Our message for a finished ``text`` (as our chat route builds it)."""
+        parser = self.ours.for_request(options_of(req))
+        parsed = parser.parse(text)
         calls = [(c.name, c.arguments, _id_shape(c.id)) for c in parsed.tool_calls]
         reasoning = parsed.reasoning if req.include_reasoning else None
-        return Message(parsed.content, calls, parsed.tools_called, reasoning)
+        content = parsed.content
+        if parser.forced_choice is not None:
+            content = content or ""
+        return Message(content, calls, parsed.tools_called, reasoning)
 
     # -- streaming ---------------------------------------------------------------------------
 

@@ -153,6 +153,8 @@ class HarmonyOutputParser:
         """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
         self.forced: ForcedToolChoice | None = forced_tool_choice(tool_choice)
         """``"required"`` or a named function: the whole message always lists the calls."""
+        self.forced_choice = self.forced
+        """The same (the route reads it as it reads :class:`OutputParser`'s)."""
 
     @property
     def _r(self) -> _Reader:

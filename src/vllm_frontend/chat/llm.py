@@ -177,8 +177,11 @@ class ChatLlm:
     def _force_tool_calls(self, request: ChatRequest) -> None:
         # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
         # replaces any response_format / structured_outputs with the tools' JSON schema.
-        if self._parsers is None or not self._parsers.has_tools or not request.tools:
+        parsers = self._parsers
+        if parsers is None or not parsers.has_tools or not request.tools:
             return
+        if parsers.tool_cls is not None and not parsers.tool_cls.supports_required_and_named:
+            return  # the parser reads forced choices in the model's own format
         forced = forced_tool_choice(plain(request.tool_choice))
         if forced is None:
             return

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import (
@@ -28,7 +29,7 @@ from vllm_frontend.chat.tool_choice import (
     forced_tool_choice,
     parse_required_tool_calls,
 )
-from vllm_frontend.chat.tool_parsers import TOOL_PARSERS, ToolParser
+from vllm_frontend.chat.tool_parsers import REFUSED_TOOL_PARSERS, TOOL_PARSERS, ToolParser
 
 __all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
 
@@ -69,12 +70,17 @@ class OutputParsers:
         model: ModelFacts | None = None,
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
+        special_tokens: Mapping[str, int] | None = None,
     ) -> None:
         """Resolve and validate the names against the registries and the vocabulary (and
         ``model``, which a few reasoning parsers read). ``harmony``: the model is a gpt-oss
         one, whose output vLLM reads through Harmony whatever the names (only the gpt-oss
-        parsers are accepted); ``decode`` then gives the text of ids Harmony cannot read."""
+        parsers are accepted); ``decode`` then gives the text of ids Harmony cannot read.
+        ``special_tokens``: the tokenizer's special tokens (transformers'
+        ``all_special_tokens``, with their ids), which the engine-based tool parsers drop from
+        the output."""
         self.vocab = vocab
+        self.special_tokens = dict(special_tokens or {})
         self.enable_auto_tools = enable_auto_tool_choice
         self.harmony = harmony
         self._decode = decode
@@ -88,7 +94,7 @@ class OutputParsers:
             cls = resolve_tool_parser(tool_call_parser)
             # vLLM only builds the tool parser with --enable-auto-tool-choice.
             if enable_auto_tool_choice:
-                self.tool_cls = cls
+                self.tool_cls = cls.for_model(model or ModelFacts())
         flags = []
         missing: list[str] = []
         for cls_, flag, name in (
@@ -136,6 +142,7 @@ class OutputParsers:
         model: ModelFacts | None = None,
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
+        special_tokens: Mapping[str, int] | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -157,6 +164,7 @@ class OutputParsers:
             model=model,
             harmony=harmony,
             decode=decode,
+            special_tokens=special_tokens,
         )
 
     @property
@@ -180,6 +188,11 @@ class OutputParsers:
         request has tools and ``tool_choice`` is not ``none``."""
         if self.reasoning_cls is not None and self.reasoning_cls.needs_special_tokens:
             return True
+        tool = self.tool_cls
+        if tool is not None and tool.special_tokens_without_tools:
+            # vLLM runs the tool parser's adjust_request with a reasoning parser or a tool
+            # choice other than none.
+            return self.reasoning_cls is not None or options.tool_choice != "none"
         return bool(
             self.tool_cls is not None
             and self.tool_cls.needs_special_tokens
@@ -206,16 +219,27 @@ class OutputParsers:
         if self.reasoning_cls is not None:
             reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
-        tool = (
-            self.tool_cls(self.vocab, options.tool_definitions)
-            if self.tool_cls is not None
-            else None
-        )
+        tool: ToolParser | None = None
+        if self.tool_cls is not None and issubclass(self.tool_cls, EngineToolParser):
+            tool = self.tool_cls(
+                self.vocab,
+                options.tool_definitions,
+                chat_template_kwargs=options.chat_template_kwargs,
+                special_tokens=self.special_tokens,
+                skip_reasoning=self.reasoning_cls is None,
+                tool_choice=options.tool_choice,
+            )
+        elif self.tool_cls is not None:
+            tool = self.tool_cls(self.vocab, options.tool_definitions)
         return OutputParser(reasoning, tool, options, self.enable_auto_tools)
 
 
 def resolve_tool_parser(name: str) -> type[ToolParser]:
     """The tool parser class registered as ``name``."""
+    if (reason := REFUSED_TOOL_PARSERS.get(name)) is not None:
+        raise ParserConfigError(
+            f"tool call parser {name!r} is not supported by vllm-frontend: {reason}"
+        )
     if name not in TOOL_PARSERS:
         raise ParserConfigError(
             f"tool call parser {name!r} is not supported by vllm-frontend; choose one of: "
@@ -254,7 +278,9 @@ class OutputParser:
         self.options = options
         self.enable_auto_tools = enable_auto_tools
         # vLLM's "engine based" mode: no legacy parser in the pair, texts are not accumulated.
-        self._engine_based = tool is None and (reasoning is None or reasoning.engine_based)
+        self._engine_based = (tool is None or tool.engine_based) and (
+            reasoning is None or reasoning.engine_based
+        )
         self._reasoning_ended = False
         self._prompt_checked = False
         self._tool_text_started = False
@@ -267,7 +293,12 @@ class OutputParser:
         """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
         # "required" or a named function: the output is JSON the engine was constrained to
         # (chat/tool_choice.py), read without the tool parser, as vLLM's Parser does.
-        self.forced = forced_tool_choice(options.tool_choice) if tool is not None else None
+        self.forced_choice = forced_tool_choice(options.tool_choice) if tool is not None else None
+        """The request's "required" / named tool choice (the response follows it either way)."""
+        self.forced = (
+            self.forced_choice if tool is not None and tool.supports_required_and_named else None
+        )
+        """The same when it is forced with JSON (else the parser reads the model's own format)."""
         self._forced_stream = ForcedToolCallStream(self.forced) if self.forced else None
 
     # -- streaming ---------------------------------------------------------------------------
@@ -302,7 +333,10 @@ class OutputParser:
                     (flushed.content if flushed else None) or ""
                 )
                 if self._engine_based:
-                    if current_text:
+                    if self.tool is not None:
+                        if msg is not None:
+                            msg.content = None  # the tool phase below reads current_text
+                    elif current_text:
                         msg = msg or OutputDelta()
                         msg.content = current_text
                 else:
@@ -345,7 +379,14 @@ class OutputParser:
         assert self.tool is not None
         choice = self.options.tool_choice
         if choice == "none":
-            return OutputDelta(content=delta_text) if delta_text else None
+            if not self._engine_based:
+                return OutputDelta(content=delta_text) if delta_text else None
+            msg = self.tool.stream(
+                self._prev_text, current_text, delta_text, self._prev_ids, current_ids, delta_ids
+            )
+            if msg is not None:
+                msg.tool_calls = []
+            return msg
         if self._forced_stream is not None:
             return self._forced_stream.feed(self._prev_text, current_text, delta_text)
         return self.tool.stream(
@@ -372,6 +413,19 @@ class OutputParser:
                         msg.content = (msg.content or "") + flushed.content
                     if flushed.reasoning:
                         msg.reasoning = (msg.reasoning or "") + flushed.reasoning
+        if self.tool is not None and self.tool.engine_based:
+            flushed = self.tool.finish_stream()
+            if flushed is not None:
+                if msg is None:
+                    msg = flushed
+                else:
+                    if flushed.content:
+                        msg.content = (msg.content or "") + flushed.content
+                    if flushed.reasoning:
+                        msg.reasoning = (msg.reasoning or "") + flushed.reasoning
+                    msg.tool_calls += flushed.tool_calls
+                if flushed.tool_calls:
+                    self.tool_calls_streamed = True
         return msg
 
     def streamed_reasoning_tokens(self) -> int:
@@ -408,11 +462,25 @@ class OutputParser:
                 ]
             return out
         choice = self.options.tool_choice
-        auto = self.enable_auto_tools and (choice == "auto" or choice is None)
-        if self.tool is None or choice == "none" or not auto:
+        tool = self.tool
+        if tool is not None and choice == "none" and self._engine_based:
+            out.content = tool.extract(content or "").content
             return out
-        found = self.tool.extract(content if content is not None else "")
+        # A parser that reads forced choices in its own format parses them as auto.
+        forced_as_auto = (
+            tool is not None
+            and not tool.supports_required_and_named
+            and forced_tool_choice(choice) is not None
+        )
+        auto = self.enable_auto_tools and (choice == "auto" or choice is None or forced_as_auto)
+        if tool is None or choice == "none" or not auto:
+            return out
+        found = tool.extract(content if content is not None else "")
         if not found.tools_called:
+            if forced_as_auto and (content is None or not content.strip()):
+                out.content = None
+            elif self._engine_based and tool.engine_based:
+                out.content = found.content or None
             return out
         out.content = _blank_to_none(found.content)
         if choice is None:
@@ -420,7 +488,7 @@ class OutputParser:
             return out
         ids = found.ids or [new_tool_call_id() for _ in found.calls]
         out.tool_calls = [ToolCall(i, n, a) for i, (n, a) in zip(ids, found.calls, strict=True)]
-        out.tools_called = bool(out.tool_calls)
+        out.tools_called = bool(out.tool_calls) and not forced_as_auto
         return out
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:

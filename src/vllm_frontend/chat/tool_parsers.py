@@ -18,22 +18,40 @@ from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.dsml import (
+    DeepSeekV4ToolParser,
+    DeepSeekV32ToolParser,
+    DeepSeekV41ToolParser,
+)
+from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
+from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
+from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
+from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
     PythonicToolParser,
 )
+from vllm_frontend.chat.tools.qwen3_xml import (
+    MiMoToolParser,
+    Qwen3XmlToolParser,
+    SeedOssToolParser,
+    Step3p5ToolParser,
+)
+from vllm_frontend.chat.tools.refused import REFUSED_TOOL_PARSERS
 from vllm_frontend.chat.tools.steptml import Step3ToolParser
 from vllm_frontend.chat.tools.xlam import XLamToolParser
 
 __all__ = [
+    "REFUSED_TOOL_PARSERS",
     "TOOL_PARSERS",
     "ExtractedToolCalls",
     "HermesToolParser",
@@ -290,25 +308,42 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "apertus": ApertusToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
+    "deepseek_v32": DeepSeekV32ToolParser,
+    "deepseek_v4": DeepSeekV4ToolParser,
+    "deepseek_v41": DeepSeekV41ToolParser,
+    "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
+    "glm45": Glm47ToolParser,
+    "glm47": Glm47ToolParser,
+    "granite": GraniteEngineToolParser,
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
+    "kimi_k2": KimiK2ToolParser,
+    "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
+    "mimo": MiMoToolParser,
+    "minimax_m2": MiniMaxM2ToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
+    "qwen3_coder": Qwen3XmlToolParser,
     "qwen3_json": HermesToolParser,
+    "qwen3_xml": Qwen3XmlToolParser,
+    "seed_oss": SeedOssToolParser,
     "step3": Step3ToolParser,
+    "step3p5": Step3p5ToolParser,
     "xlam": XLamToolParser,
 }
 """``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
-and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``)."""
+and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``; ``qwen3_xml`` of
+``qwen3_coder``; ``glm45`` of ``glm47``). The rest of vLLM's names are in
+:data:`REFUSED_TOOL_PARSERS`, refused at startup."""

@@ -354,4 +354,5 @@ def output_parsers(
         model=model,
         harmony=harmony,
         decode=functools.partial(tokenizer.decode, skip_special_tokens=False),
+        special_tokens=tokenizer.all_special_tokens,
     )

@@ -452,11 +452,11 @@ class ChatHandler:
             if (parser := gen.new_parser()) is not None:
                 parsed = parser.parse(seq.text, seq.token_ids)
                 message.content = parsed.content
-                if parser.forced is not None:
+                if parser.forced_choice is not None:
                     # vLLM: a forced call's message has "" content, and "required" finishes
                     # with tool_calls whenever the engine stopped (named ones with "stop").
                     message.content = parsed.content or ""
-                    if parser.forced.required and seq.finish_reason == "stop":
+                    if parser.forced_choice.required and seq.finish_reason == "stop":
                         finish_reason = "tool_calls"
                 if req.include_reasoning:
                     message.reasoning = parsed.reasoning

@@ -125,6 +125,28 @@ def add_missing_special_tokens(
     return to_add
 
 
+def _all_special_tokens(config: Mapping[str, Any]) -> list[str]:
+    """The texts of transformers' ``all_special_tokens`` for a tokenizer config: the named
+    slots, model-specific named ones (a dict of ``extra_special_tokens``, other ``*_token``
+    keys), then the extra (``additional``/``extra_special_tokens``) list."""
+    named: list[Any] = [config.get(slot) for slot in _SPECIAL_SLOTS]
+    extra = config.get("extra_special_tokens")
+    if extra is None:
+        extra = config.get("additional_special_tokens")
+    if isinstance(extra, Mapping):
+        named.extend(extra.values())
+        extra = None
+    named.extend(
+        value
+        for key, value in config.items()
+        if key.endswith("_token") and key not in _SPECIAL_SLOTS and key != "extra_special_tokens"
+    )
+    texts = [t for value in named if (t := _token_content(value)) is not None]
+    if isinstance(extra, list):
+        texts.extend(t for value in extra if (t := _token_content(value)) is not None)
+    return texts
+
+
 class Tokenizer:
     """Encode text to token ids and decode ids to text, matching vLLM's HF fast tokenizer."""
 
@@ -162,6 +184,7 @@ class Tokenizer:
             if content is not None:
                 self._special[slot] = content
         added_special = add_missing_special_tokens(backend, config)
+        self._all_special = _all_special_tokens(config)
         self._clean_up_spaces = bool(config.get("clean_up_tokenization_spaces", False)) and (
             type(backend.model).__name__ != "BPE"
         )
@@ -338,6 +361,16 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         """The id of a vocabulary piece or added token, if any."""
         return self._backend.token_to_id(token)
+
+    @property
+    def all_special_tokens(self) -> dict[str, int]:
+        """transformers' ``all_special_tokens`` (named special tokens, then the extra ones)
+        with their ids; tokens the vocabulary lacks are left out."""
+        out: dict[str, int] = {}
+        for text in self._all_special:
+            if text not in out and (token_id := self._backend.token_to_id(text)) is not None:
+                out[text] = token_id
+        return out
 
     def special_token(self, slot: str) -> str | None:
         """The configured text of a named special token (`"eos_token"`, `"bos_token"`, ...)."""

@@ -85,6 +85,25 @@ class EngineThinkReasoningParser(ReasoningParser):
                 break
         return not self.thinking
 
+    def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
+        """The engine's content ids: after the last end marker; else from the first implicit
+        end (the tool-call start) of the current turn; all of them when not thinking."""
+        ids = delta_token_ids
+        if not self.thinking:
+            return ids
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] == self.end_id:
+                return ids[i + 1 :]
+        start = 0
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] in self.boundary_ids:
+                start = i + 1
+                break
+        for i in range(start, len(ids)):
+            if ids[i] in self.end_ids:
+                return ids[i:]
+        return ids
+
     def _scan(self, text: str, final: bool, raw: bool = False) -> tuple[str, str | None]:
         """Consume reasoning text: (reasoning, content after the end or None if still open).
 
@@ -337,6 +356,14 @@ class MiniMaxM2ReasoningParser(EngineThinkReasoningParser):
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         return True
 
+    def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
+        """After the last end marker; none without one."""
+        ids = delta_token_ids
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] == self.end_id:
+                return ids[i + 1 :]
+        return []
+
 
 class NemotronV3ReasoningParser(EngineThinkReasoningParser):
     """``nemotron_v3``: ``qwen3`` with trailing reasoning whitespace stripped; when the
@@ -399,3 +426,19 @@ class KimiK2ReasoningParser(EngineThinkReasoningParser):
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
         return (thinking is None and enable is None) or bool(thinking) or bool(enable)
+
+    def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
+        """After the last end marker, else from the last tool-calls section start, else none
+        (all of them when not thinking)."""
+        ids = delta_token_ids
+        if not self.thinking:
+            return ids
+        for marker in (self.end_id, self._section_id):
+            if marker is not None and marker in ids:
+                last = len(ids) - 1 - ids[::-1].index(marker)
+                return ids[last + 1 :] if marker == self.end_id else ids[last:]
+        return []
+
+    @property
+    def _section_id(self) -> int | None:
+        return self.vocab.get(self.TOOL_START)

@@ -35,6 +35,13 @@ class ToolParser:
     """Whether requests with tools must be detokenized with ``skip_special_tokens=False``."""
     harmony_only: ClassVar[bool] = False
     """Only gpt-oss output (Harmony) is parsed with this name."""
+    engine_based: ClassVar[bool] = False
+    """Whether vLLM runs it on its parser engine (fed deltas, flushed at the end)."""
+    special_tokens_without_tools: ClassVar[bool] = False
+    """Whether special tokens are kept whenever its ``adjust_request`` runs (tools or not)."""
+    supports_required_and_named: ClassVar[bool] = True
+    """Whether ``required`` / named tool choices are forced with JSON (else they are parsed
+    from the model's own format, as ``auto``)."""
 
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""
@@ -43,6 +50,11 @@ class ToolParser:
         # and the argument text already sent.
         self.prev_calls: list[dict[str, Any]] = []
         self.streamed_args: list[str] = []
+
+    @classmethod
+    def for_model(cls, model: Any) -> type[ToolParser]:
+        """The class to serve ``model`` (a ``ModelFacts``) with; most families have one."""
+        return cls
 
     def extract(self, text: str) -> ExtractedToolCalls:
         """Tool calls in a whole output."""
@@ -59,6 +71,10 @@ class ToolParser:
     ) -> OutputDelta | None:
         """What the delta adds (``current_*`` is everything so far, ``previous_*`` before it)."""
         raise NotImplementedError
+
+    def finish_stream(self) -> OutputDelta | None:
+        """What the end of the stream releases (engine-based parsers only)."""
+        return None
 
     def remaining_arguments(self) -> str:
         """Argument text of the last call parsed but not streamed yet (sent with the finish)."""

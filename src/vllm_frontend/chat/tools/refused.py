@@ -1,0 +1,46 @@
+"""``--tool-call-parser`` names of vLLM 0.32 this frontend refuses at startup, with the reason.
+
+Serving them with a behaviour that differs from vLLM's would be silent; refusing names them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["REFUSED_TOOL_PARSERS"]
+
+_ENGINE = (
+    "vLLM parses it with the {grammar} grammar of its parser engine ({where}), which "
+    "vllm-frontend does not reproduce yet"
+)
+_STATEFUL = (
+    "its vLLM parser ({where}) keeps a model-specific streaming state machine that "
+    "vllm-frontend does not reproduce yet"
+)
+_UNIFIED = (
+    "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
+    "does not reproduce yet"
+)
+
+REFUSED_TOOL_PARSERS: dict[str, str] = {
+    "mistral": _ENGINE.format(
+        grammar="Mistral [TOOL_CALLS]/[ARGS] (and the pre-v11 JSON-list)",
+        where="vllm/parser/mistral.py",
+    ),
+    "gemma4": _ENGINE.format(grammar="Gemma 4 channel", where="vllm/parser/gemma4.py"),
+    "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
+    "inkling": _ENGINE.format(grammar="Inkling", where="vllm/parser/inkling.py"),
+    "minimax_m3": _ENGINE.format(grammar="MiniMax M3", where="vllm/parser/minimax_m3.py"),
+    "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
+    "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
+    "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
+    "hf": "it parses with the response template of the tokenizer's chat template "
+    "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
+    "lfm2": _STATEFUL.format(where="vllm/tool_parsers/lfm2_tool_parser.py"),
+    "dots": _STATEFUL.format(where="vllm/tool_parsers/dots_tool_parser.py"),
+    "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
+    "poolside_v1": _STATEFUL.format(where="vllm/tool_parsers/poolside_v1_tool_parser.py"),
+    "muse_glimmer": _STATEFUL.format(where="vllm/tool_parsers/muse_glimmer_tool_parser.py"),
+    "hy_v3": _STATEFUL.format(where="vllm/tool_parsers/hy_v3_tool_parser.py"),
+    "hy_v4": _STATEFUL.format(where="vllm/tool_parsers/hy_v4_tool_parser.py"),
+    "minicpm5": _STATEFUL.format(where="vllm/tool_parsers/minicpm5xml_tool_parser.py"),
+}
+"""Name -> why it is refused."""

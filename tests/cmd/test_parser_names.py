@@ -1,0 +1,90 @@
+"""Every ``--tool-call-parser`` and ``--reasoning-parser`` name of vLLM 0.32's registries either
+starts the server or stops startup naming the parser and why.
+
+The names go through the same startup step ``serve`` runs (``cmd.assemble.output_parsers``: the
+flags' config, the model's tokenizer), with the tiny model. A served name is not refused; one that
+needs marker tokens the tiny tokenizer lacks says which (as vLLM's startup check does), and the
+gpt-oss (Harmony) parsers say the model is not a gpt-oss one.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from tests.support.tiny_model import tiny_model_dir
+
+from vllm_frontend.chat.output_parser import ParserConfigError
+from vllm_frontend.chat.reasoning_parsers import REASONING_PARSERS, REFUSED_REASONING_PARSERS
+from vllm_frontend.chat.tool_parsers import REFUSED_TOOL_PARSERS, TOOL_PARSERS
+from vllm_frontend.cmd.assemble import output_parsers
+from vllm_frontend.cmd.config import ConfigError, config_from_args
+from vllm_frontend.text.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.oracle  # vLLM's registries are the reference
+
+pytest.importorskip("vllm")
+
+
+def _vllm_tool_names() -> set[str]:
+    from vllm.tool_parsers import ToolParserManager
+
+    return set(ToolParserManager.list_registered())
+
+
+def _vllm_reasoning_names() -> set[str]:
+    from vllm.reasoning import ReasoningParserManager
+
+    return set(ReasoningParserManager.list_registered())
+
+
+@functools.cache
+def _tokenizer() -> Tokenizer:
+    return Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+
+
+def _model_mismatch(message: str) -> bool:
+    """A served parser refuses only a model it cannot read: marker tokens the tokenizer lacks,
+    or a non-gpt-oss model for the Harmony parsers."""
+    return "lacks the" in message or "is not a gpt-oss one" in message
+
+
+def _start(**flags: object) -> None:
+    config = config_from_args({"model_tag": "m", **flags})
+    output_parsers(config, _tokenizer())
+
+
+def test_the_registries_are_vllms_exactly() -> None:
+    tools, reasoning = _vllm_tool_names(), _vllm_reasoning_names()
+    assert len(tools) >= 53 and len(reasoning) >= 38
+    assert not set(TOOL_PARSERS) & set(REFUSED_TOOL_PARSERS)
+    assert set(TOOL_PARSERS) | set(REFUSED_TOOL_PARSERS) == tools
+    assert set(REASONING_PARSERS) | set(REFUSED_REASONING_PARSERS) == reasoning
+
+
+@pytest.mark.parametrize("name", sorted(_vllm_tool_names()))
+def test_every_tool_parser_name_starts_or_is_refused_by_name(name: str) -> None:
+    if name in REFUSED_TOOL_PARSERS:
+        with pytest.raises(
+            (ConfigError, ParserConfigError), match=rf"'{name}' is not supported.*: \S"
+        ):
+            _start(tool_call_parser=name, enable_auto_tool_choice=True)
+        return
+    try:
+        _start(tool_call_parser=name, enable_auto_tool_choice=True)
+    except ParserConfigError as e:  # only for what this model lacks
+        assert _model_mismatch(str(e)) and f"--tool-call-parser {name}" in str(e)
+
+
+@pytest.mark.parametrize("name", sorted(_vllm_reasoning_names()))
+def test_every_reasoning_parser_name_starts_or_is_refused_by_name(name: str) -> None:
+    if name in REFUSED_REASONING_PARSERS:
+        with pytest.raises(
+            (ConfigError, ParserConfigError), match=rf"'{name}' is not supported.*: \S"
+        ):
+            _start(reasoning_parser=name)
+        return
+    try:
+        _start(reasoning_parser=name)
+    except ParserConfigError as e:
+        assert _model_mismatch(str(e)) and f"--reasoning-parser {name}" in str(e)
