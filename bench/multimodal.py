@@ -27,7 +27,10 @@ import json
 import os
 import pathlib
 import platform
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +40,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from frontends import (
     REPO,
+    await_fastokens,
     compile_sources,
     free_port,
     frontend_command,
@@ -199,8 +203,22 @@ def frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) -> 
     return argv
 
 
+def start_py_spy(pid: int, out: pathlib.Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid``'s threads (time in C code shows in its Python caller),
+    Python frames, raw collapsed stacks to ``out`` (summarise with bench/pyspy_summary.py)."""
+    spy = shutil.which("py-spy", path=str(pathlib.Path(sys.executable).parent)) or "py-spy"
+    argv = [spy, "record", "--pid", str(pid), "--format", "raw", "--nolineno",
+            "--rate", "250", "--nonblocking", "-o", str(out)]  # fmt: skip
+    with (out.parent / (out.name + ".log")).open("wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
 def run_frontend(
-    name: str, model: pathlib.Path, loads: list[Workload], urls: dict[str, list[str]]
+    name: str,
+    model: pathlib.Path,
+    loads: list[Workload],
+    urls: dict[str, list[str]],
+    profile: bool = False,
 ) -> list[dict[str, Any]]:
     """Serve ``model`` with ``name`` in front of a fresh mock engine and run ``loads``."""
     logs = RESULTS / "logs"
@@ -213,16 +231,26 @@ def run_frontend(
         time.sleep(1.0)
         fe = spawn(f"mm-{name}", frontend_argv(name, model, port, handshake), logs, "frontend")
         startup = wait_healthy(fe, port, timeout=300.0)
+        if name == "ours":
+            await_fastokens(fe.log)  # its one-off background load is not a request's cost
         warm = [chat_body(str(model), u, i) for i, u in enumerate(urls["warm"])]
         drive(port, warm, 2)  # first-use costs (template, processor, pools) are not measured
         for load in loads:
             images = urls[load.name]
-            bodies = [chat_body(str(model), images[i % len(images)], i) for i in range(load.requests)]
+            bodies = [
+                chat_body(str(model), images[i % len(images)], i) for i in range(load.requests)
+            ]
             cpu0 = tree_cpu_times(fe.pid)
             t0 = time.perf_counter()
+            spy = (
+                start_py_spy(fe.pid, logs / f"mm-{name}-{load.name}.pyspy.txt") if profile else None
+            )
             with PeakRss(fe.pid) as rss:
                 timings = drive(port, bodies, load.concurrency)
             wall = time.perf_counter() - t0
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its output when interrupted
+                spy.wait(60)
             cpu1 = tree_cpu_times(fe.pid)
             good = [t for t in timings if t.ok]
             user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
@@ -289,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="*", help="glob over workload names")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", type=pathlib.Path)
+    parser.add_argument(
+        "--py-spy", action="store_true", help="profile each workload (native frames; slows it)"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from tests.support.tiny_vlm import tiny_vlm_dir
@@ -303,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER, flush=True)
     rows: list[dict[str, Any]] = []
     for name in names:
-        rows += run_frontend(name, model, loads, urls)
+        rows += run_frontend(name, model, loads, urls, args.py_spy)
     print("\n" + HEADER)
     for load in loads:
         for r in rows:
