@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -189,9 +189,24 @@ class MultimodalLlm:
             self._hash(part, item, processor_kwargs, media_io_kwargs)
             for part, item in zip(items, loaded, strict=True)
         ]
-        processed = await loop.run_in_executor(
-            _media_pool(), self._process, family, items, loaded, processor_kwargs
+        held = self._held_tokens(family, items, loaded, processor_kwargs, hashes)
+        todo = [i for i in range(len(items)) if i not in held]
+        done = iter(
+            await loop.run_in_executor(
+                _media_pool(),
+                self._process,
+                family,
+                [items[i] for i in todo],
+                [loaded[i] for i in todo],
+                processor_kwargs,
+            )
+            if todo
+            else ()
         )
+        processed = [
+            ProcessedItem(part.modality, held[i], {}) if i in held else next(done)
+            for i, part in enumerate(items)
+        ]
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         limit = text.max_model_len
         if len(ids) > limit:
@@ -202,8 +217,38 @@ class MultimodalLlm:
                 "image tokens depends on the number of images, and possibly their aspect ratios "
                 "as well."
             )
-        prepared_prompt = PreparedPrompt(ids, prompt, features, self.sender_cache)
+        cache: Any = self.sender_cache
+        if held:
+            pending = {hashes[i]: (items[i], loaded[i]) for i in held}
+
+            def process_one(part: MediaPart, item: ImageItem) -> list[ProcessedItem]:
+                return self._process(family, [part], [item], processor_kwargs)
+
+            cache = _FillingCache(cache, pending, process_one)
+        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
         return text.generate_prepared(request, [prepared_prompt])
+
+    def _held_tokens(
+        self,
+        family: Family,
+        parts: list[MediaPart],
+        loaded: list[ImageItem],
+        kwargs: Mapping[str, Any],
+        hashes: list[str],
+    ) -> dict[int, int]:
+        """Placeholder tokens by part index of the items the engine's cache holds now (per the
+        mirror): vLLM's processor skips those, and so do we; they go as ``data=None``."""
+        cache = self.sender_cache
+        counter = getattr(family, "item_tokens", None)  # families that can count without work
+        if cache is None or counter is None:
+            return {}
+        held: dict[int, int] = {}
+        for i, (part, mm_hash) in enumerate(zip(parts, hashes, strict=True)):
+            if mm_hash in cache:
+                tokens = counter(part.modality, loaded[i], kwargs)
+                if tokens is not None:
+                    held[i] = tokens
+        return held
 
     async def _load(self, part: MediaPart, request_kwargs: Mapping[str, Any] | None) -> ImageItem:
         if part.modality != "image":
@@ -261,6 +306,40 @@ class MultimodalLlm:
         return [p for p in out if p is not None]
 
 
+class _FillingCache:
+    """One request's view of the sender cache when some of its items were not processed
+    because the engine held them: should one have left the mirror by the time the request is
+    sent (other requests went first), it is processed then, on the spot (rare), so the engine
+    never gets ``data=None`` for an item it lacks."""
+
+    __slots__ = ("_cache", "_pending", "_process")
+
+    def __init__(
+        self,
+        cache: SenderCache,
+        pending: dict[str, tuple[MediaPart, ImageItem]],
+        process: Callable[[MediaPart, ImageItem], list[ProcessedItem]],
+    ) -> None:
+        self._cache = cache
+        self._pending: dict[str, tuple[MediaPart, ImageItem]] | None = pending
+        self._process = process
+
+    def apply(self, features: Iterable[Any]) -> None:
+        """Fill what the engine no longer holds, then :meth:`SenderCache.apply`."""
+        features = list(features)
+        pending, self._pending = self._pending, None  # the decoded images go with it
+        if pending:
+            for feature in features:
+                if feature.data is None and feature.mm_hash not in self._cache:
+                    [item] = self._process(*pending[feature.mm_hash])
+                    feature.data = item.fields
+        self._cache.apply(features)
+
+    def invalidate(self, mm_hashes: Iterable[str]) -> None:
+        """:meth:`SenderCache.invalidate`."""
+        self._cache.invalidate(mm_hashes)
+
+
 def _expand(
     ids: list[int],
     family: Family,
@@ -289,7 +368,7 @@ def _expand(
         item = processed[index]
         features.append(
             MultiModalFeatureSpec(
-                data=item.fields,
+                data=item.fields or None,  # empty: not processed, the engine holds it
                 modality=modality,
                 identifier=hashes[index],
                 mm_position=PlaceholderRange(len(out), item.num_tokens),

@@ -66,6 +66,18 @@ class Qwen2VLFamily:
                 raise ValueError(f"the tokenizer has no {token} token")
             self.token_ids[modality] = token_id
 
+    def item_tokens(self, modality: str, item: ImageItem, kwargs: Mapping[str, Any]) -> int | None:
+        """Placeholder tokens of an image from its size alone, without processing it (for an
+        item the engine's cache holds); None when unknown (then it is processed)."""
+        if modality != "image":
+            return None
+        processor = self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
+        try:
+            patches = processor.num_patches(item.image.height, item.image.width)
+        except ValueError:
+            return None
+        return patches // processor.merge_size**2
+
     def process(
         self,
         modality: str,

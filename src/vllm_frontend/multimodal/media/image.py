@@ -112,8 +112,10 @@ def decode_image(data: bytes, options: ImageOptions, max_pixels: int) -> ImageIt
                     f"maximum of {max_pixels} pixels. Set VLLM_MAX_IMAGE_PIXELS to increase "
                     "this limit."
                 )
+            # In place: the same pixels as vLLM's copying call, without a copy of the whole
+            # decoded image when there is nothing to transpose (the usual case).
             with contextlib.suppress(Exception):
-                image = ImageOps.exif_transpose(image)
+                ImageOps.exif_transpose(image, in_place=True)
             image.load()
             converted = convert_mode(image, options)
         except OSError as exc:  # UnidentifiedImageError and truncated data are OSErrors
