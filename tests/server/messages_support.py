@@ -11,7 +11,6 @@ from typing import Any
 
 from tests.support.responses import body as body_of
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
-from vllm_frontend.chat.llm import ChatLlm
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm_frontend.llm import LLM
@@ -26,31 +25,26 @@ from vllm_frontend.text.tokenizer import Tokenizer
 
 
 class ScriptedClient:
-    """Answers every request with ``text``'s tokens, one output each (then ``finish``); the
-    engine's stop string match is ``stop_reason`` when given."""
+    """Answers every request with ``text``'s tokens, one output each, then EOS (a stop), or
+    stops at ``max_tokens`` (a length finish); stop strings are the frontend's to find."""
 
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        text: str,
-        finish: FinishReason = FinishReason.STOP,
-        stop_reason: int | str | None = None,
-    ) -> None:
-        self.ids = tokenizer.encode(text, add_special_tokens=False)
-        self.finish = finish
-        self.stop_reason = stop_reason
+    def __init__(self, tokenizer: Tokenizer, text: str) -> None:
+        self.tokenizer = tokenizer
         self.requests: list[EngineCoreRequest] = []
+        self.script(text)
+
+    def script(self, text: str) -> None:
+        """Answer later requests with ``text``."""
+        tokenizer = self.tokenizer
+        self.ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
 
     def add_request(self, request: EngineCoreRequest) -> Any:
         self.requests.append(request)
         limit = min(len(self.ids), request.sampling_params.max_tokens or len(self.ids))
-        finish = FinishReason.LENGTH if limit < len(self.ids) else self.finish
+        finish = FinishReason.LENGTH if limit < len(self.ids) else FinishReason.STOP
         outs = [
             EngineCoreOutput(
-                request.request_id,
-                [tok],
-                finish_reason=finish if i == limit - 1 else None,
-                stop_reason=self.stop_reason if i == limit - 1 else None,
+                request.request_id, [tok], finish_reason=finish if i == limit - 1 else None
             )
             for i, tok in enumerate(self.ids[:limit])
         ]
@@ -72,10 +66,11 @@ def messages_app(
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
     max_model_len: int = 256,
+    tokenizer: Tokenizer | None = None,
     **context: Any,
 ) -> App:
     """``/v1/chat/completions`` and the Messages routes serving model ``"m"`` from ``client``."""
-    tokenizer = Tokenizer.from_dir(model)
+    tokenizer = tokenizer or Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(client, EngineCoreRequest),
@@ -102,7 +97,6 @@ def messages_app(
     app.route("POST", "/v1/chat/completions", chat, json_body=True)
     app.route("POST", "/v1/messages", messages.messages, json_body=True)
     app.route("POST", "/v1/messages/count_tokens", messages.count_tokens, json_body=True)
-    assert isinstance(chat.chat, ChatLlm)
     return app
 
 

@@ -153,6 +153,7 @@ class MessagesHandler:
                     sampling=sampling_request(chat_req, chat=True),
                     max_tokens=chat_req.max_completion_tokens,
                     max_tokens_param="max_completion_tokens",
+                    add_special_tokens=False,  # the chat request's default
                     response_format=fields.response_format,
                     data_parallel_rank=data_parallel_rank(http),
                     cache_salt=cache_salt,

@@ -549,6 +549,40 @@ def _default_schema_types(request: MessagesRequest | CountTokensRequest) -> None
                     block.tool.definition.input_schema.setdefault("type", "object")
 
 
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+
+
+def _as_bool(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip().lower() in _TRUE
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return bool(value)
+    return value
+
+
+def _lax_bools(data: dict[str, Any]) -> bool:
+    """Turn what pydantic reads as a boolean into one in the boolean fields (already checked
+    against the schema); whether anything changed."""
+    holders: list[tuple[Any, tuple[str, ...]]] = [
+        (data, ("stream", "watermarking", "return_mm_kwargs")),
+        (data.get("tool_choice"), ("disable_parallel_tool_use",)),
+    ]
+    holders += [(tool, ("strict", "defer_loading")) for tool in data.get("tools") or ()]
+    for message in data.get("messages") or ():
+        content = message.get("content")
+        if isinstance(content, list):
+            holders += [(block, ("is_error",)) for block in content]
+    changed = False
+    for holder, names in holders:
+        if not isinstance(holder, dict):
+            continue
+        for name in names:
+            if name in holder and holder[name] is not None and type(holder[name]) is not bool:
+                holder[name] = _as_bool(holder[name])
+                changed = True
+    return changed
+
+
 def _parse(body: bytes, struct: type[Any], spec: _RequestModel, messages_request: bool) -> Any:
     data = decode_json_object(body)
     if isinstance(data, dict):
@@ -564,6 +598,9 @@ def _parse(body: bytes, struct: type[Any], spec: _RequestModel, messages_request
                 _default_schema_types(request)
                 return request
     errors = spec.errors(data, ("body",))
+    if not errors and isinstance(data, dict) and _lax_bools(data):
+        # pydantic's lax booleans ("yes", "off", 1.0, ...) that msgspec refuses
+        return _parse(msgspec.json.encode(data), struct, spec, messages_request)
     if not errors:  # msgspec refused what pydantic accepts: report it rather than guess
         errors = [
             {"type": "value_error", "loc": ("body",), "msg": "Invalid request", "input": data}
