@@ -61,6 +61,7 @@ TIME = {
         "additionalProperties": False,
     },
 }
+PARIS = {"city": "Paris"}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 HISTORY = [
     *USER,
