@@ -135,6 +135,13 @@ def test_handler_errors_have_anthropics_shape(tiny_model: pathlib.Path, path: st
     assert "--enable-auto-tool-choice" in body["error"]["message"]
 
 
+def test_a_cache_salt_the_chat_request_refuses_is_refused(tiny_model: pathlib.Path) -> None:
+    status, raw = _run(_app(tiny_model), "/v1/messages", _body(cache_salt="a/b"))
+    assert status == 400
+    message = json.loads(raw)["error"]["message"]
+    assert message.startswith("Parameter 'cache_salt' must be at most 128 characters")
+
+
 def test_body_errors_keep_vllms_openai_shape(tiny_model: pathlib.Path) -> None:
     status, raw = _run(_app(tiny_model), "/v1/messages", {"model": "m", "messages": USER})
     assert status == 400

@@ -122,8 +122,8 @@ def urls(tiny_model: pathlib.Path) -> Iterator[dict[str, str]]:
     log = (log_dir() / f"ours-messages-{port}.log").open("wb")
     ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 600)
-        reference.wait_ready(600)
+        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 1500)
+        reference.wait_ready(1500)
         yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
     finally:
         stop_group(ours)
@@ -165,7 +165,9 @@ def _create(client: anthropic.Anthropic, model: str, **kw: Any) -> Any:
     kw.setdefault("messages", USER)
     kw.setdefault("max_tokens", 24)
     kw.setdefault("temperature", 0)
-    return client.messages.create(model=model, **kw)
+    # This SDK release has no sampling parameters of its own: they go as extra body fields.
+    extra = {k: kw.pop(k) for k in ("temperature", "top_p", "top_k") if k in kw}
+    return client.messages.create(model=model, extra_body=extra, **kw)
 
 
 def _stream_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -307,6 +309,7 @@ def _bad_bodies(model: str) -> list[Any]:
         {**ok, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
         {**ok, "messages": [{"role": "user", "content": "x " * 2000}]},
         {**ok, "cache_salt": ""},
+        {**ok, "cache_salt": "a/b"},
     ]
 
 

@@ -45,6 +45,7 @@ from .messages_protocol import (
     parse_messages_request,
 )
 from .protocol import ChatCompletionRequest
+from .protocol import _check_cache_salt as check_cache_salt
 from .transport import AnyResponse, Request, Response, StreamingResponse
 
 __all__ = ["MessagesHandler", "anthropic_error_response"]
@@ -111,9 +112,13 @@ class MessagesHandler:
 
     def _fields(self, request: MessagesRequest | CountTokensRequest) -> ChatFields:
         effort = self._disabled_thinking_effort(request)
-        return to_chat_fields(
+        fields = to_chat_fields(
             request, merge_inline_system=self._merge_system(), disabled_thinking_effort=effort
         )
+        if isinstance(request, MessagesRequest) and request.cache_salt is not None:
+            # the chat request's own validator, run when vLLM builds it
+            check_cache_salt({"cache_salt": request.cache_salt})
+        return fields
 
     async def _generate(
         self,
