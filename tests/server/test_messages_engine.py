@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -120,7 +121,11 @@ def urls(tiny_model: pathlib.Path) -> Iterator[dict[str, str]]:
             "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
             "--data-parallel-rpc-port", str(handshake), *TOOL_FLAGS, *SO_CONFIG]  # fmt: skip
     log = (log_dir() / f"ours-messages-{port}.log").open("wb")
-    ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # a busy 2-core machine can take more than the default 600 s to start the engine
+    env = {**os.environ, "VLLM_ENGINE_READY_TIMEOUT_S": "1500"}
+    ours = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
     try:
         _wait_http(f"http://127.0.0.1:{port}", ours, engines, 1500)
         reference.wait_ready(1500)
