@@ -30,7 +30,7 @@ USER = [{"role": "user", "content": "Weather?"}]
 
 @functools.cache
 def _tokenizer(model: pathlib.Path) -> Tokenizer:
-    return Tokenizer.from_dir(model)
+    return Tokenizer.from_dir(model, start_fast_encoder=False)
 
 
 def _app(model: pathlib.Path, text: str = TEXT, client: Any = None) -> Any:

@@ -461,7 +461,7 @@ _APPS: dict[tuple[str | None, str | None], tuple[ScriptedClient, Any]] = {}
 
 @functools.cache
 def _think_tokenizer(path: pathlib.Path) -> Tokenizer:
-    return Tokenizer.from_dir(path)
+    return Tokenizer.from_dir(path, start_fast_encoder=False)
 
 
 @pytest.mark.parametrize("stream", [False, True])
