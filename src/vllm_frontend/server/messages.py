@@ -222,7 +222,7 @@ class MessagesHandler:
         reasoning: str | None = None
         calls: list[Any] = []
         if (parser := gen.new_parser()) is not None:
-            parsed = parser.parse(final.text)
+            parsed = parser.parse(final.text, final.token_ids)
             content = parsed.content
             if parser.forced is not None:
                 content = parsed.content or ""
