@@ -40,6 +40,7 @@ from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.messages import MessagesHandler
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
@@ -231,6 +232,9 @@ def build_frontend_app(
         output_parsers(config, model.tokenizer, model_facts(model), harmony=harmony is not None),
         harmony=harmony,
     )
+    messages = MessagesHandler(
+        ctx, chat.chat, disabled_thinking_effort=config.anthropic_disabled_thinking_effort
+    )
     app = build_app(
         settings,
         services,
@@ -238,6 +242,8 @@ def build_frontend_app(
             ("POST", "/v1/completions"): completions,
             ("POST", "/v1/chat/completions"): chat,
             ("POST", "/invocations"): invocations_handler(chat, completions),
+            ("POST", "/v1/messages"): messages.messages,
+            ("POST", "/v1/messages/count_tokens"): messages.count_tokens,
         },
     )
     if config.enable_tokenizer_info_endpoint:

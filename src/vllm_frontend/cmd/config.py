@@ -54,6 +54,9 @@ class FrontendConfig(msgspec.Struct):
     response_role: str = "assistant"
     cohere_format: str | None = "cmd4"
     """Added to the chat template's default kwargs unless they name one (as vLLM does)."""
+    anthropic_disabled_thinking_effort: str = "auto"
+    """The ``reasoning_effort`` an Anthropic ``thinking: {"type": "disabled"}`` asks for
+    (``auto``: probe the chat template, as vLLM does)."""
     return_tokens_as_token_ids: bool = False
     exclude_tools_when_tool_choice_none: bool = False
     enable_auto_tool_choice: bool = False

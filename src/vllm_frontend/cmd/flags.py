@@ -29,6 +29,7 @@ api_server_count chat_template chat_template_content_format trust_request_chat_t
 default_chat_template_kwargs response_role return_tokens_as_token_ids enable_auto_tool_choice
 exclude_tools_when_tool_choice_none tool_call_parser enable_prompt_tokens_details
 enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval cohere_format
+anthropic_disabled_thinking_effort
 host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
@@ -87,7 +88,6 @@ _IGNORED: dict[str, str] = {
     "enable_log_deltas": "only with --enable-log-outputs",
     "log_error_stack": "error responses are logged at debug level with their stack",
     "cohere_is_reasoning_model": "no Cohere API routes",
-    "anthropic_disabled_thinking_effort": "no Anthropic API routes",
     "data_parallel_supervisor_port": "vLLM's data-parallel supervisor is not used",
     "dp_supervisor_probe_interval_s": "vLLM's data-parallel supervisor is not used",
     "dp_supervisor_probe_timeout_s": "vLLM's data-parallel supervisor is not used",

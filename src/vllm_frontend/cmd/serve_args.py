@@ -186,6 +186,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--response-role", default="assistant")
     p.add_argument("--cohere-format", default="cmd4")
+    p.add_argument(
+        "--anthropic-disabled-thinking-effort",
+        choices=["auto", "none", "low", "medium", "high", "xhigh", "max"],
+        default="auto",
+    )
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--sse-keep-alive-interval", type=int, default=0)
