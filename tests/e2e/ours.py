@@ -49,9 +49,11 @@ class OurServer:
         self.thread.join(10)
 
 
-async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> tuple[Any, Any]:
+async def _build(
+    model_dir: pathlib.Path, handshake_address: str, port: int, args: dict[str, Any] | None = None
+) -> tuple[Any, Any]:
     # The same assembly the CLI runs (vllm_frontend.cmd), with vLLM's default options.
-    config = config_from_args({"model_tag": str(model_dir)})
+    config = config_from_args({"model_tag": str(model_dir), **(args or {})})
     model = load_model_resources(config)
     client = await EngineCoreClient.connect(
         handshake_address,
@@ -68,14 +70,19 @@ async def _build(model_dir: pathlib.Path, handshake_address: str, port: int) -> 
 
 
 def start_our_server(
-    model_dir: pathlib.Path, handshake_address: str, port: int, timeout: float = 600.0
+    model_dir: pathlib.Path,
+    handshake_address: str,
+    port: int,
+    timeout: float = 600.0,
+    args: dict[str, Any] | None = None,
 ) -> OurServer:
-    """Run our frontend on a background loop; returns once the engines are connected."""
+    """Run our frontend on a background loop; returns once the engines are connected.
+    ``args``: options over vLLM's defaults (``config_from_args`` keys)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="our-frontend", daemon=True)
     thread.start()
     fut: Future[tuple[Any, Any]] = asyncio.run_coroutine_threadsafe(
-        _build(model_dir, handshake_address, port), loop
+        _build(model_dir, handshake_address, port, args), loop
     )
     try:
         client, http = fut.result(timeout)

@@ -31,9 +31,33 @@ def generation_app(
 ) -> App:
     """``/v1/completions`` and ``/v1/chat/completions`` serving model ``"m"`` from ``client``;
     ``context`` adds ServingContext options (stream_interval, sse_keep_alive_interval, …)."""
+    ctx = generation_context(
+        model,
+        client,
+        max_model_len=max_model_len,
+        metrics=metrics,
+        tokenizer=tokenizer,
+        **context,
+    )
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=max_model_len))
+    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
+    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
+    return app
+
+
+def generation_context(
+    model: pathlib.Path,
+    client: Any,
+    *,
+    max_model_len: int,
+    metrics: FrontendMetrics | None = None,
+    tokenizer: Tokenizer | None = None,
+    **context: Any,
+) -> ServingContext:
+    """The serving context of :func:`generation_app` (model ``"m"`` from ``client``)."""
     tokenizer = tokenizer or Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
-    ctx = ServingContext(
+    return ServingContext(
         llm=LLM(client, EngineCoreRequest, metrics),
         tokenizer=tokenizer,
         served_model_names=["m"],
@@ -46,7 +70,3 @@ def generation_app(
         ),
         **context,
     )
-    app = App(ServerSettings(served_model_names=["m"], max_model_len=max_model_len))
-    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
-    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
-    return app

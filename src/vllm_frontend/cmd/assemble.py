@@ -42,6 +42,9 @@ from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mo
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.messages import MessagesHandler
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.responses import ResponsesHandler
+from vllm_frontend.server.responses_protocol import parse_responses_request
+from vllm_frontend.server.responses_store import store_from_env
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
@@ -225,12 +228,13 @@ def build_frontend_app(
         metrics_registry=registry,
         media_policy=media_policy(config),
     )
+    parsers = output_parsers(
+        config, model.tokenizer, model_facts(model), harmony=harmony is not None
+    )
     completions = CompletionsHandler(ctx, parse_completion_request)
-    chat = ChatHandler(
-        ctx,
-        parse_chat_request,
-        output_parsers(config, model.tokenizer, model_facts(model), harmony=harmony is not None),
-        harmony=harmony,
+    chat = ChatHandler(ctx, parse_chat_request, parsers, harmony=harmony)
+    responses = ResponsesHandler(
+        ctx, parse_responses_request, parsers, store=store_from_env(), harmony=harmony is not None
     )
     messages = MessagesHandler(
         ctx, chat.chat, disabled_thinking_effort=config.anthropic_disabled_thinking_effort
@@ -245,6 +249,7 @@ def build_frontend_app(
             ("POST", "/v1/messages"): messages.messages,
             ("POST", "/v1/messages/count_tokens"): messages.count_tokens,
         },
+        responses.routes(),
     )
     if config.enable_tokenizer_info_endpoint:
         app.route(

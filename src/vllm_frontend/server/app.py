@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,8 @@ GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 LOAD_TRACKED_PATHS = frozenset(
     {
         "/v1/responses",
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/cancel",
         "/v1/messages",
         "/v1/messages/count_tokens",
         "/v1/chat/completions",
@@ -225,19 +228,25 @@ class App:
         self._allow: dict[str, str] = {}
         self._excluded: dict[str, bool] = {}
         self._mounts: list[tuple[str, Handler]] = []
+        self._templates: list[tuple[re.Pattern[str], str]] = []
         self._tracked = LOAD_TRACKED_PATHS if settings.enable_server_load_tracking else frozenset()
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
         self._root_path = settings.root_path or ""
 
     def route(self, method: str, path: str, handler: Handler, json_body: bool = False) -> None:
-        """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``.
+        """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``, or on
+        a path template such as ``/v1/responses/{response_id}`` (a ``{name}`` segment matches
+        one non-empty path segment, as Starlette's; the template labels the metrics).
 
         With ``json_body`` the request must declare ``Content-Type: application/json`` (vLLM's
         ``validate_json_request`` dependency), else it gets vLLM's 400 without reaching the
         handler."""
         if json_body:
             handler = _require_json(handler)
+        if "{" in path and path not in self._routes:
+            pattern = re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path))
+            self._templates.append((re.compile(pattern + "$"), path))
         self._routes.setdefault(path, {})[method] = handler
         self._allow[path] = ", ".join(self._routes[path])
         self._excluded[path] = metrics_excluded(path)
@@ -292,6 +301,12 @@ class App:
     async def _route(self, request: Request, path: str) -> AnyResponse:
         start = time.perf_counter()
         methods = self._routes.get(path)
+        if methods is None and self._templates:
+            for pattern, template in self._templates:
+                if pattern.match(path):
+                    path = template  # routes, metrics and load tracking go by the template
+                    methods = self._routes[template]
+                    break
         handler = None if methods is None else methods.get(request.method)
         if handler is None:
             for prefix, mounted in self._mounts:

@@ -27,9 +27,12 @@ def build_app(
     settings: ServerSettings,
     services: Services,
     generation_routes: dict[tuple[str, str], Handler] | None = None,
+    api_routes: dict[tuple[str, str], Handler] | None = None,
 ) -> App:
     """The app with every route: ours plus ``generation_routes`` (e.g.
-    ``{("POST", "/v1/completions"): handler}``, which get the JSON content-type check)."""
+    ``{("POST", "/v1/completions"): handler}``, which get the JSON content-type check) and
+    ``api_routes`` (paths may be templates; a ``POST`` to the exact path of a generation route
+    gets the JSON check, the others not, as vLLM's routers)."""
     registry = services.metrics_registry
     if registry is None:
         registry = MetricsRegistry()
@@ -65,4 +68,6 @@ def build_app(
     app.route("POST", "/detokenize", detokenize, json_body=True)
     for (method, path), handler in (generation_routes or {}).items():
         app.route(method, path, handler, json_body=True)
+    for (method, path), handler in (api_routes or {}).items():
+        app.route(method, path, handler, json_body=method == "POST" and "{" not in path)
     return app

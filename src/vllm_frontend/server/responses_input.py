@@ -1,0 +1,157 @@
+"""A Responses request's conversation as chat messages, and its tools as chat tools, as vLLM
+0.32 builds them (vllm/entrypoints/openai/responses/utils.py, ``construct_input_messages``,
+``construct_tool_dicts``).
+
+Input items: messages (``input_text`` content parts included), ``function_call`` and
+``function_call_output`` items, and ``reasoning`` items; a function call or reasoning item
+joins the assistant message before it, as in vLLM. Items of other shapes are refused with a
+400 on ``body.input``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidParameter
+from .validation import validation_error
+
+__all__ = ["chat_tool_choice", "chat_tools", "input_messages", "output_messages"]
+
+_ROLES = ("user", "system", "developer", "assistant")
+
+
+def chat_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]] | None:
+    """The request's function tools in the chat ``tools`` shape (None without tools)."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        if tool.get("type") != "function":
+            continue
+        function = {
+            "name": tool.get("name"),
+            "description": tool.get("description"),
+            "parameters": tool.get("parameters"),
+            "strict": tool.get("strict"),
+        }
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(tool_choice: Any) -> Any:
+    """A Responses ``tool_choice`` in the chat shape (a named function nests its name)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+        return {"type": "function", "function": {"name": tool_choice.get("name")}}
+    return tool_choice
+
+
+def input_messages(
+    instructions: str | None,
+    request_input: str | list[Any],
+    previous_messages: list[dict[str, Any]] | None = None,
+    previous_output: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The chat messages of a request: its instructions as the system message, the previous
+    response's conversation (without its system messages) and output text, then the input."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    if previous_messages is not None:
+        messages.extend(m for m in previous_messages if m.get("role") != "system")
+    for item in previous_output or ():
+        if item.get("type") == "message":  # reasoning and calls of the previous output: skipped
+            for part in item.get("content") or ():
+                messages.append({"role": "assistant", "content": part.get("text")})
+    if isinstance(request_input, str):
+        messages.append({"role": "user", "content": request_input})
+        return messages
+    for index, item in enumerate(request_input):
+        message = _message(item, index, messages[-1] if messages else None)
+        if message is not None:
+            messages.append(message)
+    return messages
+
+
+def output_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` as the store keeps them (later requests extend their own)."""
+    return [dict(m) for m in messages]
+
+
+def _bad_item(index: int, item: Any, message: str) -> Exception:
+    return validation_error(
+        [
+            {
+                "type": "value_error",
+                "loc": ("body", "input", index),
+                "msg": message,
+                "input": item,
+            }
+        ]
+    )
+
+
+def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not isinstance(item, dict):
+        raise _bad_item(index, item, "Input should be a valid dictionary or object")
+    prev_assistant = prev if prev is not None and prev.get("role") == "assistant" else None
+    kind = item.get("type")
+    if kind == "function_call":
+        call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments")
+        if not all(isinstance(v, str) for v in (call_id, name, arguments)):
+            raise _bad_item(index, item, "function_call needs call_id, name and arguments")
+        namespace = item.get("namespace")
+        if namespace:
+            name = f"{namespace}__{name}"
+        call = {
+            "id": call_id,
+            "function": {"name": name, "arguments": arguments},
+            "type": "function",
+        }
+        if prev_assistant is not None:
+            calls = prev_assistant.get("tool_calls")
+            if calls is None:
+                prev_assistant["tool_calls"] = [call]
+                return None
+            calls.append(call)
+            return None
+        return {"role": "assistant", "tool_calls": [call]}
+    if kind == "reasoning":
+        if item.get("encrypted_content"):
+            raise InvalidParameter("Encrypted content is not supported.", parameter="input")
+        summary, content = item.get("summary"), item.get("content")
+        if not isinstance(summary, list):
+            raise _bad_item(index, item, "reasoning needs a summary list")
+        reasoning = ""
+        if content:
+            reasoning = _text(content[0], index, item)
+        elif summary:
+            reasoning = _text(summary[0], index, item)
+        if prev_assistant is not None and prev_assistant.get("reasoning") is None:
+            prev_assistant["reasoning"] = reasoning
+            return None
+        return {"role": "assistant", "reasoning": reasoning}
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        if not isinstance(item.get("call_id"), str) or "output" not in item:
+            raise _bad_item(index, item, f"{kind} needs call_id and output")
+        return {"role": "tool", "content": item.get("output"), "tool_call_id": item["call_id"]}
+    if kind not in (None, "message") or item.get("role") not in _ROLES or "content" not in item:
+        raise _bad_item(index, item, "Unsupported input item")
+    if item["role"] == "assistant":
+        content = item["content"]
+        text: Any = None
+        if isinstance(content, str):
+            text = content
+        elif isinstance(content, list) and content:
+            text = _text(content[0], index, item)
+        if text is not None:
+            if prev_assistant is not None and prev_assistant.get("content") is None:
+                prev_assistant["content"] = text
+                return None
+            return {"role": "assistant", "content": text}
+    return item
+
+
+def _text(part: Any, index: int, item: Any) -> str:
+    if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+        raise _bad_item(index, item, "a content part needs its text")
+    return str(part["text"])

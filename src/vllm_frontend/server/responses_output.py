@@ -1,0 +1,203 @@
+"""The JSON of a Responses ``response`` object, its output items and stream events, as vLLM
+0.32 dumps them (``ResponsesResponse.model_dump(mode="json", by_alias=True)`` over the OpenAI
+SDK's types: every field, ``None`` included, in the SDK models' order).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+__all__ = [
+    "function_call_item",
+    "message_item",
+    "new_id",
+    "output_text",
+    "reasoning_item",
+    "response_json",
+    "tool_json",
+    "usage_json",
+]
+
+
+def new_id(prefix: str) -> str:
+    """``<prefix>_`` and 16 random hex digits (vLLM's ``random_uuid`` ids)."""
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def output_text(text: str, logprobs: Any) -> dict[str, Any]:
+    """An ``output_text`` content part."""
+    return {"annotations": [], "text": text, "type": "output_text", "logprobs": logprobs}
+
+
+def message_item(item_id: str, content: list[Any], status: str) -> dict[str, Any]:
+    """An assistant ``message`` output item."""
+    return {
+        "id": item_id,
+        "content": content,
+        "role": "assistant",
+        "status": status,
+        "type": "message",
+        "phase": None,
+    }
+
+
+def reasoning_item(item_id: str, text: str | None, status: str | None) -> dict[str, Any]:
+    """A ``reasoning`` output item (``text`` None: no content yet)."""
+    content = None if text is None else [{"text": text, "type": "reasoning_text"}]
+    return {
+        "id": item_id,
+        "summary": [],
+        "type": "reasoning",
+        "content": content,
+        "encrypted_content": None,
+        "status": status,
+    }
+
+
+def function_call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str, added: bool = False
+) -> dict[str, Any]:
+    """A ``function_call`` output item (``added``: the in-progress shape of the stream's
+    ``output_item.added``, which also carries ``created_by``)."""
+    item = {
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
+        "type": "function_call",
+        "id": item_id,
+        "async": None,
+        "caller": None,
+        "namespace": None,
+        "status": status,
+    }
+    if added:
+        item["created_by"] = None
+    return item
+
+
+_FUNCTION_TOOL_FIELDS = (
+    "name",
+    "parameters",
+    "strict",
+    "type",
+    "allowed_callers",
+    "async",
+    "defer_loading",
+    "description",
+    "output_schema",
+)
+_REASONING_FIELDS = ("context", "effort", "generate_summary", "mode", "summary")
+
+
+def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
+    """A request tool as the response echoes it (a function tool with every SDK field)."""
+    if tool.get("type") != "function":
+        return tool
+    return {k: tool.get(k) for k in _FUNCTION_TOOL_FIELDS}
+
+
+def _tool_choice_json(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"name": choice.get("name"), "type": "function"}
+    return choice
+
+
+def _format_json(fmt: Any) -> Any:
+    if not isinstance(fmt, dict):
+        return fmt
+    if fmt.get("type") == "json_schema":
+        return {
+            "name": fmt.get("name"),
+            "schema": fmt.get("schema"),
+            "type": "json_schema",
+            "description": fmt.get("description"),
+            "strict": fmt.get("strict"),
+        }
+    return {"type": fmt.get("type")}
+
+
+def _text_json(text: dict[str, Any] | None) -> Any:
+    if text is None:
+        return None
+    return {"format": _format_json(text.get("format")), "verbosity": text.get("verbosity")}
+
+
+def _reasoning_json(reasoning: dict[str, Any] | None) -> Any:
+    if reasoning is None:
+        return None
+    return {k: reasoning.get(k) for k in _REASONING_FIELDS}
+
+
+def usage_json(
+    input_tokens: int, output_tokens: int, cached: int, reasoning_tokens: int
+) -> dict[str, Any]:
+    """``usage`` (one turn: vLLM leaves the per-turn lists empty for plain models)."""
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": cached,
+            "cache_write_tokens": 0,
+            "input_tokens_per_turn": [],
+            "cached_tokens_per_turn": [],
+        },
+        "output_tokens": output_tokens,
+        "output_tokens_details": {
+            "reasoning_tokens": reasoning_tokens,
+            "tool_output_tokens": 0,
+            "output_tokens_per_turn": [],
+            "tool_output_tokens_per_turn": [],
+        },
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def response_json(
+    req: Any,
+    *,
+    response_id: str,
+    created_at: int,
+    model: str,
+    params: Any,
+    output: list[Any],
+    status: str,
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """vLLM's ``ResponsesResponse.from_request`` dumped; ``params`` are the engine's sampling
+    parameters (temperature, top_p, max_tokens, penalties and logprobs are echoed from them)."""
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    parallel = req.parallel_tool_calls
+    return {
+        "id": response_id,
+        "created_at": created_at,
+        "incomplete_details": incomplete,
+        "instructions": req.instructions,
+        "metadata": req.metadata,
+        "model": model,
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": True if parallel is None else parallel,
+        "temperature": params.temperature,
+        "tool_choice": _tool_choice_json(req.tool_choice),
+        "tools": [tool_json(t) for t in req.tools],
+        "top_p": params.top_p,
+        "background": req.background,
+        "max_output_tokens": params.max_tokens,
+        "max_tool_calls": req.max_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "prompt": req.prompt,
+        "reasoning": _reasoning_json(req.reasoning),
+        "service_tier": req.service_tier,
+        "status": status,
+        "text": _text_json(req.text),
+        "top_logprobs": params.logprobs,
+        "truncation": req.truncation,
+        "usage": usage,
+        "user": req.user,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "input_messages": None,
+        "output_messages": None,
+    }

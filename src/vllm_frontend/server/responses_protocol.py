@@ -1,0 +1,167 @@
+"""The ``POST /v1/responses`` body as a msgspec Struct, with vLLM 0.32's fields, defaults and
+validators (vllm/entrypoints/openai/responses/protocol.py, ``ResponsesRequest``).
+
+Scalar fields are checked as pydantic checks them (the shared schema in ``validation.py``);
+``input`` items, ``tools``, ``text`` and ``reasoning`` (OpenAI SDK types in vLLM) are kept as
+JSON and checked where they are used (:mod:`.responses_input`). Use
+:func:`parse_responses_request`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .errors import InvalidParameter
+from .protocol import Int64, StopList, XArgValue, _check_cache_salt, _schema
+from .validation import LazyModel, convert_body, decode_json_object
+
+__all__ = ["ResponsesRequest", "parse_responses_request"]
+
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
+Include = Literal[
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "message.input_image.image_url",
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+]
+Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+TopLogprobs = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ResponsesRequest(msgspec.Struct, kw_only=True):
+    """vLLM's ``ResponsesRequest`` (field order and defaults as there)."""
+
+    background: bool | None = False
+    include: list[Include] | None = None
+    input: str | list[Any]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    metadata: dict[str, str] | None = None
+    model: str | None = None
+    logit_bias: dict[str, float] | None = None
+    parallel_tool_calls: bool | None = True
+    previous_response_id: str | None = None
+    prompt: Any = None
+    reasoning: dict[str, Any] | None = None
+    include_reasoning: bool = True
+    service_tier: ServiceTier = "auto"
+    store: bool | None = True
+    stream: bool | None = False
+    temperature: float | None = None
+    text: dict[str, Any] | None = None
+    tool_choice: Any = "auto"
+    tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    top_logprobs: TopLogprobs | None = 0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    truncation: Literal["auto", "disabled"] | None = "disabled"
+    user: str | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    prompt_cache_key: str | None = None
+    watermarking: bool | None = None
+    request_id: str | None = None
+    session_id: str | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    priority: Int64 = 0
+    mm_payload: Literal["tensors", "none"] = "tensors"
+    return_mm_kwargs: bool | None = None
+    cache_salt: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    enable_response_messages: bool = False
+    previous_input_messages: list[Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    repetition_penalty: float | None = None
+    seed: Int64 | None = None
+    stop: str | StopList | None = msgspec.field(default_factory=list)
+    stop_token_ids: list[int] | None = msgspec.field(default_factory=list)
+    ignore_eos: bool = False
+    vllm_xargs: dict[str, XArgValue] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def include_logprobs(self) -> bool:
+        """vLLM's ``is_include_output_logprobs``."""
+        return bool(self.include) and "message.output_text.logprobs" in (self.include or ())
+
+
+_SCHEMA = LazyModel(lambda: _schema(ResponsesRequest))
+
+
+def _check_tool_usage(data: dict[str, Any]) -> None:
+    # vLLM's check_tool_usage: without tools "auto" becomes "none"; "required" or a named
+    # function then has nothing to call.
+    tools = data.get("tools")
+    choice = data.get("tool_choice", "auto")
+    named = isinstance(choice, dict) and choice.get("type") in ("function", "custom")
+    if not (tools is not None and len(tools) > 0):
+        if choice in ("auto", "none"):
+            data["tool_choice"] = "none"
+        elif choice == "required":
+            raise InvalidParameter(
+                "Tool choice 'required' must be specified with 'tools' parameter.",
+                parameter="tool_choice",
+            )
+        elif named:
+            raise InvalidParameter(
+                "Tool choice 'function' not found in 'tools' parameter.", parameter="tool_choice"
+            )
+    elif named:
+        name = choice.get("name")
+        names = {t.get("name") for t in tools if isinstance(t, dict)}
+        if not name or name not in names:
+            raise InvalidParameter(
+                "Tool choice 'function' not found in 'tools' parameter.", parameter="tool_choice"
+            )
+
+
+def _check_custom_tool_format(data: dict[str, Any]) -> None:
+    tools = data.get("tools")
+    if not isinstance(tools, list):
+        return
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        fmt = tool.get("format")
+        if tool.get("type") == "custom" and isinstance(fmt, dict) and fmt.get("type") == "grammar":
+            raise InvalidParameter(
+                "Custom tools with a grammar format are not supported; "
+                "only free-form text custom tools are accepted.",
+                parameter="tools",
+            )
+
+
+def _validate_prompt(data: dict[str, Any]) -> None:
+    if data.get("prompt") is not None:
+        raise InvalidParameter("prompt template is not supported", parameter="prompt")
+
+
+def _validate_background(data: dict[str, Any]) -> None:
+    if data.get("background") and not data.get("store", True):
+        raise InvalidParameter(
+            "background can only be used when `store` is true", parameter="background"
+        )
+
+
+# pydantic runs vLLM's "before" validators in the reverse of their definition order
+_VALIDATORS = (
+    _check_tool_usage,
+    _check_custom_tool_format,
+    _validate_prompt,
+    _validate_background,
+    _check_cache_salt,
+)
+
+
+def parse_responses_request(body: bytes) -> ResponsesRequest:
+    """Decode and validate a ``/v1/responses`` body like vLLM."""
+    return convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
