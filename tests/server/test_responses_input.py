@@ -1,0 +1,144 @@
+"""A Responses request's input as chat messages and its tools as chat tools, pinned against
+vLLM 0.32's own ``construct_input_messages`` and ``construct_tool_dicts`` over its parsed
+``ResponsesRequest``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from vllm_frontend.server.responses_input import chat_tools, input_messages
+from vllm_frontend.server.responses_protocol import parse_responses_request
+
+pytestmark = pytest.mark.oracle
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "w",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+    {"type": "function", "name": "noop", "parameters": None, "strict": True},
+]
+CALL = {
+    "type": "function_call",
+    "call_id": "c1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+}
+OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+REASONING = {
+    "type": "reasoning",
+    "summary": [],
+    "content": [{"type": "reasoning_text", "text": "hmm"}],
+}
+
+INPUTS: list[Any] = [
+    "Hello",
+    [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+    [{"role": "developer", "content": "Rules"}, {"role": "user", "content": "Go"}],
+    [{"role": "user", "content": "Weather?"}, CALL, OUTPUT],
+    [{"role": "user", "content": "x"}, REASONING, CALL, {**CALL, "call_id": "c2"}, OUTPUT],
+    [{"role": "user", "content": "x"}, {"role": "assistant", "content": "Sure."}, CALL, OUTPUT],
+    [
+        {"role": "user", "content": "x"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Partial"}],
+        },
+        REASONING,
+    ],
+    [REASONING, {"role": "user", "content": "x"}],
+    [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "sum"}]},
+        {"role": "user", "content": "x"},
+    ],
+    [CALL, OUTPUT, {"role": "user", "content": "and then?"}],
+]
+
+
+@pytest.mark.parametrize("request_input", INPUTS)
+@pytest.mark.parametrize("instructions", [None, "Be brief."])
+def test_messages_match_vllm(request_input: Any, instructions: str | None) -> None:
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest as VllmRequest
+    from vllm.entrypoints.openai.responses.utils import construct_input_messages
+
+    body = {"model": "m", "input": request_input, "instructions": instructions, "tools": TOOLS}
+    raw = json.dumps(body).encode()  # vLLM's validators rewrite the dict they are given
+    theirs = construct_input_messages(
+        request_instructions=instructions,
+        request_input=VllmRequest.model_validate(json.loads(raw)).input,
+    )
+    ours = input_messages(instructions, parse_responses_request(raw).input)
+    assert _plain(ours) == _plain(theirs)
+
+
+def test_previous_conversation_matches_vllm() -> None:
+    from openai.types.responses import (
+        ResponseOutputMessage,
+        ResponseOutputText,
+        ResponseReasoningItem,
+    )
+    from openai.types.responses.response_reasoning_item import Content
+    from vllm.entrypoints.openai.responses.utils import construct_input_messages
+
+    previous = [{"role": "system", "content": "old rules"}, {"role": "user", "content": "a"}]
+    output = [
+        ResponseReasoningItem(
+            id="r", summary=[], type="reasoning", content=[Content(text="t", type="reasoning_text")]
+        ),
+        ResponseOutputMessage(
+            id="m",
+            role="assistant",
+            status="completed",
+            type="message",
+            content=[ResponseOutputText(text="b", annotations=[], type="output_text")],
+        ),
+    ]
+    theirs = construct_input_messages(
+        request_instructions="new rules",
+        request_input="c",
+        prev_msg=[dict(m) for m in previous],
+        prev_response_output=output,
+    )
+    ours = input_messages(
+        "new rules", "c", [dict(m) for m in previous], [o.model_dump(mode="json") for o in output]
+    )
+    assert _plain(ours) == _plain(theirs)
+
+
+@pytest.mark.parametrize("choice", ["auto", "none", "required"])
+def test_tools_match_vllm(choice: str) -> None:
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest as VllmRequest
+    from vllm.entrypoints.openai.responses.utils import construct_tool_dicts
+
+    req = VllmRequest.model_validate({"input": "x", "tools": TOOLS, "tool_choice": choice})
+    theirs = construct_tool_dicts(req.tools, req.tool_choice)
+    assert theirs is not None
+    # vLLM's dump carries the chat tool model's defaults; the template sees the same values
+    expected = [
+        {
+            "type": t["type"],
+            "function": {
+                k: t["function"].get(k) for k in ("name", "description", "parameters", "strict")
+            },
+        }
+        for t in theirs
+    ]
+    assert chat_tools(TOOLS, choice) == expected
+
+
+def _plain(messages: Any) -> Any:
+    out = []
+    for m in messages:
+        m = {k: v for k, v in dict(m).items()}
+        if "tool_calls" in m:
+            m["tool_calls"] = [dict(c, function=dict(c["function"])) for c in m["tool_calls"]]
+        if isinstance(m.get("content"), list):
+            m["content"] = [dict(p) for p in m["content"]]
+        out.append(m)
+    return out
