@@ -550,7 +550,7 @@ class _SamplingView:
         if name == "top_logprobs":
             return req.top_logprobs if req.include_logprobs() else None
         if name == "stream":
-            return bool(req.stream) or bool(req.background and req.stream)
+            return bool(req.stream)
         if name in _RESPONSES_FIELDS:
             return getattr(req, name)
         return _CHAT_DEFAULTS.get(name)
