@@ -18,7 +18,7 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
 from vllm_frontend.server.responses_store import ResponseStore
-from vllm_frontend.server.transport import PushedStreamingResponse, Request
+from vllm_frontend.server.transport import PushedStreamingResponse, Request, Response
 from vllm_frontend.text.tokenizer import Tokenizer
 
 
@@ -214,3 +214,50 @@ def test_the_store_is_bounded_and_keeps_running_responses() -> None:
     assert store.get("a") is not None
     assert store.get("b") is None
     assert store.get("c") is not None
+
+
+class _Recorder:
+    """Stands in for HttpMetrics: keeps the handler label of each exchange."""
+
+    def __init__(self) -> None:
+        self.handlers: list[str] = []
+
+    def observe(self, method: str, handler: str, *args: Any) -> None:
+        self.handlers.append(handler)
+
+
+def test_templated_routes_are_labelled_by_their_template() -> None:
+    async def ok(request: Request) -> Response:
+        return Response(request.path.encode())
+
+    recorder = _Recorder()
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=8), recorder)  # type: ignore[arg-type]
+    app.route("GET", "/v1/responses/{response_id}", ok)
+    app.route("POST", "/v1/responses/{response_id}/cancel", ok)
+
+    async def main() -> list[tuple[int, bytes]]:
+        out = []
+        for method, path in (
+            ("GET", "/v1/responses/resp_1"),
+            ("POST", "/v1/responses/r/cancel"),
+            ("GET", "/v1/responses/a/b"),
+            ("POST", "/v1/responses/r"),
+        ):
+            response = await app(Request(method, path, b"", {}, b""))
+            if response.background is not None:
+                response.background()
+            out.append((response.status, response.body))
+        return out
+
+    assert asyncio.run(main()) == [
+        (200, b"/v1/responses/resp_1"),
+        (200, b"/v1/responses/r/cancel"),
+        (404, b'{"detail":"Not Found"}'),
+        (405, b'{"detail":"Method Not Allowed"}'),
+    ]
+    assert recorder.handlers == [
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/cancel",
+        "none",
+        "none",  # a method the route lacks: partial match, as vLLM labels it
+    ]
