@@ -180,7 +180,7 @@ class ResponsesHandler:
                 sampling=sampling,
                 max_tokens=req.max_output_tokens,
                 max_tokens_param="max_output_tokens",
-                add_special_tokens=False,
+                add_special_tokens=True,  # as vLLM (a template's BOS then doubles)
                 truncate_prompt_tokens=-1 if req.truncation not in (None, "disabled") else None,
                 structured_outputs=structured,
                 priority=req.priority,
