@@ -62,9 +62,10 @@ def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
                 tiny_model,
                 engines.handshake_address,
                 free_port(),
+                timeout=1200,  # a loaded machine starts a low-priority engine slowly
                 args={"tool_call_parser": "llama3_json", "enable_auto_tool_choice": True},
             )
-        reference.wait_ready(600)
+        reference.wait_ready(1200)
         clients = {
             name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
             for name, url in (("ours", ours.base_url), ("vllm", reference.base_url))

@@ -14,6 +14,7 @@ import pytest
 from tests.server.test_coalesced_outputs import ScriptedClient
 from tests.support.generation_app import generation_context
 from tests.support.responses import body as body_of
+from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
@@ -22,12 +23,23 @@ from vllm_frontend.server.transport import PushedStreamingResponse, Request, Res
 from vllm_frontend.text.tokenizer import Tokenizer
 
 
-def _app(model: pathlib.Path, store: ResponseStore | None, harmony: bool = False) -> App:
+def _app(
+    model: pathlib.Path,
+    store: ResponseStore | None,
+    harmony: bool = False,
+    text: str | None = None,
+    tool_parser: str | None = None,
+) -> App:
     tokenizer = Tokenizer.from_dir(model)
     client = ScriptedClient(tokenizer, False)
-    ctx = generation_context(model, client, max_model_len=128, tokenizer=tokenizer)
-    app = App(ServerSettings(served_model_names=["m"], max_model_len=128))
-    handler = ResponsesHandler(ctx, parse_responses_request, store=store, harmony=harmony)
+    if text is not None:  # the engine generates this text instead
+        client.ids = tokenizer.encode(text, add_special_tokens=False)
+    ctx = generation_context(model, client, max_model_len=512, tokenizer=tokenizer)
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=512))
+    parsers = OutputParsers.for_tokenizer(
+        tokenizer.token_to_id, tool_call_parser=tool_parser, enable_auto_tool_choice=True
+    )
+    handler = ResponsesHandler(ctx, parse_responses_request, parsers, store=store, harmony=harmony)
     for (method, path), route in handler.routes().items():
         app.route(method, path, route, json_body=path == "/v1/responses")
     return app
@@ -261,3 +273,42 @@ def test_templated_routes_are_labelled_by_their_template() -> None:
         "none",
         "none",  # a method the route lacks: partial match, as vLLM labels it
     ]
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+CALL_TEXT = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+
+
+def test_tool_calls_become_function_call_items(tiny_model: pathlib.Path) -> None:
+    app = _app(tiny_model, None, text=CALL_TEXT, tool_parser="llama3_json")
+    body = {"model": "m", "input": "Weather?", "tools": TOOLS, "max_output_tokens": 100}
+    _, full = asyncio.run(_call(app, "POST", "/v1/responses", body))
+    [item] = full["output"]
+    assert item["type"] == "function_call" and item["status"] == "completed"
+    assert (item["name"], item["arguments"]) == ("get_weather", '{"city": "Paris"}')
+    assert item["call_id"].startswith("chatcmpl-tool-") and item["id"].startswith("fc_")
+    assert full["status"] == "incomplete"  # the scripted engine always stops on length
+    _, events = asyncio.run(_call(app, "POST", "/v1/responses", {**body, "stream": True}))
+    types = [e["type"] for e in events]
+    assert types[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert types[-3:] == [
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    added = events[2]["item"]
+    assert (added["type"], added["status"], added["arguments"]) == (
+        "function_call",
+        "in_progress",
+        "",
+    )
+    assert "created_by" in added and "created_by" not in events[-2]["item"]
+    deltas = [e["delta"] for e in events if e["type"].endswith("arguments.delta")]
+    assert "".join(deltas) == events[-3]["arguments"] == '{"city": "Paris"}'
+    assert events[-1]["response"]["output"] == [events[-2]["item"]]
