@@ -47,9 +47,7 @@ TOOLS: list[Any] = [
 def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
     """SDK clients of our server and vLLM's, each with its own fresh engine."""
     handshake = free_port()
-    engines = start_headless_engines(
-        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=10
-    )
+    engines = start_headless_engines(handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS)
     reference = start_vllm_server(
         model=tiny_model, extra_args=(*ENGINE_ARGS, *PARSER_ARGS), env=STORE_ENV
     )
