@@ -66,7 +66,10 @@ def input_messages(
         messages.append({"role": "user", "content": request_input})
         return messages
     for index, item in enumerate(request_input):
-        message = _message(item, index, messages[-1] if messages else None)
+        try:
+            message = _message(item, index, messages[-1] if messages else None)
+        except _BadItem as bad:
+            raise _input_error(request_input, bad) from None
         if message is not None:
             messages.append(message)
     return messages
@@ -77,17 +80,31 @@ def output_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(m) for m in messages]
 
 
+class _BadItem(Exception):
+    def __init__(self, index: int, item: Any, message: str) -> None:
+        super().__init__(message)
+        self.error = {
+            "type": "value_error",
+            "loc": ("body", "input", index),
+            "msg": message,
+            "input": item,
+        }
+
+
 def _bad_item(index: int, item: Any, message: str) -> Exception:
-    return validation_error(
-        [
-            {
-                "type": "value_error",
-                "loc": ("body", "input", index),
-                "msg": message,
-                "input": item,
-            }
-        ]
-    )
+    return _BadItem(index, item, message)
+
+
+def _input_error(request_input: list[Any], bad: _BadItem) -> Exception:
+    # pydantic reports the string branch of ``input`` first (vLLM's param: body.input), then
+    # each item branch; ours names the one rule the item breaks
+    string_error = {
+        "type": "string_type",
+        "loc": ("body", "input"),
+        "msg": "Input should be a valid string",
+        "input": request_input,
+    }
+    return validation_error([string_error, bad.error])
 
 
 def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, Any] | None:
