@@ -384,3 +384,23 @@ def test_bad_input_shapes(sdk: dict[str, openai.OpenAI], body: dict[str, Any]) -
         if "input" not in body or not isinstance(body["input"], list):
             got[name] += (error["message"],)
     assert got["ours"] == got["vllm"]
+
+
+def test_background_stream_replay(sdk: dict[str, openai.OpenAI]) -> None:
+    model = model_of(sdk)
+    replays = {}
+    for name, client in sdk.items():
+        events = stream_events(
+            client,
+            model,
+            input="Background stream",
+            max_output_tokens=5,
+            temperature=0,
+            background=True,
+        )
+        response_id = events[0]["response"]["id"]
+        with client.responses.retrieve(response_id, stream=True, starting_after=1) as stream:
+            again = [event.model_dump(mode="json") for event in stream]
+        assert again == events[2:]
+        replays[name] = events
+    assert_same_stream(replays["ours"], replays["vllm"])
