@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
@@ -279,7 +280,7 @@ class ResponsesHandler:
         req: ResponsesRequest,
         gen: ChatGeneration,
         final: SequenceOutput,
-        parser: OutputParser | None,
+        parser: OutputParser | HarmonyOutputParser | None,
     ) -> list[Any]:
         logprobs = self._logprobs(req, gen, final)
         if parser is None:
