@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-import shutil
 import sys
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -34,7 +32,7 @@ from tests.support.tiny_model import (
     _byte_level_alphabet,
     _write_bf16_safetensors,
     _write_json,
-    cache_root,
+    cached_build,
 )
 
 NUM_BASE_TOKENS = 199998
@@ -97,22 +95,7 @@ def _input_hash() -> str:
 
 def tiny_gptoss_dir() -> pathlib.Path:
     """The directory, building it first if the cache lacks it."""
-    target = cache_root() / f"tiny-gptoss-{_input_hash()}"
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        build(staging)
-        staging.chmod(0o755)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return cached_build(f"tiny-gptoss-{_input_hash()}", build)
 
 
 def build(out: pathlib.Path) -> None:

@@ -23,6 +23,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,13 +120,18 @@ def _input_hash() -> str:
 
 def tiny_model_dir() -> pathlib.Path:
     """The tiny Llama 3 checkpoint's directory, building it first if the cache lacks it."""
-    target = cache_root() / f"tiny-llama3-{_input_hash()}"
+    return cached_build(f"tiny-llama3-{_input_hash()}", build_tiny_model)
+
+
+def cached_build(name: str, build: Callable[[pathlib.Path], None]) -> pathlib.Path:
+    """``cache_root() / name``, made by ``build(staging_dir)`` first if the cache lacks it."""
+    target = cache_root() / name
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
-        build_tiny_model(staging)
+        build(staging)
         staging.chmod(0o755)
         try:
             staging.rename(target)  # atomic: concurrent builders race harmlessly

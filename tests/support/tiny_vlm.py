@@ -24,15 +24,13 @@ import hashlib
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
-import tempfile
 import zlib
 from typing import Any
 
 from tests.support.fixtures import CHAT_TEMPLATES, FIXTURES
-from tests.support.tiny_model import cache_root, tiny_model_dir
+from tests.support.tiny_model import cached_build, tiny_model_dir
 
 TORCHVISION_SHIM = FIXTURES / "torchvision_shim"
 """Directory to put on ``PYTHONPATH`` of processes that import vLLM's Qwen2-VL code."""
@@ -96,12 +94,8 @@ def _input_hash(llama: pathlib.Path) -> str:
 def tiny_vlm_dir() -> pathlib.Path:
     """The tiny Qwen2-VL checkpoint's directory, building it first if the cache lacks it."""
     llama = tiny_model_dir()
-    target = cache_root() / f"tiny-qwen2-vl-{_input_hash(llama)}"
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
+
+    def build(staging: pathlib.Path) -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         subprocess.run(
             [sys.executable, "-m", "tests.support.tiny_vlm", "--build", str(staging), str(llama)],
@@ -109,15 +103,8 @@ def tiny_vlm_dir() -> pathlib.Path:
             env=env,
             cwd=pathlib.Path(__file__).resolve().parents[2],
         )
-        staging.chmod(0o755)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return cached_build(f"tiny-qwen2-vl-{_input_hash(llama)}", build)
 
 
 def _write_json(path: pathlib.Path, value: Any) -> None:
