@@ -13,27 +13,24 @@ servers pin the Harmony date (``VLLM_SYSTEM_START_DATE``); vLLM runs with
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tests.e2e.test_differential import assert_same, assert_same_stream, both
 from tests.support.engines import (
-    HeadlessEngines,
     engine_env,
     free_port,
     log_dir,
     start_headless_engines,
     start_vllm_server,
     stop_group,
+    wait_frontend_healthy,
 )
 from tests.support.tiny_gptoss import tiny_gptoss_dir
 
@@ -68,21 +65,6 @@ MESSAGES = [
 ]  # fmt: skip
 
 
-def _wait_http(
-    url: str, proc: subprocess.Popen[bytes], engines: HeadlessEngines, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        engines.check_running()
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy after {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def sdk() -> Iterator[dict[str, openai.OpenAI]]:
     """SDK clients for our CLI server and vLLM's server, each with its own engine."""
@@ -105,7 +87,7 @@ def sdk() -> Iterator[dict[str, openai.OpenAI]]:
                             env=engine_env(DATE))  # fmt: skip
     clients: dict[str, openai.OpenAI] = {}
     try:
-        _wait_http(f"http://127.0.0.1:{port}", ours, engines, READY_TIMEOUT)
+        wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, READY_TIMEOUT)
         reference.wait_ready(READY_TIMEOUT)
         for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
             clients[name] = openai.OpenAI(

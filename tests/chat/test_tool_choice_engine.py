@@ -12,28 +12,25 @@ this frontend does not build (see chat/tool_choice.py).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pathlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tests.e2e.test_differential import assert_same
 from tests.support.engines import (
-    HeadlessEngines,
     engine_env,
     free_port,
     log_dir,
     start_headless_engines,
     start_vllm_server,
     stop_group,
+    wait_frontend_healthy,
 )
 
 pytestmark = pytest.mark.engine
@@ -74,21 +71,6 @@ TIME = {
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def _wait_http(
-    url: str, proc: subprocess.Popen[bytes], engines: HeadlessEngines, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        engines.check_running()
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy after {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
     """SDK clients for our CLI server and vLLM's server, each with its own engine."""
@@ -110,7 +92,7 @@ def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
     ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     clients: dict[str, openai.OpenAI] = {}
     try:
-        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 600)
+        wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, 600)
         reference.wait_ready(600)
         for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
             clients[name] = openai.OpenAI(

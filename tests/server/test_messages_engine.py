@@ -12,13 +12,11 @@ many engine steps one delta carries depends on timing. vLLM runs with
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,13 +25,13 @@ import httpx
 import pytest
 
 from tests.support.engines import (
-    HeadlessEngines,
     engine_env,
     free_port,
     log_dir,
     start_headless_engines,
     start_vllm_server,
     stop_group,
+    wait_frontend_healthy,
 )
 
 pytestmark = pytest.mark.engine
@@ -88,21 +86,6 @@ HISTORY = [
 ]
 
 
-def _wait_http(
-    url: str, proc: subprocess.Popen[bytes], engines: HeadlessEngines, timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        engines.check_running()
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy after {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def urls(tiny_model: pathlib.Path) -> Iterator[dict[str, str]]:
     """Base URLs of our CLI server and vLLM's server, each with its own engine."""
@@ -127,7 +110,7 @@ def urls(tiny_model: pathlib.Path) -> Iterator[dict[str, str]]:
         argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
     try:
-        _wait_http(f"http://127.0.0.1:{port}", ours, engines, 1500)
+        wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, 1500)
         reference.wait_ready(1500)
         yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
     finally:

@@ -559,6 +559,24 @@ def _stop_groups(popens: Sequence[subprocess.Popen[bytes]], timeout: float) -> N
                 watchdog.wait(5)  # it exits by itself once the group is empty
 
 
+def wait_frontend_healthy(
+    url: str, proc: subprocess.Popen[bytes], engines: HeadlessEngines, timeout: float
+) -> None:
+    """Wait until the frontend at ``url`` answers /health 200; raise if it or an engine dies."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        engines.check_running()
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm-frontend exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
 def stop_group(popen: subprocess.Popen[Any], timeout: float = 15.0) -> int:
     """Stop one process started with ``start_new_session``: SIGTERM to its group, SIGKILL to the
     group after ``timeout``; returns the leader's exit status."""
