@@ -85,7 +85,9 @@ class RequestState:
 
     def put(self, output: EngineCoreOutput) -> None:
         """Hand over a running (unfinished) output: to ``direct`` when nothing is queued before
-        it and it takes the output, else to the queue."""
+        it and it takes the output, else to the queue. Dropped once the stream has failed."""
+        if self.done:
+            return  # failed (its handler raised): later outputs must not hide the error
         direct = self.direct
         if direct is not None and not self.items:
             try:
@@ -100,7 +102,10 @@ class RequestState:
         self._wake()
 
     def finish(self, output: EngineCoreOutput) -> None:
-        """Queue the final ``output`` (it carries the finish reason); nothing follows it."""
+        """Queue the final ``output`` (it carries the finish reason); nothing follows it.
+        Dropped once the stream has failed."""
+        if self.done:
+            return
         self.done = True
         self.finish_reason = output.finish_reason
         self.push(output)
