@@ -15,6 +15,13 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from tests.support.engines import HeadlessEngines, start_headless_engines
+from tests.support.shared_stacks import (
+    EarlyStops,
+    ToolServers,
+    group_users,
+    stop_after,
+)
+from tests.support.shared_stacks import tool_servers as _tool_servers
 from tests.support.tiny_model import tiny_model_dir
 
 # The frontends that tests start keep their tokenizer cache (vllm_frontend.text.tokenizer_cache)
@@ -62,6 +69,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("oracle") is not None:
             item.add_marker(pytest.mark.engine)
+
+
+# -- engine stacks shared across packages (tests/support/shared_stacks.py) ------------------------
+_EARLY_STOPS = EarlyStops()
+
+
+class _SharedStacksPlugin:
+    """Groups the modules sharing a stack and stops it after its last user."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Run the modules sharing a stack one after another (after ``-m`` deselected)."""
+        _EARLY_STOPS.last_user = group_users(items)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        """Stop a shared stack right after its last user's teardown."""
+        yield
+        _EARLY_STOPS.after_teardown(item)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the shared-stack plugin."""
+    config.pluginmanager.register(_SharedStacksPlugin(), "shared-stacks")
+
+
+@pytest.fixture(scope="session")
+def tool_servers(tiny_model: pathlib.Path) -> Iterator[ToolServers]:
+    """Our server and vLLM's, both with the llama3_json tool parser and the Responses store,
+    each in front of its own engine; shared by every module that needs that configuration and
+    stopped after the last of them."""
+    stack = _tool_servers(tiny_model)
+    yield stop_after(_EARLY_STOPS, "tool_servers", stack)
+    stack.close()
 
 
 @pytest.hookimpl(trylast=True)

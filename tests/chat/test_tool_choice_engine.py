@@ -13,9 +13,6 @@ this frontend does not build (see chat/tool_choice.py).
 from __future__ import annotations
 
 import json
-import pathlib
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,26 +20,10 @@ import openai
 import pytest
 
 from tests.e2e.test_differential import assert_same
-from tests.support.engines import (
-    engine_env,
-    free_port,
-    log_dir,
-    start_headless_engines,
-    start_vllm_server,
-    stop_group,
-    wait_frontend_healthy,
-)
+from tests.support.shared_stacks import ToolServers
 
 pytestmark = pytest.mark.engine
 
-TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
-# Without whitespace in the grammar the gibberish model cannot pad its JSON until max_tokens
-# (the engines compile the grammars; the frontends get the same option).
-SO_CONFIG = (
-    "--structured-outputs-config",
-    '{"backend": "xgrammar", "disable_any_whitespace": true}',
-)
-ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
 WEATHER = {
     "type": "function",
     "function": {
@@ -72,40 +53,15 @@ MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
-    """SDK clients for our CLI server and vLLM's server, each with its own engine."""
-    handshake = free_port()
-    engines = start_headless_engines(
-        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=10
-    )
-    reference = start_vllm_server(
-        model=tiny_model,
-        extra_args=(*ENGINE_ARGS, *TOOL_FLAGS),
-        env=engine_env({"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}),
-    )
-    port = free_port()
-    exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
-    argv = [str(exe), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
-            "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(handshake), *TOOL_FLAGS, *SO_CONFIG]  # fmt: skip
-    log = (log_dir() / f"ours-tool-choice-{port}.log").open("wb")
-    ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    clients: dict[str, openai.OpenAI] = {}
-    try:
-        wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, 600)
-        reference.wait_ready(600)
-        for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
-            clients[name] = openai.OpenAI(
-                base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300
-            )
-        yield clients
-    finally:
-        for client in clients.values():
-            client.close()
-        stop_group(ours)
-        log.close()
-        reference.stop()
-        engines.stop()
+def sdk(tool_servers: ToolServers) -> Iterator[dict[str, openai.OpenAI]]:
+    """SDK clients for our CLI server and vLLM's server (the shared tool-parser stack)."""
+    clients = {
+        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        for name, url in tool_servers.items()
+    }
+    yield clients
+    for client in clients.values():
+        client.close()
 
 
 def _create(client: openai.OpenAI, **kw: Any) -> Any:

@@ -11,7 +11,6 @@ does not surface: ours is always 0).
 
 from __future__ import annotations
 
-import pathlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,15 +18,11 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.ours import start_our_server
 from tests.e2e.test_differential import assert_same as _assert_same_json
-from tests.support.engines import free_port, start_headless_engines, start_vllm_server
+from tests.support.shared_stacks import ToolServers
 
 pytestmark = pytest.mark.engine
 
-ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1")
-PARSER_ARGS = ("--tool-call-parser", "llama3_json", "--enable-auto-tool-choice")
-STORE_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 IGNORED = {"id", "item_id", "call_id", "created_at", "previous_response_id", "cache_write_tokens"}
 TOOLS: list[Any] = [
     {
@@ -44,38 +39,15 @@ TOOLS: list[Any] = [
 
 
 @pytest.fixture(scope="module")
-def sdk(tiny_model: pathlib.Path) -> Iterator[dict[str, openai.OpenAI]]:
-    """SDK clients of our server and vLLM's, each with its own fresh engine."""
-    handshake = free_port()
-    engines = start_headless_engines(handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS)
-    reference = start_vllm_server(
-        model=tiny_model, extra_args=(*ENGINE_ARGS, *PARSER_ARGS), env=STORE_ENV
-    )
-    ours = None
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in STORE_ENV.items():
-                mp.setenv(key, value)
-            ours = start_our_server(
-                tiny_model,
-                engines.handshake_address,
-                free_port(),
-                timeout=1200,  # a loaded machine starts a low-priority engine slowly
-                args={"tool_call_parser": "llama3_json", "enable_auto_tool_choice": True},
-            )
-        reference.wait_ready(1200)
-        clients = {
-            name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
-            for name, url in (("ours", ours.base_url), ("vllm", reference.base_url))
-        }
-        yield clients
-        for client in clients.values():
-            client.close()
-    finally:
-        if ours is not None:
-            ours.stop()
-        reference.stop()
-        engines.stop()
+def sdk(tool_servers: ToolServers) -> Iterator[dict[str, openai.OpenAI]]:
+    """SDK clients of our server and vLLM's (the shared tool-parser stack, with the store)."""
+    clients = {
+        name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
+        for name, url in tool_servers.items()
+    }
+    yield clients
+    for client in clients.values():
+        client.close()
 
 
 def _strip(value: Any) -> Any:

@@ -13,10 +13,6 @@ many engine steps one delta carries depends on timing. vLLM runs with
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,24 +20,10 @@ import anthropic
 import httpx
 import pytest
 
-from tests.support.engines import (
-    engine_env,
-    free_port,
-    log_dir,
-    start_headless_engines,
-    start_vllm_server,
-    stop_group,
-    wait_frontend_healthy,
-)
+from tests.support.shared_stacks import ToolServers
 
 pytestmark = pytest.mark.engine
 
-TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
-SO_CONFIG = (
-    "--structured-outputs-config",
-    '{"backend": "xgrammar", "disable_any_whitespace": true}',
-)
-ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
 WEATHER = {
     "name": "get_weather",
     "description": "Weather in a city",
@@ -87,37 +69,9 @@ HISTORY = [
 
 
 @pytest.fixture(scope="module")
-def urls(tiny_model: pathlib.Path) -> Iterator[dict[str, str]]:
-    """Base URLs of our CLI server and vLLM's server, each with its own engine."""
-    handshake = free_port()
-    engines = start_headless_engines(
-        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=10
-    )
-    reference = start_vllm_server(
-        model=tiny_model,
-        extra_args=(*ENGINE_ARGS, *TOOL_FLAGS),
-        env=engine_env({"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}),
-    )
-    port = free_port()
-    exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
-    argv = [str(exe), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
-            "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(handshake), *TOOL_FLAGS, *SO_CONFIG]  # fmt: skip
-    log = (log_dir() / f"ours-messages-{port}.log").open("wb")
-    # a busy 2-core machine can take more than the default 600 s to start the engine
-    env = {**os.environ, "VLLM_ENGINE_READY_TIMEOUT_S": "1500"}
-    ours = subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-    )
-    try:
-        wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, 1500)
-        reference.wait_ready(1500)
-        yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
-    finally:
-        stop_group(ours)
-        log.close()
-        reference.stop()
-        engines.stop()
+def urls(tool_servers: ToolServers) -> dict[str, str]:
+    """Base URLs of our CLI server and vLLM's server (the shared tool-parser stack)."""
+    return dict(tool_servers.items())
 
 
 @pytest.fixture(scope="module")
