@@ -87,7 +87,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]
             model=model,
             port=port,
             extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt", LIMITS],
-            env={"PYTHONPATH": VLM_PYTHONPATH},
+            env={"PYTHONPATH": VLM_PYTHONPATH, "VLLM_SERVER_DEV_MODE": "1"},
         )  # fmt: skip
         started.append(server)
         out["vllm"] = Side(server.base_url, tmp / "vllm.bin", [server])
@@ -98,6 +98,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]
             ["-m", "vllm_frontend", "serve", str(model), "--port", str(port2),
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc2),
              "--limit-mm-per-prompt", LIMITS],
+            {"VLLM_SERVER_DEV_MODE": "1"},  # /reset_mm_cache
             program=sys.executable,
         )  # fmt: skip
         started.append(ours)
@@ -257,6 +258,28 @@ def test_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
         _compare(vllm, ours, cached)
+
+
+def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> None:
+    # After /reset_mm_cache (VLLM_SERVER_DEV_MODE), both frontends send held items with their
+    # data again: vLLM clears its sender cache before the engine's.
+    messages = [{"role": "user", "content": [_image(_png(40, 30, 77)), _video(6, 3.0, (48, 40))]}]
+    for reset in (False, True):
+        if reset:
+            for side in sides.values():
+                response = httpx.post(side.url + "/reset_mm_cache", timeout=60)
+                assert response.status_code == 200, response.text
+        for _ in range(2):
+            responses = {k: _post(side, messages) for k, side in sides.items()}
+            assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        vllm = sides["vllm"].new_requests()
+        ours = sides["ours"].new_requests()
+        assert len(vllm) == len(ours) == 2
+        for theirs, mine in zip(vllm, ours, strict=True):
+            _compare(theirs, mine, _SENT)
+        # The first of the two carries every item's data, the second none.
+        assert all(f.data is not None for f in ours[0].mm_features)
+        assert all(f.data is None for f in ours[1].mm_features)
 
 
 @pytest.mark.parametrize("key", ["mm_processor_kwargs", "media_io_kwargs"])

@@ -154,6 +154,12 @@ class MultimodalLlm:
                 allowed = DEFAULT_LIMIT if user is None else _limit(user)
                 self._limits[modality] = allowed if supported is None else min(allowed, supported)
 
+    def clear_mm_cache(self) -> None:
+        """Forget the mirror of the engine's multimodal cache (``/reset_mm_cache``, before the
+        engine resets its own, as vLLM's ``reset_mm_cache`` clears its renderer's cache)."""
+        if self.sender_cache is not None:
+            self.sender_cache.clear()
+
     def new_parts(self) -> MediaParts:
         """A collector for one request's media parts (refusing them when the model's family is
         not implemented)."""
