@@ -1,8 +1,9 @@
-"""Image chat end to end on the real CPU engine: the tiny Qwen2-VL behind vLLM 0.32's own server
-and behind ours (each with its own engine of the same build and arguments) gives the same greedy
-output, streaming and not, for one image, several images of different sizes, interleaved text,
-repeated images (vLLM's sender cache sends them as cached) and more distinct images than the
-small processor cache holds (evictions)."""
+"""Image and video chat end to end on the real CPU engine: the tiny Qwen2-VL behind vLLM 0.32's
+own server and behind ours (each with its own engine of the same build and arguments) gives the
+same greedy output, streaming and not, for one image, several images of different sizes,
+interleaved text, repeated images (vLLM's sender cache sends them as cached), more distinct
+images than the small processor cache holds (evictions), and videos (vLLM's side processes them
+on the test-only torchvision stand-in, tests/fixtures/torchvision_stub)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.multimodal.media.videos import make_video
 from tests.support.engines import (
     free_port,
     http_status,
@@ -25,14 +27,14 @@ from tests.support.engines import (
     start_vllm,
     start_vllm_server,
 )
-from tests.support.tiny_vlm import TORCHVISION_SHIM, tiny_vlm_dir
+from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
 
 pytestmark = pytest.mark.engine
 
 # Both engines get exactly these arguments (vLLM's server applies them to its frontend too; ours
 # gets the cache size as well, to mirror it). A processor cache of ~1 MB holds a few of these
 # images' items, so the tests evict, within a request too.
-LIMITS = '{"image": 3, "video": 0}'
+LIMITS = '{"image": 3, "video": 1}'
 ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
                "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001")  # fmt: skip
 
@@ -40,7 +42,7 @@ ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
 @pytest.fixture(scope="module")
 def urls() -> Iterator[dict[str, str]]:
     model = tiny_vlm_dir()
-    env = {"PYTHONPATH": str(TORCHVISION_SHIM)}
+    env = {"PYTHONPATH": VLM_PYTHONPATH}
     started: list[Any] = []
     try:
         rpc, port = free_port(), free_port()
@@ -140,3 +142,16 @@ def test_distinct_images_beyond_the_cache(urls: dict[str, str]) -> None:
     for seed in range(101, 107):
         _same(urls, [{"role": "user", "content": [_image(400, 400, seed)]}])
     _same(urls, [{"role": "user", "content": [first, _image(400, 400, 101)]}])
+
+
+def _video(frames: int, fps: float, size: tuple[int, int], fourcc: str = "mp4v") -> dict[str, Any]:
+    data = make_video(frames, fps, size, fourcc)
+    url = "data:video/mp4;base64," + base64.b64encode(data).decode()
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def test_video(urls: dict[str, str]) -> None:
+    video = _video(24, 8.0, (160, 120))
+    _same(urls, [{"role": "user", "content": [video, {"type": "text", "text": "What happens?"}]}])
+    # Again (the engine holds it), with an image beside it.
+    _same(urls, [{"role": "user", "content": [_image(200, 150, 9), video]}])

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.multimodal.media.videos import make_video
 from tests.support.engines import (
     VllmProcess,
     external_engine_args,
@@ -29,7 +30,7 @@ from tests.support.engines import (
     start_vllm,
     start_vllm_server,
 )
-from tests.support.tiny_vlm import TORCHVISION_SHIM, tiny_vlm_dir
+from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
 from vllm_frontend.mock.recording import read_requests
 
 pytestmark = pytest.mark.engine
@@ -70,6 +71,9 @@ def _wait(port: int, processes: list[Any], timeout: float = 300) -> None:
         time.sleep(0.5)
 
 
+LIMITS = '{"image": 3, "video": 2}'
+
+
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
     model = tiny_vlm_dir()
@@ -82,9 +86,8 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]
         server = start_vllm_server(
             model=model,
             port=port,
-            extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt",
-                        '{"image": 3, "video": 0}'],
-            env={"PYTHONPATH": str(TORCHVISION_SHIM)},
+            extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt", LIMITS],
+            env={"PYTHONPATH": VLM_PYTHONPATH, "VLLM_SERVER_DEV_MODE": "1"},
         )  # fmt: skip
         started.append(server)
         out["vllm"] = Side(server.base_url, tmp / "vllm.bin", [server])
@@ -94,7 +97,8 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]
             "ours-mm",
             ["-m", "vllm_frontend", "serve", str(model), "--port", str(port2),
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc2),
-             "--limit-mm-per-prompt", '{"image": 3, "video": 0}'],
+             "--limit-mm-per-prompt", LIMITS],
+            {"VLLM_SERVER_DEV_MODE": "1"},  # /reset_mm_cache
             program=sys.executable,
         )  # fmt: skip
         started.append(ours)
@@ -121,6 +125,17 @@ def _jpeg(width: int, height: int, seed: int) -> str:
     buf = io.BytesIO()
     image.save(buf, "JPEG", quality=90)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _video(frames: int, fps: float, size: tuple[int, int], fourcc: str = "mp4v") -> dict:
+    data = make_video(frames, fps, size, fourcc)
+    url = "data:video/mp4;base64," + base64.b64encode(data).decode()
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def _jpeg_frames(count: int, seed: int) -> dict:
+    frames = [_jpeg(56, 84, seed + i).split(",", 1)[1] for i in range(count)]
+    return {"type": "video_url", "video_url": {"url": "data:video/jpeg;base64," + ",".join(frames)}}
 
 
 def _truncated_png() -> str:
@@ -210,6 +225,23 @@ REQUESTS = {
     "uuid": [{"role": "user", "content": [_image(_png(50, 90, 5), uuid="my-image")]}],
     "transparent": [{"role": "user", "content": [_image(_png(70, 30, 6, "RGBA"))]}],
     "string content": [{"role": "user", "content": "No image here."}],
+    "video": [{"role": "user", "content": [_video(24, 8.0, (96, 64)), _text("What happens?")]}],
+    "videos and images": [
+        {
+            "role": "user",
+            "content": [
+                _image(_png(64, 48, 1)),
+                _video(10, 5.0, (160, 90), "MJPG"),
+                _text("and"),
+                _video(7, 30.0, (50, 70)),
+                _image(_jpeg(97, 431, 3)),
+            ],
+        }
+    ],
+    "jpeg frames": [{"role": "user", "content": [_jpeg_frames(5, 40), _text("Frames.")]}],
+    "video uuid": [
+        {"role": "user", "content": [{**_video(12, 6.0, (64, 64)), "uuid": "my-video"}]}
+    ],
 }
 
 
@@ -226,6 +258,28 @@ def test_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
         _compare(vllm, ours, cached)
+
+
+def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> None:
+    # After /reset_mm_cache (VLLM_SERVER_DEV_MODE), both frontends send held items with their
+    # data again: vLLM clears its sender cache before the engine's.
+    messages = [{"role": "user", "content": [_image(_png(40, 30, 77)), _video(6, 3.0, (48, 40))]}]
+    for reset in (False, True):
+        if reset:
+            for side in sides.values():
+                response = httpx.post(side.url + "/reset_mm_cache", timeout=60)
+                assert response.status_code == 200, response.text
+        for _ in range(2):
+            responses = {k: _post(side, messages) for k, side in sides.items()}
+            assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        vllm = sides["vllm"].new_requests()
+        ours = sides["ours"].new_requests()
+        assert len(vllm) == len(ours) == 2
+        for theirs, mine in zip(vllm, ours, strict=True):
+            _compare(theirs, mine, _SENT)
+        # The first of the two carries every item's data, the second none.
+        assert all(f.data is not None for f in ours[0].mm_features)
+        assert all(f.data is None for f in ours[1].mm_features)
 
 
 @pytest.mark.parametrize("key", ["mm_processor_kwargs", "media_io_kwargs"])
@@ -246,6 +300,9 @@ BAD = {
     ],
     "too many images": [{"role": "user", "content": [_image(_png(8 + i, 8, i)) for i in range(4)]}],
     "video": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}],
+    "too many videos": [
+        {"role": "user", "content": [_video(4, 4.0, (32, 32 + 2 * i)) for i in range(3)]}
+    ],
     "image embeds": [
         {"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}
     ],

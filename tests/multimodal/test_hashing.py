@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vllm_frontend.multimodal.hashing import hash_kwargs, image_hash_value, image_id, item_hash
+from vllm_frontend.multimodal.hashing import (
+    hash_kwargs,
+    image_hash_value,
+    image_id,
+    item_hash,
+    video_hash_value,
+)
 from vllm_frontend.multimodal.media.image import ImageOptions
 from vllm_frontend.multimodal.media.image import decode_image as decode
 
@@ -127,3 +133,24 @@ def test_image_with_exif_matches_vllm() -> None:
     assert hash_kwargs("blake3", model_id="m", image=value) == MultiModalHasher.hash_kwargs(
         "blake3", model_id="m", image=theirs
     )
+
+
+@pytest.mark.parametrize("frames_smaller", [False, True])
+@pytest.mark.parametrize("with_metadata", [False, True])
+def test_video_hash_matches_vllm(frames_smaller: bool, with_metadata: bool) -> None:
+    # A video hashes by its bytes, or by its frames when they are smaller, with the loader's
+    # metadata beside them when there is some (vLLM's VideoProcessorItems.get_item_for_hash).
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.media import MediaWithBytes
+
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (2, 4, 6, 3), dtype=np.uint8)
+    original = rng.bytes(100 if frames_smaller else 200)
+    metadata = {"total_num_frames": 9, "fps": 7.5, "duration": 1.2, "video_backend": "opencv",
+                "frames_indices": [0, 8], "do_sample_frames": False}  # fmt: skip
+    media = MediaWithBytes(frames, original)
+    theirs: object = (media, metadata) if with_metadata else media
+    ours = video_hash_value(original, frames, metadata if with_metadata else None)
+    for algorithm in ("blake3", "sha256"):
+        expected = MultiModalHasher.hash_kwargs(algorithm, model_id="m", video=theirs)
+        assert hash_kwargs(algorithm, model_id="m", video=ours) == expected

@@ -34,6 +34,10 @@ from tests.support.tiny_model import cached_build, tiny_model_dir
 
 TORCHVISION_SHIM = FIXTURES / "torchvision_shim"
 """Directory to put on ``PYTHONPATH`` of processes that import vLLM's Qwen2-VL code."""
+TORCHVISION_STUB = FIXTURES / "torchvision_stub"
+"""The torchvision stand-in transformers' video processors run on (after the shim)."""
+VLM_PYTHONPATH = os.pathsep.join([str(TORCHVISION_SHIM), str(TORCHVISION_STUB)])
+"""``PYTHONPATH`` for vLLM's processes serving the tiny Qwen2-VL with video: the shim first."""
 CHAT_TEMPLATE_PATH = CHAT_TEMPLATES / "qwen2_vl.jinja"
 
 # Qwen2-VL's special tokens in Qwen2-VL's order (151644.. there), appended to Llama 3's 128256.

@@ -258,7 +258,10 @@ def build_frontend_app(
     if dev_mode():
         shown = msgspec.structs.asdict(config)
         shown["api_key"] = ["***"] if config.api_key else []
-        add_dev_routes(app, client, config, shown)
+        media = ctx.media
+        add_dev_routes(
+            app, client, config, shown, media.clear_mm_cache if media is not None else None
+        )
     if config.profiler_config.get("profiler"):
         logger.warning(
             "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "

@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sends ENGINE_CORE_DEAD to every frontend and the process exits with status 1",
     )
     parser.add_argument(
+        "--mm-cache-misses",
+        action="store_true",
+        help="fault injection: every multimodal item sent without data is an engine cache miss "
+        "(the request finishes with ERROR and mm_cache_miss_hashes, as vLLM's engine answers)",
+    )
+    parser.add_argument(
         "--record-requests",
         default=None,
         metavar="PATH",
@@ -121,6 +127,7 @@ def _options(args: argparse.Namespace) -> MockEngineOptions:
         max_num_batched_tokens=args.max_num_batched_tokens,
         dtype=args.dtype,
         die_after_requests=args.die_after_requests,
+        mm_cache_misses=args.mm_cache_misses,
         record_requests=args.record_requests,
     )
 

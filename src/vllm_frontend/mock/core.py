@@ -291,6 +291,11 @@ class MockEngineCore:
         if problem is not None:
             self._pending.finish(req.client_index, rid, _ERROR)
             return
+        if self.options.mm_cache_misses and req.mm_features:
+            missed = [f.mm_hash for f in req.mm_features if f.data is None and f.mm_hash]
+            if missed:
+                self._pending.finish(req.client_index, rid, _ERROR, missed)
+                return
         sp = req.sampling_params
         assert sp is not None and sp.max_tokens is not None and req.prompt_token_ids is not None
         room = self.options.max_model_len - len(req.prompt_token_ids)

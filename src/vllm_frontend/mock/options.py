@@ -39,6 +39,10 @@ class MockEngineOptions:
     vocabulary; a mock caps it to stay cheap)."""
     die_after_requests: int | None = None
     """Fault injection: after this many ADDs the engine runs one more step, then dies."""
+    mm_cache_misses: bool = False
+    """Fault injection: the engine's multimodal cache holds nothing, so a request with an item
+    sent without data (the frontend thought the engine held it) finishes with ERROR and the
+    item in ``mm_cache_miss_hashes``, as vLLM's engine answers a cache drift."""
     record_requests: str | None = None
     """Append every ADD request's frames to this file (see :mod:`vllm_frontend.mock.recording`)."""
 

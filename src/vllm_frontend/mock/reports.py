@@ -133,11 +133,20 @@ class PendingMessages:
         """Queue ``message`` for client ``client_index``."""
         self._messages.append((client_index, message))
 
-    def finish(self, client_index: int, request_id: str, reason: FinishReason) -> None:
-        """Queue an engine-initiated finish of ``request_id``."""
+    def finish(
+        self,
+        client_index: int,
+        request_id: str,
+        reason: FinishReason,
+        mm_cache_miss_hashes: list[str] | None = None,
+    ) -> None:
+        """Queue an engine-initiated finish of ``request_id`` (with the multimodal items the
+        engine lacked, for a cache miss)."""
         # vLLM builds one message per batch of engine-initiated finishes, with the ids in
         # finished_requests (scheduler.py / core.py `_send_abort_outputs`).
-        output = EngineCoreOutput(request_id, [], finish_reason=reason)
+        output = EngineCoreOutput(
+            request_id, [], finish_reason=reason, mm_cache_miss_hashes=mm_cache_miss_hashes
+        )
         if self._messages:
             client, last = self._messages[-1]
             if client == client_index and last.utility_output is None:

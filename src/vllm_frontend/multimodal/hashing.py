@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HashAlgorithm", "hash_kwargs", "image_hash_value", "image_id", "item_hash"]
+__all__ = [
+    "HashAlgorithm",
+    "hash_kwargs",
+    "image_hash_value",
+    "image_id",
+    "item_hash",
+    "video_hash_value",
+]
 
 HashAlgorithm = str
 """``"blake3"`` (vLLM's default), ``"sha256"`` or ``"sha512"`` (``--mm-hasher-algorithm``)."""
@@ -141,6 +148,19 @@ def image_hash_value(
     if io_config:
         return Framed("image", {"io_config": dict(io_config), "data": original})
     return Framed("image", original)
+
+
+def video_hash_value(
+    original: bytes, frames: np.ndarray, metadata: Mapping[str, Any] | None
+) -> Any:
+    """What a video loaded from ``original`` bytes contributes to its hash: its decoded frames
+    when they take fewer bytes than the file, else the file's bytes, paired with the loader's
+    metadata (sampled frame indices, fps...) when it has some (vLLM's
+    ``VideoProcessorItems.get_item_for_hash``)."""
+    media = Framed("video", frames if frames.nbytes < len(original) else original)
+    if metadata is None:
+        return media
+    return (media, dict(metadata))
 
 
 def item_hash(

@@ -22,8 +22,19 @@ import msgspec
 
 from vllm_frontend.engine.protocol import MultiModalFeatureSpec, PlaceholderRange
 from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_model_type
-from vllm_frontend.multimodal.hashing import image_hash_value, image_id, item_hash
-from vllm_frontend.multimodal.media import ImageItem, MediaError, MediaLoader
+from vllm_frontend.multimodal.hashing import (
+    image_hash_value,
+    image_id,
+    item_hash,
+    video_hash_value,
+)
+from vllm_frontend.multimodal.media import (
+    ImageItem,
+    MediaError,
+    MediaLoader,
+    VideoItem,
+    merge_media_io_kwargs,
+)
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.multimodal.sender_cache import SenderCache
 from vllm_frontend.text.errors import BadInput
@@ -60,16 +71,21 @@ def load_family(
     if model_type == "qwen2_vl":
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
-        path = pathlib.Path(model_dir) / "preprocessor_config.json"
-        preprocessor = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")
+        video = _read_json(pathlib.Path(model_dir) / "video_preprocessor_config.json")
         return Qwen2VLFamily(
             config,
-            preprocessor,
+            preprocessor or {},
             token_to_id,
             options.mm_processor_kwargs,
             options.mm_device_do_normalize,
+            video,
         )
     return None
+
+
+def _read_json(path: pathlib.Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -137,6 +153,12 @@ class MultimodalLlm:
                 user = self.options.limit_mm_per_prompt.get(modality)
                 allowed = DEFAULT_LIMIT if user is None else _limit(user)
                 self._limits[modality] = allowed if supported is None else min(allowed, supported)
+
+    def clear_mm_cache(self) -> None:
+        """Forget the mirror of the engine's multimodal cache (``/reset_mm_cache``, before the
+        engine resets its own, as vLLM's ``reset_mm_cache`` clears its renderer's cache)."""
+        if self.sender_cache is not None:
+            self.sender_cache.clear()
 
     def new_parts(self) -> MediaParts:
         """A collector for one request's media parts (refusing them when the model's family is
@@ -221,7 +243,7 @@ class MultimodalLlm:
         if held:
             pending = {hashes[i]: (items[i], loaded[i]) for i in held}
 
-            def process_one(part: MediaPart, item: ImageItem) -> list[ProcessedItem]:
+            def process_one(part: MediaPart, item: Any) -> list[ProcessedItem]:
                 return self._process(family, [part], [item], processor_kwargs)
 
             cache = _FillingCache(cache, pending, process_one)
@@ -232,7 +254,7 @@ class MultimodalLlm:
         self,
         family: Family,
         parts: list[MediaPart],
-        loaded: list[ImageItem],
+        loaded: list[Any],
         kwargs: Mapping[str, Any],
         hashes: list[str],
     ) -> dict[int, int]:
@@ -250,8 +272,10 @@ class MultimodalLlm:
                     held[i] = tokens
         return held
 
-    async def _load(self, part: MediaPart, request_kwargs: Mapping[str, Any] | None) -> ImageItem:
-        if part.modality != "image":
+    async def _load(
+        self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
+    ) -> ImageItem | VideoItem:
+        if part.modality not in ("image", "video"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
             )
@@ -261,16 +285,17 @@ class MultimodalLlm:
             )
         merged = None
         if request_kwargs:
-            merged = {k: dict(v) for k, v in self.options.media_io_kwargs.items()}
-            for modality, kwargs in request_kwargs.items():
-                if isinstance(kwargs, Mapping):
-                    merged.setdefault(modality, {}).update(kwargs)
+            given = {k: v for k, v in request_kwargs.items() if isinstance(v, Mapping)}
+            merged = merge_media_io_kwargs(self.options.media_io_kwargs, given) or {}
+        if part.modality == "video":
+            name = getattr(self.family, "video_processor_name", None)
+            return await self.loader.load_video_item(part.url, merged, video_processor=name)
         return await self.loader.load_image_item(part.url, merged)
 
     def _hash(
         self,
         part: MediaPart,
-        item: ImageItem,
+        item: ImageItem | VideoItem,
         processor_kwargs: Mapping[str, Any],
         media_io_kwargs: Mapping[str, Any] | None,
     ) -> str:
@@ -279,11 +304,15 @@ class MultimodalLlm:
         own = scoped.get(modality)
         kwargs = {k: v for k, v in processor_kwargs.items() if k not in scoped.values() or k == own}
         io_kwargs = (media_io_kwargs or {}).get(modality)
+        if isinstance(item, VideoItem):
+            value = video_hash_value(item.original_bytes, item.frames, item.metadata)
+        else:
+            value = image_hash_value(item.original_bytes, item.io_config, image_id(item.image))
         return item_hash(
             self.options.mm_hasher_algorithm,
             model_id=self.model_id,
             modality=modality,
-            value=image_hash_value(item.original_bytes, item.io_config, image_id(item.image)),
+            value=value,
             uuid=part.uuid,
             media_io_kwargs=io_kwargs,
             mm_processor_kwargs=kwargs,
@@ -293,7 +322,7 @@ class MultimodalLlm:
         self,
         family: Family,
         parts: list[MediaPart],
-        loaded: list[ImageItem],
+        loaded: list[Any],
         kwargs: Mapping[str, Any],
     ) -> list[ProcessedItem]:
         """Each part's processed item, in part order (a modality's items in one call)."""
@@ -317,11 +346,11 @@ class _FillingCache:
     def __init__(
         self,
         cache: SenderCache,
-        pending: dict[str, tuple[MediaPart, ImageItem]],
-        process: Callable[[MediaPart, ImageItem], list[ProcessedItem]],
+        pending: dict[str, tuple[MediaPart, Any]],
+        process: Callable[[MediaPart, Any], list[ProcessedItem]],
     ) -> None:
         self._cache = cache
-        self._pending: dict[str, tuple[MediaPart, ImageItem]] | None = pending
+        self._pending: dict[str, tuple[MediaPart, Any]] | None = pending
         self._process = process
 
     def apply(self, features: Iterable[Any]) -> None:

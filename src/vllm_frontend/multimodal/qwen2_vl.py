@@ -1,7 +1,8 @@
 """The Qwen2-VL family as vLLM 0.32's ``Qwen2VLMultiModalProcessor`` serves it: each image's
 ``pixel_values`` (a "flat" field, sliced by the patches of every image of the request) and
-``image_grid_thw`` (a "batched" field kept on the CPU), and one ``<|image_pad|>`` in the
-rendered prompt expanded to ``t*h*w / merge_size**2`` of them."""
+``image_grid_thw`` (a "batched" field kept on the CPU), each video's ``pixel_values_videos`` and
+``video_grid_thw`` likewise, and one ``<|image_pad|>`` / ``<|video_pad|>`` in the rendered
+prompt expanded to ``t*h*w / merge_size**2`` of them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import numpy as np
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import ProcessedItem
-from vllm_frontend.multimodal.media import ImageItem, MediaError
-from vllm_frontend.multimodal.processors.qwen2_vl import Qwen2VLImageProcessor
+from vllm_frontend.multimodal.media import ImageItem, MediaError, VideoItem
+from vllm_frontend.multimodal.processors.qwen2_vl import Qwen2VLImageProcessor, Qwen2VLOutput
+from vllm_frontend.multimodal.processors.qwen2_vl_video import Qwen2VLVideoProcessor
 
 __all__ = ["Qwen2VLFamily"]
 
@@ -26,19 +28,33 @@ _PLACEHOLDERS = {
 
 
 def _float_tensor(values: np.ndarray, dtype: str) -> Tensor:
-    """``values`` already in the model dtype (bfloat16 as raw words), as a tensor triple."""
-    if dtype == "bfloat16":
+    """``values`` already in the model dtype (bfloat16 as raw words; uint8 pixels as they
+    are), as a tensor triple."""
+    if dtype == "bfloat16" and values.dtype == np.uint16:
         return Tensor.from_numpy(values, dtype="bfloat16")
     return Tensor.from_numpy(values)
 
 
-class Qwen2VLFamily:
-    """Qwen2-VL (``model_type`` ``qwen2_vl``): images (video not yet)."""
+_FIELDS = {
+    "image": ("pixel_values", "image_grid_thw"),
+    "video": ("pixel_values_videos", "video_grid_thw"),
+}
 
-    __slots__ = ("device_normalize", "image_processor", "model_type", "token_ids")
+
+class Qwen2VLFamily:
+    """Qwen2-VL (``model_type`` ``qwen2_vl``): images and videos."""
+
+    __slots__ = (
+        "device_normalize",
+        "image_processor",
+        "model_type",
+        "token_ids",
+        "video_processor",
+        "video_processor_name",
+    )
 
     placeholders: Mapping[str, str] = _PLACEHOLDERS
-    supported_limits: Mapping[str, int | None] = {"image": None}
+    supported_limits: Mapping[str, int | None] = {"image": None, "video": None}
     """Items per prompt the family takes by modality (None: any number)."""
 
     def __init__(
@@ -48,10 +64,13 @@ class Qwen2VLFamily:
         token_to_id: Callable[[str], int | None],
         processor_kwargs: Mapping[str, Any],
         device_normalize: bool | None = None,
+        video_preprocessor_config: Mapping[str, Any] | None = None,
     ) -> None:
         """``device_normalize``: the engine's ``mm_device_do_normalize`` (None: its default,
         on for this family unless ``VLLM_USE_RUST_FRONTEND`` is set); then pixels go raw and
-        the engine rescales and normalizes them."""
+        the engine rescales and normalizes them. ``video_preprocessor_config``: the model's
+        ``video_preprocessor_config.json`` (None: transformers reads ``preprocessor_config``
+        for the video processor too)."""
         if device_normalize is None:
             device_normalize = not int(os.environ.get("VLLM_USE_RUST_FRONTEND", "0") or 0)
         self.device_normalize = device_normalize
@@ -59,6 +78,16 @@ class Qwen2VLFamily:
         self.image_processor = Qwen2VLImageProcessor.from_config(preprocessor_config).with_kwargs(
             processor_kwargs
         )
+        video_config = (
+            preprocessor_config if video_preprocessor_config is None else video_preprocessor_config
+        )
+        self.video_processor = Qwen2VLVideoProcessor.from_config(video_config).with_kwargs(
+            processor_kwargs
+        )
+        self.video_processor_name = str(
+            video_config.get("video_processor_type") or "Qwen2VLVideoProcessor"
+        )
+        """The Hugging Face video processor class (it picks vLLM's video loader)."""
         self.token_ids: dict[str, int] = {}
         for modality, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>")):
             token_id = token_to_id(token)
@@ -66,40 +95,68 @@ class Qwen2VLFamily:
                 raise ValueError(f"the tokenizer has no {token} token")
             self.token_ids[modality] = token_id
 
-    def item_tokens(self, modality: str, item: ImageItem, kwargs: Mapping[str, Any]) -> int | None:
-        """Placeholder tokens of an image from its size alone, without processing it (for an
-        item the engine's cache holds); None when unknown (then it is processed)."""
-        if modality != "image":
-            return None
-        processor = self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
+    def item_tokens(self, modality: str, item: Any, kwargs: Mapping[str, Any]) -> int | None:
+        """Placeholder tokens of an image or video from its size alone, without processing it
+        (for an item the engine's cache holds); None when unknown (then it is processed)."""
         try:
-            patches = processor.num_patches(item.image.height, item.image.width)
+            if modality == "image":
+                processor = self._image_processor(kwargs)
+                patches = processor.num_patches(item.image.height, item.image.width)
+            elif modality == "video":
+                video = self._video_processor(kwargs)
+                frames = item.frames
+                if frames.ndim != 4 or not frames.shape[0]:
+                    return None
+                t, h, w = video.grid_thw(*frames.shape[:3])
+                patches, processor = t * h * w, video
+            else:
+                return None
         except ValueError:
             return None
         return patches // processor.merge_size**2
 
+    def _image_processor(self, kwargs: Mapping[str, Any]) -> Qwen2VLImageProcessor:
+        return self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
+
+    def _video_processor(self, kwargs: Mapping[str, Any]) -> Qwen2VLVideoProcessor:
+        return self.video_processor.with_kwargs(kwargs) if kwargs else self.video_processor
+
     def process(
         self,
         modality: str,
-        items: list[ImageItem],
+        items: list[Any],
         kwargs: Mapping[str, Any],
         dtype: str,
     ) -> list[ProcessedItem]:
         """Process the request's items of ``modality`` together, in order (one processor call,
         as vLLM makes one: the flat field's slices span them all)."""
-        if modality != "image":
-            raise MediaError.bad_request(f"{modality} inputs are not supported for this model yet")
-        processor = self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
-        if self.device_normalize:
-            # vLLM's merge_mm_processor_kwargs: the engine normalizes; requests cannot undo it.
-            processor = processor.with_kwargs({"do_rescale": False, "do_normalize": False})
-        merge = processor.merge_size**2
-        outputs = []
-        for item in items:
+        raw = {"do_rescale": False, "do_normalize": False}
+        outputs: list[Qwen2VLOutput] = []
+        if modality == "image":
+            processor: Qwen2VLImageProcessor = self._image_processor(kwargs)
+            if self.device_normalize:
+                # vLLM's merge_mm_processor_kwargs: the engine normalizes; requests cannot
+                # undo it.
+                processor = processor.with_kwargs(raw)
+            images: list[ImageItem] = items
             try:
-                outputs.append(processor.preprocess(item.image, dtype))
+                outputs = [processor.preprocess(item.image, dtype) for item in images]
             except ValueError as e:
                 raise MediaError.bad_request(str(e)) from None
+        elif modality == "video":
+            video = self._video_processor(kwargs)
+            if self.device_normalize:
+                video = video.with_kwargs(raw)
+            processor = video
+            videos: list[VideoItem] = items
+            try:
+                outputs = [video.preprocess_video(item.frames, dtype) for item in videos]
+            except ValueError as e:
+                raise MediaError.bad_request(str(e)) from None
+        else:
+            raise MediaError.bad_request(f"{modality} inputs are not supported for this model")
+        values_key, grid_key = _FIELDS[modality]
+        merge = processor.merge_size**2
         slices: list[Any] = []
         start = 0
         for out in outputs:
@@ -112,8 +169,8 @@ class Qwen2VLFamily:
         for out in outputs:
             t, h, w = out.grid_thw
             fields = {
-                "pixel_values": MultiModalFieldElem(_float_tensor(out.pixel_values, dtype), flat),
-                "image_grid_thw": MultiModalFieldElem(
+                values_key: MultiModalFieldElem(_float_tensor(out.pixel_values, dtype), flat),
+                grid_key: MultiModalFieldElem(
                     Tensor.from_numpy(np.array(out.grid_thw, dtype=np.int64)), batched
                 ),
             }

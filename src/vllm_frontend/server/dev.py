@@ -19,7 +19,7 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -156,9 +156,12 @@ def _error(status: int, message: str) -> Response:
     return json_response({"error": message}, status)
 
 
-def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any]
+def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any],
+                 clear_mm_cache: Callable[[], None] | None = None,
                  ) -> dict[tuple[str, str], Handler]:  # fmt: skip
-    """The development routes over ``engine`` (see the module docstring)."""
+    """The development routes over ``engine`` (see the module docstring);
+    ``clear_mm_cache`` forgets what the frontend knows of the engines' multimodal cache (its
+    mirror), called before the engines reset theirs, as vLLM clears its renderer's first."""
 
     async def reset_prefix_cache(request: Request) -> Response:
         query = _query(request)
@@ -170,6 +173,8 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
 
     async def reset_mm_cache(request: Request) -> Response:
         logger.info("Resetting multi-modal cache...")
+        if clear_mm_cache is not None:
+            clear_mm_cache()
         await _first(engine, "reset_mm_cache")
         return Response(b"")
 
@@ -282,9 +287,14 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
 
 
 def add_dev_routes(
-    app: App, engine: DevEngine, world: WorldSize, frontend_config: dict[str, Any]
+    app: App,
+    engine: DevEngine,
+    world: WorldSize,
+    frontend_config: dict[str, Any],
+    clear_mm_cache: Callable[[], None] | None = None,
 ) -> None:
-    """Register the development routes (call only in dev mode, as vLLM does)."""
+    """Register the development routes (call only in dev mode, as vLLM does);
+    ``clear_mm_cache``: see :func:`dev_handlers`."""
     logger.warning(
         "SECURITY WARNING: Development endpoints are enabled! "
         "This should NOT be used in production!"
@@ -300,7 +310,7 @@ def add_dev_routes(
             "os": platform.system(),
         },
     }
-    for (method, path), handler in dev_handlers(engine, world, info).items():
+    for (method, path), handler in dev_handlers(engine, world, info, clear_mm_cache).items():
         app.route(method, path, handler)
 
 

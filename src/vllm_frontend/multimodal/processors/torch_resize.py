@@ -1,0 +1,102 @@
+"""torch's antialiased bicubic resize of ``uint8`` images on the CPU, in numpy: what torchvision's
+``resize`` runs for a ``uint8`` tensor (``interpolate(mode="bicubic", antialias=True)`` straight
+on the bytes), so what transformers' torchvision-backed processors (the video processors) give.
+
+It is not Pillow's bicubic: torch computes each axis's filter weights in double (Keys cubic,
+``a = -0.5``, support scaled by the reduction factor, weights normalized per output sample),
+turns them into int16 at the largest precision under which the axis's largest weight fits,
+and resamples width first then height, each output sample an integer dot product plus half an
+LSB, shifted down and clamped to ``[0, 255]`` after each pass. Integer sums do not depend on
+their order, so the result is exact whatever the vectorization.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["resize_bicubic_u8"]
+
+
+def _cubic(x: float) -> float:
+    # Keys' cubic convolution with a = -0.5, evaluated in the same order as torch.
+    a = -0.5
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return 0.0
+
+
+@lru_cache(maxsize=64)
+def _axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """One axis's taps: source indices ``[out, taps]`` (clamped into range; their weight is 0
+    where the window is shorter), int16-valued weights ``[out, taps]`` and the precision."""
+    scale = in_size / out_size
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    taps = math.ceil(support) * 2 + 1
+    invscale = 1.0 / scale if scale >= 1.0 else 1.0
+    starts = np.zeros(out_size, dtype=np.int64)
+    real = np.zeros((out_size, taps), dtype=np.float64)
+    wt_max = 0.0
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        xmin = max(int(center - support + 0.5), 0)
+        xsize = min(int(center + support + 0.5), in_size) - xmin
+        xsize = min(max(xsize, 0), taps)
+        weights = [_cubic((j + xmin - center + 0.5) * invscale) for j in range(xsize)]
+        total = 0.0
+        for w in weights:
+            total += w
+        if total != 0.0:
+            weights = [w / total for w in weights]
+            wt_max = max(wt_max, *weights)
+        starts[i] = xmin
+        real[i, :xsize] = weights
+    precision = 0
+    while precision < 22:
+        if int(0.5 + wt_max * (1 << (precision + 1))) >= 1 << 15:
+            break
+        precision += 1
+    scaled = real * (1 << precision)
+    # C's (int)(v + 0.5) / (int)(v - 0.5): rounding half away from zero by truncation.
+    weights = np.trunc(np.where(scaled < 0, scaled - 0.5, scaled + 0.5)).astype(np.int32)
+    indices = np.minimum(starts[:, None] + np.arange(taps), in_size - 1)
+    return indices, weights, precision
+
+
+def _pass(pixels: np.ndarray, axis: int, out_size: int) -> np.ndarray:
+    indices, weights, precision = _axis(pixels.shape[axis], out_size)
+    shape = [1] * pixels.ndim
+    shape[axis] = out_size
+    acc = np.full(
+        (*pixels.shape[:axis], out_size, *pixels.shape[axis + 1 :]),
+        1 << (precision - 1) if precision else 0,
+        dtype=np.int32,
+    )
+    for j in range(weights.shape[1]):
+        column = weights[:, j]
+        if not column.any():
+            continue
+        taps = np.take(pixels, indices[:, j], axis=axis).astype(np.int32)
+        taps *= column.reshape(shape)
+        acc += taps
+    acc >>= precision
+    return np.clip(acc, 0, 255).astype(np.uint8)
+
+
+def resize_bicubic_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``pixels`` ``(..., H, W, C)`` uint8 resized to ``height`` x ``width`` as torch resizes a
+    ``uint8`` tensor with ``mode="bicubic", antialias=True`` (an unchanged size is a no-op)."""
+    if pixels.dtype != np.uint8:
+        raise ValueError(f"expected uint8 pixels, got {pixels.dtype}")
+    h_axis, w_axis = pixels.ndim - 3, pixels.ndim - 2
+    out = pixels
+    if out.shape[w_axis] != width:
+        out = _pass(out, w_axis, width)
+    if out.shape[h_axis] != height:
+        out = _pass(out, h_axis, height)
+    return out
