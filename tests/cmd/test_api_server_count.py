@@ -38,7 +38,7 @@ from tests.support.engines import (
     log_dir,
     start_vllm_server,
 )
-from tests.support.reference import reference_generate
+from tests.support.reference import declare_reference
 
 from vllm_frontend.cmd.process import METRICS_DIR_ENV
 from vllm_frontend.metrics.merge import MetricsSnapshot
@@ -580,6 +580,7 @@ PROMPTS = [
     [128000, 40, 1093, 311],
     [128000, 3923, 374, 279, 1888, 1648],
 ]
+REFERENCES = declare_reference(PROMPTS * 2, {"temperature": 0.0, "max_tokens": 8})
 
 
 @pytest.mark.engine
@@ -598,7 +599,7 @@ def test_two_frontends_over_a_managed_engine_match_vllms_greedy_output(
             assert serve.popen.poll() is None, f"serve exited early:\n{serve.tail()}"
             assert time.monotonic() < deadline, serve.tail()
             time.sleep(0.5)
-        refs = reference_generate(PROMPTS * 2, {"temperature": 0.0, "max_tokens": 8})
+        refs = REFERENCES.results()
         c = openai.OpenAI(
             base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120
         )

@@ -26,12 +26,13 @@ from tests.support.engines import (
     start_headless_engines,
     start_vllm,
 )
-from tests.support.reference import reference_generate
+from tests.support.reference import declare_reference
 
 pytestmark = pytest.mark.engine
 
 FRONTEND = pathlib.Path(sys.executable).with_name("vllm-frontend")
 PROMPT = [128000, 9906, 11, 856, 836, 374]  # "<|begin_of_text|>Hello, my name is"
+REFERENCE = declare_reference([PROMPT], {"temperature": 0.0, "max_tokens": 8})
 
 
 class Frontend:
@@ -94,7 +95,7 @@ def client(port: int) -> openai.OpenAI:
 
 
 def assert_greedy_completion_matches_reference(port: int, model: str) -> None:
-    ref = reference_generate([PROMPT], {"temperature": 0.0, "max_tokens": 8})[0]
+    ref = REFERENCE.results()[0]
     out = client(port).completions.create(model=model, prompt=PROMPT, max_tokens=8, temperature=0.0)
     assert out.choices[0].text == ref.outputs[0].text
     assert out.usage is not None and out.usage.completion_tokens == len(ref.token_ids)

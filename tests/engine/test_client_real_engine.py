@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from tests.support.engines import HeadlessEngines, free_port, headless_engines
-from tests.support.reference import ReferenceResult, reference_generate
+from tests.support.reference import ReferenceResult, declare_reference
 
 from vllm_frontend.engine.client import (
     EngineCoreClient,
@@ -88,10 +88,14 @@ class Deployment:
         return self.runner.run(asyncio.wait_for(coro, timeout))
 
 
+REFERENCES = declare_reference(
+    [p for p, _ in [*CASES, LOGPROB_CASE]], [s for _, s in [*CASES, LOGPROB_CASE]]
+)
+
+
 @pytest.fixture(scope="module")
 def references() -> list[ReferenceResult]:
-    cases = [*CASES, LOGPROB_CASE]
-    return reference_generate([p for p, _ in cases], [s for _, s in cases])
+    return REFERENCES.results()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,10 @@ model is deterministic, and starting vLLM costs half a minute.
     result.token_ids, result.outputs[0].logprobs, result.prompt_logprobs
 
 `sampling` holds `vllm.SamplingParams` keyword arguments (JSON values only).
+
+Modules declare the references they will need when they are imported (`declare_reference`):
+the first cache miss then computes every declared one in the same vLLM start, instead of one
+start (half a minute, minutes on a loaded CI machine) per module.
 """
 
 from __future__ import annotations
@@ -72,6 +76,38 @@ class ReferenceResult:
         return self.outputs[0].token_ids
 
 
+@dataclass(frozen=True)
+class DeclaredReference:
+    """Requests a module registered at import; :meth:`results` fetches them."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    sampling: tuple[Mapping[str, Any], ...]
+    model: pathlib.Path | str | None
+
+    def results(self) -> list[ReferenceResult]:
+        """vLLM's results for the declared prompts (see :func:`reference_generate`)."""
+        return reference_generate(self.prompts, self.sampling, model=self.model)
+
+
+_DECLARED: list[DeclaredReference] = []
+
+
+def declare_reference(
+    prompts: Sequence[Sequence[int]],
+    sampling: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    model: pathlib.Path | str | None = None,
+) -> DeclaredReference:
+    """Register requests a test will need (at module import), so the first cache miss of the
+    run computes them together with its own; fetch them with ``.results()``."""
+    per_prompt = [sampling] * len(prompts) if isinstance(sampling, Mapping) else list(sampling)
+    declared = DeclaredReference(
+        tuple(tuple(int(t) for t in p) for p in prompts), tuple(per_prompt), model
+    )
+    _DECLARED.append(declared)
+    return declared
+
+
 def reference_generate(
     prompts: Sequence[Sequence[int]],
     sampling: Mapping[str, Any] | Sequence[Mapping[str, Any]],
@@ -104,12 +140,33 @@ def reference_generate(
                 results[index] = json.loads((cache_dir / f"{key}.json").read_text())
     missing = [index for index in range(len(requests)) if index not in results]
     if missing:
-        fresh = _run_worker(model_dir, [requests[index] for index in missing])
+        batch = {keys[index]: requests[index] for index in missing}
+        if use_cache:
+            batch.update(_declared_missing(model_dir, cache_dir, batch))
+        fresh = dict(zip(batch, _run_worker(model_dir, list(batch.values())), strict=True))
         cache_dir.mkdir(parents=True, exist_ok=True)
-        for index, result in zip(missing, fresh, strict=True):
-            results[index] = result
-            _write_atomically(cache_dir / f"{keys[index]}.json", json.dumps(result))
+        for key, result in fresh.items():
+            _write_atomically(cache_dir / f"{key}.json", json.dumps(result))
+        for index in missing:
+            results[index] = fresh[keys[index]]
     return [_parse_result(results[index]) for index in range(len(requests))]
+
+
+def _declared_missing(
+    model_dir: pathlib.Path, cache_dir: pathlib.Path, batch: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    # The declared requests for the same model that are in neither the cache nor the batch.
+    extra: dict[str, dict[str, Any]] = {}
+    for declared in _DECLARED:
+        declared_dir = pathlib.Path(declared.model) if declared.model else tiny_model_dir()
+        if declared_dir != model_dir:
+            continue
+        for prompt, params in zip(declared.prompts, declared.sampling, strict=True):
+            request = {"prompt_token_ids": list(prompt), "sampling": dict(params)}
+            key = _cache_key(model_dir, request)
+            if key not in batch and not (cache_dir / f"{key}.json").exists():
+                extra[key] = request
+    return extra
 
 
 def _cache_key(model_dir: pathlib.Path, request: Mapping[str, Any]) -> str:

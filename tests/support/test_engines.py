@@ -17,11 +17,12 @@ from tests.support.engines import (
     headless_engines,
     vllm_server,
 )
-from tests.support.reference import reference_generate
+from tests.support.reference import declare_reference
 
 pytestmark = pytest.mark.engine
 
 HELLO_WORLD = [128000, 9906, 1917]  # <|begin_of_text|>Hello world
+HELLO_REFERENCE = declare_reference([HELLO_WORLD], {"temperature": 0, "max_tokens": 12})
 
 
 def _gone(pid: int) -> bool:
@@ -35,7 +36,7 @@ def test_headless_engine_behind_vllms_frontend_generates_like_the_offline_refere
     tiny_model: pathlib.Path,
 ) -> None:
     openai = pytest.importorskip("openai")
-    [expected] = reference_generate([HELLO_WORLD], {"temperature": 0, "max_tokens": 12})
+    [expected] = HELLO_REFERENCE.results()
     handshake_port = free_port()
     with (
         headless_engines(handshake_port, count=1) as engines,
