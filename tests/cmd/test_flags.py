@@ -86,3 +86,54 @@ def test_every_refused_or_ignored_option_says_why() -> None:
     for dest, route in flags.FLAGS.items():
         if route in ("refused", "ignored"):
             assert flags.note(dest), dest
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["a=/p/a"],
+        ["a=/p/a", "b=/p/b=c"],
+        ['{"name": "a", "path": "/p/a"}'],
+        ['{"name": "a", "path": "/p/a", "base_model_name": "m", "is_3d_lora_weight": true}'],
+        ["", "a=/p/a"],
+        ["a=/p/a,b=/p/b"],  # a comma: read as JSON, which it is not
+        ['{"name": "a"}'],  # no path
+        ['{"name": "a", "path": "/p", "rank": 8}'],  # an unknown field
+    ],
+)
+def test_lora_modules_are_read_as_vllm_reads_them(values: list[str]) -> None:
+    """``--lora-modules`` through ``serve`` and ``--args-json`` gives vLLM's ``LoRAModulePath``
+    list, or stops startup where vLLM's parser does."""
+    import dataclasses
+
+    from vllm_frontend.cmd.config import ConfigError, config_from_args
+    from vllm_frontend.cmd.serve_args import parse_serve_args
+
+    try:
+        theirs = _vllm_parser().parse_args(["m", "--lora-modules", *values]).lora_modules
+    except SystemExit:
+        theirs = None
+    ours_parser = argparse.ArgumentParser()
+    add_serve_arguments(ours_parser)
+    try:
+        ns = parse_serve_args(ours_parser, ["m", "--lora-modules", *values]).frontend_args()
+        ours = config_from_args(ns).lora_modules
+    except ConfigError:
+        assert theirs is None
+        return
+    assert theirs is not None
+    want = [dataclasses.asdict(m) for m in theirs]
+    assert [
+        {
+            "name": m.name,
+            "path": m.path,
+            "base_model_name": m.base_model_name,
+            "is_3d_lora_weight": m.is_3d_lora_weight,
+        }
+        for m in ours
+    ] == want
+    # what `vllm serve` hands a Rust-style frontend (--args-json) reads the same
+    from vllm.entrypoints.serve.utils.api_utils import _jsonify_arg_value
+
+    via_json = config_from_args({"model_tag": "m", "lora_modules": _jsonify_arg_value(theirs)})
+    assert via_json.lora_modules == ours

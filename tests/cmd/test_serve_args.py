@@ -63,7 +63,7 @@ def test_options_both_sides_read_reach_the_managed_engines() -> None:
     "argv,name",
     [
         (["--middleware", "m.w"], "--middleware"),
-        (["--lora-modules", "a=b"], "--lora-modules"),
+        (["--enable-tower-connector-lora"], "--enable-tower-connector-lora"),
         (["--tokenizer-mode=mistral"], "--tokenizer-mode"),
         (["--enable-scale-out"], "--enable-scale-out"),
         (["--no-such-option", "1"], "--no-such-option"),
@@ -135,8 +135,8 @@ def test_headless_and_external_engines_conflict() -> None:
 
 
 def test_unsupported_option_fails_startup_naming_it() -> None:
-    with pytest.raises(ConfigError, match="--lora-modules"):
-        config_from_args({"model_tag": "m", "lora_modules": ["a=b"]})
+    with pytest.raises(ConfigError, match="--default-mm-loras"):
+        config_from_args({"model_tag": "m", "default_mm_loras": {"image": "/a"}})
 
 
 def test_engine_only_and_harmless_options_are_accepted() -> None:

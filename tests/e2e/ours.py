@@ -15,7 +15,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_frontend.cmd.assemble import build_frontend_app, load_model_resources, vocab_bound
+from vllm_frontend.cmd.assemble import (
+    build_frontend_app,
+    load_lora_modules,
+    load_model_resources,
+    vocab_bound,
+)
 from vllm_frontend.cmd.config import config_from_args
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.server.app import make_server
@@ -60,7 +65,8 @@ async def _build(
         vocab_size=vocab_bound(model),
         max_logprobs=config.max_logprobs,
     )
-    http = make_server(build_frontend_app(config, model, client))
+    adapters = await load_lora_modules(config, client)
+    http = make_server(build_frontend_app(config, model, client, adapters=adapters))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))

@@ -27,7 +27,7 @@ from vllm_frontend.chat.template_cache import TemplateCodeCache
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
-from vllm_frontend.llm import LLM
+from vllm_frontend.llm import LLM, LoraAdapters
 from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
@@ -35,11 +35,13 @@ from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.metrics.stats_log import StatsLog
 from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.multimodal.media.policy import MediaPolicy
+from vllm_frontend.server import errors as api_errors
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generation import ServingContext
+from vllm_frontend.server.lora import load_adapter, lora_routes, runtime_lora_updating
 from vllm_frontend.server.messages import MessagesHandler
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.responses import ResponsesHandler
@@ -136,16 +138,40 @@ def vocab_bound(model: ModelResources) -> int:
     return max(bound, model_vocab) if isinstance(model_vocab, int) else bound
 
 
+async def load_lora_modules(config: FrontendConfig, client: EngineCoreClient) -> LoraAdapters:
+    """The adapter table, with ``--lora-modules`` loaded on the engines (vLLM's
+    ``init_static_loras``); an adapter that does not load stops startup with vLLM's message."""
+    adapters = LoraAdapters(client)
+    for module in config.lora_modules:
+        try:
+            await load_adapter(
+                adapters,
+                config.served_model_names,
+                module.name,
+                module.path,
+                is_3d_lora_weight=module.is_3d_lora_weight,
+                base_model_name=module.base_model_name,
+            )
+        except api_errors.ApiError as e:
+            raise ConfigError(api_errors.sanitize_message(e.message)) from None
+    return adapters
+
+
 def build_frontend_app(
     config: FrontendConfig,
     model: ModelResources,
     client: EngineCoreClient,
     *,
     sibling_counts: SharedRequestCounts | None = None,
+    adapters: LoraAdapters | None = None,
 ) -> App:
     """The HTTP app serving ``config``'s model through ``client``. ``sibling_counts`` is set
     when this is one of several API-server processes: their in-flight request counts, summed
-    for ``--max-num-queued-reqs``."""
+    for ``--max-num-queued-reqs``; ``adapters``: the LoRA adapters loaded so far (see
+    :func:`load_lora_modules`; None: none yet)."""
+    if adapters is None:
+        adapters = LoraAdapters(client)
+    runtime_lora = runtime_lora_updating()
     max_model_len = client.max_model_len or model.files.max_position_embeddings
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
@@ -193,6 +219,8 @@ def build_frontend_app(
         sse_keep_alive_interval=float(config.sse_keep_alive_interval),
         request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
         has_kv_connector=config.kv_transfer_config is not None,
+        adapters=adapters,
+        runtime_lora_updating=runtime_lora,
     )
     settings = ServerSettings(
         served_model_names=served,
@@ -227,6 +255,8 @@ def build_frontend_app(
         model_root=config.model,
         metrics_registry=registry,
         media_policy=media_policy(config),
+        adapters=adapters,
+        runtime_lora_updating=runtime_lora,
     )
     parsers = output_parsers(
         config, model.tokenizer, model_facts(model), harmony=harmony is not None
@@ -251,6 +281,13 @@ def build_frontend_app(
         },
         responses.routes(),
     )
+    if runtime_lora:
+        logger.warning(
+            "LoRA dynamic loading & unloading is enabled in the API server. This should ONLY "
+            "be used for local development!"
+        )
+        for (method, path), handler in lora_routes(adapters, served).items():
+            app.route(method, path, handler, json_body=True)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))

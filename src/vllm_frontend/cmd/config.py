@@ -30,6 +30,43 @@ class ConfigError(ValueError):
     """A configuration value is invalid or asks for behaviour this frontend does not implement."""
 
 
+class LoraModule(msgspec.Struct, forbid_unknown_fields=True):
+    """One ``--lora-modules`` adapter (vLLM's ``LoRAModulePath``), loaded at startup."""
+
+    name: str
+    path: str
+    base_model_name: str | None = None
+    is_3d_lora_weight: bool = False
+
+
+def parse_lora_modules(values: Any) -> list[LoraModule]:
+    """``--lora-modules`` values as vLLM's ``LoRAParserAction`` reads them: ``name=path``, or a
+    JSON object with ``name``, ``path`` and optionally ``base_model_name`` and
+    ``is_3d_lora_weight`` (``--args-json`` gives objects); empty items are skipped."""
+    if values is None:
+        return []
+    if isinstance(values, (str, dict)):
+        values = [values]
+    modules: list[LoraModule] = []
+    for item in values:
+        if item is None or item == "":
+            continue
+        if isinstance(item, str) and "=" in item and "," not in item:
+            name, path = item.split("=", 1)
+            modules.append(LoraModule(name, path))
+            continue
+        if isinstance(item, str):
+            try:
+                item = json.loads(item)
+            except json.JSONDecodeError:
+                raise ConfigError(f"Invalid JSON format for --lora-modules: {item}") from None
+        try:
+            modules.append(msgspec.convert(item, LoraModule, strict=False))
+        except msgspec.ValidationError as e:
+            raise ConfigError(f"Invalid fields for --lora-modules: {item} - {e}") from None
+    return modules
+
+
 class FrontendConfig(msgspec.Struct):
     """Everything the frontend needs to know, with vLLM 0.32's defaults."""
 
@@ -144,6 +181,8 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_cache_gb: float = 4
     """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
     mm_processor_cache_type: str = "lru"
+    lora_modules: list[LoraModule] = msgspec.field(default_factory=list)
+    """``--lora-modules``: the LoRA adapters loaded on the engines at startup."""
 
     @property
     def world_size(self) -> int:
@@ -244,6 +283,8 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             kwargs[key] = _as_list(value)
         elif key in ("allowed_methods", "allowed_headers"):
             kwargs[key] = _as_list(json.loads(value) if isinstance(value, str) else value)
+        elif key == "lora_modules":
+            kwargs[key] = parse_lora_modules(value)
         elif key in (
             "default_chat_template_kwargs",
             "override_generation_config",

@@ -34,6 +34,7 @@ host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers en
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
 allowed_local_media_path allowed_media_domains media_io_kwargs enable_tokenizer_info_endpoint
+lora_modules
 """
 
 # The frontend reads these and the managed engines get them too (the model's files, limits
@@ -53,7 +54,8 @@ _REFUSED: dict[str, str] = {
     "config": "YAML config files are not read; give the options on the command line",
     "grpc": "no gRPC server",
     "grpc_port": "no gRPC server",
-    "lora_modules": "LoRA adapters are not served yet",
+    "default_mm_loras": "default multimodal LoRA adapters are not chosen by the frontend",
+    "enable_tower_connector_lora": "tower-connector LoRA's multimodal cache keys are not made",
     "trust_request_mm_kwargs": "per-request mm_processor_kwargs / media_io_kwargs are not taken",
     "enable_mm_embeds": "image/audio/video embeddings in requests are not taken yet",
     "tool_parser_plugin": "tool parser plugins are not loaded",
@@ -112,7 +114,8 @@ _NOTES: dict[str, str] = {
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "grpc": (False,),
     "grpc_port": (None,),
-    "lora_modules": (None, []),
+    "default_mm_loras": (None, {}),
+    "enable_tower_connector_lora": (False,),
     "trust_request_mm_kwargs": (False,),
     "tool_parser_plugin": ("",),
     "tool_strict_level": ("auto",),
@@ -172,8 +175,8 @@ mm_encoder_tp_mode mm_encoder_attn_backend mm_encoder_attn_dtype mm_encoder_fp8_
 mm_encoder_fp8_scale_save_path mm_encoder_fp8_scale_save_margin interleave_mm_strings
 skip_mm_profiling video_pruning_rate video_pruning_method mm_tensor_ipc mm_processor_device
 mm_ipc_gpu_memory_gb enable_lora max_loras max_lora_rank lora_dtype
-enable_tower_connector_lora max_cpu_loras fully_sharded_loras lora_target_modules
-default_mm_loras specialize_active_lora enable_mixed_moe_lora_format enable_moe_shared_loras
+max_cpu_loras fully_sharded_loras lora_target_modules
+specialize_active_lora enable_mixed_moe_lora_format enable_moe_shared_loras
 max_lora_cls_labels kv_cache_metrics_sample enable_layerwise_nvtx_tracing enable_mfu_metrics
 jit_monitor_mode jit_monitor_verbose max_num_batched_tokens max_num_scheduled_tokens
 max_num_seqs max_num_active_seqs long_prefill_token_threshold

@@ -26,6 +26,7 @@ import zmq
 from vllm_frontend.cmd.assemble import (
     ModelResources,
     build_frontend_app,
+    load_lora_modules,
     load_model_resources,
     vocab_bound,
 )
@@ -288,7 +289,10 @@ async def _serve(
         logger.error("could not connect to the engines: %s", e)
         return 1
     try:
-        app = build_frontend_app(config, model, client, sibling_counts=sibling_counts)
+        adapters = await load_lora_modules(config, client)
+        app = build_frontend_app(
+            config, model, client, sibling_counts=sibling_counts, adapters=adapters
+        )
         if siblings is None:
             http = make_server(app)
         else:

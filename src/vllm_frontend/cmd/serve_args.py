@@ -213,6 +213,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mm-processor-cache-gb", type=float, default=None)
     p.add_argument("--mm-processor-cache-type", default=None)
     p.add_argument("--mm-device-do-normalize", **{**opt_bool, "default": None})
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=None,
+        help="LoRA adapters to load at startup: name=path, or JSON "
+        '\'{"name": ..., "path": ..., "base_model_name": ...}\'',
+    )
     p.add_argument("--api-key", nargs="+", default=None)
     p.add_argument(
         "--allowed-local-media-path",

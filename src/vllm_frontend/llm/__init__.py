@@ -17,13 +17,16 @@ from vllm_frontend.llm.ids import (
     engine_request_id,
     public_request_id,
 )
+from vllm_frontend.llm.lora import AdapterLoadFailed, LoraAdapters
 
 __all__ = [
     "FINISH_REASONS",
     "LLM",
+    "AdapterLoadFailed",
     "EngineClientLike",
     "GenerateRequest",
     "GenerationStream",
+    "LoraAdapters",
     "OutputKind",
     "SampleOutput",
     "TokenConsumer",

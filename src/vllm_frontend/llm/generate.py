@@ -86,6 +86,8 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     mm_features: list[Any] | None = None
     """Multimodal items (``MultiModalFeatureSpec``); every sample's engine request carries
     them, and they are dropped from the engine requests once sent."""
+    lora_request: Any = None
+    """The adapter the request runs with (an engine ``LoRARequest``; None: the base model)."""
     mm_cache: Any = None
     """The engine's multimodal cache mirror (``apply(features)`` right before sending drops
     the data the engine holds; ``invalidate(hashes)`` on ``mm_cache_miss_hashes``), or None."""
@@ -726,7 +728,7 @@ class LLM:
                     sampling_params=child_params,
                     pooling_params=None,
                     arrival_time=arrival,
-                    lora_request=None,
+                    lora_request=request.lora_request,
                     cache_salt=request.cache_salt,
                     data_parallel_rank=request.data_parallel_rank,
                     priority=request.priority,

@@ -381,6 +381,7 @@ class ChatHandler:
                     priority=getattr(req, "priority", 0) or 0,
                     data_parallel_rank=data_parallel_rank(request),
                     cache_salt=getattr(req, "cache_salt", None),
+                    model=req.model,
                 ),
                 tools=getattr(req, "tools", None),
                 tool_choice=getattr(req, "tool_choice", None),
@@ -499,7 +500,7 @@ class ChatHandler:
             id=request_id,
             object="chat.completion",
             created=created,
-            model=ctx.model_name,
+            model=ctx.model_name_for(req.model),
             choices=choices,
             service_tier=None,
             system_fingerprint=ctx.system_fingerprint,
@@ -568,7 +569,7 @@ class _StreamChunks:
         self._role = gen.role
         self._echo_text = gen.echo_text
         self._created = int(time.time())
-        self._model = ctx.model_name
+        self._model = ctx.model_name_for(req.model)
         self._n = n = req.n or 1
         self._include_usage, self._continuous = include_usage_flags(
             getattr(req, "stream_options", None), ctx.enable_force_include_usage

@@ -249,6 +249,7 @@ class CompletionsHandler:
                 priority=getattr(req, "priority", 0) or 0,
                 data_parallel_rank=data_parallel_rank(request),
                 cache_salt=getattr(req, "cache_salt", None),
+                model=req.model,
             )
         )
         created = int(time.time())
@@ -313,7 +314,7 @@ class CompletionsHandler:
             id=request_id,
             object="text_completion",
             created=created,
-            model=ctx.model_name,
+            model=ctx.model_name_for(req.model),
             choices=choices,
             service_tier=None,
             system_fingerprint=ctx.system_fingerprint,
@@ -418,7 +419,7 @@ class _StreamChunks:
         self._req = req
         self._request_id = request_id
         self._created = created
-        self._model = ctx.model_name
+        self._model = ctx.model_name_for(req.model)
         self._prompts = prompts
         self._n = n = req.n or 1
         self._include_usage, self._continuous = include_usage_flags(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from vllm_frontend.llm import LLM, public_request_id
+from vllm_frontend.llm import LLM, LoraAdapters, public_request_id
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.request_log import RequestLog
@@ -52,6 +52,7 @@ class ServingContext:
         "media",
         "response_role",
         "return_tokens_as_token_ids",
+        "runtime_lora_updating",
         "served_model_names",
         "sse_keep_alive_interval",
         "system_fingerprint",
@@ -79,6 +80,8 @@ class ServingContext:
         multimodal: Callable[[TextLlm], MultimodalLlm] | None = None,
         request_log: RequestLog | None = None,
         has_kv_connector: bool = False,
+        adapters: LoraAdapters | None = None,
+        runtime_lora_updating: bool = False,
     ) -> None:
         """``sampling``: model-level sampling inputs (generation-config defaults, EOS ids,
         limits); ``chat_renderer``: a ``vllm_frontend.chat.ChatRenderer`` (for the chat route);
@@ -86,7 +89,9 @@ class ServingContext:
         names none (vLLM loads generation models' tokenizers with ``truncation_side="left"``);
         ``stream_interval``: ``--stream-interval``; ``sse_keep_alive_interval``: seconds of
         stream idleness before an SSE keep-alive comment (0 = never); ``multimodal`` makes the
-        multimodal facade over the text one (a model that takes media)."""
+        multimodal facade over the text one (a model that takes media); ``adapters``: the
+        loaded LoRA adapters (a request's ``model`` may name one); ``runtime_lora_updating``:
+        ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` is set."""
         self.text = TextLlm(
             llm,
             tokenizer,
@@ -96,8 +101,10 @@ class ServingContext:
             tokenizer_truncation_side=tokenizer_truncation_side,
             stream_interval=stream_interval,
             request_log=request_log,
+            adapters=adapters,
         )
         """The text layer's facade."""
+        self.runtime_lora_updating = runtime_lora_updating
         self.media = multimodal(self.text) if multimodal is not None else None
         """The multimodal layer's facade (None: a text-only model)."""
         self.served_model_names = served_model_names
@@ -114,13 +121,20 @@ class ServingContext:
 
     @property
     def model_name(self) -> str:
-        """The name responses carry (the first served name)."""
+        """The name responses for the base model carry (the first served name)."""
+        return self.served_model_names[0]
+
+    def model_name_for(self, model: str | None) -> str:
+        """The name a response to a request for ``model`` carries: the LoRA adapter's name if
+        ``model`` names one, else the first served name (vLLM's ``model_name(lora_request)``)."""
+        if model and model in self.text.adapters:
+            return model
         return self.served_model_names[0]
 
     def check_model(self, model: str | None) -> None:
-        """vLLM's ``_check_model``: an absent (or empty) model means the default; an unknown one
-        is 404."""
-        check_model(self.served_model_names, model)
+        """vLLM's ``_check_model``: an absent (or empty) model means the default, a served name
+        or a loaded LoRA adapter is served; another one is 404."""
+        check_model(self.served_model_names, model, self.text.adapters, self.runtime_lora_updating)
 
     def as_token_ids(self, req: Any) -> bool:
         """``return_tokens_as_token_ids``: the request's, else the server's."""

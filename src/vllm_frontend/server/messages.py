@@ -162,6 +162,7 @@ class MessagesHandler:
                     response_format=fields.response_format,
                     data_parallel_rank=data_parallel_rank(http),
                     cache_salt=cache_salt,
+                    model=request.model,
                 ),
                 tools=fields.tools,
                 tool_choice=fields.tool_choice,
@@ -256,7 +257,9 @@ class MessagesHandler:
             "type": "message",
             "role": "assistant",
             "content": blocks,
-            "model": ctx.model_name,
+            "model": ctx.model_name_for(
+                lora.lora_name if (lora := gen.text.lora_request) else None
+            ),
             "stop_reason": stop_reason,
         }
         if stop_sequence is not None:
@@ -426,7 +429,9 @@ class _MessageStream:
             "type": "message",
             "role": "assistant",
             "content": [],
-            "model": self._ctx.model_name,
+            "model": self._ctx.model_name_for(
+                lora.lora_name if (lora := self._gen.text.lora_request) else None
+            ),
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {"input_tokens": num_prompt, "output_tokens": 0},

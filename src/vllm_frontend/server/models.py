@@ -1,4 +1,5 @@
-"""``GET /v1/models``: the served model names, in vLLM 0.32's model-card shape
+"""``GET /v1/models``: the served model names, then the loaded LoRA adapters (``parent``: their
+base model, ``root``: their path), in vLLM 0.32's model-card shape
 (vllm/entrypoints/openai/models/)."""
 
 from __future__ import annotations
@@ -68,6 +69,21 @@ def models_handler(settings: ServerSettings, services: Services) -> Handler:
             )
             for name in settings.served_model_names
         ]
+        if services.adapters is not None:
+            base = settings.served_model_names[0]
+            cards.extend(
+                _ModelCard(
+                    id=lora.lora_name,
+                    object="model",
+                    created=now,
+                    owned_by="vllm",
+                    root=lora.lora_path,
+                    parent=lora.base_model_name or base,
+                    max_model_len=None,
+                    permission=[_permission(now)],
+                )
+                for lora in services.adapters.loaded()
+            )
         return json_response(_ModelList(object="list", data=cards))
 
     return models

@@ -48,13 +48,17 @@ __all__ = [
     "ChatCompletionRequest",
     "CompletionRequest",
     "DetokenizeRequest",
+    "LoadLoraAdapterRequest",
     "StreamOptions",
     "TokenizeChatRequest",
     "TokenizeCompletionRequest",
+    "UnloadLoraAdapterRequest",
     "parse_chat_request",
     "parse_completion_request",
     "parse_detokenize_request",
+    "parse_load_lora_adapter_request",
     "parse_tokenize_request",
+    "parse_unload_lora_adapter_request",
 ]
 
 _INT64_MIN = -(2**63)
@@ -252,6 +256,22 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
 
 
+class LoadLoraAdapterRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/load_lora_adapter`` body (vLLM's ``LoadLoRAAdapterRequest``)."""
+
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+
+class UnloadLoraAdapterRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/unload_lora_adapter`` body (vLLM's ``UnloadLoRAAdapterRequest``)."""
+
+    lora_name: str
+    lora_int_id: int | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # schemas for error reports (derived from the Structs, with pydantic's types where ours are Any)
 
@@ -446,6 +466,8 @@ _TOKENIZE_CHAT_SCHEMA = LazyModel(
     )
 )
 _DETOKENIZE_SCHEMA = LazyModel(lambda: _schema(DetokenizeRequest))
+_LOAD_LORA_SCHEMA = LazyModel(lambda: _schema(LoadLoraAdapterRequest))
+_UNLOAD_LORA_SCHEMA = LazyModel(lambda: _schema(UnloadLoraAdapterRequest))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -885,6 +907,16 @@ def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeC
             data, TokenizeChatRequest, _TOKENIZE_CHAT_SCHEMA, [_check_generation_prompt]
         )
     raise validation_error(completion_errors + chat_errors)
+
+
+def parse_load_lora_adapter_request(body: bytes) -> LoadLoraAdapterRequest:
+    """Decode and validate a ``/v1/load_lora_adapter`` body."""
+    return convert_body(decode_json_object(body), LoadLoraAdapterRequest, _LOAD_LORA_SCHEMA)
+
+
+def parse_unload_lora_adapter_request(body: bytes) -> UnloadLoraAdapterRequest:
+    """Decode and validate a ``/v1/unload_lora_adapter`` body."""
+    return convert_body(decode_json_object(body), UnloadLoraAdapterRequest, _UNLOAD_LORA_SCHEMA)
 
 
 def parse_detokenize_request(body: bytes) -> DetokenizeRequest:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import msgspec
 
+from vllm_frontend.llm import LoraAdapters
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 
@@ -65,13 +66,29 @@ class Services(msgspec.Struct):
     """Registry rendered by ``/metrics`` (default: an empty one of the app's own)."""
     media_policy: MediaPolicy = msgspec.field(default_factory=MediaPolicy)
     """What loading the media requests name may do (paths, domains, addresses, limits)."""
+    adapters: LoraAdapters | None = None
+    """The loaded LoRA adapters (``/v1/models`` lists them; a request may name one)."""
+    runtime_lora_updating: bool = False
+    """``VLLM_ALLOW_RUNTIME_LORA_UPDATING``: ``/v1/load_lora_adapter`` and
+    ``/v1/unload_lora_adapter`` are served."""
 
 
-def check_model(served_model_names: Sequence[str], model: str | None) -> None:
+def check_model(
+    served_model_names: Sequence[str],
+    model: str | None,
+    adapters: LoraAdapters | None = None,
+    runtime_lora_updating: bool = False,
+) -> None:
     """Refuse a request naming a model this server does not serve, as vLLM does (no model, or
-    an empty name, means the default)."""
+    an empty name, means the default; a loaded LoRA adapter's name is served)."""
     # vLLM's BaseServing._check_model (serve/engine/serving.py)
     if model and model not in served_model_names:
+        if adapters is not None:
+            if model in adapters:
+                return
+            if runtime_lora_updating:
+                # vLLM then asks its LoRA resolvers (none are loaded here), which takes an id
+                adapters.next_id()
         names = ", ".join(served_model_names)
         raise errors.NotFound(
             f"The model `{model}` does not exist. Valid aliases: {names}.", param="model"

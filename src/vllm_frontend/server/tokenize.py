@@ -31,7 +31,10 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
 
     async def tokenize(request: Request) -> Response:
         req = parse_tokenize_request(request.body)
-        check_model(settings.served_model_names, req.model)
+        check_model(
+            settings.served_model_names, req.model, services.adapters,
+            services.runtime_lora_updating,
+        )  # fmt: skip
         tokenizer = services.tokenizer
         if tokenizer is None:
             raise errors.NotImplementedFeature("Tokenization is not available.")
@@ -47,7 +50,10 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
 
     async def detokenize(request: Request) -> Response:
         req = parse_detokenize_request(request.body)
-        check_model(settings.served_model_names, req.model)
+        check_model(
+            settings.served_model_names, req.model, services.adapters,
+            services.runtime_lora_updating,
+        )  # fmt: skip
         tokenizer = services.tokenizer
         if tokenizer is None:
             raise errors.NotImplementedFeature("Detokenization is not available.")

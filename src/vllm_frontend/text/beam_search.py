@@ -199,8 +199,10 @@ class BeamSearch:
         prompt: PreparedPrompt,
         params: BeamSearchParams,
         cache_salt: str | None = None,
+        lora_request: Any = None,
     ) -> None:
-        """``request_id`` is the public id the engine ids are derived from."""
+        """``request_id`` is the public id the engine ids are derived from; ``lora_request``
+        the adapter every step runs with (None: the base model)."""
         self._llm: LLM = text.llm
         self._tokenizer: Tokenizer = text.tokenizer
         self._sampling = text.sampling
@@ -208,6 +210,7 @@ class BeamSearch:
         self._prompt = prompt
         self._params = params
         self._cache_salt = cache_salt
+        self._lora_request = lora_request
 
     def _step_params(self) -> SamplingParams:
         # vLLM's SamplingParams(logprobs=2 * width, max_tokens=1, temperature, watermarking=False,
@@ -303,6 +306,7 @@ class BeamSearch:
                         sampling_params=params,
                         output_kind=OutputKind.FINAL_ONLY,
                         cache_salt=self._cache_salt,
+                        lora_request=self._lora_request,
                     )
                 )
                 streams.append(await stack.enter_async_context(stream))

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.engine.protocol import RepetitionDetectionParams, SamplingParams
-from vllm_frontend.llm import LLM
+from vllm_frontend.engine.protocol import LoRARequest, RepetitionDetectionParams, SamplingParams
+from vllm_frontend.llm import LLM, LoraAdapters
 from vllm_frontend.text.beam_search import (
     BeamSearch,
     BeamSearchParams,
@@ -76,12 +76,16 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     priority: int = 0
     data_parallel_rank: int | None = None
     cache_salt: str | None = None
+    model: str | None = None
+    """The request's ``model``: a loaded LoRA adapter's name runs the request with it (the
+    route has checked that it names a served model or an adapter)."""
 
 
 class TextLlm:
     """Text-level generation for one model over ``llm`` (built once at startup)."""
 
     __slots__ = (
+        "adapters",
         "llm",
         "max_model_len",
         "prompts",
@@ -103,8 +107,11 @@ class TextLlm:
         tokenizer_truncation_side: str = "left",
         stream_interval: int = 1,
         request_log: RequestLog | None = None,
+        adapters: LoraAdapters | None = None,
     ) -> None:
         self.llm = llm
+        self.adapters = adapters if adapters is not None else LoraAdapters(None)
+        """The loaded LoRA adapters (a request's ``model`` may name one)."""
         self.request_log = request_log
         """``--enable-log-requests``: each prompt's request is logged as it starts."""
         self.tokenizer = tokenizer
@@ -174,7 +181,8 @@ class TextLlm:
                     lowered, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer
                 )
             )
-        return TextGeneration(self, request, prepared, params)
+        lora = self.adapters.get(request.model)
+        return TextGeneration(self, request, prepared, params, lora)
 
     def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
         """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
@@ -199,7 +207,7 @@ class TextGeneration:
     """A request's prompts, checked and tokenized, with their parameters; each prompt's
     stream of text updates is made (and its engine requests sent) by :meth:`source`."""
 
-    __slots__ = ("_request", "_text", "params", "prompts")
+    __slots__ = ("_request", "_text", "lora_request", "params", "prompts")
 
     def __init__(
         self,
@@ -207,8 +215,11 @@ class TextGeneration:
         request: TextRequest,
         prompts: list[PreparedPrompt],
         params: list[SamplingParams | BeamSearchParams],
+        lora_request: LoRARequest | None = None,
     ) -> None:
         self._text = text
+        self.lora_request = lora_request
+        """The adapter the request's ``model`` names (None: the base model)."""
         self._request = request
         self.prompts = prompts
         """The prepared prompts, in order."""
@@ -233,7 +244,7 @@ class TextGeneration:
         params = self.params[p]
         request_id = f"{request.request_id}-{p}" if request.numbered else request.request_id
         if (log := self._text.request_log) is not None:
-            log.log_inputs(request_id, prompt.text, prompt.token_ids, params)
+            log.log_inputs(request_id, prompt.text, prompt.token_ids, params, self.lora_request)
         if isinstance(params, BeamSearchParams):
             search = BeamSearch(
                 self._text,
@@ -241,6 +252,7 @@ class TextGeneration:
                 prompt=prompt,
                 params=params,
                 cache_salt=request.cache_salt,
+                lora_request=self.lora_request,
             )
             return BeamSearchStream(search)
         return SequenceStream(
@@ -252,6 +264,7 @@ class TextGeneration:
             priority=request.priority,
             data_parallel_rank=request.data_parallel_rank,
             cache_salt=request.cache_salt,
+            lora_request=self.lora_request,
         )
 
     def sources(self) -> list[UpdateSource]:

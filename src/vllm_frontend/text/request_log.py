@@ -84,7 +84,12 @@ class RequestLog:
             )
 
     def log_inputs(
-        self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: Any
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        params: Any,
+        lora_request: Any = None,
     ) -> None:
         """Log one prompt's request (DEBUG: with its prompt; INFO: its parameters)."""
         if logger.isEnabledFor(logging.DEBUG):
@@ -103,5 +108,5 @@ class RequestLog:
             "Received request %s: params: %s, lora_request: %s.",
             request_id,
             sampling_params_repr(params),
-            None,
+            lora_request,
         )

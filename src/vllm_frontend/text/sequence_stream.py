@@ -93,6 +93,7 @@ class SequenceStream:
         priority: int = 0,
         data_parallel_rank: int | None = None,
         cache_salt: str | None = None,
+        lora_request: Any = None,
     ) -> None:
         wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
         strings = text.strings() if wants_logprobs else None
@@ -121,6 +122,7 @@ class SequenceStream:
                 cache_salt=cache_salt,
                 mm_features=prompt.mm_features,
                 mm_cache=prompt.mm_cache,
+                lora_request=lora_request,
             )
         )
         prompt.mm_features = None  # the engine requests hold them now
