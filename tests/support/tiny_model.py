@@ -123,10 +123,13 @@ def tiny_model_dir() -> pathlib.Path:
     return cached_build(f"tiny-llama3-{_input_hash()}", build_tiny_model)
 
 
-def cached_build(name: str, build: Callable[[pathlib.Path], None]) -> pathlib.Path:
-    """``cache_root() / name``, made by ``build(staging_dir)`` first if the cache lacks it."""
+def cached_build(
+    name: str, build: Callable[[pathlib.Path], None], marker: str = "config.json"
+) -> pathlib.Path:
+    """``cache_root() / name``, made by ``build(staging_dir)`` first if the cache lacks it (a
+    built directory has the file ``marker``)."""
     target = cache_root() / name
-    if (target / "config.json").is_file():
+    if (target / marker).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
@@ -136,7 +139,7 @@ def cached_build(name: str, build: Callable[[pathlib.Path], None]) -> pathlib.Pa
         try:
             staging.rename(target)  # atomic: concurrent builders race harmlessly
         except OSError:
-            if not (target / "config.json").is_file():
+            if not (target / marker).is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
