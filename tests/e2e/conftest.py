@@ -25,12 +25,20 @@ from tests.support.engines import (
     start_vllm_server,
     stop_group,
 )
+from tests.support.tiny_lora import RANK as LORA_RANK
+from tests.support.tiny_lora import tiny_lora_dir
 
 # Both engines get exactly these arguments (after tests/support/engines.py's BASE_ENGINE_ARGS):
 # a short context keeps the context-limit tests cheap, a small memory share leaves room for the
-# other engine and the test processes.
+# other engine and the test processes; LoRA is on for tests/e2e/test_lora.py (rank up to
+# tiny_lora's, two adapters per batch).
 MAX_MODEL_LEN = 256
-ENGINE_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--gpu-memory-utilization", "0.1")
+ENGINE_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--gpu-memory-utilization", "0.1",
+               "--enable-lora", "--max-lora-rank", str(LORA_RANK), "--max-loras", "2")  # fmt: skip
+LORA_NAME = "tiny-lora"
+"""The adapter both frontends load at startup (``--lora-modules``)."""
+# Both frontends serve /v1/load_lora_adapter and /v1/unload_lora_adapter.
+FRONTEND_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
 # Our engine runs at a lower CPU priority than the test process, which also runs our frontend
 # (see tests/support/engines.py, _lower_priority): otherwise, on 2 cores, the busy engine starves
 # that process for up to a second and streams arrive in a few coalesced chunks.
@@ -52,16 +60,19 @@ class Frontends:
 
 
 def _start_cli_server(
-    model: pathlib.Path, handshake_port: int, port: int
+    model: pathlib.Path, handshake_port: int, port: int, lora: str
 ) -> subprocess.Popen[bytes]:
     """``vllm-frontend serve MODEL --data-parallel-size-local 0 …``: the shipped CLI in front of
     the external headless engine."""
     exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
     argv = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(handshake_port)]  # fmt: skip
+            "--data-parallel-rpc-port", str(handshake_port), "--lora-modules", lora]  # fmt: skip
     log = (log_dir() / f"ours-cli-{port}.log").open("wb")
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, **FRONTEND_ENV},
+    )  # fmt: skip
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -97,17 +108,23 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
     engines = start_headless_engines(
         handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=OUR_ENGINE_NICE
     )
-    reference = start_vllm_server(model=tiny_model, extra_args=ENGINE_ARGS)
+    lora = f"{LORA_NAME}={tiny_lora_dir()}"
+    reference = start_vllm_server(
+        model=tiny_model, extra_args=(*ENGINE_ARGS, "--lora-modules", lora), env=FRONTEND_ENV
+    )
     ours = None
     cli = None
     try:
         if os.environ.get("E2E_OURS") == "cli":
             port = free_port()
-            cli = _start_cli_server(tiny_model, handshake, port)
+            cli = _start_cli_server(tiny_model, handshake, port, lora)
             url, client = f"http://127.0.0.1:{port}", None
             _wait_http(url, cli, 600)
         else:
-            ours = start_our_server(tiny_model, engines.handshake_address, free_port())
+            ours = start_our_server(
+                tiny_model, engines.handshake_address, free_port(),
+                args={"lora_modules": [lora]}, env=FRONTEND_ENV,
+            )  # fmt: skip
             url, client = ours.base_url, ours.client
         reference.wait_ready(600)
         yield Frontends(url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client, engines)

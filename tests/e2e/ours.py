@@ -8,9 +8,12 @@ the engine client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import pathlib
 import socket
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +57,26 @@ class OurServer:
         self.thread.join(10)
 
 
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 async def _build(
-    model_dir: pathlib.Path, handshake_address: str, port: int, args: dict[str, Any] | None = None
+    model_dir: pathlib.Path,
+    handshake_address: str,
+    port: int,
+    args: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[Any, Any]:
     # The same assembly the CLI runs (vllm_frontend.cmd), with vLLM's default options.
     config = config_from_args({"model_tag": str(model_dir), **(args or {})})
@@ -66,7 +87,8 @@ async def _build(
         max_logprobs=config.max_logprobs,
     )
     adapters = await load_lora_modules(config, client)
-    http = make_server(build_frontend_app(config, model, client, adapters=adapters))
+    with _environment(env or {}):  # what the app reads from the environment as it is built
+        http = make_server(build_frontend_app(config, model, client, adapters=adapters))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
@@ -81,6 +103,7 @@ def start_our_server(
     port: int,
     timeout: float = 600.0,
     args: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> OurServer:
     """Run our frontend on a background loop; returns once the engines are connected.
     ``args``: options over vLLM's defaults (``config_from_args`` keys)."""
@@ -88,7 +111,7 @@ def start_our_server(
     thread = threading.Thread(target=loop.run_forever, name="our-frontend", daemon=True)
     thread.start()
     fut: Future[tuple[Any, Any]] = asyncio.run_coroutine_threadsafe(
-        _build(model_dir, handshake_address, port, args), loop
+        _build(model_dir, handshake_address, port, args, env), loop
     )
     try:
         client, http = fut.result(timeout)

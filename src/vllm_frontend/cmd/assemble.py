@@ -31,6 +31,7 @@ from vllm_frontend.llm import LLM, LoraAdapters
 from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
 from vllm_frontend.metrics.frontend import FrontendMetrics
+from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.metrics.stats_log import StatsLog
 from vllm_frontend.multimodal.family import is_multimodal_config
@@ -181,6 +182,9 @@ def build_frontend_app(
     registry = MetricsRegistry(process_metrics=client.client_count == 1)
     metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
     registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
+    if client.limits.supports_lora and client.limits.max_loras is not None:
+        metrics.lora_info = LoraInfo(client.limits.max_loras)
+        registry.register(metrics.lora_info)
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
     factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
     admission = AdmissionControl(

@@ -125,5 +125,6 @@ def registered_limits(sockets: EngineSockets, options: ClientOptions) -> Request
         vocab_size=options.get("vocab_size"),
         max_logprobs=options.get("max_logprobs"),
         supports_lora=(all(bool(r.supports_lora) for r in regs) if regs else None),
+        max_loras=next((r.max_loras for r in regs if r.max_loras is not None), None),
         check_sampling=not options.get("sampling_prechecked", False),
     )

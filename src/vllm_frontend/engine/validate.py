@@ -90,6 +90,8 @@ class RequestLimits(msgspec.Struct, frozen=True, gc=False):
     vocab_size: int | None = None
     max_logprobs: int | None = None  # -1: the whole vocabulary
     supports_lora: bool | None = None
+    max_loras: int | None = None
+    """Adapters per batch (``--max-loras``) as the engines registered it (None: no LoRA)."""
     supported_tasks: frozenset[str] | None = None
     max_n: int = int(os.environ.get("VLLM_MAX_N_SEQUENCES", "16384"))
     check_sampling: bool = True

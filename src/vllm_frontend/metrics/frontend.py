@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.request_stats import RequestStats
 from vllm_frontend.metrics.series import CounterChild, HistogramChild
 from vllm_frontend.metrics.vllm_families import FINISH_REASON_LABELS, Registry, VllmFamilies
@@ -54,6 +55,8 @@ class FrontendMetrics(VllmFamilies):
         self._finished: dict[int, _FinishSeries] = {}
         self.stats_log: StatsLogSink | None = None
         """The periodic stats log (``--disable-log-stats`` off), told each step's cache stats."""
+        self.lora_info: LoraInfo | None = None
+        """``vllm:lora_requests_info`` (engines serving LoRA), told each step's adapters."""
 
     def _labels(self, engine_index: int) -> tuple[str, str]:
         key = self._keys.get(engine_index)
