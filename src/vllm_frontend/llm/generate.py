@@ -565,6 +565,8 @@ class GenerationStream:
         metrics = self._llm.metrics
         if metrics is not None and record:
             _observe_finished(metrics, self._request, self._samples, sample, reason, self.finished)
+        elif metrics is not None and metrics.lora_info is not None and sample.stats.lora_name:
+            metrics.lora_info.request_finished(sample.stats)  # vLLM's abort forgets it too
 
     async def finish_sample(self, index: int, reason: str = "stop") -> None:
         """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""
@@ -719,6 +721,8 @@ class LLM:
                 arrival_monotonic=time.monotonic() - max(0.0, time.time() - arrival),
                 engine_index=request.data_parallel_rank or 0,
             )
+            if request.lora_request is not None:
+                stats.lora_name = request.lora_request.lora_name
             samples.append(_Sample(i, engine_id, stats))
             engine_requests.append(
                 self._request_factory(

@@ -50,7 +50,7 @@ def observe_step(
     if stats is None:
         return
     if (lora_info := metrics.lora_info) is not None:
-        lora_info.observe(stats.waiting_lora_adapters, stats.running_lora_adapters)
+        lora_info.observe_step(stats.waiting_lora_adapters, stats.running_lora_adapters)
     prefix = stats.prefix_cache_stats
     if (stats_log := metrics.stats_log) is not None:
         stats_log.observe_prefix(engine, prefix, stats.connector_prefix_cache_stats)

@@ -138,6 +138,7 @@ class FrontendMetrics(VllmFamilies):
         if num_cached_tokens is not None:
             stats.num_cached_tokens = num_cached_tokens
         if events:
+            lora = self.lora_info if stats.lora_name is not None else None
             for event in events:
                 kind = getattr(event, "type", None)
                 ts = float(getattr(event, "timestamp", 0.0) or 0.0)
@@ -148,6 +149,8 @@ class FrontendMetrics(VllmFamilies):
                 elif kind == _PREEMPTED:
                     stats.num_preemptions += 1
                     self.num_preemptions.child(self._labels(stats.engine_index)).value += 1
+                if lora is not None:
+                    lora.request_event(stats, kind == _SCHEDULED)
         if num_new_tokens <= 0:
             return
         if stats.num_generation_tokens:
@@ -193,6 +196,8 @@ class FrontendMetrics(VllmFamilies):
         if stats.finished:
             return
         stats.finished = True
+        if stats.lora_name is not None and self.lora_info is not None:
+            self.lora_info.request_finished(stats)
         if now is None:
             now = time.monotonic()
         series = self._finished.get(stats.engine_index)

@@ -22,6 +22,7 @@ class RequestStats:
         "finished",
         "first_token_ts",
         "last_token_ts",
+        "lora_name",
         "num_cached_tokens",
         "num_generation_tokens",
         "num_preemptions",
@@ -45,6 +46,8 @@ class RequestStats:
         self.num_cached_tokens = 0
         """Prompt tokens the engine did not compute (its ``prefill_stats.num_cached_tokens``)."""
         self.finished = False
+        self.lora_name: str | None = None
+        """The LoRA adapter the request runs with (``vllm:lora_requests_info``)."""
 
     @classmethod
     def start(cls, engine_index: int = 0) -> RequestStats:
