@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from vllm_frontend.llm import LoraAdapters
 from vllm_frontend.server import errors
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.services import check_model
@@ -34,5 +35,9 @@ def test_model_names_are_accepted_as_vllm_accepts_them(
     theirs = BaseServing._is_model_supported(served, name)  # type: ignore[arg-type]
     assert _accepts(lambda: check_model(NAMES, name)) == theirs
     # the generation routes' check is the same one
-    context = SimpleNamespace(served_model_names=list(NAMES))
+    context = SimpleNamespace(
+        served_model_names=list(NAMES),
+        text=SimpleNamespace(adapters=LoraAdapters(None)),
+        runtime_lora_updating=False,
+    )
     assert _accepts(lambda: ServingContext.check_model(context, name)) == theirs  # type: ignore[arg-type]
