@@ -21,6 +21,10 @@ from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.reasoning_request import (
+    effective_chat_template_kwargs,
+    engine_reasoning_fields,
+)
 from vllm_frontend.chat.renderer import ChatRenderer
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
 from vllm_frontend.multimodal.parts import MediaParts
@@ -52,6 +56,9 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     """Echo the last message's content before the generated text."""
     mm_processor_kwargs: Any = None
     media_io_kwargs: Any = None
+    resolve_reasoning_ended: bool = True
+    """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
+    it to the engine)."""
 
 
 class ChatLlm:
@@ -120,12 +127,43 @@ class ChatLlm:
             )
         else:
             generation = await self.text.generate_prompts(text_request, [rendered.prompt])
+        self._set_engine_reasoning(request, generation)
         role = self.response_role if request.add_generation_prompt is not False else None
         if role is None:
             last = (plain(request.messages) if self.harmony else rendered.conversation)[-1]
             role = last["role"]
         echo_text = _echo_text(request, rendered.conversation, role)
         return ChatGeneration(self, request, generation, role, echo_text)
+
+    def _chat_template_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        renderer = self.renderer
+        return effective_chat_template_kwargs(
+            request_kwargs=plain(request.chat_template_kwargs),
+            server_defaults=renderer.options.default_chat_template_kwargs if renderer else None,
+            add_generation_prompt=request.add_generation_prompt is not False,
+            continue_final_message=bool(request.continue_final_message),
+            documents=plain(request.documents),
+            reasoning_effort=request.reasoning_effort,
+        )
+
+    def _set_engine_reasoning(self, request: ChatRequest, generation: TextGeneration) -> None:
+        # vLLM's _engine_reasoning_kwargs, on the tokenized (and media-expanded) prompt.
+        if generation.beam_search or not generation.prompts:
+            return  # vLLM's beam search sends neither
+        parsers = self._parsers
+        reasoning_cls = parsers.reasoning_cls if parsers is not None else None
+        kwargs = self._chat_template_kwargs(request)
+        ended, parser_kwargs = engine_reasoning_fields(
+            include_reasoning=bool(request.include_reasoning),
+            has_parser=parsers is not None,
+            reasoning_cls=reasoning_cls,
+            vocab=parsers.vocab if parsers is not None else {},
+            chat_template_kwargs=kwargs,
+            prompt_token_ids=generation.prompts[0].token_ids,
+        )
+        text_request = request.text
+        text_request.reasoning_ended = ended if request.resolve_reasoning_ended else None
+        text_request.reasoning_parser_kwargs = parser_kwargs
 
     def _check_tool_choice(self, request: ChatRequest) -> None:
         # vLLM's OnlineRenderer.render_chat: a tool choice other than none needs a tool parser.

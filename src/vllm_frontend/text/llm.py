@@ -76,6 +76,11 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     priority: int = 0
     data_parallel_rank: int | None = None
     cache_salt: str | None = None
+    reasoning_ended: bool | None = None
+    """The engine requests' ``reasoning_ended`` (set by the chat layer once the prompt is
+    tokenized; a beam search sends none, as vLLM's)."""
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+    """The engine requests' ``reasoning_parser_kwargs`` (chat with a reasoning parser)."""
 
 
 class TextLlm:
@@ -252,6 +257,8 @@ class TextGeneration:
             priority=request.priority,
             data_parallel_rank=request.data_parallel_rank,
             cache_salt=request.cache_salt,
+            reasoning_ended=request.reasoning_ended,
+            reasoning_parser_kwargs=request.reasoning_parser_kwargs,
         )
 
     def sources(self) -> list[UpdateSource]:

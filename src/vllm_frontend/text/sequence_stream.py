@@ -93,6 +93,8 @@ class SequenceStream:
         priority: int = 0,
         data_parallel_rank: int | None = None,
         cache_salt: str | None = None,
+        reasoning_ended: bool | None = None,
+        reasoning_parser_kwargs: dict[str, Any] | None = None,
     ) -> None:
         wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
         strings = text.strings() if wants_logprobs else None
@@ -121,6 +123,8 @@ class SequenceStream:
                 cache_salt=cache_salt,
                 mm_features=prompt.mm_features,
                 mm_cache=prompt.mm_cache,
+                reasoning_ended=reasoning_ended,
+                reasoning_parser_kwargs=reasoning_parser_kwargs,
             )
         )
         prompt.mm_features = None  # the engine requests hold them now
