@@ -27,8 +27,15 @@ from vllm_frontend.chat.reasoning_request import (
 )
 from vllm_frontend.chat.renderer import ChatRenderer
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
+from vllm_frontend.chat.tool_tags import CONSTRAINT_FIELDS, tool_structural_tag
+from vllm_frontend.engine.validate import InvalidRequestError
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
+from vllm_frontend.text.structured_outputs import (
+    merge_response_format,
+    resolve_structured_outputs,
+    structured_outputs_params,
+)
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
@@ -213,12 +220,15 @@ class ChatLlm:
         )
 
     def _force_tool_calls(self, request: ChatRequest) -> None:
-        # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
-        # replaces any response_format / structured_outputs with the tools' JSON schema.
+        # vLLM's Parser.adjust_request (after rendering): the parser's structural tag
+        # (chat/tool_tags.py), else for "required" or a named function the tools' JSON schema,
+        # replaces any response_format / structured_outputs.
         parsers = self._parsers
         if parsers is None or not parsers.has_tools or not request.tools:
             return
-        if parsers.tool_cls is not None and not parsers.tool_cls.supports_required_and_named:
+        if parsers.structural_tag_model is not None and self._apply_tool_tag(request, parsers):
+            return
+        if not parsers.forces_with_json:
             return  # the parser reads forced choices in the model's own format
         forced = forced_tool_choice(plain(request.tool_choice))
         if forced is None:
@@ -227,6 +237,36 @@ class ChatLlm:
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
+
+    def _apply_tool_tag(self, request: ChatRequest, parsers: OutputParsers) -> bool:
+        model = parsers.structural_tag_model
+        assert model is not None
+        text_request = request.text
+        so: Any = None
+        if text_request.structured_outputs is not None or text_request.response_format:
+            so = merge_response_format(
+                structured_outputs_params(text_request.structured_outputs)
+                if text_request.structured_outputs is not None
+                else None,
+                text_request.response_format,
+            )
+        constraint = None
+        if so is not None:
+            constraint = {k: getattr(so, k) for k in CONSTRAINT_FIELDS}
+        tag = tool_structural_tag(
+            model,
+            plain(request.tools),
+            plain(request.tool_choice),
+            parallel_tool_calls=request.parallel_tool_calls,
+            structured_outputs=constraint,
+            strict_level=parsers.tool_strict_level,
+            xgrammar_accepts=lambda: _xgrammar_accepts(so),
+        )
+        if tag is None:
+            return False
+        text_request.structured_outputs = {"structural_tag": tag}
+        text_request.response_format = None
+        return True
 
     def _options(self, request: ChatRequest) -> RequestToolOptions:
         renderer = self.renderer
@@ -245,6 +285,15 @@ class ChatLlm:
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
         )
+
+
+def _xgrammar_accepts(so: Any) -> bool:
+    # vLLM's _xgrammar_supports, without the compiler: what its checks refuse before compiling.
+    try:
+        resolve_structured_outputs(so, "xgrammar")
+    except (InvalidRequestError, NotImplementedError):
+        return False
+    return True
 
 
 class ChatGeneration:
