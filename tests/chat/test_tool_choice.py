@@ -45,6 +45,7 @@ pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 pytest.importorskip("vllm")
 
+
 @pytest.fixture(autouse=True)
 def _json_forced_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     # The JSON path is vLLM's with VLLM_ENFORCE_STRICT_TOOL_CALLING off (for a parser with a
