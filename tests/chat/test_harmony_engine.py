@@ -36,6 +36,9 @@ from tests.support.tiny_gptoss import tiny_gptoss_dir
 
 pytestmark = pytest.mark.engine
 
+JSON_TOOLS = {"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
+"""Both frontends force tool calls with JSON, not structural tags."""
+
 FLAGS = ("--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
          "--enable-auto-tool-choice")  # fmt: skip
 ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1")
@@ -74,7 +77,7 @@ def sdk() -> Iterator[dict[str, openai.OpenAI]]:
     reference = start_vllm_server(
         model=model,
         extra_args=(*ENGINE_ARGS, *FLAGS),
-        env=engine_env({**DATE, "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}),
+        env=engine_env({**DATE, **JSON_TOOLS}),
     )
     port = free_port()
     exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
@@ -84,7 +87,7 @@ def sdk() -> Iterator[dict[str, openai.OpenAI]]:
             str(READY_TIMEOUT), *FLAGS]  # fmt: skip
     log = (log_dir() / f"ours-gptoss-{port}.log").open("wb")
     ours = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=engine_env(DATE))  # fmt: skip
+                            env=engine_env({**DATE, **JSON_TOOLS}))  # fmt: skip
     clients: dict[str, openai.OpenAI] = {}
     try:
         wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, READY_TIMEOUT)

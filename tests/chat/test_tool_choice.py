@@ -45,6 +45,15 @@ pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 pytest.importorskip("vllm")
 
+
+@pytest.fixture(autouse=True)
+def _json_forced_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The JSON path is vLLM's with VLLM_ENFORCE_STRICT_TOOL_CALLING off (for a parser with a
+    # structural-tag model, as llama3_json and hermes; tests/chat/test_tool_structural_tags.py
+    # covers it on).
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+
+
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DEFS_TOOL = {

@@ -4,10 +4,10 @@ OpenAI SDK, to our ``vllm-frontend serve`` and to vLLM's own ``vllm serve``, bot
 CPU engine running the tiny model (greedy).
 
 The engine really constrains the gibberish model to the tools' JSON schema, so the answers must
-parse into tool calls with JSON arguments, and both frontends must give the same calls. vLLM
-runs with ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``: with it on (its default) vLLM 0.32 constrains
-llama3_json and hermes requests with xgrammar structural tags instead of the JSON schema, which
-this frontend does not build (see chat/tool_choice.py).
+parse into tool calls with JSON arguments, and both frontends must give the same calls. Both run
+with ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``: with it on (its default) vLLM 0.32 and this frontend
+constrain llama3_json and hermes requests with structural tags instead of the JSON schema
+(tests/chat/test_tool_structural_tags.py compares those engine requests).
 """
 
 from __future__ import annotations

@@ -398,7 +398,10 @@ class _ScriptedEngine:
 
 
 def _chat_app(
-    engine: _ScriptedEngine, parsers: OutputParsers | None, tokenizer_dir: str | None = None
+    engine: _ScriptedEngine,
+    parsers: OutputParsers | None,
+    tokenizer_dir: str | None = None,
+    chat_options: Any = None,
 ) -> Any:
     import pathlib
 
@@ -422,7 +425,7 @@ def _chat_app(
         max_model_len=2048,
         sampling=ModelSamplingInfo(max_model_len=2048, eos_token_id=tok.eos_token_id),
         chat_renderer=ChatRenderer(
-            ModelChatTemplates.from_model_dir(model, cfg), special_tokens_map(cfg)
+            ModelChatTemplates.from_model_dir(model, cfg), special_tokens_map(cfg), chat_options
         ),
     )
     app = App(ServerSettings(served_model_names=["m"], max_model_len=2048))

@@ -154,16 +154,16 @@ class Family:
         """A fresh vLLM parser for one choice.
 
         vLLM turns ``supports_required_and_named`` off for parsers with a structural-tag model
-        while ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is on (its default); this frontend behaves as
-        with it off, so such a parser instance gets our class's value (parsers that turn it off
-        themselves keep it off)."""
+        while ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is on (its default), and so does this
+        frontend (``OutputParsers.forces_with_json``); the reference instance gets our value,
+        so that a run with the variable off compares the JSON path."""
         parser = self.vllm_cls(
             self.tok, req.tools, chat_template_kwargs=req.chat_template_kwargs or {}
         )
         tool = parser.tool_parser
         ours = self.ours.tool_cls
         if tool is not None and ours is not None and type(tool).structural_tag_model:
-            tool.supports_required_and_named = ours.supports_required_and_named
+            tool.supports_required_and_named = self.ours.forces_with_json
         return parser
 
     # -- whole output ------------------------------------------------------------------------

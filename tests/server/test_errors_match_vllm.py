@@ -207,10 +207,7 @@ CHAT_CASES = [
     case({"messages": M, "continue_final_message": True, "add_generation_prompt": True}),
     case({"messages": M, "structured_outputs": {"json": {}, "choice": ["a"]}}),
     case({"messages": M, "structured_outputs": {"disable_any_whitespace": True}}),
-    case(
-        {"messages": M, "structured_outputs": {"choice": ["a"], "structural_tag": "{}"}},
-        xfail="structural tags: vLLM checks them with xgrammar, we answer 501",
-    ),
+    case({"messages": M, "structured_outputs": {"choice": ["a"], "structural_tag": "{}"}}),
     case({"messages": M, "structured_outputs": {"choice": ["a"]}, "guided_regex": "a"}),
     case({"messages": M, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
     case({"messages": M, "max_completion_tokens": "x", "stop": [1]}),

@@ -6,7 +6,7 @@ sequences, tools and tool results, forced tool calls, token counts and errors.
 
 Compared except what is random: message and tool-use ids. Streams are compared per content
 block (its start, its deltas' concatenation, its stop) and by their message events, since how
-many engine steps one delta carries depends on timing. vLLM runs with
+many engine steps one delta carries depends on timing. Both frontends run with
 ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``, as in tests/chat/test_tool_choice_engine.py.
 """
 

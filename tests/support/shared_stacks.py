@@ -40,11 +40,11 @@ SO_CONFIG = (
     '{"backend": "xgrammar", "disable_any_whitespace": true}',
 )
 TOOL_ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
-# Both frontends: the Responses store (previous_response_id, background mode). vLLM's alone:
-# vLLM 0.32 constrains llama3_json's forced tool calls with xgrammar structural tags when strict
-# tool calling is on (its default), which this frontend does not build (see chat/tool_choice.py).
-TOOL_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
-VLLM_ONLY_ENV = {"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
+# Both frontends: the Responses store (previous_response_id, background mode), and forced tool
+# calls constrained with the tools' JSON schema rather than llama3_json's structural tag (which
+# the engine would compile the same way; tests/chat/test_tool_structural_tags.py compares the
+# tags themselves).
+TOOL_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1", "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
 # A busy 2-core machine can take more than the default 600 s to start an engine.
 READY_TIMEOUT = 1500
 
@@ -70,7 +70,7 @@ def tool_servers(model: pathlib.Path) -> Iterator[ToolServers]:
     reference = start_vllm_server(
         model=model,
         extra_args=(*TOOL_ENGINE_ARGS, *TOOL_FLAGS),
-        env=engine_env({**TOOL_ENV, **VLLM_ONLY_ENV}),
+        env=engine_env(TOOL_ENV),
     )
     port = free_port()
     exe = pathlib.Path(sys.executable).with_name("vllm-frontend")

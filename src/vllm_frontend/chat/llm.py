@@ -21,10 +21,21 @@ from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.reasoning_request import (
+    effective_chat_template_kwargs,
+    engine_reasoning_fields,
+)
 from vllm_frontend.chat.renderer import ChatRenderer
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
+from vllm_frontend.chat.tool_tags import CONSTRAINT_FIELDS, tool_structural_tag
+from vllm_frontend.engine.validate import InvalidRequestError
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
+from vllm_frontend.text.structured_outputs import (
+    merge_response_format,
+    resolve_structured_outputs,
+    structured_outputs_params,
+)
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
@@ -52,6 +63,9 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     """Echo the last message's content before the generated text."""
     mm_processor_kwargs: Any = None
     media_io_kwargs: Any = None
+    resolve_reasoning_ended: bool = True
+    """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
+    it to the engine)."""
 
 
 class ChatLlm:
@@ -120,12 +134,43 @@ class ChatLlm:
             )
         else:
             generation = await self.text.generate_prompts(text_request, [rendered.prompt])
+        self._set_engine_reasoning(request, generation)
         role = self.response_role if request.add_generation_prompt is not False else None
         if role is None:
             last = (plain(request.messages) if self.harmony else rendered.conversation)[-1]
             role = last["role"]
         echo_text = _echo_text(request, rendered.conversation, role)
         return ChatGeneration(self, request, generation, role, echo_text)
+
+    def _chat_template_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        renderer = self.renderer
+        return effective_chat_template_kwargs(
+            request_kwargs=plain(request.chat_template_kwargs),
+            server_defaults=renderer.options.default_chat_template_kwargs if renderer else None,
+            add_generation_prompt=request.add_generation_prompt is not False,
+            continue_final_message=bool(request.continue_final_message),
+            documents=plain(request.documents),
+            reasoning_effort=request.reasoning_effort,
+        )
+
+    def _set_engine_reasoning(self, request: ChatRequest, generation: TextGeneration) -> None:
+        # vLLM's _engine_reasoning_kwargs, on the tokenized (and media-expanded) prompt.
+        if generation.beam_search or not generation.prompts:
+            return  # vLLM's beam search sends neither
+        parsers = self._parsers
+        reasoning_cls = parsers.reasoning_cls if parsers is not None else None
+        kwargs = self._chat_template_kwargs(request)
+        ended, parser_kwargs = engine_reasoning_fields(
+            include_reasoning=bool(request.include_reasoning),
+            has_parser=parsers is not None,
+            reasoning_cls=reasoning_cls,
+            vocab=parsers.vocab if parsers is not None else {},
+            chat_template_kwargs=kwargs,
+            prompt_token_ids=generation.prompts[0].token_ids,
+        )
+        text_request = request.text
+        text_request.reasoning_ended = ended if request.resolve_reasoning_ended else None
+        text_request.reasoning_parser_kwargs = parser_kwargs
 
     def _check_tool_choice(self, request: ChatRequest) -> None:
         # vLLM's OnlineRenderer.render_chat: a tool choice other than none needs a tool parser.
@@ -175,12 +220,15 @@ class ChatLlm:
         )
 
     def _force_tool_calls(self, request: ChatRequest) -> None:
-        # vLLM's ToolParser.adjust_request (after rendering): "required" or a named function
-        # replaces any response_format / structured_outputs with the tools' JSON schema.
+        # vLLM's Parser.adjust_request (after rendering): the parser's structural tag
+        # (chat/tool_tags.py), else for "required" or a named function the tools' JSON schema,
+        # replaces any response_format / structured_outputs.
         parsers = self._parsers
         if parsers is None or not parsers.has_tools or not request.tools:
             return
-        if parsers.tool_cls is not None and not parsers.tool_cls.supports_required_and_named:
+        if parsers.structural_tag_model is not None and self._apply_tool_tag(request, parsers):
+            return
+        if not parsers.forces_with_json:
             return  # the parser reads forced choices in the model's own format
         forced = forced_tool_choice(plain(request.tool_choice))
         if forced is None:
@@ -189,6 +237,36 @@ class ChatLlm:
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
+
+    def _apply_tool_tag(self, request: ChatRequest, parsers: OutputParsers) -> bool:
+        model = parsers.structural_tag_model
+        assert model is not None
+        text_request = request.text
+        so: Any = None
+        if text_request.structured_outputs is not None or text_request.response_format:
+            so = merge_response_format(
+                structured_outputs_params(text_request.structured_outputs)
+                if text_request.structured_outputs is not None
+                else None,
+                text_request.response_format,
+            )
+        constraint = None
+        if so is not None:
+            constraint = {k: getattr(so, k) for k in CONSTRAINT_FIELDS}
+        tag = tool_structural_tag(
+            model,
+            plain(request.tools),
+            plain(request.tool_choice),
+            parallel_tool_calls=request.parallel_tool_calls,
+            structured_outputs=constraint,
+            strict_level=parsers.tool_strict_level,
+            xgrammar_accepts=lambda: _xgrammar_accepts(so),
+        )
+        if tag is None:
+            return False
+        text_request.structured_outputs = {"structural_tag": tag}
+        text_request.response_format = None
+        return True
 
     def _options(self, request: ChatRequest) -> RequestToolOptions:
         renderer = self.renderer
@@ -207,6 +285,15 @@ class ChatLlm:
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
         )
+
+
+def _xgrammar_accepts(so: Any) -> bool:
+    # vLLM's _xgrammar_supports, without the compiler: what its checks refuse before compiling.
+    try:
+        resolve_structured_outputs(so, "xgrammar")
+    except (InvalidRequestError, NotImplementedError):
+        return False
+    return True
 
 
 class ChatGeneration:

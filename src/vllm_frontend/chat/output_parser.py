@@ -30,6 +30,12 @@ from vllm_frontend.chat.tool_choice import (
     parse_required_tool_calls,
 )
 from vllm_frontend.chat.tool_parsers import REFUSED_TOOL_PARSERS, TOOL_PARSERS, ToolParser
+from vllm_frontend.chat.tool_tags import (
+    DEFAULT_STRICT_LEVELS,
+    STRUCTURAL_TAG_MODELS,
+    enforce_strict_tool_calling,
+    strict_level_value,
+)
 
 __all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
 
@@ -67,6 +73,7 @@ class OutputParsers:
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
+        tool_strict_level: str = "auto",
         model: ModelFacts | None = None,
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
@@ -90,11 +97,20 @@ class OutputParsers:
             self.reasoning_cls = resolve_reasoning_parser(reasoning_parser).for_model(
                 model or ModelFacts()
             )
+        self.structural_tag_model: str | None = None
+        """The tool parser's structural-tag model while vLLM would use it (chat/tool_tags.py:
+        forced and strict tool calls are then constrained in the model's own syntax)."""
+        self.tool_strict_level = strict_level_value(tool_strict_level)
+        """``--tool-strict-level``, or the parser's default while it is ``auto``."""
         if tool_call_parser:
             cls = resolve_tool_parser(tool_call_parser)
             # vLLM only builds the tool parser with --enable-auto-tool-choice.
             if enable_auto_tool_choice:
                 self.tool_cls = cls.for_model(model or ModelFacts())
+                if enforce_strict_tool_calling():
+                    self.structural_tag_model = STRUCTURAL_TAG_MODELS.get(tool_call_parser)
+                if self.tool_strict_level == 0:
+                    self.tool_strict_level = DEFAULT_STRICT_LEVELS.get(tool_call_parser, 0)
         flags = []
         missing: list[str] = []
         for cls_, flag, name in (
@@ -139,6 +155,7 @@ class OutputParsers:
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
         enable_auto_tool_choice: bool = False,
+        tool_strict_level: str = "auto",
         model: ModelFacts | None = None,
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
@@ -161,6 +178,7 @@ class OutputParsers:
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
             enable_auto_tool_choice=enable_auto_tool_choice,
+            tool_strict_level=tool_strict_level,
             model=model,
             harmony=harmony,
             decode=decode,
@@ -176,6 +194,18 @@ class OutputParsers:
     def has_reasoning(self) -> bool:
         """Whether a reasoning parser is configured (``usage`` then reports reasoning tokens)."""
         return self.reasoning_cls is not None
+
+    @property
+    def forces_with_json(self) -> bool:
+        """Whether ``"required"`` / named tool choices are forced with the tools' JSON schema
+        (chat/tool_choice.py) and read back as JSON; else the tool parser reads them in the
+        model's own format (a structural tag, or nothing, constrains them)."""
+        tool = self.tool_cls
+        return (
+            tool is not None
+            and tool.supports_required_and_named
+            and self.structural_tag_model is None
+        )
 
     @property
     def has_tools(self) -> bool:
@@ -231,6 +261,9 @@ class OutputParsers:
             )
         elif self.tool_cls is not None:
             tool = self.tool_cls(self.vocab, options.tool_definitions)
+        if tool is not None and self.structural_tag_model is not None:
+            # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
+            setattr(tool, "supports_required_and_named", False)  # noqa: B010
         return OutputParser(reasoning, tool, options, self.enable_auto_tools)
 
 

@@ -406,6 +406,7 @@ def output_parsers(
         tool_call_parser=config.tool_call_parser,
         reasoning_parser=config.reasoning_parser,
         enable_auto_tool_choice=config.enable_auto_tool_choice,
+        tool_strict_level=config.tool_strict_level,
         model=model,
         harmony=harmony,
         decode=functools.partial(tokenizer.decode, skip_special_tokens=False),

@@ -19,6 +19,7 @@ from vllm_frontend.chat.output_parser import (
     resolve_reasoning_parser,
     resolve_tool_parser,
 )
+from vllm_frontend.chat.tool_tags import STRICT_LEVELS
 from vllm_frontend.cmd import flags
 from vllm_frontend.server.transport import TlsSettings
 from vllm_frontend.text.structured_outputs import BACKENDS as STRUCTURED_OUTPUTS_BACKENDS
@@ -98,6 +99,8 @@ class FrontendConfig(msgspec.Struct):
     exclude_tools_when_tool_choice_none: bool = False
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
+    tool_strict_level: str = "auto"
+    """``--tool-strict-level``: auto, function or parameter (chat/tool_tags.py)."""
     """A ``chat.tool_parsers`` name; used only with ``enable_auto_tool_choice``."""
     reasoning_parser: str | None = None
     """A ``chat.reasoning_parsers`` name (also read from ``structured_outputs_config``)."""
@@ -392,6 +395,12 @@ def _validate_parsers(config: FrontendConfig) -> None:
         config.reasoning_parser = None
     if config.enable_auto_tool_choice and not config.tool_call_parser:
         raise ConfigError("--enable-auto-tool-choice requires --tool-call-parser")
+    if config.tool_strict_level not in STRICT_LEVELS:
+        raise ConfigError(
+            f"--tool-strict-level: invalid choice {config.tool_strict_level!r} (choose from "
+            + ", ".join(STRICT_LEVELS)
+            + ")"
+        )
     try:
         if config.enable_auto_tool_choice and config.tool_call_parser:
             resolve_tool_parser(config.tool_call_parser)

@@ -27,7 +27,8 @@ ROUTES: tuple[Route, ...] = ("frontend", "both", "engine", "refused", "ignored")
 _FRONTEND = """
 api_server_count chat_template chat_template_content_format trust_request_chat_template
 default_chat_template_kwargs response_role return_tokens_as_token_ids enable_auto_tool_choice
-exclude_tools_when_tool_choice_none tool_call_parser enable_prompt_tokens_details
+exclude_tools_when_tool_choice_none tool_call_parser tool_strict_level
+enable_prompt_tokens_details
 enable_server_load_tracking enable_force_include_usage sse_keep_alive_interval cohere_format
 anthropic_disabled_thinking_effort
 host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers enable_ssl_refresh
@@ -59,7 +60,6 @@ _REFUSED: dict[str, str] = {
     "trust_request_mm_kwargs": "per-request mm_processor_kwargs / media_io_kwargs are not taken",
     "enable_mm_embeds": "image/audio/video embeddings in requests are not taken yet",
     "tool_parser_plugin": "tool parser plugins are not loaded",
-    "tool_strict_level": "only vLLM's default tool-call strictness (auto)",
     "tool_server": "no tool server (Responses API)",
     "enable_per_request_metrics": "per-request metrics in responses are not implemented",
     "enable_log_outputs": "output logging is not implemented",
@@ -118,7 +118,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "enable_tower_connector_lora": (False,),
     "trust_request_mm_kwargs": (False,),
     "tool_parser_plugin": ("",),
-    "tool_strict_level": ("auto",),
     "tool_server": (None,),
     "enable_per_request_metrics": (False,),
     "enable_log_outputs": (False,),

@@ -180,6 +180,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude-tools-when-tool-choice-none", **opt_bool)
     p.add_argument("--enable-auto-tool-choice", **opt_bool)
     p.add_argument("--tool-call-parser", default=None)
+    p.add_argument("--tool-strict-level", choices=["auto", "function", "parameter"], default="auto")
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument(
         "--chat-template-content-format", choices=["auto", "string", "openai"], default="auto"

@@ -91,6 +91,11 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     mm_cache: Any = None
     """The engine's multimodal cache mirror (``apply(features)`` right before sending drops
     the data the engine holds; ``invalidate(hashes)`` on ``mm_cache_miss_hashes``), or None."""
+    reasoning_ended: bool | None = None
+    """Whether generation starts past the reasoning (the engine's structured-output gate);
+    None lets the engine check the prompt with its own reasoning parser."""
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+    """What the engine's reasoning parser is built with (``{"chat_template_kwargs": ...}``)."""
 
 
 class SampleOutput(msgspec.Struct, gc=False):
@@ -738,6 +743,8 @@ class LLM:
                     priority=request.priority,
                     trace_headers=request.trace_headers,
                     external_req_id=request.request_id,
+                    reasoning_ended=request.reasoning_ended,
+                    reasoning_parser_kwargs=request.reasoning_parser_kwargs,
                 )
             )
         request.mm_features = None  # the engine requests hold them until sent

@@ -22,9 +22,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 import msgspec.inspect as mi
 
+from vllm_frontend.engine.validate import InvalidRequestError
+from vllm_frontend.text.structural_tags import (
+    InvalidStructuralTag,
+    check_structural_tag,
+    structural_tag_payload,
+)
 from vllm_frontend.text.structured_outputs import structured_outputs_params
 
-from .errors import BadRequest, InvalidParameter, NotImplementedFeature
+from .errors import BadRequest, InvalidParameter
 from .validation import (
     AnyValue,
     Bool,
@@ -512,6 +518,26 @@ def _validate_response_format(data: dict[str, Any]) -> None:
             "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
             parameter="response_format",
         )
+    if rf.get("type") == "structural_tag":
+        # vLLM's validate_structural_tag_response_format (without xgrammar: structural_tags.py)
+        _check_tag(lambda: check_structural_tag(structural_tag_payload(rf), "response_format"))
+
+
+def _check_tag(check: Callable[[], None]) -> None:
+    try:
+        check()
+    except InvalidStructuralTag as e:
+        raise InvalidParameter(str(e), parameter=e.parameter or "") from None
+    except InvalidRequestError as e:  # nested too deeply
+        raise BadRequest(str(e)) from None
+
+
+def _check_structured_outputs_tag(data: dict[str, Any]) -> None:
+    # vLLM's validate_structured_outputs_structural_tag
+    so = data.get("structured_outputs")
+    if isinstance(so, dict) and so.get("structural_tag") is not None:
+        tag = so["structural_tag"]
+        _check_tag(lambda: check_structural_tag(tag, "structured_outputs"))
 
 
 def _structured_outputs_count(data: dict[str, Any]) -> int:
@@ -530,6 +556,7 @@ def _check_structured_outputs_count_completion(data: dict[str, Any]) -> None:
             "outputs ('json', 'regex' or 'choice').",
             parameter="structured_outputs",
         )
+    _check_structured_outputs_tag(data)
 
 
 def _check_structured_outputs_count_chat(data: dict[str, Any]) -> None:
@@ -546,19 +573,13 @@ def _check_structured_outputs_count_chat(data: dict[str, Any]) -> None:
         raise BadRequest(
             "You can only either use constraints for structured outputs or tools, not both."
         )
+    _check_structured_outputs_tag(data)
 
 
 def _check_structured_outputs_constraint(data: dict[str, Any]) -> None:
     # StructuredOutputsParams.__post_init__ (exactly one constraint) runs while pydantic
     # validates the field, so its message is a plain 400 of the body; type errors win.
-    rf = data.get("response_format")
     so = data.get("structured_outputs")
-    if (isinstance(rf, dict) and rf.get("type") == "structural_tag") or (
-        isinstance(so, dict) and so.get("structural_tag") is not None
-    ):
-        # vLLM validates structural tags with xgrammar here; we cannot (no xgrammar), so we
-        # refuse them rather than let a malformed tag fail in the engine.
-        raise NotImplementedFeature("Structural tags are not supported by this frontend yet.")
     if not isinstance(so, dict) or _STRUCTURED_OUTPUTS.errors(so, ("body", "structured_outputs")):
         return
     try:

@@ -197,6 +197,7 @@ class ResponsesHandler:
             reasoning_effort=effort,
             include_reasoning=req.include_reasoning,
             parallel_tool_calls=req.parallel_tool_calls,
+            resolve_reasoning_ended=False,  # vLLM's Responses route leaves it to the engine
         )
 
     # --- full responses -------------------------------------------------------------------

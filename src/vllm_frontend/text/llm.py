@@ -79,6 +79,11 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     model: str | None = None
     """The request's ``model``: a loaded LoRA adapter's name runs the request with it (the
     route has checked that it names a served model or an adapter)."""
+    reasoning_ended: bool | None = None
+    """The engine requests' ``reasoning_ended`` (set by the chat layer once the prompt is
+    tokenized; a beam search sends none, as vLLM's)."""
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+    """The engine requests' ``reasoning_parser_kwargs`` (chat with a reasoning parser)."""
 
 
 class TextLlm:
@@ -265,6 +270,8 @@ class TextGeneration:
             data_parallel_rank=request.data_parallel_rank,
             cache_salt=request.cache_salt,
             lora_request=self.lora_request,
+            reasoning_ended=request.reasoning_ended,
+            reasoning_parser_kwargs=request.reasoning_parser_kwargs,
         )
 
     def sources(self) -> list[UpdateSource]:

@@ -94,6 +94,8 @@ class SequenceStream:
         data_parallel_rank: int | None = None,
         cache_salt: str | None = None,
         lora_request: Any = None,
+        reasoning_ended: bool | None = None,
+        reasoning_parser_kwargs: dict[str, Any] | None = None,
     ) -> None:
         wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
         strings = text.strings() if wants_logprobs else None
@@ -123,6 +125,8 @@ class SequenceStream:
                 mm_features=prompt.mm_features,
                 mm_cache=prompt.mm_cache,
                 lora_request=lora_request,
+                reasoning_ended=reasoning_ended,
+                reasoning_parser_kwargs=reasoning_parser_kwargs,
             )
         )
         prompt.mm_features = None  # the engine requests hold them now

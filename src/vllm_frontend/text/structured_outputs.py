@@ -24,6 +24,10 @@ from typing import Any
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.engine.validate import InvalidRequestError
+from vllm_frontend.text.structural_tags import (
+    STRUCTURAL_TAG_WRAPPER_NESTING,
+    structural_tag_payload,
+)
 
 __all__ = [
     "BACKENDS",
@@ -61,8 +65,8 @@ def merge_response_format(
 ) -> StructuredOutputsParams | None:
     """Apply a (schema-valid) `response_format` over `so`, as vLLM's `to_sampling_params`.
 
-    `structural_tag` formats are refused with NotImplementedError: vLLM validates them with
-    xgrammar in the frontend, which this frontend cannot import.
+    A `structural_tag` format becomes `structural_tag=<its JSON>` (checked by the request
+    schema already: text/structural_tags.py).
     """
     kind = None if response_format is None else response_format.get("type")
     if kind is None or kind == "text":
@@ -74,9 +78,7 @@ def merge_response_format(
         spec = response_format.get("json_schema") if response_format else None
         overrides = {"json": spec.get("schema") if isinstance(spec, Mapping) else None}
     else:
-        raise NotImplementedError(
-            "response_format of type 'structural_tag' is not supported by this frontend yet."
-        )
+        overrides = {"structural_tag": structural_tag_payload(response_format or {})}
     merged = StructuredOutputsParams() if so is None else _copy(so)
     for name, value in overrides.items():
         setattr(merged, name, value)
@@ -91,9 +93,10 @@ def resolve_structured_outputs(
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
-    if so.structural_tag is not None:
+    if so.structural_tag is not None and not (backend.startswith("xgrammar") or backend == "auto"):
         raise NotImplementedError(
-            "structured_outputs.structural_tag is not supported by this frontend yet."
+            f"Structural tags with the {backend!r} structured-output backend are not supported "
+            "by this frontend yet."
         )
     out = _copy(so)
     out.backend = backend
@@ -104,11 +107,14 @@ def resolve_structured_outputs(
     if isinstance(out.json, str) and not out.json.strip():
         raise InvalidRequestError("structured_outputs.json cannot be an empty string")
     _check_nesting(out.json)
+    _check_nesting(out.structural_tag, STRUCTURAL_TAG_WRAPPER_NESTING)
     if out.json_object is False:
         raise InvalidRequestError(
             "structured_outputs.json_object must be True if set; omit "
             "structured_outputs to disable structured outputs"
         )
+    if isinstance(out.structural_tag, str) and not out.structural_tag.strip():
+        raise InvalidRequestError("structured_outputs.structural_tag cannot be an empty string")
     if out.regex and "\x00" in out.regex:
         raise InvalidRequestError(
             "structured_outputs.regex must not contain a NUL character ('\\x00')"
@@ -273,7 +279,7 @@ def _check_one_constraint(so: StructuredOutputsParams) -> None:
     )
 
 
-def _check_nesting(spec: Any) -> None:
+def _check_nesting(spec: Any, extra: int = 0) -> None:
     # vLLM's check_json_nesting: objects and arrays may nest at most 64 levels (a string is
     # parsed first; malformed JSON is left to the grammar validation).
     if not spec:
@@ -286,7 +292,7 @@ def _check_nesting(spec: Any) -> None:
         except ValueError:
             return
     level = [spec]
-    for _ in range(_MAX_JSON_NESTING):
+    for _ in range(_MAX_JSON_NESTING + extra):
         level = [
             child
             for node in level

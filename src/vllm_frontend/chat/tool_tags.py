@@ -1,0 +1,285 @@
+"""Tool-call structural tags: how vLLM 0.32 constrains tool calls in the model's own syntax
+(``DelegatingParser._apply_structural_tag`` in vllm/parser/abstract_parser.py, the builders of
+vllm/tool_parsers/structural_tag_registry.py and xgrammar's ``builtin_structural_tag``).
+
+A tool parser with a structural-tag model (``ToolParser.structural_tag_model``) gets, while
+``VLLM_ENFORCE_STRICT_TOOL_CALLING`` is on (vLLM's default), a structural tag instead of the
+JSON schema of chat/tool_choice.py whenever:
+
+- ``tool_choice`` is ``"required"`` or a named function, or
+- ``tool_choice`` is ``"auto"`` and a tool says ``"strict": true`` or the strict level
+  (``--tool-strict-level``, else the parser's default) is ``function`` or ``parameter``.
+
+Each tool's arguments follow its ``parameters`` schema only when the tool is strict (or the level
+is ``parameter``); otherwise any JSON. ``parallel_tool_calls: false`` stops after the first call;
+``auto`` with a structured-output constraint accepts either the calls or that constraint.
+
+The tag is the JSON of xgrammar's pydantic format models (``model_dump``: every field, defaults
+included), built here from plain dicts. Models whose builders are not reproduced here raise
+:class:`NotImplementedError` naming the model (HTTP 501), never a different constraint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from vllm_frontend.chat.errors import ChatError
+
+__all__ = [
+    "CONSTRAINT_FIELDS",
+    "DEFAULT_STRICT_LEVELS",
+    "STRICT_LEVELS",
+    "STRUCTURAL_TAG_MODELS",
+    "enforce_strict_tool_calling",
+    "strict_level_value",
+    "tool_structural_tag",
+]
+
+STRICT_LEVELS = ("auto", "function", "parameter")
+"""``--tool-strict-level`` values, weakest first."""
+
+STRUCTURAL_TAG_MODELS: dict[str, str] = {
+    "deepseek_v3": "deepseek_r1", "deepseek_v31": "deepseek_v3_1",
+    "deepseek_v32": "deepseek_v3_2", "deepseek_v4": "deepseek_v4",
+    "deepseek_v41": "deepseek_v4_1", "glm45": "glm_4_7", "glm47": "glm_4_7",
+    "hermes": "hermes", "hy_v4": "hy_v4", "kimi_k2": "kimi", "kimi_k3": "kimi_k3",
+    "ling3": "glm_4_7", "llama3_json": "llama", "llama4_json": "llama", "longcat": "longcat",
+    "mimo": "mimo", "minimax_m2": "minimax", "openai": "harmony", "plamo3": "plamo3",
+    "qwen3_coder": "qwen_3_coder", "qwen3_json": "hermes", "qwen3_xml": "qwen_3_coder",
+    "step3p5": "qwen_3_coder",
+}  # fmt: skip
+"""Each ``--tool-call-parser``'s ``structural_tag_model`` in vLLM 0.32 (the others have none)."""
+
+DEFAULT_STRICT_LEVELS: dict[str, int] = {"glm45": 1, "glm47": 1}
+"""The parsers whose ``default_tool_strict_level`` applies while the level is ``auto``."""
+
+
+def strict_level_value(name: str) -> int:
+    """The rank of a ``--tool-strict-level`` name (vLLM's ``ToolStrictLevel.from_name``)."""
+    key = name.strip().lower()
+    if key not in STRICT_LEVELS:
+        raise ValueError(
+            f"Unknown tool strict level {name!r}; expected one of {', '.join(STRICT_LEVELS)}."
+        )
+    return STRICT_LEVELS.index(key)
+
+
+def enforce_strict_tool_calling() -> bool:
+    """``VLLM_ENFORCE_STRICT_TOOL_CALLING`` as vLLM reads it (on unless set to another value
+    than ``true``/``1``)."""
+    return os.getenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "True").lower() in ("true", "1")
+
+
+CONSTRAINT_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+"""The constraint fields of ``structured_outputs`` (:func:`tool_structural_tag` reads them)."""
+
+
+# -- xgrammar's format models as dicts (model_dump field order and defaults) -----------------
+
+
+def _json_schema(schema: Any) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": schema, "style": "json", "any_order": False,
+            "max_whitespace_cnt": None, "excludes": []}  # fmt: skip
+
+
+def _tag(begin: str, content: dict[str, Any], end: str) -> dict[str, Any]:
+    return {"type": "tag", "begin": begin, "content": content, "end": end}
+
+
+def _triggered(
+    triggers: list[str], tags: list[dict[str, Any]], *, at_least_one: bool = False,
+    excludes: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    return {"type": "triggered_tags", "triggers": triggers, "tags": tags,
+            "at_least_one": at_least_one, "stop_after_first": False,
+            "excludes": list(excludes)}  # fmt: skip
+
+
+def _with_separator(
+    tags: list[dict[str, Any]], separator: str, *, at_least_one: bool, stop_after_first: bool
+) -> dict[str, Any]:
+    return {"type": "tags_with_separator", "tags": tags, "separator": separator,
+            "at_least_one": at_least_one, "stop_after_first": stop_after_first}  # fmt: skip
+
+
+def _any_text(excludes: Sequence[str] = ()) -> dict[str, Any]:
+    return {"type": "any_text", "excludes": list(excludes), "max_tokens": None, "max_chars": None}
+
+
+# -- the builders: (function tools with strict pinned, "auto" | "required" | "forced") ---------
+
+Tools = list[dict[str, Any]]
+"""Each tool's ``function`` object (``name``, ``parameters``, ``strict`` pinned)."""
+
+
+def _arguments(function: Mapping[str, Any]) -> Any:
+    # vLLM's get_function_parameters / xgrammar's _get_function_parameters: a non-strict tool's
+    # arguments are any JSON.
+    if function.get("strict") is False:
+        return True
+    params = function.get("parameters")
+    return True if params is None else params
+
+
+def _hermes_style(start: str, end: str) -> Callable[[Tools, str], dict[str, Any]]:
+    def build(tools: Tools, choice: str) -> dict[str, Any]:
+        tags = [
+            _tag(begin + f["name"] + '", "arguments": ', _json_schema(_arguments(f)), close)
+            for f in tools
+            for begin, close in (
+                (start + '\n{"name": "', "}\n" + end),
+                (start + '{"name": "', "}" + end),
+            )
+        ]
+        if choice == "auto":
+            return _triggered([start], tags) if tags else _any_text()
+        return _with_separator(tags, "", at_least_one=True, stop_after_first=choice == "forced")
+
+    return build
+
+
+_THINK = ("<think>", "</think>")
+
+
+def _llama(tools: Tools, choice: str) -> dict[str, Any]:
+    def tag(f: Mapping[str, Any]) -> dict[str, Any]:
+        return _tag(
+            '{"name": "' + f["name"] + '", "parameters": ', _json_schema(_arguments(f)), "}"
+        )
+
+    if choice == "forced":
+        return tag(tools[0])
+    tags = [tag(f) for f in tools]
+    if choice == "auto" and not tags:
+        return _any_text(_THINK)
+    return _triggered(['{"name": '], tags, at_least_one=choice == "required", excludes=_THINK)
+
+
+_BUILDERS: dict[str, Callable[[Tools, str], dict[str, Any]]] = {
+    "hermes": _hermes_style("<tool_call>", "</tool_call>"),
+    "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
+    "llama": _llama,
+}
+"""The structural-tag models built here; others raise NotImplementedError."""
+
+
+# -- vLLM's _apply_structural_tag --------------------------------------------------------------
+
+
+def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    function = tool.get("function")
+    return function if isinstance(function, Mapping) else {}
+
+
+def _limit_to_one_call(node: Any) -> None:
+    # vLLM's limit_to_single_tool_call: every list of calls stops after its first.
+    if isinstance(node, dict):
+        if node.get("type") in ("triggered_tags", "token_triggered_tags", "tags_with_separator"):
+            node["stop_after_first"] = True
+        for value in node.values():
+            _limit_to_one_call(value)
+    elif isinstance(node, list):
+        for item in node:
+            _limit_to_one_call(item)
+
+
+def _output_format(so: Mapping[str, Any]) -> dict[str, Any] | None:
+    # vLLM's structured_outputs_to_format (the constraints xgrammar can take as a format).
+    if so.get("json_object"):
+        return _json_schema({"type": "object"})
+    if so.get("json") is not None:
+        schema = so["json"]
+        return _json_schema(json.loads(schema) if isinstance(schema, str) else schema)
+    if so.get("regex") is not None:
+        return {"type": "regex", "pattern": so["regex"]}
+    if so.get("choice") is not None:
+        return {"type": "or", "elements": [{"type": "const_string", "value": c}
+                                           for c in so["choice"]]}  # fmt: skip
+    if so.get("grammar") is not None:
+        grammar = so["grammar"]
+        if _likely_lark(grammar):
+            raise NotImplementedError(
+                "A Lark grammar with tool_choice 'auto' and strict tools is not supported by "
+                "this frontend yet (vLLM converts it to EBNF with xgrammar)."
+            )
+        return {"type": "grammar", "grammar": grammar}
+    structural = so.get("structural_tag")
+    if structural is not None:
+        tag = json.loads(structural)
+        if "structures" in tag:
+            return _triggered(tag["triggers"], [
+                _tag(s["begin"], _json_schema(s["schema"]), s["end"]) for s in tag["structures"]
+            ])  # fmt: skip
+        fmt: dict[str, Any] = tag["format"]
+        return fmt
+    return None
+
+
+def _likely_lark(grammar: str) -> bool:
+    # vLLM's grammar_is_likely_lark: no EBNF "::=" rule definitions.
+    lines = [ln.split("#", 1)[0].strip() for ln in grammar.splitlines()]
+    return not any("::=" in ln for ln in lines if ln and not ln.startswith("//"))
+
+
+def tool_structural_tag(
+    model: str,
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: Any,
+    *,
+    parallel_tool_calls: bool | None,
+    structured_outputs: Mapping[str, Any] | None,
+    strict_level: int,
+    xgrammar_accepts: Callable[[], bool] = lambda: True,
+) -> str | None:
+    """The ``structural_tag`` vLLM sends for a request to a parser whose structural-tag model
+    is ``model`` (``tools`` and ``tool_choice`` as plain JSON; ``structured_outputs`` the
+    request's constraint, ``response_format`` merged in; ``strict_level`` the server's, parser
+    default applied; ``xgrammar_accepts``: whether that constraint passes xgrammar's checks).
+    ``None``: vLLM leaves the request as it is."""
+    named = isinstance(tool_choice, Mapping)
+    is_auto = tool_choice == "auto"
+    if not tools or not (is_auto or tool_choice == "required" or named):
+        return None
+    single_call = parallel_tool_calls is False
+    if single_call and not (is_auto and structured_outputs is not None):
+        strict_level = max(strict_level, 1)
+    functions = [_function(t) for t in tools if t.get("type", "function") == "function"]
+    if not functions:
+        if is_auto:
+            return None
+        raise ChatError(
+            "tool_choice requires a function call, but tools contains no function tool the "
+            "model can call. (parameter=tool_choice)",
+            param="tool_choice",
+        )
+    strict_tools = any(f.get("strict") is True for f in functions)
+    if is_auto and strict_level == 0 and not strict_tools:
+        return None
+    if model not in _BUILDERS:
+        raise NotImplementedError(
+            f"Tool calls constrained with vLLM's {model!r} structural tag are not supported by "
+            "this frontend yet (set VLLM_ENFORCE_STRICT_TOOL_CALLING=0 on both vLLM and this "
+            "frontend to constrain them with JSON instead)."
+        )
+    output = None
+    if is_auto and structured_outputs:
+        if not xgrammar_accepts():
+            return None  # vLLM: the structured output constraint alone applies
+        output = _output_format(structured_outputs)
+    pinned = [{**f, "strict": strict_level >= 2 or f.get("strict") is True} for f in functions]
+    choice = "required" if output is not None else "auto" if is_auto else "required"
+    if named:
+        name = (tool_choice.get("function") or {}).get("name")
+        pinned = [f for f in pinned if f.get("name") == name]
+        if len(pinned) != 1:
+            raise ChatError("Forced tool choice must resolve to exactly one tool.")
+        choice = "forced"
+    fmt = _BUILDERS[model](pinned, choice)
+    if single_call:
+        _limit_to_one_call(fmt)
+    if output is not None:
+        fmt = {"type": "or", "elements": [fmt, output]}
+    return json.dumps({"type": "structural_tag", "format": fmt})
