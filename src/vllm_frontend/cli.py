@@ -1,8 +1,9 @@
-"""Command line entry point: ``vllm-frontend {frontend,serve,mock-engine}``.
+"""Command line entry point: ``vllm-frontend {frontend,serve,render,mock-engine}``.
 
 ``frontend`` is what ``vllm serve`` launches with ``VLLM_USE_RUST_FRONTEND=1
 VLLM_RUST_FRONTEND_PATH=$(which vllm-frontend)``; ``serve`` starts (or joins) headless engines
-itself. Heavy modules are imported only by the subcommand that needs them.
+itself; ``render`` serves the render routes without engines. Heavy modules are imported only by
+the subcommand that needs them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _add_frontend_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """Build the top-level parser; returns it and the ``serve`` subparser."""
+    """Build the top-level parser; returns it and the ``serve`` subparser (``render`` takes the
+    same options)."""
     from vllm_frontend.cmd.serve_args import add_serve_arguments
 
     parser = argparse.ArgumentParser(prog="vllm-frontend", description=__doc__)
@@ -52,6 +54,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description="Serve MODEL. Unknown options, and everything after --, go to the engines.",
     )
     add_serve_arguments(serve)
+    render = sub.add_parser(
+        "render",
+        help="serve MODEL's render routes without engines (as `vllm launch render`)",
+        description="Render chat and completion requests into token ids, without engines.",
+    )
+    add_serve_arguments(render)
     sub.add_parser(
         "mock-engine",
         help="run a mock EngineCore for load tests (see `mock-engine --help`)",
@@ -93,6 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from vllm_frontend.cmd.serve_args import parse_serve_args
 
         return run_serve(parse_serve_args(serve_parser, argv[1:]))
+    if argv and argv[0] == "render":
+        with _server_imports():
+            from vllm_frontend.cmd.render import run_render
+        from vllm_frontend.cmd.serve_args import parse_serve_args
+
+        return run_render(parse_serve_args(serve_parser, argv[1:]))
     if argv and argv[0] == "mock-engine":
         from vllm_frontend.mock.cli import main as mock_main
 

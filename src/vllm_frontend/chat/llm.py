@@ -101,8 +101,13 @@ class ChatLlm:
 
     async def generate(self, request: ChatRequest) -> ChatGeneration:
         """Check, render and tokenize the request; its generation, not started yet."""
+        self.text.admit(request.text.sampling.n or 1)  # vLLM's _preflight: before rendering
+        return await self.prepare(request)
+
+    async def prepare(self, request: ChatRequest) -> ChatGeneration:
+        """:meth:`generate` without admission (the render routes prepare requests that this
+        server does not run)."""
         text_request = request.text
-        self.text.admit(text_request.sampling.n or 1)  # vLLM's _preflight: before rendering
         if self.harmony is None:
             self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
         self.text.prompts.check_max_tokens_param(

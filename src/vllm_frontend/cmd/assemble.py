@@ -17,7 +17,7 @@ import msgspec
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.harmony_encoding import is_harmony_model
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
-from vllm_frontend.chat.llm import chat_tokenizer
+from vllm_frontend.chat.llm import ChatLlm, chat_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.reasoning_parsers import ModelFacts
 from vllm_frontend.chat.renderer import ChatTemplateOptions
@@ -27,6 +27,7 @@ from vllm_frontend.chat.template_cache import TemplateCodeCache
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig
 from vllm_frontend.engine.client import EngineCoreClient
 from vllm_frontend.engine.protocol import EngineCoreRequest
+from vllm_frontend.engine.validate import RequestLimits
 from vllm_frontend.llm import LLM, LoraAdapters
 from vllm_frontend.llm.admission import AdmissionControl, SharedRequestCounts
 from vllm_frontend.metrics.engine_gauges import EngineGauges
@@ -45,6 +46,7 @@ from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.lora import load_adapter, lora_routes, runtime_lora_updating
 from vllm_frontend.server.messages import MessagesHandler
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
+from vllm_frontend.server.render import RenderHandlers, scale_out_disabled
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
 from vllm_frontend.server.responses_store import store_from_env
@@ -226,24 +228,7 @@ def build_frontend_app(
         adapters=adapters,
         runtime_lora_updating=runtime_lora,
     )
-    settings = ServerSettings(
-        served_model_names=served,
-        max_model_len=max_model_len,
-        api_key=list(config.api_key),
-        allowed_origins=list(config.allowed_origins),
-        allowed_methods=list(config.allowed_methods),
-        allowed_headers=list(config.allowed_headers),
-        allow_credentials=config.allow_credentials,
-        enable_request_id_headers=config.enable_request_id_headers,
-        enable_server_load_tracking=config.enable_server_load_tracking,
-        http_timeout_keep_alive=config.http_timeout_keep_alive,
-        http_timeout_head=config.http_timeout_head,
-        http_timeout_body=config.http_timeout_body,
-        max_head_size=config.h11_max_incomplete_event_size,
-        max_header_count=config.h11_max_header_count,
-        max_body_size=config.http_max_body_size,
-        root_path=config.root_path,
-    )
+    settings = server_settings(config, max_model_len)
     # vLLM renders gpt-oss chat completions with Harmony (/tokenize keeps the chat template).
     harmony = (
         HarmonyRenderer(
@@ -292,6 +277,7 @@ def build_frontend_app(
         )
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
+    add_scale_out_routes(app, config, ctx, chat)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -311,6 +297,116 @@ def build_frontend_app(
         )
         add_profiler_routes(app, client)
     return app
+
+
+def server_settings(config: FrontendConfig, max_model_len: int) -> ServerSettings:
+    """The HTTP server's settings from the configuration."""
+    return ServerSettings(
+        served_model_names=config.served_model_names,
+        max_model_len=max_model_len,
+        api_key=list(config.api_key),
+        allowed_origins=list(config.allowed_origins),
+        allowed_methods=list(config.allowed_methods),
+        allowed_headers=list(config.allowed_headers),
+        allow_credentials=config.allow_credentials,
+        enable_request_id_headers=config.enable_request_id_headers,
+        enable_server_load_tracking=config.enable_server_load_tracking,
+        http_timeout_keep_alive=config.http_timeout_keep_alive,
+        http_timeout_head=config.http_timeout_head,
+        http_timeout_body=config.http_timeout_body,
+        max_head_size=config.h11_max_incomplete_event_size,
+        max_header_count=config.h11_max_header_count,
+        max_body_size=config.http_max_body_size,
+        root_path=config.root_path,
+    )
+
+
+class _NoEngine:
+    """The engine client of a render server: there is none (nothing may reach it)."""
+
+    is_dead = False
+
+    def add_request(self, request: Any) -> Any:
+        """Refuse: a render server runs nothing."""
+        raise RuntimeError("this render server has no engines")
+
+    def abort_requests(self, request_ids: Any) -> None:
+        """Nothing runs, so nothing is aborted."""
+
+
+def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
+    """An engine-free server of ``config``'s model, as ``vllm launch render``: the render routes
+    with ``/health``, ``/ping``, ``/version``, ``/v1/models``, ``/tokenize``, ``/detokenize`` and
+    ``/metrics`` (no generation routes)."""
+    max_model_len = config.max_model_len or model.files.max_position_embeddings
+    if max_model_len is None:
+        raise ConfigError("config.json gives no context length: pass --max-model-len")
+    limits = RequestLimits(
+        max_model_len=max_model_len,
+        vocab_size=vocab_bound(model),
+        max_logprobs=config.max_logprobs,
+    )
+    sampling = ModelSamplingInfo(
+        max_model_len=max_model_len,
+        eos_token_id=model.tokenizer.eos_token_id,
+        generation_eos_token_ids=list(model.files.generation_eos_token_ids),
+        sampling_defaults=dict(model.files.sampling_defaults),
+        limits=limits,
+        structured_outputs_backend=config.structured_outputs_backend,
+    )
+    no_engine = _NoEngine()
+    ctx = ServingContext(
+        llm=LLM(no_engine, EngineCoreRequest),
+        tokenizer=model.tokenizer,
+        served_model_names=config.served_model_names,
+        max_model_len=max_model_len,
+        sampling=sampling,
+        chat_renderer=model.renderer,
+        response_role=config.response_role,
+    )
+    harmony = (
+        HarmonyRenderer(
+            exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none
+        )
+        if is_harmony_model(model.files.config)
+        else None
+    )
+    parsers = output_parsers(
+        config, model.tokenizer, model_facts(model), harmony=harmony is not None
+    )
+    chat = ChatLlm(
+        ctx.text,
+        model.renderer,
+        parsers,
+        response_role=config.response_role,
+        harmony=harmony,
+    )
+    render = RenderHandlers(ctx, chat, parse_chat_request, parse_completion_request)
+    services = Services(
+        engine=no_engine,
+        tokenizer=model.tokenizer,
+        chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
+        model_root=config.model,
+    )
+    return build_app(server_settings(config, max_model_len), services, render.routes())
+
+
+def add_scale_out_routes(
+    app: App, config: FrontendConfig, ctx: ServingContext, chat: ChatHandler
+) -> None:
+    """The render routes with ``--enable-scale-out``; without it, vLLM's 403 on every scale-out
+    route (any body: no JSON check)."""
+    if not config.enable_scale_out:
+        logger.info(
+            "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
+            "enable them."
+        )
+        for (method, path), handler in scale_out_disabled().items():
+            app.route(method, path, handler)
+        return
+    render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
+    for (method, path), handler in render.routes().items():
+        app.route(method, path, handler, json_body=True)
 
 
 def media_policy(config: FrontendConfig) -> MediaPolicy:

@@ -111,6 +111,9 @@ class FrontendConfig(msgspec.Struct):
     enable_log_requests: bool = False
     enable_tokenizer_info_endpoint: bool = False
     """Serve ``GET /tokenizer_info``."""
+    enable_scale_out: bool = False
+    """Serve the render routes (``/v1/chat/completions/render``, ``/v1/completions/render``);
+    without it they answer 403, as vLLM's."""
     max_log_len: int | None = None
     """Most prompt characters / token ids a request log line shows (None: all)."""
     disable_log_stats: bool = False

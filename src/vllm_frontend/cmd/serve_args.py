@@ -204,6 +204,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-server-load-tracking", **opt_bool)
     p.add_argument("--enable-log-requests", action="store_true")
     p.add_argument("--enable-tokenizer-info-endpoint", **opt_bool)
+    p.add_argument("--enable-scale-out", **opt_bool, help="serve the render routes")
     p.add_argument("--max-log-len", type=int, default=None)
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument("--structured-outputs-config", type=_json_object, default=None)

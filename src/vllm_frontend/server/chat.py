@@ -46,7 +46,7 @@ from .generation import (
 from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
-__all__ = ["ChatHandler"]
+__all__ = ["ChatHandler", "chat_request", "refuse_request_mm_kwargs"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -355,49 +355,10 @@ class ChatHandler:
 
     async def _handle(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
         ctx = self.ctx
-        _refuse_request_mm_kwargs(req)
+        refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
-        if req.max_completion_tokens is not None:
-            max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
-        else:
-            max_tokens, max_tokens_param = req.max_tokens, "max_tokens"
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        gen = await self.chat.generate(
-            ChatRequest(
-                messages=req.messages,
-                text=TextRequest(
-                    request_id=request_id,
-                    sampling=sampling_request(req, chat=True),
-                    max_tokens=max_tokens,
-                    max_tokens_param=max_tokens_param,
-                    add_special_tokens=bool(req.add_special_tokens),
-                    truncate_prompt_tokens=req.truncate_prompt_tokens,
-                    truncation_side=req.truncation_side,
-                    structured_outputs=req.structured_outputs,
-                    response_format=req.response_format,
-                    repetition_detection=req.repetition_detection,
-                    use_beam_search=bool(req.use_beam_search),
-                    length_penalty=req.length_penalty,
-                    priority=getattr(req, "priority", 0) or 0,
-                    data_parallel_rank=data_parallel_rank(request),
-                    cache_salt=getattr(req, "cache_salt", None),
-                    model=req.model,
-                ),
-                tools=getattr(req, "tools", None),
-                tool_choice=getattr(req, "tool_choice", None),
-                documents=getattr(req, "documents", None),
-                add_generation_prompt=getattr(req, "add_generation_prompt", None),
-                continue_final_message=bool(getattr(req, "continue_final_message", False)),
-                chat_template=getattr(req, "chat_template", None),
-                chat_template_kwargs=getattr(req, "chat_template_kwargs", None),
-                reasoning_effort=getattr(req, "reasoning_effort", None),
-                include_reasoning=bool(req.include_reasoning),
-                parallel_tool_calls=req.parallel_tool_calls,
-                echo=bool(req.echo),
-                mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
-                media_io_kwargs=getattr(req, "media_io_kwargs", None),
-            )
-        )
+        gen = await self.chat.generate(chat_request(req, request, request_id))
         if req.stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:
@@ -798,7 +759,50 @@ def _delta_json(
     return ContentDelta(delta.content, delta.reasoning, calls or None)
 
 
-def _refuse_request_mm_kwargs(req: Any) -> None:
+def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
+    """A decoded ``ChatCompletionRequest`` in the chat layer's terms (``request``: its HTTP
+    request, for the data-parallel rank header)."""
+    if req.max_completion_tokens is not None:
+        max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
+    else:
+        max_tokens, max_tokens_param = req.max_tokens, "max_tokens"
+    return ChatRequest(
+        messages=req.messages,
+        text=TextRequest(
+            request_id=request_id,
+            sampling=sampling_request(req, chat=True),
+            max_tokens=max_tokens,
+            max_tokens_param=max_tokens_param,
+            add_special_tokens=bool(req.add_special_tokens),
+            truncate_prompt_tokens=req.truncate_prompt_tokens,
+            truncation_side=req.truncation_side,
+            structured_outputs=req.structured_outputs,
+            response_format=req.response_format,
+            repetition_detection=req.repetition_detection,
+            use_beam_search=bool(req.use_beam_search),
+            length_penalty=req.length_penalty,
+            priority=getattr(req, "priority", 0) or 0,
+            data_parallel_rank=data_parallel_rank(request),
+            cache_salt=getattr(req, "cache_salt", None),
+            model=req.model,
+        ),
+        tools=getattr(req, "tools", None),
+        tool_choice=getattr(req, "tool_choice", None),
+        documents=getattr(req, "documents", None),
+        add_generation_prompt=getattr(req, "add_generation_prompt", None),
+        continue_final_message=bool(getattr(req, "continue_final_message", False)),
+        chat_template=getattr(req, "chat_template", None),
+        chat_template_kwargs=getattr(req, "chat_template_kwargs", None),
+        reasoning_effort=getattr(req, "reasoning_effort", None),
+        include_reasoning=bool(req.include_reasoning),
+        parallel_tool_calls=req.parallel_tool_calls,
+        echo=bool(req.echo),
+        mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
+        media_io_kwargs=getattr(req, "media_io_kwargs", None),
+    )
+
+
+def refuse_request_mm_kwargs(req: Any) -> None:
     """vLLM's ``validate_request_mm_kwargs`` without ``--trust-request-mm-kwargs`` (which this
     frontend does not take): per-request processor and media options are refused."""
     if getattr(req, "mm_processor_kwargs", None):

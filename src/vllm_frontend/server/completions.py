@@ -41,7 +41,7 @@ from .generation import (
 from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
-__all__ = ["CompletionsHandler"]
+__all__ = ["CompletionsHandler", "text_request"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -228,30 +228,7 @@ class CompletionsHandler:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
-        gen = await ctx.text.generate(
-            TextRequest(
-                request_id=request_id,
-                sampling=sampling_request(req, chat=False),
-                prompt=req.prompt,
-                max_tokens=req.max_tokens,
-                add_special_tokens=getattr(req, "add_special_tokens", True),
-                truncate_prompt_tokens=req.truncate_prompt_tokens,
-                truncation_side=req.truncation_side,
-                echo=bool(req.echo),
-                suffix=req.suffix,
-                prompt_embeds=req.prompt_embeds,
-                structured_outputs=req.structured_outputs,
-                response_format=req.response_format,
-                repetition_detection=req.repetition_detection,
-                use_beam_search=bool(req.use_beam_search),
-                length_penalty=req.length_penalty,
-                numbered=True,
-                priority=getattr(req, "priority", 0) or 0,
-                data_parallel_rank=data_parallel_rank(request),
-                cache_salt=getattr(req, "cache_salt", None),
-                model=req.model,
-            )
-        )
+        gen = await ctx.text.generate(text_request(req, request, request_id))
         created = int(time.time())
         if req.stream:
 
@@ -558,6 +535,33 @@ class _StreamChunks:
                 system_fingerprint=ctx.system_fingerprint,
             )
         )
+
+
+def text_request(req: Any, request: Request, request_id: str) -> TextRequest:
+    """A decoded ``CompletionRequest`` in the text layer's terms (``request``: its HTTP
+    request, for the data-parallel rank header)."""
+    return TextRequest(
+        request_id=request_id,
+        sampling=sampling_request(req, chat=False),
+        prompt=req.prompt,
+        max_tokens=req.max_tokens,
+        add_special_tokens=getattr(req, "add_special_tokens", True),
+        truncate_prompt_tokens=req.truncate_prompt_tokens,
+        truncation_side=req.truncation_side,
+        echo=bool(req.echo),
+        suffix=req.suffix,
+        prompt_embeds=req.prompt_embeds,
+        structured_outputs=req.structured_outputs,
+        response_format=req.response_format,
+        repetition_detection=req.repetition_detection,
+        use_beam_search=bool(req.use_beam_search),
+        length_penalty=req.length_penalty,
+        numbered=True,
+        priority=getattr(req, "priority", 0) or 0,
+        data_parallel_rank=data_parallel_rank(request),
+        cache_salt=getattr(req, "cache_salt", None),
+        model=req.model,
+    )
 
 
 def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:

@@ -89,6 +89,13 @@ class NotFound(ApiError):
     err_type = "NotFoundError"
 
 
+class PermissionDenied(ApiError):
+    """403 ``PermissionDeniedError`` (e.g. a scale-out route without ``--enable-scale-out``)."""
+
+    status = 403
+    err_type = "PermissionDeniedError"
+
+
 class UnprocessableEntity(ApiError):
     """422 ``UnprocessableEntityError``."""
 

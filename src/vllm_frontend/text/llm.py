@@ -141,8 +141,13 @@ class TextLlm:
         self.llm.check_admission(num_requests)
 
     async def generate(self, request: TextRequest) -> TextGeneration:
-        """Admission, the completion prompt's checks, then :meth:`generate_prompts`."""
+        """Admission, then :meth:`prepare`."""
         self.llm.check_admission(request.sampling.n or 1)  # as admit()
+        return await self.prepare(request)
+
+    async def prepare(self, request: TextRequest) -> TextGeneration:
+        """The completion prompt's checks, then :meth:`generate_prompts` (no admission: the
+        render routes prepare requests that this server does not run)."""
         items = completion_prompts(request)
         self.prompts.check_max_tokens_param(request.max_tokens, request.max_tokens_param)
         return await self.generate_prompts(request, items)
