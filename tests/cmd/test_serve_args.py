@@ -65,7 +65,7 @@ def test_options_both_sides_read_reach_the_managed_engines() -> None:
         (["--middleware", "m.w"], "--middleware"),
         (["--enable-tower-connector-lora"], "--enable-tower-connector-lora"),
         (["--tokenizer-mode=mistral"], "--tokenizer-mode"),
-        (["--enable-scale-out"], "--enable-scale-out"),
+        (["--tokens-only"], "--tokens-only"),
         (["--no-such-option", "1"], "--no-such-option"),
         (["--", "--api-key", "k"], "--api-key"),
         (["--", "--enable-log-outputs"], "--enable-log-outputs"),

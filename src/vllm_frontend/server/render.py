@@ -7,8 +7,9 @@ answered with the ``GenerateRequest`` a disaggregated router sends to
 A chat request maps onto one chat-layer call (:meth:`ChatLlm.prepare`), a completion onto one
 text-layer call (:meth:`TextLlm.prepare`); neither asks for admission, as vLLM's render does
 not. ``sampling_params`` is vLLM's ``SamplingParams`` as its msgspec ``to_builtins`` writes it
-(the fields that differ from their defaults, private ones dropped) before the engine-side input
-processing: so without the model's extra EOS ids in ``stop_token_ids``.
+(the fields that differ from their defaults, private ones dropped), lowered without what vLLM's
+engine-side input processing adds or checks (``TextRequest.render``): no model EOS ids in
+``stop_token_ids``, no structured-output backend, no vocabulary or ``max_logprobs`` checks.
 
 Also here: the answer vLLM's server gives on every scale-out route without
 ``--enable-scale-out`` (403 ``PermissionDeniedError``).
@@ -24,7 +25,6 @@ import msgspec
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.text.llm import TextGeneration
-from vllm_frontend.text.sampling import SamplingRequest
 
 from . import errors
 from .app import Handler
@@ -92,15 +92,12 @@ class GenerateRequestJSON(msgspec.Struct, kw_only=True):
     ec_transfer_params: None = None
 
 
-def render_sampling_params(params: SamplingParams, sampling: SamplingRequest) -> dict[str, Any]:
-    """``params`` as vLLM's render writes them: msgspec's builtins (non-default fields), without
-    private fields, and with the request's own stop ids (the model's EOS ids are the engine-side
-    input processor's addition, after render)."""
+def render_sampling_params(params: SamplingParams) -> dict[str, Any]:
+    """``params`` (lowered for render: no engine-side additions) as vLLM's render writes them:
+    msgspec's builtins (the non-default fields), without private fields."""
     raw: dict[str, Any] = msgspec.to_builtins(params)
     for key in [k for k in raw if k.startswith("_")]:
         del raw[key]
-    if "stop_token_ids" in raw:
-        raw["stop_token_ids"] = list(dict.fromkeys(sampling.stop_token_ids or []))
     return raw
 
 
@@ -146,6 +143,7 @@ class RenderHandlers:
             )
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         chat = chat_request(req, request, request_id)
+        chat.text.render = True
         gen = await self.chat.prepare(chat)
         token_ids = _plain_prompt(gen.text, 0)
         params = gen.text.params[0]
@@ -154,7 +152,7 @@ class RenderHandlers:
         body = GenerateRequestJSON(
             request_id=request_id,
             token_ids=token_ids,
-            sampling_params=render_sampling_params(params, chat.text.sampling),
+            sampling_params=render_sampling_params(params),
             model=req.model,
             reasoning_ended=ended,
             reasoning_parser_kwargs=kwargs,
@@ -214,6 +212,7 @@ class RenderHandlers:
             )
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         text = text_request(req, request, request_id)
+        text.render = True
         gen = await ctx.text.prepare(text)
         count = len(gen.prompts)
         out: list[GenerateRequestJSON] = []
@@ -225,7 +224,7 @@ class RenderHandlers:
                 GenerateRequestJSON(
                     request_id=request_id if count == 1 else f"{request_id}-{p}",
                     token_ids=token_ids,
-                    sampling_params=render_sampling_params(params, text.sampling),
+                    sampling_params=render_sampling_params(params),
                     model=req.model,
                     stream=bool(req.stream),
                     stream_options=req.stream_options if req.stream else None,

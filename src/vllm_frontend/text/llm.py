@@ -84,6 +84,10 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     tokenized; a beam search sends none, as vLLM's)."""
     reasoning_parser_kwargs: dict[str, Any] | None = None
     """The engine requests' ``reasoning_parser_kwargs`` (chat with a reasoning parser)."""
+    render: bool = False
+    """Prepared for a render route, not for the engines: the request-level sampling parameters
+    (vLLM's ``to_sampling_params``), without what vLLM's engine-side input processor adds or
+    checks (EOS ids, bad-word ids, the model-dependent checks, the structured-output backend)."""
 
 
 class TextLlm:
@@ -188,7 +192,11 @@ class TextLlm:
                 lowered = _sampling_request(request)
             params.append(
                 lower_sampling_params(
-                    lowered, max_tokens=max_tokens, model=self.sampling, tokenizer=self.tokenizer
+                    lowered,
+                    max_tokens=max_tokens,
+                    model=self.sampling,
+                    tokenizer=self.tokenizer,
+                    engine_side=not request.render,
                 )
             )
         lora = self.adapters.get(request.model)

@@ -68,6 +68,11 @@ _UNNAMED_CHECKS = (
     "stop cannot",
     "bad_words cannot",
 )
+_GREEDY_RESET = tuple(
+    f.default
+    for f in msgspec.structs.fields(SamplingParams)
+    if f.name in ("top_p", "top_k", "min_p")
+)
 # OpenAI defaults vLLM falls back to after the generation config.
 _OPENAI_DEFAULTS: dict[str, float | int] = {
     "repetition_penalty": 1.0,
@@ -200,10 +205,13 @@ def lower_sampling_params(
     max_tokens: int,
     model: ModelSamplingInfo,
     tokenizer: Tokenizer | None = None,
+    engine_side: bool = True,
 ) -> SamplingParams:
     """The engine `SamplingParams` vLLM would build for `req` (max_tokens already resolved).
 
-    Raises InvalidRequestError with vLLM's message for any value vLLM refuses.
+    Raises InvalidRequestError with vLLM's message for any value vLLM refuses. Without
+    `engine_side`, only the request-level part (steps 1-3, without the model-dependent checks):
+    what vLLM's render routes return, before its engine-side input processing.
     """
     defaults = model.sampling_defaults
     values = {
@@ -259,8 +267,11 @@ def lower_sampling_params(
         thinking_token_budget=req.thinking_token_budget,
         repetition_detection=req.repetition_detection,
     )
+    limits = model.limits
+    if not engine_side:
+        limits = RequestLimits(max_n=limits.max_n) if limits is not None else None
     try:
-        validate_sampling_params(params, model.limits)
+        validate_sampling_params(params, limits)
     except InvalidRequestError as e:
         if str(e).startswith(_UNNAMED_CHECKS):
             # vLLM raises these without naming the parameter, so its error JSON has no param.
@@ -268,12 +279,17 @@ def lower_sampling_params(
         raise
     if req.structured_outputs is not None:
         # Checked after the other parameters, as vLLM's SamplingParams.verify does.
-        params.structured_outputs = resolve_structured_outputs(
-            req.structured_outputs, model.structured_outputs_backend
+        params.structured_outputs = (
+            resolve_structured_outputs(req.structured_outputs, model.structured_outputs_backend)
+            if engine_side
+            else req.structured_outputs
         )
     if params.temperature < _SAMPLING_EPS:
-        # Greedy: vLLM resets the truncation knobs (n > 1 was refused by the validation).
-        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
+        # Greedy: vLLM resets the truncation knobs (n > 1 was refused by the validation), to
+        # the defaults' own objects, which msgspec then omits (it compares floats by identity).
+        params.top_p, params.top_k, params.min_p = _GREEDY_RESET
+    if not engine_side:
+        return params
     _apply_eos(params, model)
     if tokenizer is not None and bad_words:
         params.bad_words_token_ids = _bad_words_token_ids(bad_words, tokenizer)
