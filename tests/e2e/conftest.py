@@ -39,6 +39,9 @@ LORA_NAME = "tiny-lora"
 """The adapter both frontends load at startup (``--lora-modules``)."""
 # Both frontends serve /v1/load_lora_adapter and /v1/unload_lora_adapter.
 FRONTEND_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+# Frontend options both servers get (ours as config_from_args keys): the render routes.
+FRONTEND_ARGS = ("--enable-scale-out",)
+OUR_ARGS = {"enable_scale_out": True}
 # Our engine runs at a lower CPU priority than the test process, which also runs our frontend
 # (see tests/support/engines.py, _lower_priority): otherwise, on 2 cores, the busy engine starves
 # that process for up to a second and streams arrive in a few coalesced chunks.
@@ -67,7 +70,8 @@ def _start_cli_server(
     exe = pathlib.Path(sys.executable).with_name("vllm-frontend")
     argv = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(handshake_port), "--lora-modules", lora]  # fmt: skip
+            "--data-parallel-rpc-port", str(handshake_port), "--lora-modules", lora,
+            *FRONTEND_ARGS]  # fmt: skip
     log = (log_dir() / f"ours-cli-{port}.log").open("wb")
     return subprocess.Popen(
         argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -110,7 +114,9 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
     )
     lora = f"{LORA_NAME}={tiny_lora_dir()}"
     reference = start_vllm_server(
-        model=tiny_model, extra_args=(*ENGINE_ARGS, "--lora-modules", lora), env=FRONTEND_ENV
+        model=tiny_model,
+        extra_args=(*ENGINE_ARGS, "--lora-modules", lora, *FRONTEND_ARGS),
+        env=FRONTEND_ENV,
     )
     ours = None
     cli = None
@@ -123,7 +129,7 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
         else:
             ours = start_our_server(
                 tiny_model, engines.handshake_address, free_port(),
-                args={"lora_modules": [lora]}, env=FRONTEND_ENV,
+                args={"lora_modules": [lora], **OUR_ARGS}, env=FRONTEND_ENV,
             )  # fmt: skip
             url, client = ours.base_url, ours.client
         reference.wait_ready(600)

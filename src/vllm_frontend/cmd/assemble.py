@@ -46,7 +46,11 @@ from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.lora import load_adapter, lora_routes, runtime_lora_updating
 from vllm_frontend.server.messages import MessagesHandler
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
-from vllm_frontend.server.render import RenderHandlers, scale_out_disabled
+from vllm_frontend.server.render import (
+    RenderHandlers,
+    scale_out_disabled,
+    scale_out_not_served,
+)
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
 from vllm_frontend.server.responses_store import store_from_env
@@ -388,7 +392,12 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
         model_root=config.model,
     )
-    return build_app(server_settings(config, max_model_len), services, render.routes())
+    routes = render.routes()
+    app = build_app(server_settings(config, max_model_len), services, routes)
+    for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
+        if not path.startswith("/inference/"):  # vLLM's render server has no engine routes
+            app.route(method, path, handler)
+    return app
 
 
 def add_scale_out_routes(
@@ -405,8 +414,11 @@ def add_scale_out_routes(
             app.route(method, path, handler)
         return
     render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
-    for (method, path), handler in render.routes().items():
+    routes = render.routes()
+    for (method, path), handler in routes.items():
         app.route(method, path, handler, json_body=True)
+    for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
+        app.route(method, path, handler)
 
 
 def media_policy(config: FrontendConfig) -> MediaPolicy:

@@ -40,6 +40,7 @@ __all__ = [
     "SCALE_OUT_PATHS",
     "RenderHandlers",
     "scale_out_disabled",
+    "scale_out_not_served",
 ]
 
 CHAT_RENDER_PATH = "/v1/chat/completions/render"
@@ -233,6 +234,18 @@ class RenderHandlers:
                 )
             )
         return Response(_encode(out))
+
+
+def scale_out_not_served(served: Sequence[str]) -> dict[tuple[str, str], Handler]:
+    """``501`` on the scale-out routes not in ``served`` (derender, the Messages and Responses
+    renders, token-in/token-out), so that a client sees them missing, not unknown."""
+
+    async def not_served(request: Request) -> Response:
+        raise errors.NotImplementedFeature(
+            f"{request.path} is not served by this frontend yet (vLLM 0.32 serves it)."
+        )
+
+    return {("POST", path): not_served for path in SCALE_OUT_PATHS if path not in served}
 
 
 def scale_out_disabled(paths: Sequence[str] = SCALE_OUT_PATHS) -> dict[tuple[str, str], Handler]:
