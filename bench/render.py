@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import random
 import shutil
@@ -177,6 +178,7 @@ def bench_server(
         "latency_p50_ms": round(result["lat_p50_us"] / 1000, 2),
         "latency_p99_ms": round(result["lat_p99_us"] / 1000, 2),
         "rss_mb": round(rss / 2**20, 1),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 

@@ -325,7 +325,9 @@ class Tokenizer:
         """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
         fast = self._fast
         if fast is not None:
-            return list(fast.encode(text, add_special_tokens=add_special_tokens).ids)
+            ids = fast.encode(text, add_special_tokens=add_special_tokens).ids
+            # fastokens builds a new list on each access: no copy needed (5 µs per 1.6k ids)
+            return ids if type(ids) is list else list(ids)
         pieces = self._pieces
         if pieces is not None and not add_special_tokens:
             return pieces.encode(text)
