@@ -90,16 +90,16 @@ def texts(model: pathlib.Path, n: int, length: int, seed: int = 0) -> list[str]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
-    words = [w.lstrip("Ġ") for w in tok.get_vocab() if w.startswith("Ġ") and w[1:].isalpha()]
+    words = [
+        w[1:] for w in tok.get_vocab() if w.startswith("Ġ") and w[1:].isascii() and w[1:].isalpha()
+    ]
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         picked = [rng.choice(words) for _ in range(length)]
-        text = " ".join(picked)
-        while len(tok.encode(text, add_special_tokens=False).ids) > length:
-            picked.pop()
-            text = " ".join(picked)
-        out.append(text)
+        while len(tok.encode(" ".join(picked), add_special_tokens=False).ids) > length:
+            del picked[-max(1, len(picked) // 100) :]
+        out.append(" ".join(picked))
     return out
 
 
