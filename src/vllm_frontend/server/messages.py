@@ -225,9 +225,9 @@ class MessagesHandler:
         if (parser := gen.new_parser()) is not None:
             parsed = parser.parse(final.text, final.token_ids)
             content = parsed.content
-            if parser.forced is not None:
+            if parser.forced_choice is not None:
                 content = parsed.content or ""
-                if parser.forced.required and final.finish_reason == "stop":
+                if parser.forced_choice.required and final.finish_reason == "stop":
                     finish_reason = "tool_calls"
             reasoning = parsed.reasoning
             calls = parsed.tool_calls if parallel else parsed.tool_calls[:1]
