@@ -85,6 +85,7 @@ async def _build(
         handshake_address,
         vocab_size=vocab_bound(model),
         max_logprobs=config.max_logprobs,
+        sampling_prechecked=True,  # as the CLI connects (text lowering checks them)
     )
     adapters = await load_lora_modules(config, client)
     with _environment(env or {}):  # what the app reads from the environment as it is built

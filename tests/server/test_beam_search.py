@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.generation_app import generation_app
+from tests.support.generation_app import generation_app, generation_context
 from tests.support.responses import BufferSink
 from tests.support.responses import body as body_of
 from vllm_frontend.engine.client import EngineDeadError
@@ -28,7 +28,11 @@ from vllm_frontend.engine.protocol import (
     FinishReason,
     LogprobsLists,
 )
-from vllm_frontend.server.app import App
+from vllm_frontend.engine.validate import RequestLimits
+from vllm_frontend.server.app import App, ServerSettings
+from vllm_frontend.server.chat import ChatHandler
+from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.beam_search import Beam, beam_score, rank_beams
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -297,6 +301,36 @@ def test_max_tokens_0_returns_the_prompt_alone_whatever_n(
     assert status == 200
     assert [(c["text"], c["finish_reason"]) for c in out["choices"]] == [("", "length")]
     assert lm.added == []
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_2n_logprobs_above_the_engines_max_are_refused_before_any_step(
+    tiny_model: pathlib.Path, tokenizer: Tokenizer, path: str
+) -> None:
+    # The served CLI's engine client does not check lowered requests again (sampling_prechecked),
+    # so the search checks its step's 2n logprobs against the engine's max_logprobs itself. The
+    # e2e beam-search tests compare the whole answer with vLLM's; here: no step reaches the engine.
+    lm = ScriptedLM(tokenizer.eos_token_id or 0)
+    limits = RequestLimits(max_logprobs=20)
+    ctx = generation_context(tiny_model, lm, max_model_len=128, tokenizer=tokenizer, limits=limits)
+    app = App(ServerSettings(served_model_names=["m"], max_model_len=128))
+    app.route("POST", "/v1/completions", CompletionsHandler(ctx, parse_completion_request))
+    app.route("POST", "/v1/chat/completions", ChatHandler(ctx, parse_chat_request))
+    body: dict[str, Any] = {"n": 11, "max_tokens": 2}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = PROMPT
+    status, out = asyncio.run(_call(app, path, body))
+    assert status == 400, out
+    # vLLM 0.32's SamplingParams._validate_logprobs, as VLLMValidationError.__str__ shows it.
+    assert out["error"]["message"] == (
+        "Requested sample logprobs of 22, which is greater than max allowed: 20 "
+        "(parameter=logprobs, value=22)"
+    )
+    assert lm.added == []
+    status, out = asyncio.run(_call(app, path, {**body, "n": 10}))
+    assert status == 200 and len(lm.added) > 0
 
 
 def test_streamed_completions_with_beam_search_are_refused(tiny_model: pathlib.Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.protocol import EngineCoreRequest
+from vllm_frontend.engine.validate import RequestLimits
 from vllm_frontend.llm import LLM
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.server.app import App, ServerSettings
@@ -52,9 +53,11 @@ def generation_context(
     max_model_len: int,
     metrics: FrontendMetrics | None = None,
     tokenizer: Tokenizer | None = None,
+    limits: RequestLimits | None = None,
     **context: Any,
 ) -> ServingContext:
-    """The serving context of :func:`generation_app` (model ``"m"`` from ``client``)."""
+    """The serving context of :func:`generation_app` (model ``"m"`` from ``client``);
+    ``limits``: the engines' request limits the text layer checks (None: none)."""
     tokenizer = tokenizer or Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     return ServingContext(
@@ -63,7 +66,7 @@ def generation_context(
         served_model_names=["m"],
         max_model_len=max_model_len,
         sampling=ModelSamplingInfo(
-            max_model_len=max_model_len, eos_token_id=tokenizer.eos_token_id
+            max_model_len=max_model_len, eos_token_id=tokenizer.eos_token_id, limits=limits
         ),
         chat_renderer=ChatRenderer(
             ModelChatTemplates.from_model_dir(model, cfg), special_tokens_map(cfg)

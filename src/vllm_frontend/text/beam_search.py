@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from vllm_frontend.engine.protocol import RequestOutputKind, SamplingParams
-from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits
+from vllm_frontend.engine.validate import (
+    InvalidRequestError,
+    RequestLimits,
+    validate_sampling_params,
+)
 from vllm_frontend.lazy import LazyModule
 from vllm_frontend.llm import (
     LLM,
@@ -216,8 +220,8 @@ class BeamSearch:
         # vLLM's SamplingParams(logprobs=2 * width, max_tokens=1, temperature, watermarking=False,
         # detokenize=False): none of the request's other knobs, nor the generation config's
         # defaults, but the EOS ids. Checked here as its constructor does (even for max_tokens
-        # 0); the engine's limits (max_logprobs) only when a step is sent, by the engine client,
-        # as vLLM's input processor checks them in generate().
+        # 0); the engine's limits (max_logprobs) only when the first step is sent (run()), as
+        # vLLM's input processor checks them in generate().
         model: ModelSamplingInfo = msgspec.structs.replace(
             self._sampling, sampling_defaults={}, limits=None
         )
@@ -246,7 +250,12 @@ class BeamSearch:
         step_params = self._step_params()
         beams = [Beam(list(prompt_ids))]
         completed: list[Beam] = []
-        for _ in range(p.max_tokens):
+        for step in range(p.max_tokens):
+            if step == 0 and self._sampling.limits is not None:
+                # The engine's limits (max_logprobs against 2 * width), which vLLM's input
+                # processor checks in the first step's generate(); the engine client does not
+                # check them again for requests the text layer lowered.
+                validate_sampling_params(step_params, self._sampling.limits)
             outputs = await self._step(beams, step_params)
             if any(o.finish_reason == "error" for o in outputs):
                 return [_output("", [], None, "error", None, None)]
