@@ -80,14 +80,25 @@ class _SharedStacksPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Run the modules sharing a stack one after another (after ``-m`` deselected)."""
+        """Run the modules sharing a stack one after another (after ``-m`` deselected), and
+        name each test's xdist group (used by ``-n 2 --dist loadgroup``, see scripts/test)."""
         _EARLY_STOPS.last_user = group_users(items)
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
         """Stop a shared stack right after its last user's teardown."""
         yield
         _EARLY_STOPS.after_teardown(item)
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    # Tests that start engines all run in one worker, in collection order (shared stacks, one
+    # engine pair at a time, as without xdist); every other module runs whole in some worker.
+    if item.get_closest_marker("engine") is not None and item.get_closest_marker("oracle") is None:
+        return "engines"
+    return item.nodeid.split("::", 1)[0]
 
 
 def pytest_configure(config: pytest.Config) -> None:
