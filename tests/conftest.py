@@ -79,9 +79,18 @@ class _SharedStacksPlugin:
     """Groups the modules sharing a stack and stops it after its last user."""
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Run the modules sharing a stack one after another (after ``-m`` deselected), and
-        name each test's xdist group (used by ``-n 2 --dist loadgroup``, see scripts/test)."""
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Keep the ``--part`` asked for, run the modules sharing a stack one after another
+        (after ``-m`` deselected), and name each test's xdist group (see scripts/test)."""
+        part = config.getoption("part")
+        if part != "all":
+            drop = [i for i in items if (_xdist_group(i) == "engines") != (part == "engines")]
+            if drop:
+                config.hook.pytest_deselected(items=drop)
+                dropped = {id(i) for i in drop}
+                items[:] = [i for i in items if id(i) not in dropped]
         _EARLY_STOPS.last_user = group_users(items)
         for item in items:
             item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
@@ -93,9 +102,19 @@ class _SharedStacksPlugin:
         _EARLY_STOPS.after_teardown(item)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--part``: the whole suite, only the tests that start engines, or only the others."""
+    parser.addoption(
+        "--part",
+        choices=("all", "engines", "others"),
+        default="all",
+        help="all tests, only those that start engines (engine-marked, not oracle), or the rest",
+    )
+
+
 def _xdist_group(item: pytest.Item) -> str:
-    # Tests that start engines all run in one worker, in collection order (shared stacks, one
-    # engine pair at a time, as without xdist); every other module runs whole in some worker.
+    # Tests that start engines form one group (run in order, one engine pair at a time: see
+    # scripts/test); every other module is a group of its own, run whole by one xdist worker.
     if item.get_closest_marker("engine") is not None and item.get_closest_marker("oracle") is None:
         return "engines"
     return item.nodeid.split("::", 1)[0]
