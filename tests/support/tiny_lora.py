@@ -27,6 +27,7 @@ from tests.support.tiny_model import (
     NUM_KV_HEADS,
     NUM_LAYERS,
     cached_build,
+    write_safetensors,
 )
 
 RANK = 8
@@ -83,30 +84,10 @@ def build_tiny_lora(out_dir: pathlib.Path, rank: int = RANK) -> None:
             b = rng.normal(0.0, 1.0 / np.sqrt(rank), (fan_out, rank))
             tensors[f"{prefix}.lora_A.weight"] = a.astype(np.float32)
             tensors[f"{prefix}.lora_B.weight"] = b.astype(np.float32)
-    _write_f32_safetensors(out_dir / "adapter_model.safetensors", tensors)
-
-
-def _write_f32_safetensors(path: pathlib.Path, tensors: dict[str, np.ndarray]) -> None:
-    # the safetensors format: u64 header length, JSON header, raw little-endian tensor bytes
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    payloads: list[bytes] = []
-    offset = 0
-    for name in sorted(tensors):
-        data = tensors[name].astype("<f4").tobytes()
-        header[name] = {
-            "dtype": "F32",
-            "shape": list(tensors[name].shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        payloads.append(data)
-        offset += len(data)
-    header_bytes = json.dumps(header, separators=(",", ":")).encode()
-    header_bytes += b" " * (-len(header_bytes) % 8)
-    with path.open("wb") as f:
-        f.write(len(header_bytes).to_bytes(8, "little"))
-        f.write(header_bytes)
-        for data in payloads:
-            f.write(data)
+    write_safetensors(
+        out_dir / "adapter_model.safetensors",
+        {name: ("F32", t.astype("<f4")) for name, t in tensors.items()},
+    )
 
 
 if __name__ == "__main__":

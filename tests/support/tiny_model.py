@@ -403,16 +403,24 @@ def _to_bf16_bits(array: np.ndarray) -> np.ndarray:
 
 
 def _write_bf16_safetensors(path: pathlib.Path, tensors: dict[str, np.ndarray]) -> None:
-    # numpy has no bfloat16, and safetensors' numpy API needs one; the format is simple enough to
-    # write directly: u64 header length, JSON header, then the raw little-endian tensor bytes.
+    # numpy has no bfloat16, and safetensors' numpy API needs one: the raw bits, written directly.
+    write_safetensors(
+        path, {n: ("BF16", _to_bf16_bits(t).astype("<u2")) for n, t in tensors.items()}
+    )
+
+
+def write_safetensors(path: pathlib.Path, tensors: dict[str, tuple[str, np.ndarray]]) -> None:
+    """Write ``{name: (safetensors dtype, little-endian array)}`` as a safetensors file: u64
+    header length, JSON header, then the raw tensor bytes in name order."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     payloads: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
-        data = _to_bf16_bits(tensors[name]).astype("<u2").tobytes()
+        dtype, array = tensors[name]
+        data = array.tobytes()
         header[name] = {
-            "dtype": "BF16",
-            "shape": list(tensors[name].shape),
+            "dtype": dtype,
+            "shape": list(array.shape),
             "data_offsets": [offset, offset + len(data)],
         }
         payloads.append(data)
