@@ -28,6 +28,7 @@ from .validation import (
     Str,
     Union,
     decode_json_object,
+    lax_int,
     validation_error,
 )
 from .validation import Literal as LiteralSpec
@@ -254,7 +255,8 @@ def _model_name_error(value: Any) -> str | None:
 
 
 def _max_tokens_error(value: Any) -> str | None:
-    return "max_tokens must be positive" if int(value) <= 0 else None
+    number = lax_int(value)
+    return "max_tokens must be positive" if number is not None and number <= 0 else None
 
 
 def _thinking_budget_error(data: dict[str, Any]) -> str | None:
@@ -263,11 +265,10 @@ def _thinking_budget_error(data: dict[str, Any]) -> str | None:
     if kv and kv.get("do_remote_decode"):
         return None
     thinking = data.get("thinking")
-    if (
-        isinstance(thinking, dict)
-        and thinking.get("type") == "enabled"
-        and int(thinking["budget_tokens"]) >= int(data["max_tokens"])
-    ):
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget, limit = lax_int(thinking.get("budget_tokens")), lax_int(data.get("max_tokens"))
+    if budget is not None and limit is not None and budget >= limit:
         return "thinking.budget_tokens must be less than max_tokens"
     return None
 
@@ -298,6 +299,9 @@ class Checked(Spec):
             return errs
         message = self.check(value)
         return [] if message is None else [_value_error(loc, message, value)]
+
+    def coerce(self, value: Any) -> Any:
+        return self.inner.coerce(value)
 
 
 class Tagged(Spec):
@@ -339,6 +343,9 @@ class Tagged(Spec):
                 }
             ]
         return branch.errors(value, (*loc, tag))
+
+    def coerce(self, value: Any) -> Any:
+        return self.branches[value["type"]].coerce(value)
 
 
 _ANY_DICT = DictOf(AnyValue())
@@ -523,7 +530,11 @@ def _validators_pass(data: dict[str, Any], messages_request: bool) -> bool:
     quick look at the few fields they read)."""
     if not data.get("model"):
         return False
-    if messages_request and (_max_tokens_error(data["max_tokens"]) or _thinking_budget_error(data)):
+    if messages_request and (
+        lax_int(data["max_tokens"]) is None  # msgspec took a string pydantic refuses ("5e0")
+        or _max_tokens_error(data["max_tokens"])
+        or _thinking_budget_error(data)
+    ):
         return False
     for message in data["messages"]:
         if _message_error(message):
@@ -549,40 +560,6 @@ def _default_schema_types(request: MessagesRequest | CountTokensRequest) -> None
                     block.tool.definition.input_schema.setdefault("type", "object")
 
 
-_TRUE = {"1", "on", "t", "true", "y", "yes"}
-
-
-def _as_bool(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUE
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return bool(value)
-    return value
-
-
-def _lax_bools(data: dict[str, Any]) -> bool:
-    """Turn what pydantic reads as a boolean into one in the boolean fields (already checked
-    against the schema); whether anything changed."""
-    holders: list[tuple[Any, tuple[str, ...]]] = [
-        (data, ("stream", "watermarking", "return_mm_kwargs")),
-        (data.get("tool_choice"), ("disable_parallel_tool_use",)),
-    ]
-    holders += [(tool, ("strict", "defer_loading")) for tool in data.get("tools") or ()]
-    for message in data.get("messages") or ():
-        content = message.get("content")
-        if isinstance(content, list):
-            holders += [(block, ("is_error",)) for block in content]
-    changed = False
-    for holder, names in holders:
-        if not isinstance(holder, dict):
-            continue
-        for name in names:
-            if name in holder and holder[name] is not None and type(holder[name]) is not bool:
-                holder[name] = _as_bool(holder[name])
-                changed = True
-    return changed
-
-
 def _parse(body: bytes, struct: type[Any], spec: _RequestModel, messages_request: bool) -> Any:
     data = decode_json_object(body)
     if isinstance(data, dict):
@@ -598,9 +575,12 @@ def _parse(body: bytes, struct: type[Any], spec: _RequestModel, messages_request
                 _default_schema_types(request)
                 return request
     errors = spec.errors(data, ("body",))
-    if not errors and isinstance(data, dict) and _lax_bools(data):
-        # pydantic's lax booleans ("yes", "off", 1.0, ...) that msgspec refuses
-        return _parse(msgspec.json.encode(data), struct, spec, messages_request)
+    if not errors and isinstance(data, dict):
+        # what pydantic's lax mode takes and msgspec's refuses ("yes" for a bool, "5.0" for an
+        # int): convert it as pydantic does and parse again
+        coerced = msgspec.json.encode(spec.coerce(data))
+        if coerced != msgspec.json.encode(data):
+            return _parse(coerced, struct, spec, messages_request)
     if not errors:  # msgspec refused what pydantic accepts: report it rather than guess
         errors = [
             {"type": "value_error", "loc": ("body",), "msg": "Invalid request", "input": data}

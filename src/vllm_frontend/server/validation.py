@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,11 @@ class Spec:
 
     def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` as pydantic's lax mode converts it (only called on a value without
+        errors); the default keeps it."""
+        return value
 
 
 def _err(
@@ -78,9 +84,8 @@ class Int(Spec):
                 ]
             v = int(value)
         elif isinstance(value, str):
-            try:
-                v = int(value.strip())
-            except ValueError:
+            parsed = _lax_int(value)
+            if parsed is None:
                 return [
                     _err(
                         "int_parsing",
@@ -89,6 +94,7 @@ class Int(Spec):
                         value,
                     )
                 ]
+            v = parsed
         elif not isinstance(value, int):
             return [_err("int_type", loc, "Input should be a valid integer", value)]
         if self.ge is not None and v < self.ge:
@@ -113,6 +119,48 @@ class Int(Spec):
             ]
         return []
 
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return _lax_int(value)
+        return int(value)
+
+
+_ZERO_FRACTION = re.compile(r"\.0+$")
+
+
+def _lax_int(text: str) -> int | None:
+    """Pydantic's integer from a string: surrounding whitespace and a zero fraction ("5.00")
+    allowed, ASCII digits only; None when it does not parse."""
+    text = _ZERO_FRACTION.sub("", text.strip(), count=1)
+    if not text.isascii():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def lax_int(value: Any) -> int | None:
+    """``value`` as pydantic's lax mode reads an integer (booleans, integral floats, numeric
+    strings), or None where it refuses it."""
+    if isinstance(value, str):
+        return _lax_int(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def _lax_float(text: str) -> float | None:
+    """Pydantic's number from a string (surrounding whitespace allowed, ASCII only)."""
+    if not text.isascii():
+        return None
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
 
 class Float(Spec):
     """``float`` (lax: ints, booleans and numeric strings accepted)."""
@@ -121,23 +169,27 @@ class Float(Spec):
         if isinstance(value, (int, float)):
             return []
         if isinstance(value, str):
-            try:
-                float(value.strip())
+            if _lax_float(value) is not None:
                 return []
-            except ValueError:
-                return [
-                    _err(
-                        "float_parsing",
-                        loc,
-                        "Input should be a valid number, unable to parse string as a number",
-                        value,
-                    )
-                ]
+            return [
+                _err(
+                    "float_parsing",
+                    loc,
+                    "Input should be a valid number, unable to parse string as a number",
+                    value,
+                )
+            ]
         return [_err("float_type", loc, "Input should be a valid number", value)]
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return _lax_float(value)
+        return float(value)
 
 
 _BOOL_PARSING = "Input should be a valid boolean, unable to interpret input"
-_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+_TRUE_STRINGS = {"1", "on", "t", "true", "y", "yes"}
+_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", *_TRUE_STRINGS}
 
 
 class Bool(Spec):
@@ -151,10 +203,15 @@ class Bool(Spec):
                 return []
             return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
         if isinstance(value, str):
-            if value.strip().lower() in _BOOL_STRINGS:
+            if value.lower() in _BOOL_STRINGS:
                 return []
             return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
         return [_err("bool_type", loc, "Input should be a valid boolean", value)]
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.lower() in _TRUE_STRINGS
+        return bool(value)
 
 
 class Str(Spec):
@@ -246,6 +303,9 @@ class ListOf(Spec):
             )
         return out
 
+    def coerce(self, value: Any) -> Any:
+        return [self.item.coerce(v) for v in value]
+
 
 class DictOf(Spec):
     """``dict[str, value]``."""
@@ -260,6 +320,9 @@ class DictOf(Spec):
         for k, v in value.items():
             out.extend(self.value.errors(v, (*loc, k)))
         return out
+
+    def coerce(self, value: Any) -> Any:
+        return {k: self.value.coerce(v) for k, v in value.items()}
 
 
 class Union(Spec):
@@ -277,6 +340,15 @@ class Union(Spec):
             out.extend(errs)
         return out
 
+    def coerce(self, value: Any) -> Any:
+        # Smart mode: a branch that takes the value as it is wins over the first lax one.
+        valid = [b for b in self.branches if not b.errors(value, ())]
+        for b in valid:
+            converted = b.coerce(value)
+            if type(converted) is type(value) and converted == value:
+                return converted
+        return valid[0].coerce(value) if valid else value
+
 
 class Optional(Spec):
     """``X | None``."""
@@ -286,6 +358,9 @@ class Optional(Spec):
 
     def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
         return [] if value is None else self.inner.errors(value, loc)
+
+    def coerce(self, value: Any) -> Any:
+        return None if value is None else self.inner.coerce(value)
 
 
 class Model(Spec):
@@ -313,6 +388,10 @@ class Model(Spec):
                 continue
             out.extend(spec.errors(value[name], (*loc, name)))
         return out
+
+    def coerce(self, value: Any) -> Any:
+        fields = self.fields
+        return {k: fields[k].coerce(v) if k in fields else v for k, v in value.items()}
 
 
 class LazyModel(Model):
@@ -449,4 +528,10 @@ def convert_body(
         errors = spec.errors(data, ("body",))
         if errors:
             raise validation_error(errors) from None
-        raise RequestValidationFailed(f"1 validation error:\n  {exc}") from None
+        failure = exc
+    # Valid for pydantic, refused by msgspec's narrower lax mode ("yes" for a bool, "5.0" for
+    # an int): convert the values as pydantic does, then again.
+    try:
+        return msgspec.convert(spec.coerce(data), struct, strict=False)
+    except msgspec.ValidationError:
+        raise RequestValidationFailed(f"1 validation error:\n  {failure}") from None
