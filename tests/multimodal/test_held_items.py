@@ -132,3 +132,15 @@ def test_item_evicted_before_sending_goes_with_its_data() -> None:
     assert got is not None
     assert np.array_equal(_pixels(got), want_pixels)
     assert feature.mm_hash in media.sender_cache  # and the mirror has it again
+
+
+def test_closing_the_facade_closes_its_media_session_and_threads() -> None:
+    media = _facade(_Client())
+
+    async def run() -> tuple[bool, bool]:
+        session = media.loader._http._client()  # made on first fetch
+        media.loader._executor()
+        await media.aclose()
+        return session.closed, media.loader._pool is None
+
+    assert asyncio.run(run()) == (True, True)

@@ -199,6 +199,7 @@ def build_frontend_app(
         shared=sibling_counts,
         on_reject=metrics.record_admission_rejection,
     )
+    stats_log: StatsLog | None = None
     if not config.disable_log_stats:
         stats_log = StatsLog(metrics, client.scheduler_stats, client.engine_indices)
         metrics.stats_log = stats_log
@@ -300,6 +301,10 @@ def build_frontend_app(
             config.profiler_config["profiler"],
         )
         add_profiler_routes(app, client)
+    if ctx.media is not None:
+        app.on_close(ctx.media.aclose)
+    if stats_log is not None:
+        app.on_close(stats_log.stop)
     return app
 
 

@@ -344,6 +344,7 @@ async def _serve(
     if refresher is not None:
         await refresher.stop()
     await http.shutdown(config.shutdown_timeout)
+    await app.aclose()
     if siblings is not None:
         await siblings.close()
     await client.close()

@@ -160,6 +160,10 @@ class MultimodalLlm:
         if self.sender_cache is not None:
             self.sender_cache.clear()
 
+    async def aclose(self) -> None:
+        """Close the media loader (its HTTP session and decoding threads) at shutdown."""
+        await self.loader.aclose()
+
     def new_parts(self) -> MediaParts:
         """A collector for one request's media parts (refusing them when the model's family is
         not implemented)."""

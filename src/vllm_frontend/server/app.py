@@ -233,6 +233,22 @@ class App:
         self._api_tokens = [hashlib.sha256(k.encode()).digest() for k in settings.api_key if k]
         self._cors = _Cors(settings)
         self._root_path = settings.root_path or ""
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Have :meth:`aclose` await ``closer`` (resources the handlers hold: HTTP sessions,
+        periodic tasks)."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        """Release what the handlers hold, once the server has stopped serving (each closer
+        runs even when an earlier one fails)."""
+        closers, self._closers = self._closers, []
+        for closer in closers:
+            try:
+                await closer()
+            except Exception:
+                logger.warning("closing %r failed", closer, exc_info=True)
 
     def route(self, method: str, path: str, handler: Handler, json_body: bool = False) -> None:
         """Register ``handler`` for ``method`` (e.g. ``"POST"``) on the exact ``path``, or on
