@@ -353,3 +353,48 @@ def test_memory_stays_flat_over_many_image_requests(sides: dict[str, Side]) -> N
     side.new_requests()
     growth = process.memory_info().rss - before
     assert growth < 40 * 2**20, growth
+
+
+@pytest.mark.parametrize("keep", [5, 40, 120, 200, 400, -1])
+@pytest.mark.parametrize("side", [None, "right"])
+def test_truncation_keeps_items_whole_as_vllm(
+    sides: dict[str, Side], keep: int, side: str | None
+) -> None:
+    # truncate_prompt_tokens cuts the text before placeholders expand; once expanded, a bound
+    # that would cut or drop an item is refused, and one that keeps them all cuts text only.
+    # Fresh images per case: vLLM's sender cache records the items of a request it then
+    # refuses (a later request would send them without data, though the engine never got them).
+    seed = 1000 + 10 * keep + (side is None)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                _text("First:"),
+                _image(_png(300, 200, seed)),
+                _text("then"),
+                _image(_jpeg(97, 431, seed + 1)),
+            ],
+        },
+    ]
+    extra: dict[str, Any] = {"truncate_prompt_tokens": keep}
+    if side is not None:
+        extra["truncation_side"] = side
+    responses = {k: _post(side_, messages, **extra) for k, side_ in sides.items()}
+    theirs, ours = responses["vllm"], responses["ours"]
+    if theirs.status_code == 500:
+        # The text cut before expansion dropped a placeholder: vLLM's processor fails an
+        # assertion (500); ours answers the same message as the client's error it is.
+        assert ours.status_code == 400
+        assert ours.json()["error"]["message"] == theirs.json()["error"]["message"]
+    else:
+        assert (ours.status_code, ours.json() if ours.status_code != 200 else None) == (
+            theirs.status_code,
+            theirs.json() if theirs.status_code != 200 else None,
+        )
+    if theirs.status_code != 200:
+        assert sides["ours"].new_requests() == sides["vllm"].new_requests() == []
+        return
+    [vllm] = sides["vllm"].new_requests()
+    [mine] = sides["ours"].new_requests()
+    _compare(vllm, mine, _SENT)

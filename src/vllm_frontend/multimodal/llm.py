@@ -37,11 +37,11 @@ from vllm_frontend.multimodal.media import (
 )
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.multimodal.sender_cache import SenderCache
-from vllm_frontend.text.errors import BadInput
+from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.prompts import PreparedPrompt
 
-__all__ = ["MultimodalLlm", "MultimodalOptions", "load_family"]
+__all__ = ["MultimodalLlm", "MultimodalOptions", "load_family", "truncate_expanded"]
 
 DEFAULT_LIMIT = 999
 """vLLM's per-prompt item limit for a modality ``--limit-mm-per-prompt`` does not name."""
@@ -205,10 +205,11 @@ class MultimodalLlm:
         loop = asyncio.get_running_loop()
         loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
         preparer = text.prompts
+        truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         [prepared] = await preparer.prepare_prompts(
             [prompt],
             add_special_tokens=request.add_special_tokens,
-            truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
+            truncate=truncate,
             truncation_side=request.truncation_side,
         )
         hashes = [
@@ -234,6 +235,11 @@ class MultimodalLlm:
             for i, part in enumerate(items)
         ]
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
+        if truncate is not None and truncate < len(ids):
+            side = request.truncation_side or preparer.tokenizer_truncation_side
+            ids, features = truncate_expanded(
+                ids, features, truncate, side, request.truncate_prompt_tokens
+            )
         limit = text.max_model_len
         if len(ids) > limit:
             raise BadInput(
@@ -413,6 +419,51 @@ def _expand(
         if next_item[modality] < len(queue):
             index = next_item[modality]
             raise BadInput(
-                f"Failed to apply prompt replacement for mm_items[{modality!r}][{index}]."
+                f"Failed to apply prompt replacement for mm_items[{modality!r}][{index}]"
             )
     return out, features
+
+
+def truncate_expanded(
+    ids: list[int],
+    features: list[MultiModalFeatureSpec],
+    keep: int,
+    side: str,
+    requested: int | None,
+) -> tuple[list[int], list[MultiModalFeatureSpec]]:
+    """``truncate_prompt_tokens`` applied again once placeholders are expanded (the text was
+    cut before expansion, and items may have grown it past the bound): keep ``keep`` tokens from
+    ``side``'s other end, refusing, as vLLM does, when an item would be cut or dropped.
+    ``requested`` is the request's own value, for the message."""
+    start, stop = (max(len(ids) - keep, 0), len(ids)) if side == "left" else (0, keep)
+    if keep == 0:
+        start, stop = 0, 0
+    order = {f.modality: None for f in features}  # modalities as the items first appear
+    for modality in order:
+        for feature in features:
+            if feature.modality != modality:
+                continue
+            offset = feature.mm_position.offset
+            end = offset + feature.mm_position.length
+            if start <= offset and end <= stop:
+                continue
+            raise InvalidInput(
+                f"truncate_prompt_tokens={requested} would split or drop a(n) {modality} item, "
+                f"which spans tokens {offset} to {end} of the {len(ids)}-token prompt. "
+                "Multimodal placeholders expand after truncation is applied, so the limit must "
+                "leave every multimodal item intact. Please raise truncate_prompt_tokens or "
+                "shorten the multimodal input.",
+                parameter="truncate_prompt_tokens",
+                value=requested,
+            )
+    if start:
+        features = [
+            msgspec.structs.replace(
+                f,
+                mm_position=msgspec.structs.replace(
+                    f.mm_position, offset=f.mm_position.offset - start
+                ),
+            )
+            for f in features
+        ]
+    return ids[start:stop], features
