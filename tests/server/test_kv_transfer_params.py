@@ -194,3 +194,53 @@ def test_nothing_is_sent_without_a_connector_a_remote_prefill_or_a_failure(
         app, client = _rejection_app(tiny_model, connector)
         assert asyncio.run(_status(app, "/v1/completions", {"prompt": "a", **body})) == status
         assert not any(r.abort_immediately for r in client.requests)
+
+
+def _agent_app(model: pathlib.Path) -> tuple[App, ConnectorClient]:
+    """/v1/messages and /v1/responses over the connector engine."""
+    from tests.server.messages_support import messages_app
+    from tests.support.generation_app import generation_context
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.server.responses import ResponsesHandler
+    from vllm_frontend.server.responses_protocol import parse_responses_request
+    from vllm_frontend.server.responses_store import ResponseStore
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    client = ConnectorClient()
+    app = messages_app(model, client, max_model_len=128)
+    ctx = generation_context(model, client, max_model_len=128)
+    parsers = OutputParsers.for_tokenizer(Tokenizer.from_dir(model).token_to_id)
+    handler = ResponsesHandler(ctx, parse_responses_request, parsers, store=ResponseStore())
+    for (method, path), route in handler.routes().items():
+        app.route(method, path, route)
+    return app, client
+
+
+def test_messages_and_responses_return_the_final_outputs_params(tiny_model: pathlib.Path) -> None:
+    """vLLM's Messages response is its chat response's (``kv_transfer_params`` left out when
+    None, as it dumps with ``exclude_none``); its Responses response has the field always, the
+    final output's or null, in the stream's ``response.completed`` too."""
+    app, client = _agent_app(tiny_model)
+    body = json.loads(asyncio.run(_post(app, "/v1/messages", {**CHAT, "kv_transfer_params": SENT})))
+    assert body["kv_transfer_params"] == {"request": client.added[-1], "sent": SENT}
+    request = {"input": "hi", "kv_transfer_params": SENT}
+    body = json.loads(asyncio.run(_post(app, "/v1/responses", request)))
+    assert body["kv_transfer_params"] == {"request": client.added[-1], "sent": SENT}
+    raw = asyncio.run(_post(app, "/v1/responses", {"input": "hi", "stream": True}))
+    events = [
+        json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")
+    ]
+    [done] = [e for e in events if e["type"] == "response.completed"]
+    assert done["response"]["kv_transfer_params"] == {"request": client.added[-1], "sent": None}
+
+
+def test_messages_leave_them_out_without_a_connector(tiny_model: pathlib.Path) -> None:
+    from tests.server.messages_support import messages_app
+
+    class Plain(ConnectorClient):
+        def _params(self, req: EngineCoreRequest) -> dict[str, Any]:
+            return None  # type: ignore[return-value]
+
+    app = messages_app(tiny_model, Plain(), max_model_len=128)
+    body = json.loads(asyncio.run(_post(app, "/v1/messages", CHAT)))
+    assert "kv_transfer_params" not in body

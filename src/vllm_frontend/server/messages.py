@@ -215,6 +215,7 @@ class MessagesHandler:
                     cached = num_cached
                 if seq.finished:
                     final = seq
+            kv_transfer_params = outputs.kv_transfer_params
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -266,6 +267,8 @@ class MessagesHandler:
             body["stop_sequence"] = stop_sequence
         details = cached if ctx.enable_prompt_tokens_details else None
         body["usage"] = anthropic_usage(len(prompt.token_ids), final.num_output_tokens, details)
+        if kv_transfer_params is not None:  # the KV connector's, as vLLM's chat response has them
+            body["kv_transfer_params"] = kv_transfer_params
         if body["stop_reason"] is None:
             del body["stop_reason"]
         return _encode(body)

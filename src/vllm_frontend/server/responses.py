@@ -213,13 +213,17 @@ class ResponsesHandler:
                     cached = num_cached
                 if seq.finished:
                     final = seq
+            kv_transfer_params = outputs.kv_transfer_params
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
         parser = gen.new_parser()
         output = self._output_items(req, gen, final, parser)
         reasoning_tokens = parser.count_reasoning_tokens(final.token_ids) if parser else 0
-        return self._finish(req, response_id, gen, created, final, output, cached, reasoning_tokens)
+        return self._finish(
+            req, response_id, gen, created, final, output, cached, reasoning_tokens,
+            kv_transfer_params,
+        )  # fmt: skip
 
     def _finish(
         self,
@@ -231,6 +235,7 @@ class ResponsesHandler:
         output: list[Any],
         cached: int,
         reasoning_tokens: int,
+        kv_transfer_params: dict[str, Any] | None,
     ) -> dict[str, Any]:
         [prompt] = gen.text.prompts
         status = "incomplete" if final.finish_reason == "length" else "completed"
@@ -246,6 +251,7 @@ class ResponsesHandler:
                 len(prompt.token_ids), final.num_output_tokens, cached, reasoning_tokens
             ),
         )
+        response["kv_transfer_params"] = kv_transfer_params  # the KV connector's, or None
         if req.store and self.store is not None:
             self.store.put_final(response)
         return response
@@ -385,6 +391,7 @@ class ResponsesHandler:
                     for part in _split(delta):
                         for event in state.feed(part, logprobs):
                             yield numbered(event)
+                kv_transfer_params = outputs.kv_transfer_params
         except GenerationFailed as exc:
             yield numbered(_error_event(exc))
             return
@@ -394,8 +401,9 @@ class ResponsesHandler:
         reasoning_tokens = parser.count_reasoning_tokens(token_ids) if parser else 0
         final.num_output_tokens = len(token_ids)
         response = self._finish(
-            req, response_id, gen, created, final, state.items, cached, reasoning_tokens
-        )
+            req, response_id, gen, created, final, state.items, cached, reasoning_tokens,
+            kv_transfer_params,
+        )  # fmt: skip
         yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
 
     # --- background -------------------------------------------------------------------------
