@@ -34,6 +34,11 @@ def test_the_stats_line_is_logged_unless_disabled(
                                       '{"prompt": "a", "max_tokens": 8}')  # fmt: skip
             assert status == 200
             time.sleep(0.6)
+            # vLLM makes its vllm:* families in the stat logger --disable-log-stats turns off
+            # (AsyncLLM's StatLoggerManager); the process series stay
+            status, metrics = serve.request("GET", "/metrics")
+            assert status == 200 and b"process_cpu_seconds_total" in metrics
+            assert (b"\nvllm:" in metrics) is expected
         lines = re.findall(
             r"Engine 000: Avg prompt throughput: [\d.]+ tokens/s, .*", log.read_text()
         )

@@ -186,11 +186,16 @@ def build_frontend_app(
     # /metrics is rendered by the server itself. As in vLLM, process and gc series only when
     # this is the one API-server process (siblings use multiprocess mode).
     registry = MetricsRegistry(process_metrics=client.client_count == 1)
-    metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, registry)
-    registry.register(EngineGauges(served[0], client.engine_indices, client.scheduler_stats))
-    if client.limits.supports_lora and client.limits.max_loras is not None:
-        metrics.lora_info = LoraInfo(client.limits.max_loras)
-        registry.register(metrics.lora_info)
+    # vLLM's vllm:* families are its stat logger's, which --disable-log-stats does not make:
+    # then they are kept out of /metrics (the process and http_* series stay).
+    stat_registry = None if config.disable_log_stats else registry
+    metrics = FrontendMetrics(served[0], max_model_len, client.engine_indices, stat_registry)
+    if stat_registry is not None:
+        gauges = EngineGauges(served[0], client.engine_indices, client.scheduler_stats)
+        stat_registry.register(gauges)
+        if client.limits.supports_lora and client.limits.max_loras is not None:
+            metrics.lora_info = LoraInfo(client.limits.max_loras)
+            stat_registry.register(metrics.lora_info)
     # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
     factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
     admission = AdmissionControl(
