@@ -402,6 +402,7 @@ def _chat_app(
     parsers: OutputParsers | None,
     tokenizer_dir: str | None = None,
     chat_options: Any = None,
+    tok: Any = None,
 ) -> Any:
     import pathlib
 
@@ -416,7 +417,7 @@ def _chat_app(
     from vllm_frontend.text.tokenizer import Tokenizer
 
     model = pathlib.Path(tiny_model_dir())
-    tok = Tokenizer.from_dir(tokenizer_dir or model)
+    tok = tok or Tokenizer.from_dir(tokenizer_dir or model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(engine, EngineCoreRequest),

@@ -174,20 +174,29 @@ def _cases() -> list[tuple[Any, ...]]:
             continue
         if isinstance(named, dict) and "structured_outputs" in CONSTRAINTS[constraint]:
             continue  # vLLM refuses structured outputs with a named tool (tested elsewhere)
+        if named != "auto" and constraint > 1:
+            continue  # only "auto" combines a constraint with the calls; the others drop it
+        if named == "none" and parallel is not None:
+            continue  # no tag, whatever the flag
         out.append((tools, choice, parallel, constraint))
     return out
 
 
-def _ours(tool: str, level: str, tok_dir: str) -> tuple[Any, _ScriptedEngine]:
+@functools.cache
+def _our_tokenizer(tok_dir: str) -> Any:
     from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tok_dir)
+    return Tokenizer.from_dir(tok_dir)
+
+
+def _ours(tool: str, level: str, tok_dir: str) -> tuple[Any, _ScriptedEngine]:
+    tok = _our_tokenizer(tok_dir)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser=tool, enable_auto_tool_choice=True,
         tool_strict_level=level,
     )  # fmt: skip
     engine = _ScriptedEngine([tok.encode("ok", add_special_tokens=False)[0]])
-    return _chat_app(engine, parsers, tok_dir), engine
+    return _chat_app(engine, parsers, tok_dir, tok=tok), engine
 
 
 def _our_structured_outputs(engine: _ScriptedEngine) -> dict[str, Any] | None:
