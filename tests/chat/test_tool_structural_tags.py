@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -260,3 +261,28 @@ def test_structural_tag_models_and_default_levels_are_vllms() -> None:
         assert STRUCTURAL_TAG_MODELS.get(name) == cls.structural_tag_model, name
         level = cls.default_tool_strict_level
         assert DEFAULT_STRICT_LEVELS.get(name) == (None if level is None else int(level)), name
+
+
+@pytest.mark.parametrize(
+    "prop", [True, {"enum": []}, {"type": []}, "text", {"type": ["string"]}, {"enum": [None]}]
+)
+def test_glm_value_schemas_vllm_fails_on_fail_the_same_way(prop: Any, tokenizer_dir: str) -> None:
+    # vLLM's GLM builder reads a non-strict tool's property schemas as they come: a schema it
+    # cannot read fails the request with vLLM's status and message (400 for a TypeError, 500
+    # otherwise), the others are served.
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"p": prop}}}}  # fmt: skip
+    body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [tool], "tool_choice": "required"}  # fmt: skip
+    app, engine = _ours("glm47", "auto", tokenizer_dir)
+    status, raw = _post(app, body)
+    try:
+        expected = _vllm_structured_outputs(_vllm_parser("glm47", "auto"), body)
+    except Exception as exc:  # vLLM's exception handlers take any
+        expected_error = create_error_response(exc).model_dump()["error"]
+        assert (status, json.loads(raw)["error"]) == (expected_error["code"], expected_error)
+        return
+    assert status == 200, raw
+    assert _our_structured_outputs(engine) == expected
