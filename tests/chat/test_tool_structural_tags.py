@@ -286,3 +286,55 @@ def test_glm_value_schemas_vllm_fails_on_fail_the_same_way(prop: Any, tokenizer_
         return
     assert status == 200, raw
     assert _our_structured_outputs(engine) == expected
+
+
+USER_TAGS: list[dict[str, Any]] = [
+    {"type": "any_text"},
+    {"value": "x", "type": "const_string"},
+    {"type": "sequence", "elements": [
+        {"pattern": "[a-z]+", "type": "regex"},
+        {"type": "optional", "content": {"type": "any_text", "excludes": ["<x>"]}},
+        {"type": "star", "content": {"type": "const_string", "value": "a"}},
+        {"type": "plus", "content": {"type": "grammar", "grammar": 'root ::= "b"'}},
+        {"type": "repeat", "content": {"type": "const_string", "value": "c"}, "max": 3, "min": 1},
+    ]},
+    {"type": "triggered_tags", "triggers": ["<f"], "excludes": ["<g"], "tags": [
+        {"end": "</f>", "begin": "<f>", "content": {"json_schema": {"type": "object"},
+                                                    "type": "json_schema"}},
+    ]},
+    {"type": "or", "elements": [
+        {"type": "tags_with_separator", "separator": ",", "tags": [
+            {"type": "tag", "begin": "<a>", "end": ["</a>", "</A>"],
+             "content": {"type": "qwen_xml_parameter", "json_schema": {"type": "object"}}}]},
+        {"type": "dispatch", "rules": [["<d>", {"type": "const_string", "value": "d"}]]},
+        {"type": "json_schema", "json_schema": True, "style": "qwen_xml", "any_order": True},
+    ]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("user_tag", USER_TAGS)
+def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
+    user_tag: dict[str, Any], tokenizer_dir: str
+) -> None:
+    # "auto" with strict tools and a structural-tag constraint: vLLM reads the request's tag into
+    # xgrammar's models and dumps it (defaults filled in, fields in declaration order).
+    app, engine = _ours("hermes", "auto", tokenizer_dir)
+    parser = _vllm_parser("hermes", "auto")
+    for rf in (
+        {"type": "structural_tag", "format": user_tag},
+        {"structured_outputs": {"structural_tag": json.dumps({"type": "structural_tag",
+                                                              "format": user_tag})}},
+    ):  # fmt: skip
+        body: dict[str, Any] = {
+            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [STRICT_TIME], "tool_choice": "auto",
+        }  # fmt: skip
+        if "structured_outputs" in rf:
+            body.update(rf)
+        else:
+            body["response_format"] = rf
+        expected = _vllm_structured_outputs(parser, body)
+        status, raw = _post(app, body)
+        assert status == 200, raw
+        assert _our_structured_outputs(engine) == expected
+        assert expected is not None and "structural_tag" in expected

@@ -29,7 +29,7 @@ from typing import Any
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.tags import BUILDERS
-from vllm_frontend.chat.tags.formats import json_schema, tag, triggered
+from vllm_frontend.chat.tags.formats import canonical, json_schema, tag, triggered
 
 __all__ = [
     "CONSTRAINT_FIELDS",
@@ -131,7 +131,7 @@ def _output_format(so: Mapping[str, Any]) -> dict[str, Any] | None:
             return triggered(parsed["triggers"], [
                 tag(s["begin"], json_schema(s["schema"]), s["end"]) for s in parsed["structures"]
             ])  # fmt: skip
-        fmt: dict[str, Any] = parsed["format"]
+        fmt: dict[str, Any] = canonical(parsed["format"])
         return fmt
     return None
 

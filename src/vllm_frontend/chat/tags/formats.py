@@ -12,6 +12,7 @@ __all__ = [
     "alternatives",
     "any_text",
     "arguments_schema",
+    "canonical",
     "const",
     "json_schema",
     "optional",
@@ -98,3 +99,66 @@ def arguments_schema(function: Mapping[str, Any]) -> Any:
         return True
     params = function.get("parameters")
     return True if params is None else params
+
+
+_REQUIRED = object()
+_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "any_text": (("excludes", []), ("max_tokens", None), ("max_chars", None)),
+    "any_tokens": (("exclude_tokens", []), ("max_tokens", None)),
+    "const_string": (("value", _REQUIRED),),
+    "dispatch": (("rules", _REQUIRED), ("loop", True), ("excludes", [])),
+    "exclude_token": (("exclude_tokens", []),),
+    "grammar": (("grammar", _REQUIRED),),
+    "json_schema": (("json_schema", _REQUIRED), ("style", "json"), ("any_order", False),
+                    ("max_whitespace_cnt", None), ("excludes", [])),
+    "optional": (("content", _REQUIRED),),
+    "or": (("elements", _REQUIRED),),
+    "plus": (("content", _REQUIRED),),
+    "qwen_xml_parameter": (("json_schema", _REQUIRED),),
+    "regex": (("pattern", _REQUIRED),),
+    "repeat": (("min", _REQUIRED), ("max", _REQUIRED), ("content", _REQUIRED)),
+    "sequence": (("elements", _REQUIRED),),
+    "star": (("content", _REQUIRED),),
+    "tag": (("begin", _REQUIRED), ("content", _REQUIRED), ("end", _REQUIRED)),
+    "tags_with_separator": (("tags", _REQUIRED), ("separator", _REQUIRED),
+                            ("at_least_one", False), ("stop_after_first", False)),
+    "token": (("token", _REQUIRED),),
+    "token_dispatch": (("rules", _REQUIRED), ("loop", True), ("exclude_tokens", [])),
+    "token_triggered_tags": (("trigger_tokens", _REQUIRED), ("tags", _REQUIRED),
+                             ("exclude_tokens", []), ("at_least_one", False),
+                             ("stop_after_first", False)),
+    "triggered_tags": (("triggers", _REQUIRED), ("tags", _REQUIRED), ("at_least_one", False),
+                       ("stop_after_first", False), ("excludes", [])),
+}  # fmt: skip
+"""Each xgrammar format model's fields after ``type``, in declaration order, with defaults."""
+
+
+def canonical(node: Any, implied: str | None = None) -> Any:
+    """A format (checked by text/structural_tags.py) as xgrammar's model dumps it: fields in
+    declaration order, defaults filled in, unknown keys dropped (as vLLM's
+    ``StructuralTag.model_validate(...).format`` then ``model_dump``). ``implied``: the model a
+    field without a type union takes (a tag in a list of tags, a token as a tag's begin)."""
+    if not isinstance(node, Mapping):
+        return node
+    kind = node.get("type", implied)
+    if kind not in _FIELDS:
+        return node
+    out: Format = {"type": kind}
+    for name, default in _FIELDS[kind]:
+        if name not in node:
+            if default is not _REQUIRED:
+                out[name] = list(default) if isinstance(default, list) else default
+            continue
+        value = node[name]
+        if name == "content":
+            value = canonical(value)
+        elif name in ("begin", "end"):
+            value = canonical(value, "token")
+        elif name == "elements":
+            value = [canonical(v) for v in value]
+        elif name == "tags":
+            value = [canonical(v, "tag") for v in value]
+        elif name == "rules":
+            value = [[key, canonical(fmt)] for key, fmt in value]
+        out[name] = value
+    return out
