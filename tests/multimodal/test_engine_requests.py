@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import io
-import pathlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,53 +20,10 @@ import pytest
 from PIL import Image
 
 from tests.multimodal.media.videos import make_video
-from tests.support.engines import (
-    VllmProcess,
-    external_engine_args,
-    free_port,
-    http_status,
-    start_vllm,
-    start_vllm_server,
-)
+from tests.multimodal.recorded import Side, compare_requests, recorded_sides
 from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
-from vllm_frontend.mock.recording import read_requests
 
 pytestmark = pytest.mark.engine
-
-
-class Side:
-    """One frontend with its recording mock engine."""
-
-    def __init__(self, url: str, record: pathlib.Path, processes: list[Any]) -> None:
-        self.url = url
-        self.record = record
-        self.processes = processes
-        self.seen = 0
-
-    def new_requests(self) -> list[Any]:
-        """The engine requests recorded since the last call."""
-        requests = read_requests(self.record)
-        out = requests[self.seen :]
-        self.seen = len(requests)
-        return out
-
-
-def _mock_engine(name: str, rpc: int, record: pathlib.Path) -> VllmProcess:
-    args = ["-m", "vllm_frontend", "mock-engine", "--handshake-address",
-            f"tcp://127.0.0.1:{rpc}", "--max-model-len", "2048", "--vocab-size", "1000",
-            "--record-requests", str(record)]  # fmt: skip
-    return start_vllm(name, args, program=sys.executable)
-
-
-def _wait(port: int, processes: list[Any], timeout: float = 300) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while http_status(port, timeout=2) != 200:
-        for p in processes:
-            p.check_running() if hasattr(p, "check_running") else p.process.check_running()
-        assert time.monotonic() < deadline, "frontend not ready"
-        time.sleep(0.5)
 
 
 LIMITS = '{"image": 3, "video": 2}'
@@ -76,39 +31,9 @@ LIMITS = '{"image": 3, "video": 2}'
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
-    model = tiny_vlm_dir()
     tmp = tmp_path_factory.mktemp("records")
-    out: dict[str, Side] = {}
-    started: list[Any] = []
-    try:
-        rpc, port = free_port(), free_port()
-        started.append(_mock_engine("mock-vllm", rpc, tmp / "vllm.bin"))
-        server = start_vllm_server(
-            model=model,
-            port=port,
-            extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt", LIMITS],
-            env={"PYTHONPATH": VLM_PYTHONPATH, "VLLM_SERVER_DEV_MODE": "1"},
-        )  # fmt: skip
-        started.append(server)
-        out["vllm"] = Side(server.base_url, tmp / "vllm.bin", [server])
-        rpc2, port2 = free_port(), free_port()
-        started.append(_mock_engine("mock-ours", rpc2, tmp / "ours.bin"))
-        ours = start_vllm(
-            "ours-mm",
-            ["-m", "vllm_frontend", "serve", str(model), "--port", str(port2),
-             "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc2),
-             "--limit-mm-per-prompt", LIMITS],
-            {"VLLM_SERVER_DEV_MODE": "1"},  # /reset_mm_cache
-            program=sys.executable,
-        )  # fmt: skip
-        started.append(ours)
-        out["ours"] = Side(f"http://127.0.0.1:{port2}", tmp / "ours.bin", [ours])
-        _wait(port2, [ours])
-        server.wait_ready(600)
-        yield out
-    finally:
-        for p in reversed(started):
-            p.stop()
+    args = ["--limit-mm-per-prompt", LIMITS]
+    yield from recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> str:
@@ -154,51 +79,6 @@ def _text(text: str) -> dict[str, Any]:
 def _post(side: Side, messages: list[Any], **extra: Any) -> httpx.Response:
     body = {"messages": messages, "max_tokens": 3, **extra}
     return httpx.post(side.url + "/v1/chat/completions", json=body, timeout=120)
-
-
-def _tensor(elem: Any) -> tuple[str, tuple[int, ...], np.ndarray]:
-    data = elem.data
-    return data.dtype, tuple(data.shape), np.asarray(data.numpy())
-
-
-def _compare(vllm: Any, ours: Any, cached: dict[str, Any]) -> None:
-    assert ours.prompt_token_ids == vllm.prompt_token_ids
-    if vllm.mm_features is None:
-        assert ours.mm_features is None
-        return
-    # A "flat" field's slices span the items processed in one call: vLLM's span only the items
-    # its processor cache missed, ours every item of the request. Equal when vLLM missed all.
-    all_sent = all(f.data is not None for f in vllm.mm_features)
-    assert len(ours.mm_features) == len(vllm.mm_features)
-    for theirs, mine in zip(vllm.mm_features, ours.mm_features, strict=True):
-        assert (mine.modality, mine.identifier, mine.mm_hash) == (
-            theirs.modality,
-            theirs.identifier,
-            theirs.mm_hash,
-        )
-        assert mine.mm_position.offset == theirs.mm_position.offset
-        assert mine.mm_position.length == theirs.mm_position.length
-        assert mine.mm_position.is_embed is None and theirs.mm_position.is_embed is None
-        # Items the engine holds go without data from both (the sender caches agree).
-        assert (mine.data is None) == (theirs.data is None), theirs.mm_hash
-        if theirs.data is None:
-            continue
-        data = theirs.data
-        cached[theirs.mm_hash] = data
-        assert set(mine.data) == set(data)
-        for key, elem in data.items():
-            got = mine.data[key]
-            if all_sent:
-                assert got.field == elem.field, key
-            else:
-                assert got.field[0] == elem.field[0], key
-                assert {k: v for k, v in got.field[1].items() if k != "slices"} == {
-                    k: v for k, v in elem.field[1].items() if k != "slices"
-                }
-            want_dtype, want_shape, want = _tensor(elem)
-            got_dtype, got_shape, values = _tensor(got)
-            assert (got_dtype, got_shape) == (want_dtype, want_shape), key
-            assert np.array_equal(values, want), key
 
 
 REQUESTS = {
@@ -257,7 +137,7 @@ def test_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
         assert responses["ours"].status_code == responses["vllm"].status_code == 200
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
-        _compare(vllm, ours, cached)
+        compare_requests(vllm, ours, cached)
 
 
 def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> None:
@@ -276,7 +156,7 @@ def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> Non
         ours = sides["ours"].new_requests()
         assert len(vllm) == len(ours) == 2
         for theirs, mine in zip(vllm, ours, strict=True):
-            _compare(theirs, mine, _SENT)
+            compare_requests(theirs, mine, _SENT)
         # The first of the two carries every item's data, the second none.
         assert all(f.data is not None for f in ours[0].mm_features)
         assert all(f.data is None for f in ours[1].mm_features)
@@ -331,7 +211,7 @@ def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
         assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
-        _compare(vllm, ours, _SENT)
+        compare_requests(vllm, ours, _SENT)
 
 
 def test_memory_stays_flat_over_many_image_requests(sides: dict[str, Side]) -> None:

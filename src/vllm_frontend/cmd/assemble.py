@@ -464,7 +464,12 @@ def multimodal_facade(
         mm_device_do_normalize=config.mm_device_do_normalize,
         mm_processor_cache_gb=config.mm_processor_cache_gb,
     )
-    family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
+    tokenizer = model.tokenizer
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    family = load_family(files.path, files.config, tokenizer.token_to_id, options, encode)
     loader = MediaLoader(media_policy(config))
     dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")

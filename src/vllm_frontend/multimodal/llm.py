@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.engine.protocol import MultiModalFeatureSpec, PlaceholderRange
+from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_model_type
 from vllm_frontend.multimodal.hashing import (
     image_hash_value,
@@ -65,9 +66,26 @@ def load_family(
     config: Mapping[str, Any],
     token_to_id: Callable[[str], int | None],
     options: MultimodalOptions,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> Family | None:
-    """The model's implemented family, or None (text-only, or a family not implemented)."""
+    """The model's implemented family, or None (text-only, or a family not implemented);
+    ``encode``: the tokenizer, without special tokens added (families whose placeholders
+    stand for text)."""
     model_type = config.get("model_type")
+    if model_type == "idefics3":
+        from vllm_frontend.multimodal.idefics3 import Idefics3Family
+
+        if encode is None:
+            raise ValueError("the Idefics3 family needs the tokenizer's encode")
+        path = pathlib.Path(model_dir)
+        return Idefics3Family(
+            config,
+            _read_json(path / "preprocessor_config.json") or {},
+            _read_json(path / "processor_config.json") or {},
+            token_to_id,
+            encode,
+            options.mm_processor_kwargs,
+        )
     if model_type == "qwen2_vl":
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
@@ -230,10 +248,7 @@ class MultimodalLlm:
             if todo
             else ()
         )
-        processed = [
-            ProcessedItem(part.modality, held[i], {}) if i in held else next(done)
-            for i, part in enumerate(items)
-        ]
+        processed = [held[i] if i in held else next(done) for i in range(len(items))]
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         if truncate is not None and truncate < len(ids):
             side = request.truncation_side or preparer.tokenizer_truncation_side
@@ -267,19 +282,26 @@ class MultimodalLlm:
         loaded: list[Any],
         kwargs: Mapping[str, Any],
         hashes: list[str],
-    ) -> dict[int, int]:
-        """Placeholder tokens by part index of the items the engine's cache holds now (per the
-        mirror): vLLM's processor skips those, and so do we; they go as ``data=None``."""
+    ) -> dict[int, ProcessedItem]:
+        """The placeholders (without fields) by part index of the items the engine's cache
+        holds now (per the mirror): vLLM's processor skips those, and so do we; they go as
+        ``data=None``."""
         cache = self.sender_cache
-        counter = getattr(family, "item_tokens", None)  # families that can count without work
-        if cache is None or counter is None:
+        # Families that can tell an item's placeholder without processing it.
+        placeholder = getattr(family, "held_item", None)
+        counter = getattr(family, "item_tokens", None)
+        if cache is None or (placeholder is None and counter is None):
             return {}
-        held: dict[int, int] = {}
+        held: dict[int, ProcessedItem] = {}
         for i, (part, mm_hash) in enumerate(zip(parts, hashes, strict=True)):
-            if mm_hash in cache:
-                tokens = counter(part.modality, loaded[i], kwargs)
-                if tokens is not None:
-                    held[i] = tokens
+            if mm_hash not in cache:
+                continue
+            if placeholder is not None:
+                held[i] = placeholder(part.modality, loaded[i], kwargs)
+                continue
+            tokens = counter(part.modality, loaded[i], kwargs) if counter is not None else None
+            if tokens is not None:
+                held[i] = ProcessedItem(part.modality, tokens, {})
         return held
 
     async def _load(
@@ -405,16 +427,22 @@ def _expand(
         index = queue[next_item[modality]]
         next_item[modality] += 1
         item = processed[index]
+        if item.replacement is None:
+            position = PlaceholderRange(len(out), item.num_tokens)
+            out.extend([tid] * item.num_tokens)
+        else:
+            embed = None if item.is_embed is None else Tensor.from_numpy(item.is_embed)
+            position = PlaceholderRange(len(out), len(item.replacement), embed)
+            out.extend(item.replacement)
         features.append(
             MultiModalFeatureSpec(
                 data=item.fields or None,  # empty: not processed, the engine holds it
                 modality=modality,
                 identifier=hashes[index],
-                mm_position=PlaceholderRange(len(out), item.num_tokens),
+                mm_position=position,
                 mm_hash=hashes[index],
             )
         )
-        out.extend([tid] * item.num_tokens)
     for modality, queue in pending.items():
         if next_item[modality] < len(queue):
             index = next_item[modality]
