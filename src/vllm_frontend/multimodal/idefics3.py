@@ -31,14 +31,15 @@ DEFAULT_IMAGE_SEQ_LEN = 169
 _GRID_KEYS = ("do_image_splitting", "max_image_size", "size")
 
 
-def _cast(values: np.ndarray, dtype: str) -> Tensor:
-    """Float32 ``values`` in the model dtype, as vLLM casts floating tensors."""
+def _in_dtype(values: np.ndarray, dtype: str) -> tuple[np.ndarray, str | None]:
+    """Float32 ``values`` in the model dtype, as vLLM casts floating tensors, with the torch
+    dtype name to send them under (None: numpy's own)."""
     if dtype == "bfloat16":
-        return Tensor.from_numpy(to_bfloat16_words(values), dtype="bfloat16")
+        return to_bfloat16_words(values), "bfloat16"
     if dtype == "float16":
-        return Tensor.from_numpy(values.astype(np.float16))
+        return values.astype(np.float16), None
     if dtype == "float32":
-        return Tensor.from_numpy(values)
+        return values, None
     raise ValueError(f"unsupported pixel dtype {dtype!r}")
 
 
@@ -137,35 +138,38 @@ class Idefics3Family:
         overrides = {
             k: v for k, v in _flatten(kwargs).items() if k in self.image_processor.options.names
         }
-        outputs = []
         try:
-            for image in images:
-                frames, placeholder = self._item(image, kwargs)
-                out = self.image_processor.preprocess([image.image], **overrides)
-                pixels = out["pixel_values"][0]
-                if pixels.shape[0] != frames:
-                    raise ValueError(
-                        f"the image processor made {pixels.shape[0]} frames of an image "
-                        f"{image.image.width}x{image.image.height} whose prompt takes {frames}"
-                    )
-                outputs.append((placeholder, pixels, out["pixel_attention_mask"][0]))
+            placeholders = [self._item(image, kwargs) for image in images]
+            out = self.image_processor.preprocess([image.image for image in images], **overrides)
+            pixels, pixel_dtype = _in_dtype(out["pixel_values"][0], dtype)
         except ValueError as e:
             raise MediaError.bad_request(str(e)) from None
+        # One batch, as vLLM's one processor call makes it, cut into the items by the frame
+        # counts the prompt was built from (vLLM's flat_from_sizes on num_patches). Where
+        # transformers' patch count differs from the frames its processor makes (an aspect
+        # ratio its two roundings disagree on), the items' frames shift as they do in vLLM.
+        masks = out["pixel_attention_mask"][0]
+        total = masks.shape[0]
         slices: list[Any] = []
         start = 0
-        for _, pixels, _ in outputs:
-            stop = start + pixels.shape[0]
+        for frames, _ in placeholders:
+            stop = start + frames
             slices.append([[start, stop, None]])
             start = stop
         flat = ("flat", {"keep_on_cpu": False, "slices": slices, "dim": 0})
         batched = ("batched", {"keep_on_cpu": True})
         processed = []
-        for placeholder, pixels, mask in outputs:
+        start = 0
+        for frames, placeholder in placeholders:
+            cut = slice(min(start, total), min(start + frames, total))
+            start += frames
             placeholder.fields.update(
-                pixel_values=MultiModalFieldElem(_cast(pixels, dtype), flat),
-                pixel_attention_mask=MultiModalFieldElem(Tensor.from_numpy(mask), flat),
+                pixel_values=MultiModalFieldElem(
+                    Tensor.from_numpy(pixels[cut], dtype=pixel_dtype), flat
+                ),
+                pixel_attention_mask=MultiModalFieldElem(Tensor.from_numpy(masks[cut]), flat),
                 num_patches=MultiModalFieldElem(
-                    Tensor.from_numpy(np.array(pixels.shape[0], dtype=np.int64)), batched
+                    Tensor.from_numpy(np.array(frames, dtype=np.int64)), batched
                 ),
             )
             processed.append(placeholder)
