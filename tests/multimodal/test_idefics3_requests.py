@@ -55,7 +55,7 @@ def _text(text: str) -> dict[str, Any]:
 
 
 REQUESTS = {
-    # 64x48: one tile, the global image alone.
+    # Every image is resized to a longest edge of 192 pixels first: 64x48 is 3 x 3 tiles.
     "one image": [{"role": "user", "content": [_png(64, 48, 1), _text("What is it?")]}],
     "text first": [{"role": "user", "content": [_text("Look:"), _png(130, 70, 2)]}],
     "sizes and interleaved text": [
