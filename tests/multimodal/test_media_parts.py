@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.messages import normalize_messages
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.multimodal.family import ProcessedItem
-from vllm_frontend.multimodal.llm import _expand
+from vllm_frontend.multimodal.idefics3 import Idefics3Family
+from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.text.errors import InvalidInput
 
@@ -124,3 +126,39 @@ def test_expansion_orders_items_by_place_in_prompt() -> None:
     ]
     with pytest.raises(ValueError, match="prompt replacement"):
         _expand([1, 7], _Family(), parts[:1] * 2, processed[:1] * 2, ["h", "h"])  # type: ignore[arg-type]
+
+
+def test_expansion_with_a_replacement_marks_the_embedding_positions() -> None:
+    # A family whose items stand for other tokens too (Idefics3's tile grid): the placeholder
+    # token becomes the item's replacement ids, and is_embed marks the embedding positions.
+    replacement = [9, 7, 7, 9, 5, 7, 9]
+    is_embed = np.array(replacement) == 7
+    item = ProcessedItem("image", len(replacement), {}, replacement, is_embed)
+    ids, [feature] = _expand(
+        [1, 2, 7, 3],
+        _Family(),  # type: ignore[arg-type]
+        [MediaPart("image", "a")],
+        [item],
+        ["h"],
+    )
+    assert ids == [1, 2, *replacement, 3]
+    position = feature.mm_position
+    assert (position.offset, position.length) == (2, 7)
+    assert position.is_embed is not None
+    assert position.is_embed.dtype == "bool"
+    assert position.is_embed.numpy().tolist() == is_embed.tolist()
+    assert feature.data is None  # no fields: the engine holds the item
+
+
+def test_idefics3_is_served_and_unimplemented_families_are_not(tmp_path: Any) -> None:
+    ids = {"<image>": 7}
+
+    def encode(text: str) -> list[int]:
+        return [7] * text.count("<image>")
+
+    config = {"model_type": "idefics3", "vision_config": {}}
+    family = load_family(tmp_path, config, ids.get, MultimodalOptions(), encode)
+    assert isinstance(family, Idefics3Family)
+    assert family.token_ids == {"image": 7} and family.placeholders == {"image": "<image>"}
+    llava = {"model_type": "llava", "vision_config": {}}
+    assert load_family(tmp_path, llava, ids.get, MultimodalOptions(), encode) is None
