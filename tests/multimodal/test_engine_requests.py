@@ -277,4 +277,4 @@ def test_truncation_keeps_items_whole_as_vllm(
         return
     [vllm] = sides["vllm"].new_requests()
     [mine] = sides["ours"].new_requests()
-    _compare(vllm, mine, _SENT)
+    compare_requests(vllm, mine, _SENT)
