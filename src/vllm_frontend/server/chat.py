@@ -295,7 +295,10 @@ def chat_logprobs(
             content.append(ContentLogprob(token, -9999.0, _bytes(token), []))
             continue
         decoded = lp.decoded_token
-        token = token_id_placeholder(tid) if as_token_ids else (decoded or token_text(tid))
+        if as_token_ids:
+            token = token_id_placeholder(tid)
+        else:  # an empty decoded text (a split UTF-8 byte) stays empty, as in vLLM
+            token = decoded if decoded is not None else token_text(tid)
         tops: list[TopLogprob] = []
         for j, (cid, clp) in enumerate(step.items()):
             if all_candidates or num_top == -1 or (num_top is not None and j < num_top):
