@@ -463,6 +463,7 @@ def multimodal_facade(
         mm_hasher_algorithm=config.mm_hasher_algorithm,
         mm_device_do_normalize=config.mm_device_do_normalize,
         mm_processor_cache_gb=config.mm_processor_cache_gb,
+        enable_mm_embeds=config.enable_mm_embeds,
     )
     tokenizer = model.tokenizer
 

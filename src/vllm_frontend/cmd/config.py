@@ -187,6 +187,8 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_cache_gb: float = 4
     """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
     mm_processor_cache_type: str = "lru"
+    enable_mm_embeds: bool = False
+    """``image_embeds`` / ``video_embeds`` / ``audio_embeds`` content parts are taken."""
     lora_modules: list[LoraModule] = msgspec.field(default_factory=list)
     """``--lora-modules``: the LoRA adapters loaded on the engines at startup."""
 

@@ -48,7 +48,7 @@ disable_log_stats enable_log_requests shutdown_timeout data_parallel_size
 data_parallel_size_local data_parallel_address data_parallel_rpc_port tensor_parallel_size
 pipeline_parallel_size prefill_context_parallel_size profiler_config kv_transfer_config
 limit_mm_per_prompt mm_processor_kwargs mm_processor_cache_gb mm_processor_cache_type
-mm_hasher_algorithm mm_device_do_normalize
+mm_hasher_algorithm mm_device_do_normalize enable_mm_embeds
 """
 
 _REFUSED: dict[str, str] = {
@@ -58,7 +58,6 @@ _REFUSED: dict[str, str] = {
     "default_mm_loras": "default multimodal LoRA adapters are not chosen by the frontend",
     "enable_tower_connector_lora": "tower-connector LoRA's multimodal cache keys are not made",
     "trust_request_mm_kwargs": "per-request mm_processor_kwargs / media_io_kwargs are not taken",
-    "enable_mm_embeds": "image/audio/video embeddings in requests are not taken yet",
     "tool_parser_plugin": "tool parser plugins are not loaded",
     "tool_server": "no tool server (Responses API)",
     "enable_per_request_metrics": "per-request metrics in responses are not implemented",
