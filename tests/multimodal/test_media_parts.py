@@ -95,6 +95,46 @@ def test_limits_and_refusals() -> None:
     assert normalize_messages([{"role": "user", "content": "hi"}], "openai", _parts(0))
 
 
+def _embeds(payload: Any = "AAAA", kind: str = "image_embeds", **extra: Any) -> dict[str, Any]:
+    return {"type": kind, kind: payload, **extra}
+
+
+def test_embeds_parts_are_tracked_as_vllm_tracks_them() -> None:
+    # Without --enable-mm-embeds: vLLM's parse_*_embeds refusal (VLLMValidationError naming
+    # the part type).
+    for kind in ("image_embeds", "video_embeds", "audio_embeds"):
+        with pytest.raises(ChatError) as refused:
+            normalize_messages(
+                [{"role": "user", "content": [_embeds(kind=kind)]}], "openai", _parts()
+            )
+        assert refused.value.message == f"You must set `--enable-mm-embeds` to input `{kind}`"
+        assert refused.value.param == kind
+    # With it: the part stands in as its modality, its payload and uuid kept.
+    parts = MediaParts({"image": 2}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    grid = {"image_embeds": "AAAA", "image_grid_thw": [1, 2, 2]}
+    conversation = normalize_messages(
+        [{"role": "user", "content": [_embeds(grid, uuid=7), _embeds(), _image("u")]}],
+        "openai",
+        parts,
+    )
+    assert conversation[0]["content"] == [{"type": "image"}] * 3
+    assert parts.items == [
+        MediaPart("image", None, "7", embeds=grid, is_embeds=True),
+        MediaPart("image", None, None, embeds="AAAA", is_embeds=True),
+        MediaPart("image", "u"),
+    ]
+    # Embeddings are counted apart from raw items (vLLM's tracker keys them by part type).
+    fresh = MediaParts({"image": 2}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    with pytest.raises(InvalidInput, match="At most 2 image"):
+        normalize_messages([{"role": "user", "content": [_embeds()] * 3}], "openai", fresh)
+    # A modality limited to 0 takes any number of embeddings (not of raw items).
+    zero = MediaParts({"image": 0}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    normalize_messages([{"role": "user", "content": [_embeds()] * 4}], "string", zero)
+    assert len(zero.items) == 4
+    with pytest.raises(InvalidInput, match="At most 0 image"):
+        normalize_messages([{"role": "user", "content": [_image("u")]}], "openai", zero)
+
+
 class _Family:
     token_ids: ClassVar[dict[str, int]] = {"image": 7, "video": 8}
 

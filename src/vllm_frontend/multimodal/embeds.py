@@ -60,16 +60,14 @@ def metadata_arrays(item: Mapping[str, Any], metadata: set[str]) -> dict[str, An
     for key, value in item.items():
         if isinstance(value, list):
             if key not in metadata:
-                raise InvalidInput(
-                    f"JSON arrays are only supported for metadata: {key}", parameter=key
-                )
+                raise MediaError.bad_request(f"JSON arrays are only supported for metadata: {key}")
             if not all(type(v) is int or (type(v) is float and math.isfinite(v)) for v in value):
                 raise InvalidInput(f"Metadata {key} must be a finite numeric array.", parameter=key)
             floats = any(type(v) is float for v in value)
             try:
                 array = np.array(value, dtype=np.float64 if floats else np.int64)
             except OverflowError:
-                raise InvalidInput(f"Invalid metadata array: {key}", parameter=key) from None
+                raise MediaError.bad_request(f"Invalid metadata array: {key}") from None
             out[key] = Embeds(array, array.dtype.name)
         else:
             out[key] = value
@@ -123,9 +121,8 @@ def process_embeds(
     required = {spec.values, spec.metadata}
     keys = set(items[0])
     if any(set(item) != keys for item in items[1:]):
-        raise InvalidInput(
-            "All dictionaries in the list of embeddings must have the same keys.",
-            parameter=f"{modality}_embeds",
+        raise MediaError.bad_request(
+            "All dictionaries in the list of embeddings must have the same keys."
         )
     if not required <= keys:
         raise MediaError.bad_request(
