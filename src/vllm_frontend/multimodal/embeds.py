@@ -62,7 +62,7 @@ def metadata_arrays(item: Mapping[str, Any], metadata: set[str]) -> dict[str, An
             if key not in metadata:
                 raise MediaError.bad_request(f"JSON arrays are only supported for metadata: {key}")
             if not all(type(v) is int or (type(v) is float and math.isfinite(v)) for v in value):
-                raise InvalidInput(f"Metadata {key} must be a finite numeric array.", parameter=key)
+                raise MediaError.bad_request(f"Metadata {key} must be a finite numeric array.")
             floats = any(type(v) is float for v in value)
             try:
                 array = np.array(value, dtype=np.float64 if floats else np.int64)
