@@ -2,16 +2,21 @@
 own server and behind ours (each with its own engine of the same build and arguments) gives the
 same greedy output, streaming and not, for one image, several images of different sizes,
 interleaved text, repeated images (vLLM's sender cache sends them as cached), more distinct
-images than the small processor cache holds (evictions), and videos (vLLM's side processes them
-on the test-only torchvision stand-in, tests/fixtures/torchvision_stub)."""
+images than the small processor cache holds (evictions), videos (vLLM's side processes them
+on the test-only torchvision stand-in, tests/fixtures/torchvision_stub), and image embeddings
+(``--enable-mm-embeds``) made by the tiny model's own vision tower in transformers."""
 
 from __future__ import annotations
 
 import base64
+import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from tests.multimodal.engine_pair import assert_same, engine_pair, jpeg_part
 from tests.multimodal.media.videos import make_video
@@ -24,12 +29,14 @@ pytestmark = pytest.mark.engine
 # images' items, so the tests evict, within a request too.
 LIMITS = '{"image": 3, "video": 1}'
 ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
-               "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001")  # fmt: skip
+               "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
+               "--enable-mm-embeds")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def urls() -> Iterator[dict[str, str]]:
-    frontend_args = ["--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001"]
+    frontend_args = ["--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
+                     "--enable-mm-embeds"]  # fmt: skip
     env = {"PYTHONPATH": VLM_PYTHONPATH}
     yield from engine_pair(tiny_vlm_dir(), ENGINE_ARGS, frontend_args, env)
 
@@ -84,3 +91,38 @@ def test_video(urls: dict[str, str]) -> None:
     _same(urls, [{"role": "user", "content": [video, {"type": "text", "text": "What happens?"}]}])
     # Again (the engine holds it), with an image beside it.
     _same(urls, [{"role": "user", "content": [_image(200, 150, 9), video]}])
+
+
+@pytest.mark.oracle  # transformers' Qwen2-VL vision tower makes the embeddings
+def test_image_embeds(urls: dict[str, str]) -> None:
+    # Last in the module: vLLM's sender cache does not record the items of a request with
+    # embeddings though its engine stores them, so its later requests could miss.
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from vllm_frontend.multimodal.processors.qwen2_vl import Qwen2VLImageProcessor
+
+    model_dir = tiny_vlm_dir()
+    config = json.loads((model_dir / "preprocessor_config.json").read_text())
+    processor = Qwen2VLImageProcessor.from_config(config)
+    rng = np.random.default_rng(11)
+    image = Image.fromarray(rng.integers(0, 256, (150, 200, 3), dtype=np.uint8))
+    out = processor.preprocess(image, "float32")  # transformers' pixel values, bit for bit
+    model = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.bfloat16)
+    with torch.no_grad():
+        embeds = model.model.visual(
+            torch.from_numpy(np.asarray(out.pixel_values)).bfloat16(),
+            grid_thw=torch.tensor([out.grid_thw]),
+        ).pooler_output
+    t, h, w = out.grid_thw
+    assert embeds.shape == (t * h * w // 4, 128)
+    buf = io.BytesIO()
+    torch.save(embeds, buf)
+    part = {
+        "type": "image_embeds",
+        "image_embeds": {
+            "image_embeds": base64.b64encode(buf.getvalue()).decode(),
+            "image_grid_thw": list(out.grid_thw),
+        },
+    }
+    _same(urls, [{"role": "user", "content": [part, {"type": "text", "text": "Describe."}]}])
