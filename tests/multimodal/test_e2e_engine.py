@@ -93,10 +93,11 @@ def test_video(urls: dict[str, str]) -> None:
     _same(urls, [{"role": "user", "content": [_image(200, 150, 9), video]}])
 
 
-@pytest.mark.oracle  # transformers' Qwen2-VL vision tower makes the embeddings
 def test_image_embeds(urls: dict[str, str]) -> None:
-    # Last in the module: vLLM's sender cache does not record the items of a request with
-    # embeddings though its engine stores them, so its later requests could miss.
+    # transformers' Qwen2-VL vision tower makes the embeddings (an engine module: the test
+    # process may import it). Last in the module: vLLM's sender cache does not record the
+    # items of a request with embeddings though its engine stores them, so its later requests
+    # could miss.
     import torch
     from transformers import Qwen2VLForConditionalGeneration
 
