@@ -42,6 +42,12 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
+from vllm_frontend.server.generate import (
+    ABORT_PATH,
+    GENERATE_PATH,
+    GenerateHandler,
+    abort_requests_handler,
+)
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.lora import load_adapter, lora_routes, runtime_lora_updating
 from vllm_frontend.server.messages import MessagesHandler
@@ -287,7 +293,7 @@ def build_frontend_app(
         )
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
-    add_scale_out_routes(app, config, ctx, chat)
+    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client))
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -410,11 +416,22 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     return app
 
 
+def max_num_seqs(client: EngineCoreClient) -> int | None:
+    """The engines' ``max_num_seqs`` as they registered it (the smallest; None: unreported)."""
+    values = [r.max_num_seqs for r in client.registrations.values() if r and r.max_num_seqs]
+    return min(values) if values else None
+
+
 def add_scale_out_routes(
-    app: App, config: FrontendConfig, ctx: ServingContext, chat: ChatHandler
+    app: App,
+    config: FrontendConfig,
+    ctx: ServingContext,
+    chat: ChatHandler,
+    max_num_seqs: int | None = None,
 ) -> None:
-    """The render routes with ``--enable-scale-out``; without it, vLLM's 403 on every scale-out
-    route (any body: no JSON check)."""
+    """The render and token-in/token-out routes with ``--enable-scale-out``; without it,
+    vLLM's 403 on every scale-out route (any body: no JSON check). ``max_num_seqs``: the
+    engines' (the most samples a generate request may ask for)."""
     if not config.enable_scale_out:
         logger.info(
             "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
@@ -425,9 +442,13 @@ def add_scale_out_routes(
         return
     render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
     routes = render.routes()
+    routes[("POST", GENERATE_PATH)] = GenerateHandler(ctx, max_num_seqs)
     for (method, path), handler in routes.items():
         app.route(method, path, handler, json_body=True)
-    for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
+    # vLLM's abort route reads its body itself (no content-type check)
+    app.route("POST", ABORT_PATH, abort_requests_handler(ctx.text.llm))
+    served = [p for _, p in routes] + [ABORT_PATH]
+    for (method, path), handler in scale_out_not_served(served).items():
         app.route(method, path, handler)
 
 

@@ -331,6 +331,7 @@ class GenerationStream:
         "_final_only",
         "_iters",
         "_llm",
+        "_registered",
         "_remaining",
         "_request",
         "_samples",
@@ -350,6 +351,7 @@ class GenerationStream:
         self._samples = samples
         self._engine_requests = engine_requests
         self._iters: list[Any] = []
+        self._registered = False
         self._remaining = len(samples)
         self.finished = not samples
         """Every sample has had its last output."""
@@ -411,6 +413,9 @@ class GenerationStream:
         except BaseException:
             self._abort_unfinished_nowait()
             raise
+        if not self.finished:
+            self._registered = True
+            self._llm._live.setdefault(self._request.request_id, []).append(self)
 
     def on_ready(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback()`` from the event loop whenever :meth:`take` may have something (at
@@ -567,11 +572,26 @@ class GenerationStream:
                 admission.finished()
         self._remaining -= 1
         self.finished = self._remaining == 0
+        if self.finished and self._registered:
+            self._unregister()
         metrics = self._llm.metrics
         if metrics is not None and record:
             _observe_finished(metrics, self._request, self._samples, sample, reason, self.finished)
         elif metrics is not None and metrics.lora_info is not None and sample.stats.lora_name:
             metrics.lora_info.request_finished(sample.stats)  # vLLM's abort forgets it too
+
+    def _unregister(self) -> None:
+        self._registered = False
+        live = self._llm._live
+        streams = live.get(self._request.request_id)
+        if streams is not None:
+            streams.remove(self)
+            if not streams:
+                del live[self._request.request_id]
+
+    def unfinished_engine_ids(self) -> list[str]:
+        """The engine ids of the samples that have not finished."""
+        return [s.engine_id for s in self._samples if not s.done]
 
     async def finish_sample(self, index: int, reason: str = "stop") -> None:
         """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""
@@ -647,6 +667,8 @@ class LLM:
             observe_steps(functools.partial(observe_step, metrics))  # the per-engine-step series
         self._request_factory = request_factory
         self._aborting: set[asyncio.Future[Any]] = set()
+        self._live: dict[str, list[GenerationStream]] = {}
+        """Public request id -> its started, unfinished streams (for :meth:`abort`)."""
 
     async def _abort(self, engine_ids: list[str]) -> None:
         if self.log_requests:
@@ -657,6 +679,24 @@ class LLM:
                 await result
         except Exception:  # a dead engine cannot be aborted; its requests are gone anyway
             logger.debug("abort of %s failed", engine_ids, exc_info=True)
+
+    @property
+    def live_request_ids(self) -> list[str]:
+        """The public ids of the requests started and not finished."""
+        return list(self._live)
+
+    async def abort(self, request_ids: Sequence[str]) -> int:
+        """Abort the requests with these public ids (vLLM's ``EngineClient.abort`` of external
+        ids: every engine request of each, all samples of ``n`` > 1), through the engine
+        client, which ends their streams with an ``abort`` finish. Unknown or finished ids are
+        ignored; returns how many engine requests were aborted."""
+        engine_ids: list[str] = []
+        for request_id in request_ids:
+            for stream in self._live.get(request_id, ()):
+                engine_ids.extend(stream.unfinished_engine_ids())
+        if engine_ids:
+            await self._abort(engine_ids)
+        return len(engine_ids)
 
     def _abort_nowait(self, engine_ids: list[str]) -> None:
         try:
