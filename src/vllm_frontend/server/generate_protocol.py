@@ -19,10 +19,13 @@ from vllm_frontend.engine.protocol import SamplingParams
 from .messages_protocol import Checked
 from .protocol import Int64, StreamOptions, check_cache_salt, schema_of
 from .validation import (
+    AnyValue,
+    DictOf,
     Int,
     LazyModel,
     ListOf,
     Model,
+    Optional,
     Spec,
     _err,
     convert_body,
@@ -130,11 +133,40 @@ class _SamplingParamsSpec(Spec):
         return [head, *inner]
 
 
+class _Forbidding(Model):
+    """A model with ``extra="forbid"``: unknown keys are errors too."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        out = super().errors(value, loc)
+        if isinstance(value, dict):
+            out += [
+                _err("extra_forbidden", (*loc, k), "Extra inputs are not permitted", v)
+                for k, v in value.items()
+                if k not in self.fields
+            ]
+        return out
+
+
 _SAMPLING_SPEC = _SamplingParamsSpec()
+_REASONING_KWARGS = Optional(
+    _Forbidding("ReasoningParserKwargs", {"chat_template_kwargs": DictOf(AnyValue())})
+)
+_FEATURES = Optional(
+    Model(
+        "MultiModalFeatures",
+        {"mm_hashes": AnyValue(), "mm_placeholders": AnyValue()},
+        ["mm_hashes", "mm_placeholders"],
+    )
+)
 _SCHEMA = LazyModel(
     lambda: schema_of(
         GenerateBody,
-        {"token_ids": Checked(_TokenIds(), _negative), "sampling_params": _SAMPLING_SPEC},
+        {
+            "token_ids": Checked(_TokenIds(), _negative),
+            "sampling_params": _SAMPLING_SPEC,
+            "reasoning_parser_kwargs": _REASONING_KWARGS,
+            "features": _FEATURES,
+        },
     )
 )
 
@@ -165,9 +197,15 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
         )
     except msgspec.ValidationError:
         sampling = None
-    if sampling is None or not req.token_ids or min(req.token_ids) < 0:
+    features = req.features
+    if (
+        sampling is None
+        or not req.token_ids
+        or min(req.token_ids) < 0
+        or (features is not None and _FEATURES.errors(features, ()))
+    ):
         raise validation_error(_SCHEMA.errors(data, ("body",)))
-    if req.content_parts and req.features:
+    if req.content_parts and features is not None:
         message = "content_parts and features are mutually exclusive"
         error = {"error": ValueError(message)}
         raise validation_error(
