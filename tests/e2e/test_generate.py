@@ -106,7 +106,10 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "stop ids": {"sampling_params": {"temperature": 0, "max_tokens": 20, "stop_token_ids": [13]}},
     "stop string": {"sampling_params": {"temperature": 0, "max_tokens": 30, "stop": [" the", "e"]}},
-    "until the context ends": {"sampling_params": {"temperature": 0, "ignore_eos": True}},
+    "until the context ends": {
+        "sampling_params": {"temperature": 0, "ignore_eos": True},
+        "token_ids": [128000] + [9906] * 243,
+    },
     "kv_transfer_params": {
         "sampling_params": {"temperature": 0, "max_tokens": 2},
         "kv_transfer_params": {"x": 1},

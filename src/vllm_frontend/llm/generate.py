@@ -681,6 +681,11 @@ class LLM:
             logger.debug("abort of %s failed", engine_ids, exc_info=True)
 
     @property
+    def weight_version(self) -> str | None:
+        """The weight label the engines' latest outputs named (None: none, or unknown)."""
+        return getattr(self.client, "weight_version", None)
+
+    @property
     def live_request_ids(self) -> list[str]:
         """The public ids of the requests started and not finished."""
         return list(self._live)

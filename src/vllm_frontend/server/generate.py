@@ -85,6 +85,14 @@ class GenerateLogProbs(msgspec.Struct):
     content: list[GenerateLogProbsContent] | None
 
 
+class WeightVersionSpan(msgspec.Struct):
+    """Output tokens ``[start, end)`` came from the weights labelled ``version``."""
+
+    version: str
+    start: int
+    end: int
+
+
 class GenerateChoice(msgspec.Struct):
     """A choice of a full answer or of a stream chunk (every field, as vLLM dumps it)."""
 
@@ -94,8 +102,20 @@ class GenerateChoice(msgspec.Struct):
     token_ids: list[int]
     routed_experts: None = None
     sampling_mask: None = None
-    weight_versions: None = None
+    weight_versions: list[WeightVersionSpan] | None = None
     logprobs: GenerateLogProbs | None = None
+
+
+def weight_versions(version: str | None, num_tokens: int) -> list[WeightVersionSpan] | None:
+    """A finished choice's ``weight_versions`` (vLLM's ``_weight_version_spans``) for
+    ``num_tokens`` tokens sampled with the weights labelled ``version``: no label and tokens
+    give None, no tokens an empty list. One span: the label is the engines' latest (vLLM splits
+    the spans where the label changed during the request)."""
+    if not num_tokens:
+        return []
+    if version is None:
+        return None
+    return [WeightVersionSpan(version, 0, num_tokens)]
 
 
 class GenerateResponse(msgspec.Struct):
@@ -310,6 +330,7 @@ class GenerateHandler:
         num = getattr(params, "logprobs", None)
         choices: list[GenerateChoice] = []
         num_gen = 0
+        version = ctx.text.llm.weight_version
         for idx, seq in sorted(finals.items()):
             if seq.finish_reason == "error":
                 raise GenerationFailed()
@@ -319,6 +340,7 @@ class GenerateHandler:
             choices.append(
                 GenerateChoice(
                     idx, seq.finish_reason or "stop", seq.stop_reason, seq.token_ids,
+                    weight_versions=weight_versions(version, len(seq.token_ids)),
                     logprobs=logprobs,
                 )
             )  # fmt: skip
@@ -357,6 +379,7 @@ class _StreamChunks:
         self, ctx: ServingContext, req: GenerateBody, request_id: str, gen: TextGeneration
     ) -> None:
         self.request_id = request_id
+        self.llm = ctx.text.llm
         self.num_prompt = len(gen.prompts[0].token_ids)
         self.prompt_ids: list[int] | None = (
             list(gen.prompts[0].token_ids) if req.return_token_ids else None
@@ -384,6 +407,8 @@ class _StreamChunks:
         choice = GenerateChoice(
             idx, seq.finish_reason, seq.stop_reason, seq.token_ids, logprobs=logprobs
         )
+        if seq.finish_reason is not None:
+            choice.weight_versions = weight_versions(self.llm.weight_version, self.counts[idx])
         chunk = GenerateChunk(self.request_id, None, choices=[choice])
         if self.prompt_ids is not None:
             chunk.prompt_token_ids = self.prompt_ids
