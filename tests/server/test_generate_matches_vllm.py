@@ -101,3 +101,14 @@ def test_bad_bodies_get_vllms_report(body: Any) -> None:
     status, _, message, param = errors.classify(caught.value)
     ref_status, ref = _vllm_report(body)
     assert (status, message, param) == (ref_status, ref["error"]["message"], ref["error"]["param"])
+
+
+def test_lax_sampling_values_are_read_as_vllm_reads_them() -> None:
+    from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest
+
+    params = {"ignore_eos": "yes", "max_tokens": "5.00", "temperature": True, "stop": "x"}
+    body = {"token_ids": [1], "sampling_params": params}
+    _, ours = parse_generate_request(json.dumps(body).encode())
+    theirs = GenerateRequest.model_validate(body).sampling_params
+    for name in ("ignore_eos", "max_tokens", "temperature"):
+        assert getattr(ours, name) == getattr(theirs, name)

@@ -10,6 +10,7 @@ then the typed dict's). Its ``__post_init__`` checks are the text layer's sampli
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -191,12 +192,16 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
     if isinstance(data, dict):
         check_cache_salt(data)
     req = convert_body(data, GenerateBody, _SCHEMA)
+    typed = _typed_sampling(req.sampling_params)
+    sampling: SamplingParams | None = None
     try:
-        sampling = msgspec.convert(
-            _typed_sampling(req.sampling_params), SamplingParams, strict=False
-        )
+        sampling = msgspec.convert(typed, SamplingParams, strict=False)
     except msgspec.ValidationError:
-        sampling = None
+        if not _SAMPLING_SPEC.typed.errors(typed, ()):
+            # valid for pydantic, refused by msgspec's narrower lax mode: pydantic's values
+            with contextlib.suppress(msgspec.ValidationError):
+                coerced = _SAMPLING_SPEC.typed.coerce(typed)
+                sampling = msgspec.convert(coerced, SamplingParams, strict=False)
     features = req.features
     if (
         sampling is None
