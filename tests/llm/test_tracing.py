@@ -150,7 +150,8 @@ def test_an_unknown_protocol_is_refused_with_vllms_message(
 def test_importing_the_runner_leaves_opentelemetry_unimported() -> None:
     code = (
         "import sys, vllm_frontend.cmd.runner\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'grpc'))))"
+        "print(sorted(m for m in sys.modules\n"
+        "             if m.startswith(('opentelemetry', 'grpc', 'vllm_frontend.metrics.tracing'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
