@@ -322,6 +322,8 @@ def build_frontend_app(
         app.on_close(ctx.media.aclose)
     if stats_log is not None:
         app.on_close(stats_log.stop)
+    if tracer is not None:
+        app.on_close(tracer.aclose)
     return app
 
 

@@ -15,6 +15,7 @@ to the per-token path, and without a tracer nothing at all.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import time
@@ -192,3 +193,7 @@ class RequestTracer:
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export the spans still queued (True when done in time)."""
         return bool(self._provider.force_flush(timeout_millis))
+
+    async def aclose(self) -> None:
+        """Export the spans still queued and stop exporting (at shutdown; at exit otherwise)."""
+        await asyncio.to_thread(self._provider.shutdown)
