@@ -216,7 +216,19 @@ def build_frontend_app(
         metrics.stats_log = stats_log
         with contextlib.suppress(RuntimeError):  # no running loop: no periodic line
             stats_log.start()
-    llm = LLM(client, factory, metrics, admission, log_requests=config.enable_log_requests)
+    tracer = None
+    if config.otlp_traces_endpoint is not None:
+        from vllm_frontend.metrics.tracing import RequestTracer  # OpenTelemetry: only with it
+
+        tracer = RequestTracer(config.otlp_traces_endpoint)
+    llm = LLM(
+        client,
+        factory,
+        metrics,
+        admission,
+        log_requests=config.enable_log_requests,
+        tracer=tracer,
+    )
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,
@@ -316,6 +328,8 @@ def build_frontend_app(
         app.on_close(ctx.media.aclose)
     if stats_log is not None:
         app.on_close(stats_log.stop)
+    if tracer is not None:
+        app.on_close(tracer.aclose)
     return app
 
 

@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,6 +29,9 @@ from vllm_frontend.llm.ids import child_request_id, engine_request_id
 from vllm_frontend.llm.step_metrics import observe_step
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.request_stats import RequestStats
+
+if TYPE_CHECKING:
+    from vllm_frontend.metrics.tracing import RequestTracer
 
 __all__ = [
     "FINISH_REASONS",
@@ -316,6 +319,22 @@ def _observe_finished(
         )
 
 
+def _trace_finished(tracer: RequestTracer, request: GenerateRequest, sample: _Sample) -> None:
+    """Export a finished sample's span with the values of its engine request (a sample of an
+    ``n`` > 1 request has ``n`` 1, as vLLM's child requests)."""
+    params = request.sampling_params
+    tracer.request_finished(
+        request.request_id,
+        request.trace_headers,
+        sample.stats,
+        len(request.prompt_token_ids),
+        getattr(params, "top_p", None),
+        getattr(params, "max_tokens", None),
+        getattr(params, "temperature", None),
+        1 if request.n > 1 else getattr(params, "n", None),
+    )
+
+
 class GenerationStream:
     """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``, or
     push-style with :meth:`on_ready` + :meth:`take`.
@@ -575,6 +594,8 @@ class GenerationStream:
         if self.finished and self._registered:
             self._unregister()
         metrics = self._llm.metrics
+        if record and self._llm.tracer is not None:
+            _trace_finished(self._llm.tracer, self._request, sample)
         if metrics is not None and record:
             _observe_finished(metrics, self._request, self._samples, sample, reason, self.finished)
         elif metrics is not None and metrics.lora_info is not None and sample.stats.lora_name:
@@ -654,12 +675,16 @@ class LLM:
         admission: AdmissionControl | None = None,
         *,
         log_requests: bool = False,
+        tracer: RequestTracer | None = None,
     ) -> None:
         """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py);
         ``admission`` holds vLLM's queue limits (unused when it sets none); ``log_requests``
-        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM)."""
+        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM);
+        ``tracer`` exports each finished engine request's span (``--otlp-traces-endpoint``;
+        its figures are the request stats ``metrics`` keeps)."""
         self.client = client
         self.log_requests = log_requests
+        self.tracer = tracer
         self.metrics = metrics
         self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)

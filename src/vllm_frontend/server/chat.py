@@ -40,6 +40,7 @@ from .generation import (
     notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
+    trace_headers,
     usage,
     usage_chunk,
 )
@@ -361,7 +362,9 @@ class ChatHandler:
         refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        gen = await self.chat.generate(chat_request(req, request, request_id))
+        chat_req = chat_request(req, request, request_id)
+        chat_req.text.trace_headers = trace_headers(ctx, request)
+        gen = await self.chat.generate(chat_req)
         if req.stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:

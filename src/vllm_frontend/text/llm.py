@@ -85,6 +85,9 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     tokenized; a beam search sends none, as vLLM's)."""
     reasoning_parser_kwargs: dict[str, Any] | None = None
     """The engine requests' ``reasoning_parser_kwargs`` (chat with a reasoning parser)."""
+    trace_headers: dict[str, str] | None = None
+    """The HTTP request's ``traceparent`` / ``tracestate`` (with ``--otlp-traces-endpoint``):
+    the engine requests carry them and their spans are children of that context."""
     render: bool = False
     """Prepared for a render route, not for the engines: the request-level sampling parameters
     (vLLM's ``to_sampling_params``), without what vLLM's engine-side input processor adds or
@@ -333,6 +336,7 @@ class TextGeneration:
                 params=params,
                 cache_salt=request.cache_salt,
                 lora_request=self.lora_request,
+                trace_headers=request.trace_headers,
             )
             return BeamSearchStream(search)
         return SequenceStream(
@@ -347,6 +351,7 @@ class TextGeneration:
             lora_request=self.lora_request,
             reasoning_ended=request.reasoning_ended,
             reasoning_parser_kwargs=request.reasoning_parser_kwargs,
+            trace_headers=request.trace_headers,
         )
 
     def sources(self) -> list[UpdateSource]:
