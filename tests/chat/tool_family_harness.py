@@ -20,6 +20,8 @@ from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
 ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}")
+MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+"""Mistral's ids: 9 random letters and digits."""
 MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+")
 """Ids the model writes itself (Kimi K2), compared as they are."""
 """Tool-call id formats (random ids are compared by format; xlam and hunyuan make their own)."""
@@ -106,6 +108,8 @@ def _id_shape(call_id: str | None) -> str:
         return ""
     if MODEL_ID.fullmatch(call_id):
         return call_id
+    if MISTRAL_ID.fullmatch(call_id):
+        return "mistral#"
     assert ID.fullmatch(call_id), call_id
     return call_id[:-16] + "#"
 

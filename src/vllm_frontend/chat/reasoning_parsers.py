@@ -22,6 +22,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
     SeedOssReasoningParser,
     Step3p5ReasoningParser,
 )
+from vllm_frontend.chat.reasoning.engine_grammar import MistralReasoningParser
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.think_tags import (
@@ -59,6 +60,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
+        MistralReasoningParser,
         NemotronV3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,

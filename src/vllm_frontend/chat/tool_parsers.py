@@ -35,6 +35,7 @@ from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
+from vllm_frontend.chat.tools.mistral import MistralToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
@@ -331,6 +332,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
+    "mistral": MistralToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,

@@ -33,7 +33,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
     "inkling": _ENGINE.format(grammar="Inkling"),
-    "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
     "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
     "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
     "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),

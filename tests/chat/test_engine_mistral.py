@@ -1,0 +1,139 @@
+"""``--tool-call-parser mistral`` and ``--reasoning-parser mistral`` match vLLM's, delta for
+delta, on the Hugging Face tokenizer path: ``[ARGS]`` in the vocabulary picks the v11+ grammar
+(else the pre-v11 JSON list), ``[THINK]`` picks reasoning (``tests/chat/tool_family_harness.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat.test_engine_tool_parsers import TOOLS, check_all, requests
+from tests.chat.tool_family_harness import Family, vllm_request
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+pytest.importorskip("vllm")
+
+_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+V11 = ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]")
+EOS = ("</s>",)
+
+
+def _family(special: tuple[str, ...], reasoning: str | None = None) -> Family:
+    return Family("mistral", reasoning=reasoning, special=(*special, *EOS))
+
+
+V11_FAMILIES = [
+    _family(V11),
+    _family(V11, "mistral"),
+    _family(V11[:2]),
+    _family(V11[:2], "mistral"),
+]
+
+
+def _call(name: str, args: str, sep: str = "[ARGS]") -> str:
+    return f"[TOOL_CALLS]{name}{sep}{args}"
+
+
+V11_OUTPUTS = [
+    _call("get_weather", '{"city": "Paris"}'),
+    "Let me check." + _call("get_weather", '{"city": "Zürich", "unit": "c"}') + _call("get_time", "{}"),
+    _call("get_weather", '{"city": "Paris"}', sep=""),
+    _call("plan_trip", '{"days": 2, "opts": {"n": [1, {"a": "}"}]}} trailing words'),
+    _call("plan_trip", '{"days": "3", "budget": null, "metric": "true", "stops": [1]}'),
+    _call("get_weather", '{"city": "Pa'),
+    _call("", '{"a": 1}'),
+    _call("unknown", '{"name": "x"}'),
+    _call("get_weather", "not json"),
+    _call("get_weather", ""),
+    _call("get_time", "{}</s>"),
+    "[THINK]Need the weather.[/THINK]Sure." + _call("get_weather", '{"city": "Paris"}'),
+    "[THINK]thinking only, never closed",
+    "[THINK]plan  \n" + _call("get_time", "{}"),
+    "[THINK]a[THINK]b[/THINK]c[/THINK]d",
+    "plain answer",
+    "\n\n" + _call("get_time", "{}"),
+    "text [/THINK] more",
+    'say "hi" \\ {"not": "a call"}',
+    _call("get_weather", '{"city": "x"}') + "[TOOL_CALLS]",
+]
+
+
+@pytest.mark.parametrize("family", V11_FAMILIES, ids=lambda f: f"{f.special}-{f.reasoning}")
+@pytest.mark.parametrize("text", V11_OUTPUTS)
+def test_mistral_v11_matches_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@pytest.mark.parametrize("text", V11_OUTPUTS[11:15])
+def test_mistral_reasoning_alone_matches_vllm(text: str) -> None:
+    family = Family(None, reasoning="mistral", special=(*V11, *EOS))  # type: ignore[arg-type]
+    for req in (vllm_request(None), vllm_request(None, include_reasoning=False)):
+        family.check(text, req)
+
+
+PRE_V11 = [_family(V11[:1]), _family(V11[:1], "mistral")]
+
+
+def _list(*calls: str) -> str:
+    return "[" + ", ".join(calls) + "]"
+
+
+PRE_V11_OUTPUTS = [
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    'Sure. [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Zürich"}}, '
+    '{"name": "get_time", "arguments": {}}] and after',
+    '[TOOL_CALLS]{"name": "get_time", "arguments": {}} after a bare object',
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": "{\\"city\\": \\"x\\"}"}]',
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Pa',
+    '[TOOL_CALLS]get_weather{"city": "x"}',
+    '[TOOL_CALLS][{"arguments": {"opts": {"n": [1, 2]}, "days": 3}, "name": "plan_trip"}]',
+    "[TOOL_CALLS][1, 2]",
+    '[TOOL_CALLS][{"name": 5, "arguments": {"a": 1.5e3, "b": true, "c": null}}]',
+    '[TOOL_CALLS][{"name": "get_time"}]',
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "a}b]c,d:e"}}]',
+    '[TOOL_CALLS][{"name": "get_time", "arguments": {}},]',
+    "no calls at all",
+    '[{"name": "get_time", "arguments": {}}]',
+    "[TOOL_CALLS]",
+    '[TOOL_CALLS][{"name": "get_time", "arguments": {}}][TOOL_CALLS][{"name": "x"}]',
+    '[THINK]hmm[/THINK][TOOL_CALLS][{"name": "get_time", "arguments": {}}]',
+]
+
+
+@pytest.mark.parametrize("family", PRE_V11, ids=lambda f: f"{f.reasoning}")
+@pytest.mark.parametrize("text", PRE_V11_OUTPUTS)
+def test_mistral_pre_v11_matches_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(V11_FAMILIES))),
+    st.sampled_from(V11_OUTPUTS),
+    st.lists(st.integers(0, 40), max_size=12),
+    st.sampled_from(range(len(requests()))),
+)
+def test_mistral_v11_streaming_matches_vllm_for_any_cut(
+    which_family: int, text: str, cuts: list[int], which: int
+) -> None:
+    V11_FAMILIES[which_family].check_stream(text, cuts, requests()[which])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(PRE_V11_OUTPUTS),
+    st.lists(st.integers(0, 60), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_mistral_pre_v11_streaming_matches_vllm_for_any_cut(
+    text: str, cuts: list[int], which: int
+) -> None:
+    PRE_V11[0].check_stream(text, cuts, requests()[which])
+
+
+def test_tools_list_is_shared() -> None:
+    assert TOOLS[0]["function"]["name"] == "get_weather"
