@@ -5,6 +5,9 @@ delta, on the Hugging Face tokenizer path: ``[ARGS]`` in the vocabulary picks th
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,7 +43,9 @@ def _call(name: str, args: str, sep: str = "[ARGS]") -> str:
 
 V11_OUTPUTS = [
     _call("get_weather", '{"city": "Paris"}'),
-    "Let me check." + _call("get_weather", '{"city": "Zürich", "unit": "c"}') + _call("get_time", "{}"),
+    "Let me check."
+    + _call("get_weather", '{"city": "Zürich", "unit": "c"}')
+    + _call("get_time", "{}"),
     _call("get_weather", '{"city": "Paris"}', sep=""),
     _call("plan_trip", '{"days": 2, "opts": {"n": [1, {"a": "}"}]}} trailing words'),
     _call("plan_trip", '{"days": "3", "budget": null, "metric": "true", "stops": [1]}'),
@@ -137,3 +142,71 @@ def test_mistral_pre_v11_streaming_matches_vllm_for_any_cut(
 
 def test_tools_list_is_shared() -> None:
     assert TOOLS[0]["function"]["name"] == "get_weather"
+
+
+# -- the request: "required" and named choices ---------------------------------------------------
+
+
+@functools.cache
+def _route(special: tuple[str, ...]) -> tuple[Any, Any]:
+    """The tiny tokenizer and our parsers configured as ``--tool-call-parser mistral`` with
+    the family's tokens."""
+    from tests.support.tiny_model import tiny_model_dir
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    vocab = {t: 128_100 + i for i, t in enumerate(special)}
+    parsers = OutputParsers.for_tokenizer(
+        lambda t: vocab.get(t) if t in vocab else tok.token_to_id(t),
+        tool_call_parser="mistral",
+        enable_auto_tool_choice=True,
+        special_tokens=tok.all_special_tokens,
+    )
+    return tok, parsers
+
+
+CHOICES = [
+    "required",
+    {"type": "function", "function": {"name": "get_time"}},
+    "auto",
+]
+
+
+@pytest.mark.parametrize(
+    ("choice", "family", "fields"),
+    [
+        (CHOICES[0], "v11", {}),
+        (CHOICES[1], "pre-v11", {}),
+        (CHOICES[2], "v11", {}),
+        (CHOICES[0], "pre-v11", {"response_format": {"type": "json_object"}}),
+    ],
+    ids=str,
+)
+def test_forced_choices_are_constrained_as_vllm_does(
+    choice: object, family: str, fields: dict[str, object]
+) -> None:
+    """Without a mistral tokenizer, vLLM constrains ``required`` / named choices to the
+    pre-v11 JSON list (any version), unless the request has its own constraint."""
+    import json
+
+    from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+
+    fam = V11_FAMILIES[0] if family == "v11" else PRE_V11[0]
+    req = vllm_request(TOOLS, tool_choice=choice, **fields)
+    req = fam.vllm_parser(req).adjust_request(req)
+    so = req.structured_outputs
+    expected = so.json if so is not None and so.json is not None else None
+
+    tok, parsers = _route(fam.special)
+    engine = _ScriptedEngine(tok.encode("x", add_special_tokens=False))
+    body = {**CHAT, "tools": TOOLS, "tool_choice": choice, **fields}
+    status, raw = _post(_chat_app(engine, parsers), body)
+    assert status == 200, raw
+    params = engine.requests[0].sampling_params
+    ours = params.structured_outputs
+    if expected is None:
+        assert ours is None or ours.json is None
+    else:
+        assert ours is not None and json.loads(json.dumps(ours.json)) == expected
+    assert params.skip_special_tokens is req.skip_special_tokens is False

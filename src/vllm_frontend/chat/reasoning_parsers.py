@@ -10,6 +10,7 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
+from vllm_frontend.chat.reasoning.engine_grammar import MistralReasoningParser
 from vllm_frontend.chat.reasoning.engine_think import (
     Glm45ReasoningParser,
     Glm47ReasoningParser,
@@ -22,7 +23,6 @@ from vllm_frontend.chat.reasoning.engine_think import (
     SeedOssReasoningParser,
     Step3p5ReasoningParser,
 )
-from vllm_frontend.chat.reasoning.engine_grammar import MistralReasoningParser
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.think_tags import (

@@ -128,7 +128,9 @@ class EngineToolParser(ToolParser):
         none)."""
         return cls.GRAMMAR
 
-    def grammar_with(self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any]) -> Grammar:
+    def grammar_with(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any]
+    ) -> Grammar:
         """The grammar for this vocabulary (the parser's tokens found in it) and request."""
         return self.grammar_for(chat_template_kwargs)
 

@@ -44,7 +44,7 @@ class JsonEvents:
         self._stack: list[list[Any]] = []
         """Open containers: ``[is_map, prefix, current key]``."""
         self._token = ""
-        self._kind = ""  # "s" string, "k" key, "n" number, "l" literal, "" none
+        self._kind = ""  # "s" string, "n" number, "l" literal, "" between tokens
         self._escape = 0  # 1 after a backslash, 2-5 inside \\u digits
         self._number = _N_SIGN
         self._broken = False
@@ -79,7 +79,7 @@ class JsonEvents:
 
     def _char(self, ch: str, events: list[Event]) -> None:
         kind = self._kind
-        if kind in ("s", "k"):
+        if kind == "s":
             self._string_char(ch, events)
             return
         if kind == "n":
@@ -89,7 +89,7 @@ class JsonEvents:
                 raise JsonEventError(f"malformed number before {ch!r}")
             self._kind = ""
             token, self._token = self._token, ""
-            self._scalar("number", _number(token), events)
+            self._token_done("number", _number(token), events)
         elif kind == "l":
             word, value = _LITERALS[self._token[0]]
             token = self._token + ch
@@ -99,29 +99,43 @@ class JsonEvents:
             if token == word:
                 self._kind = ""
                 self._token = ""
-                self._scalar("boolean" if isinstance(value, bool) else "null", value, events)
+                self._token_done("boolean" if isinstance(value, bool) else "null", value, events)
             return
         self._structure(ch, events)
 
     def _structure(self, ch: str, events: list[Event]) -> None:
+        """A character between tokens: a one-character token is read at once, a longer one
+        (string, number, literal) is read whole before the parser looks at it."""
         if ch in _WS:
             return
+        if ch == '"':
+            self._kind, self._token = "s", ""
+            return
+        if ch == "-" or (ch.isascii() and ch.isdigit()):
+            self._kind, self._token = "n", ""
+            self._number = _N_SIGN
+            self._number_char(ch)
+            return
+        if ch in _LITERALS:
+            self._kind, self._token = "l", ch
+            return
+        if ch not in "{}[],:":
+            raise JsonEventError(f"invalid character {ch!r}")
         expect = self._expect
         if expect in (_VALUE, _FIRST_ITEM):
             if expect == _FIRST_ITEM and ch == "]":
                 self._close(False, events)
+            elif ch in "{[":
+                is_map = ch == "{"
+                prefix = self._value_prefix()
+                events.append((prefix, "start_map" if is_map else "start_array", None))
+                self._stack.append([is_map, prefix, None])
+                self._expect = _FIRST_KEY if is_map else _FIRST_ITEM
             else:
-                self._start_value(ch, events)
-        elif expect in (_FIRST_KEY, _KEY):
-            if ch == '"':
-                self._kind, self._token = "k", ""
-            elif ch == "}" and expect == _FIRST_KEY:
-                self._close(True, events)
-            else:
-                raise JsonEventError(f"expected an object key, got {ch!r}")
-        elif expect == _COLON:
-            if ch != ":":
-                raise JsonEventError(f"expected ':', got {ch!r}")
+                raise JsonEventError(f"expected a value, got {ch!r}")
+        elif expect == _FIRST_KEY and ch == "}":
+            self._close(True, events)
+        elif expect == _COLON and ch == ":":
             self._expect = _VALUE
         elif expect == _AFTER:
             is_map = self._stack[-1][0]
@@ -132,25 +146,19 @@ class JsonEvents:
             else:
                 raise JsonEventError(f"expected ',' or a closing bracket, got {ch!r}")
         else:
-            raise JsonEventError(f"trailing garbage {ch!r}")
-
-    def _start_value(self, ch: str, events: list[Event]) -> None:
-        if ch == '"':
-            self._kind, self._token = "s", ""
-        elif ch in "{[":
-            is_map = ch == "{"
-            prefix = self._value_prefix()
-            events.append((prefix, "start_map" if is_map else "start_array", None))
-            self._stack.append([is_map, prefix, None])
-            self._expect = _FIRST_KEY if is_map else _FIRST_ITEM
-        elif ch == "-" or ch.isascii() and ch.isdigit():
-            self._kind, self._token = "n", ""
-            self._number = _N_SIGN
-            self._number_char(ch)
-        elif ch in _LITERALS:
-            self._kind, self._token = "l", ch
-        else:
             raise JsonEventError(f"unexpected {ch!r}")
+
+    def _token_done(self, event: str, value: Any, events: list[Event]) -> None:
+        """A whole string, number or literal, where the parser is."""
+        expect = self._expect
+        if expect in (_VALUE, _FIRST_ITEM):
+            self._scalar(event, value, events)
+        elif expect in (_FIRST_KEY, _KEY) and event == "string":
+            self._stack[-1][2] = value
+            events.append((self._stack[-1][1], "map_key", value))
+            self._expect = _COLON
+        else:
+            raise JsonEventError(f"unexpected {event}")
 
     def _close(self, is_map: bool, events: list[Event]) -> None:
         _, prefix, _ = self._stack.pop()
@@ -172,14 +180,8 @@ class JsonEvents:
         elif ch == '"':
             value = _decode_string(self._token)
             self._token = ""
-            if self._kind == "k":
-                self._kind = ""
-                self._stack[-1][2] = value
-                events.append((self._stack[-1][1], "map_key", value))
-                self._expect = _COLON
-            else:
-                self._kind = ""
-                self._scalar("string", value, events)
+            self._kind = ""
+            self._token_done("string", value, events)
             return
         elif ord(ch) < 0x20:
             raise JsonEventError("a control character inside a string")

@@ -105,6 +105,36 @@ class MistralToolParser(EngineToolParser):
         if ARGS not in vocab:
             self.pre_v11 = PreV11Calls(vocab.get(TOOL_CALLS), tools, self.tool_choice)
 
+    @classmethod
+    def forced_schema(
+        cls, tools: Sequence[Mapping[str, Any]], tool_choice: Any
+    ) -> dict[str, Any] | None:
+        """``required`` / a named function: a non-empty JSON list of ``{"name", "arguments"}``
+        objects of the allowed tools (one at most for a named one; none if it is unknown)."""
+        extra: dict[str, Any] = {}
+        functions = [t.get("function") or {} for t in tools]
+        if isinstance(tool_choice, Mapping):
+            wanted = (tool_choice.get("function") or {}).get("name")
+            functions = [f for f in functions if f.get("name") == wanted]
+            if not functions:
+                return None
+            extra["maxItems"] = 1
+        elif tool_choice != "required":
+            return None
+        variants = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "enum": [f.get("name")]},
+                    "arguments": f.get("parameters") or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+            }
+            for f in functions
+        ]
+        items = {"type": "object", "anyOf": variants}
+        return {"type": "array", "minItems": 1, **extra, "items": items}
+
     def grammar_with(
         self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any]
     ) -> Grammar:
@@ -266,7 +296,8 @@ class PreV11Calls:
         if not calls:
             return ExtractedToolCalls(False, [], body)
         ids = [mistral_id() for _ in calls]
-        return ExtractedToolCalls(True, calls, content if content and content.strip() else None, ids)
+        kept = content if content and content.strip() else None
+        return ExtractedToolCalls(True, calls, kept, ids)
 
     # -- streaming ---------------------------------------------------------------------------
 
