@@ -124,6 +124,13 @@ class Family:
     """A ``--reasoning-parser`` to run in front of the tool parser."""
     special: tuple[str, ...] = ()
     """Marker strings that are special tokens of the family's tokenizer."""
+    prompt_end: tuple[str, ...] = ()
+    """Tokens the prompt ends with (its ids are ``[1]`` and these)."""
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The prompt's token ids."""
+        return [1, *self.tok.convert_tokens_to_ids(list(self.prompt_end))]
 
     @property
     def tok(self) -> Any:
@@ -224,7 +231,11 @@ class Family:
         events: list[Event] = []
         for k, (text, ids) in enumerate(deltas):
             msg = parser.parse_delta(
-                text, list(ids), req, prompt_token_ids=[1], finished=k == len(deltas) - 1
+                text,
+                list(ids),
+                req,
+                prompt_token_ids=self.prompt_ids,
+                finished=k == len(deltas) - 1,
             )
             if msg is None:
                 continue
@@ -247,7 +258,7 @@ class Family:
         parser = self.ours.for_request(options_of(req))
         events: list[Event] = []
         for k, (text, ids) in enumerate(deltas):
-            msg = parser.feed(text, ids, [1], finished=k == len(deltas) - 1)
+            msg = parser.feed(text, ids, self.prompt_ids, finished=k == len(deltas) - 1)
             if msg is None:
                 continue
             calls = []

@@ -10,7 +10,10 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
-from vllm_frontend.chat.reasoning.engine_grammar import MistralReasoningParser
+from vllm_frontend.chat.reasoning.engine_grammar import (
+    Gemma4ReasoningParser,
+    MistralReasoningParser,
+)
 from vllm_frontend.chat.reasoning.engine_think import (
     Glm45ReasoningParser,
     Glm47ReasoningParser,
@@ -51,6 +54,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
         Ernie45ReasoningParser,
+        Gemma4ReasoningParser,
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,

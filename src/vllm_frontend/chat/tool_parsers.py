@@ -25,6 +25,7 @@ from vllm_frontend.chat.tools.dsml import (
 )
 from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
+from vllm_frontend.chat.tools.gemma4 import Gemma4ToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
@@ -314,6 +315,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v41": DeepSeekV41ToolParser,
     "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
+    "gemma4": Gemma4ToolParser,
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
     "glm47": Glm47ToolParser,

@@ -147,7 +147,7 @@ class EngineToolParser(ToolParser):
     def extract(self, text: str) -> ExtractedToolCalls:
         """One pass over a whole (reasoning-free) output, from the content state."""
         self._reset()
-        events = self.machine.feed(text, ())
+        events = self.feed(text, ())
         events += self.machine.finish()
         delta = self._delta(events, finished=True)
         calls, ids = self._calls()
@@ -169,7 +169,11 @@ class EngineToolParser(ToolParser):
         if not self._streaming:
             self._streaming = True
             self._reset()
-        return self._strip_reasoning(self._delta(self.machine.feed(delta_text, delta_ids)))
+        return self._strip_reasoning(self._delta(self.feed(delta_text, delta_ids)))
+
+    def feed(self, text: str, token_ids: Sequence[int]) -> list[Event]:
+        """The reader's events for one delta (a family may adjust what it reads)."""
+        return self.machine.feed(text, token_ids)
 
     def finish_stream(self) -> OutputDelta | None:
         """What the end of the stream releases (held text, an unfinished call)."""

@@ -17,9 +17,16 @@ from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.engine.grammar import Grammar, Kind, State
 from vllm_frontend.chat.parsed import OutputDelta
 from vllm_frontend.chat.reasoning.base import ReasoningParser
+from vllm_frontend.chat.tools.gemma4 import CHANNEL_END, TOOL_RESPONSE, TURN, Gemma4ToolParser
+from vllm_frontend.chat.tools.gemma4 import TOOL_START as GEMMA_TOOL_START
 from vllm_frontend.chat.tools.mistral import THINK, TOOL_CALLS, MistralToolParser
 
-__all__ = ["GrammarReasoningParser", "MistralReasoningParser", "reasoning_end_ids"]
+__all__ = [
+    "Gemma4ReasoningParser",
+    "GrammarReasoningParser",
+    "MistralReasoningParser",
+    "reasoning_end_ids",
+]
 
 
 def reasoning_end_ids(grammar: Grammar, vocab: Mapping[str, int]) -> frozenset[int]:
@@ -132,7 +139,7 @@ class GrammarReasoningParser(ReasoningParser):
         """One pass over a whole output."""
         engine = self.engine
         engine._reset()
-        events = engine.machine.feed(text, ())
+        events = engine.feed(text, ())
         events += engine.machine.finish()
         reasoning = "".join(e.value for e in events if e.kind == Kind.REASONING)
         content = "".join(e.value for e in events if e.kind == Kind.TEXT)
@@ -201,3 +208,49 @@ class MistralReasoningParser(GrammarReasoningParser):
         if THINK not in self.vocab:
             return None, text
         return super().extract(text)
+
+
+class Gemma4ReasoningParser(GrammarReasoningParser):
+    """``gemma4``: ``<|channel>…<channel|>``, its leading ``thought\\n`` dropped; a prompt
+    that ends inside an open channel starts the output in reasoning."""
+
+    name = "gemma4"
+    TOOL_CLS = Gemma4ToolParser
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """See :class:`GrammarReasoningParser`."""
+        if super().prompt_ends_reasoning(prompt_token_ids):
+            return True
+        if self._channel_open(prompt_token_ids):
+            engine = self.engine
+            assert isinstance(engine, Gemma4ToolParser)
+            engine.start_in_reasoning()
+        return False
+
+    def _channel_open(self, prompt_token_ids: Sequence[int]) -> bool:
+        """Whether the prompt ends inside a ``<|channel>`` block (back to a closing,
+        tool-call or turn token)."""
+        if self.start_id is None:
+            return False
+        vocab = self.vocab
+        closers = {
+            tid
+            for t in (CHANNEL_END, GEMMA_TOOL_START, TURN, TOOL_RESPONSE)
+            if (tid := vocab.get(t)) is not None
+        }
+        for tid in reversed(prompt_token_ids):
+            if tid == self.start_id:
+                return True
+            if tid in closers:
+                return False
+        return False
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """See :class:`GrammarReasoningParser`; the leading ``thought\\n`` dropped."""
+        reasoning, content = super().extract(text)
+        if reasoning:
+            if reasoning.startswith("thought\n"):
+                reasoning = reasoning[len("thought\n") :]
+            elif reasoning == "thought":
+                reasoning = None
+        return reasoning or None, content

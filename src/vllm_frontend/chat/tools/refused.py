@@ -21,7 +21,6 @@ _UNIFIED = (
 )
 
 REFUSED_TOOL_PARSERS: dict[str, str] = {
-    "gemma4": _ENGINE.format(grammar="Gemma 4 channel", where="vllm/parser/gemma4.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
     "inkling": _ENGINE.format(grammar="Inkling", where="vllm/parser/inkling.py"),
     "minimax_m3": _ENGINE.format(grammar="MiniMax M3", where="vllm/parser/minimax_m3.py"),
