@@ -147,6 +147,34 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         _V3_KWARGS,
     ),
+    "granite_thinking_parser": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        _CHATML,
+        _CHATML_PROMPT,
+        (
+            {},
+            {"enable_thinking": False},
+            {"force_nonempty_content": True},
+            {"enable_thinking": True, "force_nonempty_content": True},
+        ),
+    ),
+    "mistral": Family(
+        "[THINK]",
+        "[/THINK]",
+        (),
+        ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]", "</s>"),
+        "[INST]What is the weather?[/INST]",
+    ),
+    "gemma4": Family(
+        "<|channel>",
+        "<channel|>",
+        (),
+        ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|turn>", "<turn|>"),
+        "<|turn>user\nWhat is the weather?<turn|>\n<|turn>model\n",
+        _ON_OFF,
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -180,6 +208,9 @@ _CORPUS = [
     "<E>",
     "<S>",
     "",
+    "<S>thought\nchannel style<E>answer",
+    "thought\nno opener<E>answer",
+    "\n\n<S>late start<E>\n\nanswer",
 ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 from vllm_frontend.chat.reasoning.engine_grammar import (
     Gemma4ReasoningParser,
+    GraniteThinkingReasoningParser,
     MistralReasoningParser,
 )
 from vllm_frontend.chat.reasoning.engine_think import (
@@ -58,6 +59,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,
+        GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
         HYV3ReasoningParser,
         KimiK2ReasoningParser,

@@ -10,20 +10,25 @@ whitespace held until more reasoning follows, where the grammar says so).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import msgspec
+
 from vllm_frontend.chat.engine.calls import EngineToolParser
-from vllm_frontend.chat.engine.grammar import Grammar, Kind, State
+from vllm_frontend.chat.engine.grammar import Event, Grammar, Kind, State
 from vllm_frontend.chat.parsed import OutputDelta
 from vllm_frontend.chat.reasoning.base import ReasoningParser
 from vllm_frontend.chat.tools.gemma4 import CHANNEL_END, TOOL_RESPONSE, TURN, Gemma4ToolParser
 from vllm_frontend.chat.tools.gemma4 import TOOL_START as GEMMA_TOOL_START
 from vllm_frontend.chat.tools.mistral import THINK, TOOL_CALLS, MistralToolParser
+from vllm_frontend.chat.tools.qwen3_xml import Qwen3XmlToolParser, qwen3_grammar
 
 __all__ = [
     "Gemma4ReasoningParser",
     "GrammarReasoningParser",
+    "GraniteThinkingReasoningParser",
     "MistralReasoningParser",
     "reasoning_end_ids",
 ]
@@ -99,6 +104,12 @@ class GrammarReasoningParser(ReasoningParser):
         self.start_opens = step is not None and step.next == State.REASONING
         self._streamed = False
         self._streamed_tokens = 0
+        self._count_state = grammar.initial
+        self._id_terminals = {
+            tid: name
+            for name, text in grammar.token_terminals.items()
+            if (tid := vocab.get(text)) is not None
+        }
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         """Back to the current turn's start: an end token closes reasoning, a start token
@@ -154,15 +165,18 @@ class GrammarReasoningParser(ReasoningParser):
         delta_token_ids: Sequence[int],
     ) -> OutputDelta | None:
         """The engine's delta for this text and these ids."""
-        self._streamed = True
-        self._streamed_tokens += self._count(delta_token_ids, self._in_reasoning())
-        return self.engine.stream("", "", delta_text, (), (), delta_token_ids)
+        if not self._streamed:
+            self._streamed = True
+            engine = self.engine
+            self._count_state = engine.machine.state if engine._streaming else self.grammar.initial
+        delta = self.engine.stream("", "", delta_text, (), (), delta_token_ids)
+        n, self._count_state = self._count(self._read_ids(delta_token_ids), self._count_state)
+        self._streamed_tokens += n
+        return delta
 
-    def _in_reasoning(self) -> bool:
-        engine = self.engine
-        if not engine._streaming:
-            return self.grammar.initial == State.REASONING
-        return engine.machine.state == State.REASONING
+    def _read_ids(self, delta_token_ids: Sequence[int]) -> Sequence[int]:
+        """The ids the engine read for this delta."""
+        return delta_token_ids
 
     def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
         """Once the engine has read the end of reasoning."""
@@ -176,23 +190,28 @@ class GrammarReasoningParser(ReasoningParser):
             engine._reset()
         return engine.finish_stream()
 
-    def _count(self, token_ids: Sequence[int], reasoning: bool) -> int:
-        """Tokens read in reasoning (markers excluded), from the reasoning state given."""
+    def _count(self, token_ids: Sequence[int], state: State) -> tuple[int, State]:
+        """Tokens read in reasoning from ``state`` on (the grammar's tokens move the state and
+        are not counted), and the state after them."""
         n = 0
+        steps = self.grammar.steps
+        terminals = self._id_terminals
         for tid in token_ids:
-            if tid == self.start_id and self.start_opens:
-                reasoning = True
-            elif tid in self.end_ids:
-                reasoning = False
-            elif reasoning:
+            terminal = terminals.get(tid)
+            if terminal is not None:
+                step = steps.get((state, terminal))
+                if step is not None:
+                    state = step.next
+                    continue
+            if state == State.REASONING:
                 n += 1
-        return n
+        return n, state
 
     def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
         """Streaming: the tokens seen in reasoning; a whole output: one pass over its ids."""
         if streamed and self._streamed:
             return self._streamed_tokens
-        return self._count(token_ids, self.grammar.initial == State.REASONING)
+        return self._count(token_ids, self.grammar.initial)[0]
 
 
 class MistralReasoningParser(GrammarReasoningParser):
@@ -216,6 +235,32 @@ class Gemma4ReasoningParser(GrammarReasoningParser):
 
     name = "gemma4"
     TOOL_CLS = Gemma4ToolParser
+    optional_tokens = ("thought",)
+
+    def _read_ids(self, delta_token_ids: Sequence[int]) -> Sequence[int]:
+        engine = self.engine
+        assert isinstance(engine, Gemma4ToolParser)
+        opened, engine.opened = engine.opened, None
+        return delta_token_ids if opened is None else opened
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """See :class:`GrammarReasoningParser`; a whole output is read as the engine reads
+        it, an opener put in front of an output that starts inside a channel (a ``thought``
+        first token, or a channel end without a start)."""
+        if streamed and self._streamed:
+            return self._streamed_tokens
+        ids = list(token_ids)
+        end = self.vocab.get(CHANNEL_END)
+        thought = self.vocab.get("thought")
+        if (
+            ids
+            and self.start_id is not None
+            and end is not None
+            and self.start_id not in ids
+            and (end in ids or ids[0] == thought)
+        ):
+            ids.insert(0, self.start_id)
+        return self._count(ids, self.grammar.initial)[0]
 
     def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
         """See :class:`GrammarReasoningParser`."""
@@ -254,3 +299,102 @@ class Gemma4ReasoningParser(GrammarReasoningParser):
             elif reasoning == "thought":
                 reasoning = None
         return reasoning or None, content
+
+
+@functools.cache
+def granite_thinking_grammar(thinking: bool) -> Grammar:
+    """Nemotron V3's grammar (Qwen3's with trailing reasoning whitespace stripped), starting in
+    reasoning while thinking."""
+    return msgspec.structs.replace(
+        qwen3_grammar(),
+        name="granite_thinking_parser",
+        initial=State.REASONING if thinking else State.CONTENT,
+        wait_for_reasoning=thinking,
+        strip_trailing_reasoning_whitespace=True,
+    )
+
+
+def _thinking(chat_template_kwargs: Mapping[str, Any]) -> bool:
+    return bool(chat_template_kwargs.get("enable_thinking", True))
+
+
+class _GraniteThinkingEngine(Qwen3XmlToolParser):
+    """The Granite 4.2 reader: leading newlines of the content dropped, and reasoning ends for
+    the stream only once content has begun."""
+
+    @classmethod
+    def grammar_for(cls, chat_template_kwargs: Mapping[str, Any]) -> Grammar:
+        """By ``enable_thinking`` (on unless given)."""
+        return granite_thinking_grammar(_thinking(chat_template_kwargs))
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.content_started = False
+        self.raw_reasoning: list[str] = []
+
+    def _delta(self, events: list[Event], finished: bool = False) -> OutputDelta | None:
+        delta = super()._delta(events, finished)
+        if delta is None:
+            return None
+        if delta.reasoning is not None:
+            self.raw_reasoning.append(delta.reasoning)
+        if delta.content is not None and not self.content_started:
+            stripped = delta.content.lstrip("\n")
+            if stripped:
+                self.content_started = True
+                delta.content = stripped
+            else:
+                delta.content = None
+                if delta.reasoning is None and not delta.tool_calls:
+                    return None
+        return delta
+
+
+class GraniteThinkingReasoningParser(GrammarReasoningParser):
+    """``granite_thinking_parser``: Nemotron V3's format (``<think>…</think>``, thinking unless
+    ``enable_thinking`` is false); the content's leading newlines dropped; when the request's
+    own kwargs say ``enable_thinking: false`` or ``force_nonempty_content: true``, an answer
+    without content gets the reasoning as content."""
+
+    name = "granite_thinking_parser"
+    TOOL_CLS = _GraniteThinkingEngine
+    required_tokens = ("<think>", "</think>")
+
+    def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
+        """Once reasoning has ended and content has begun."""
+        engine = self.engine
+        assert isinstance(engine, _GraniteThinkingEngine)
+        return engine.reasoning_ended and engine.content_started
+
+    def _force_content(self) -> bool:
+        kwargs = self.request_kwargs
+        return bool(
+            kwargs
+            and (
+                kwargs.get("enable_thinking") is False
+                or kwargs.get("force_nonempty_content") is True
+            )
+        )
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """See :class:`GrammarReasoningParser`."""
+        reasoning: str | None
+        content: str | None
+        if self.grammar.initial != State.REASONING:
+            reasoning, content = None, text
+        else:
+            reasoning, content = super().extract(text)
+        absent = content is None
+        if content is not None:
+            content = content.lstrip("\n") or None
+        if self._force_content() and absent:
+            return content, reasoning
+        return reasoning, content
+
+    def fallback_content(self) -> str | None:
+        """When forced: the reasoning streamed so far (before whitespace stripping)."""
+        if not self._force_content():
+            return None
+        engine = self.engine
+        assert isinstance(engine, _GraniteThinkingEngine)
+        return "".join(engine.raw_reasoning) or None

@@ -29,7 +29,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "deepseek_v4": _ENGINE.format(grammar="DeepSeek V4 DSML"),
     "deepseek_v41": _ENGINE.format(grammar="DeepSeek V4.1 DSML"),
-    "granite_thinking_parser": _ENGINE.format(grammar="Granite thinking"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
     "inkling": _ENGINE.format(grammar="Inkling"),
     "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),

@@ -239,6 +239,8 @@ class Gemma4ToolParser(EngineToolParser):
 
     def _reset(self) -> None:
         super()._reset()
+        self.opened: Sequence[int] | None = None
+        """The ids of the first delta with the channel opener put in front, once done."""
         self._first_feed = True
         self._thought = ""
         self._thought_done = False
@@ -258,7 +260,7 @@ class Gemma4ToolParser(EngineToolParser):
             ):
                 text = CHANNEL_START + text
                 if token_ids:
-                    token_ids = [start, *token_ids]
+                    token_ids = self.opened = [start, *token_ids]
         return super().feed(text, token_ids)
 
     def _delta(self, events: list[Event], finished: bool = False) -> OutputDelta | None:
