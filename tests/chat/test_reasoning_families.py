@@ -147,18 +147,29 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         _V3_KWARGS,
     ),
+    "deepseek_v4": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>"),
+        ("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", *_CHATML),
+        _CHATML_PROMPT,
+        ({}, {"thinking": False, "enable_thinking": True}, {"reasoning_effort": "none"}),
+    ),
+    "deepseek_v41": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>"),
+        ("<｜DSML｜ calls>", "</｜DSML｜ calls>", *_CHATML),
+        _CHATML_PROMPT,
+        ({}, {"thinking": False}),
+    ),
     "granite_thinking_parser": Family(
         "<think>",
         "</think>",
         _THINK,
         _CHATML,
         _CHATML_PROMPT,
-        (
-            {},
-            {"enable_thinking": False},
-            {"force_nonempty_content": True},
-            {"enable_thinking": True, "force_nonempty_content": True},
-        ),
+        ({}, {"enable_thinking": False}, {"force_nonempty_content": True}),
     ),
     "mistral": Family(
         "[THINK]",
@@ -220,6 +231,10 @@ def corpus(name: str) -> list[str]:
     out = []
     for text in _CORPUS:
         text = text.replace("<S>", fam.start).replace("<E>", fam.end)
+        if name in ("deepseek_v4", "deepseek_v41"):
+            tag = "tool_calls" if name == "deepseek_v4" else " calls"
+            text = text.replace("<tool_call>", f"<｜DSML｜{tag}>")
+            text = text.replace("</tool_call>", f"</｜DSML｜{tag}>")
         if name == "kimi_k2":
             text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
             text = text.replace("</tool_call>", "<|tool_calls_section_end|>")

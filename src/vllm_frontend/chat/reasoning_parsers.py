@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 from vllm_frontend.chat.reasoning.engine_grammar import (
+    DeepSeekV4ReasoningParser,
+    DeepSeekV41ReasoningParser,
     Gemma4ReasoningParser,
     GraniteThinkingReasoningParser,
     MistralReasoningParser,
@@ -54,6 +56,8 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     for cls in (
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
+        DeepSeekV4ReasoningParser,
+        DeepSeekV41ReasoningParser,
         Ernie45ReasoningParser,
         Gemma4ReasoningParser,
         Glm45ReasoningParser,

@@ -20,12 +20,15 @@ from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.engine.grammar import Event, Grammar, Kind, State
 from vllm_frontend.chat.parsed import OutputDelta
 from vllm_frontend.chat.reasoning.base import ReasoningParser
+from vllm_frontend.chat.tools.dsml import DeepSeekV4ToolParser, DeepSeekV41ToolParser
 from vllm_frontend.chat.tools.gemma4 import CHANNEL_END, TOOL_RESPONSE, TURN, Gemma4ToolParser
 from vllm_frontend.chat.tools.gemma4 import TOOL_START as GEMMA_TOOL_START
 from vllm_frontend.chat.tools.mistral import THINK, TOOL_CALLS, MistralToolParser
 from vllm_frontend.chat.tools.qwen3_xml import Qwen3XmlToolParser, qwen3_grammar
 
 __all__ = [
+    "DeepSeekV4ReasoningParser",
+    "DeepSeekV41ReasoningParser",
     "Gemma4ReasoningParser",
     "GrammarReasoningParser",
     "GraniteThinkingReasoningParser",
@@ -398,3 +401,19 @@ class GraniteThinkingReasoningParser(GrammarReasoningParser):
         engine = self.engine
         assert isinstance(engine, _GraniteThinkingEngine)
         return "".join(engine.raw_reasoning) or None
+
+
+class DeepSeekV4ReasoningParser(GrammarReasoningParser):
+    """``deepseek_v4``: ``<think>…</think>``, from the start while thinking (``thinking`` or
+    ``enable_thinking``, on when neither is given, off with ``reasoning_effort: none``); the
+    DSML tool-calls start ends reasoning."""
+
+    name = "deepseek_v4"
+    TOOL_CLS = DeepSeekV4ToolParser
+
+
+class DeepSeekV41ReasoningParser(GrammarReasoningParser):
+    """``deepseek_v41``: ``deepseek_v4`` with V4.1's spaced DSML markers."""
+
+    name = "deepseek_v41"
+    TOOL_CLS = DeepSeekV41ToolParser
