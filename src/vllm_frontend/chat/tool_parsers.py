@@ -36,6 +36,7 @@ from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
+from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
 from vllm_frontend.chat.tools.mistral import MistralToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
@@ -334,6 +335,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
+    "minimax_m3": MiniMaxM3ToolParser,
     "mistral": MistralToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
