@@ -171,6 +171,20 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         ({}, {"enable_thinking": False}, {"force_nonempty_content": True}),
     ),
+    "inkling": Family(
+        "<|content_thinking|>",
+        "<|end_message|>",
+        (),
+        (
+            "<|message_model|>",
+            "<|content_text|>",
+            "<|content_thinking|>",
+            "<|content_invoke_tool_json|>",
+            "<|content_model_end_sampling|>",
+            "<|end_message|>",
+        ),
+        "<|message_user|>What is the weather?<|end_message|><|message_model|>",
+    ),
     "mistral": Family(
         "[THINK]",
         "[/THINK]",

@@ -15,6 +15,7 @@ from vllm_frontend.chat.reasoning.engine_grammar import (
     DeepSeekV41ReasoningParser,
     Gemma4ReasoningParser,
     GraniteThinkingReasoningParser,
+    InklingReasoningParser,
     MistralReasoningParser,
 )
 from vllm_frontend.chat.reasoning.engine_think import (
@@ -66,6 +67,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
         HYV3ReasoningParser,
+        InklingReasoningParser,
         KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,

@@ -23,6 +23,12 @@ from vllm_frontend.chat.reasoning.base import ReasoningParser
 from vllm_frontend.chat.tools.dsml import DeepSeekV4ToolParser, DeepSeekV41ToolParser
 from vllm_frontend.chat.tools.gemma4 import CHANNEL_END, TOOL_RESPONSE, TURN, Gemma4ToolParser
 from vllm_frontend.chat.tools.gemma4 import TOOL_START as GEMMA_TOOL_START
+from vllm_frontend.chat.tools.inkling import CONTENT_TEXT as INK_TEXT
+from vllm_frontend.chat.tools.inkling import CONTENT_THINKING as INK_THINKING
+from vllm_frontend.chat.tools.inkling import END_MESSAGE as INK_END
+from vllm_frontend.chat.tools.inkling import END_SAMPLING as INK_END_SAMPLING
+from vllm_frontend.chat.tools.inkling import INKLING_TOKENS, InklingToolParser
+from vllm_frontend.chat.tools.inkling import MESSAGE_MODEL as INK_MODEL
 from vllm_frontend.chat.tools.mistral import THINK, TOOL_CALLS, MistralToolParser
 from vllm_frontend.chat.tools.qwen3_xml import Qwen3XmlToolParser, qwen3_grammar
 
@@ -32,6 +38,7 @@ __all__ = [
     "Gemma4ReasoningParser",
     "GrammarReasoningParser",
     "GraniteThinkingReasoningParser",
+    "InklingReasoningParser",
     "MistralReasoningParser",
     "reasoning_end_ids",
 ]
@@ -417,3 +424,60 @@ class DeepSeekV41ReasoningParser(GrammarReasoningParser):
 
     name = "deepseek_v41"
     TOOL_CLS = DeepSeekV41ToolParser
+
+
+class InklingReasoningParser(GrammarReasoningParser):
+    """``inkling``: thinking blocks; the prompt's last block token decides where the output
+    starts (in a thinking block, a text block, or a message header)."""
+
+    name = "inkling"
+    TOOL_CLS = InklingToolParser
+
+    def _ids(self, *tokens: str) -> list[int | None]:
+        return [self.vocab.get(t) for t in tokens]
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """Back to the last thinking or model token (open) or text or end-of-sampling token
+        (ended); open when there is none. While open, the output starts in the state of the
+        last of the thinking, text or model tokens before another Inkling token."""
+        thinking, text, model, end = self._ids(INK_THINKING, INK_TEXT, INK_MODEL, INK_END_SAMPLING)
+        ended = False
+        for tid in reversed(prompt_token_ids):
+            if tid in (thinking, model):
+                break
+            if tid in (text, end):
+                ended = True
+                break
+        if not ended:
+            self._start_from_prompt(prompt_token_ids, thinking, text, model)
+        return ended
+
+    def _start_from_prompt(
+        self, prompt_token_ids: Sequence[int], thinking: Any, text: Any, model: Any
+    ) -> None:
+        specials = {tid for tid in self._ids(*INKLING_TOKENS) if tid is not None}
+        states = {thinking: State.REASONING, text: State.CONTENT, model: State.MESSAGE_HEADER}
+        states.pop(None, None)
+        engine = self.engine
+        assert isinstance(engine, InklingToolParser)
+        for tid in reversed(prompt_token_ids):
+            if tid in states:
+                engine.start_in(states[tid])
+                return
+            if tid in specials:
+                return
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """The tokens between a thinking token and the next block end, over the whole
+        output (streamed or not)."""
+        thinking, end, end_sampling = self._ids(INK_THINKING, INK_END, INK_END_SAMPLING)
+        ends = {tid for tid in (end, end_sampling) if tid is not None}
+        count, inside = 0, False
+        for tid in token_ids:
+            if tid == thinking:
+                inside = True
+            elif tid in ends:
+                inside = False
+            elif inside:
+                count += 1
+        return count

@@ -28,7 +28,6 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
-    "inkling": _ENGINE.format(grammar="Inkling"),
     "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
     "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
     "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),

@@ -22,7 +22,6 @@ _UNIFIED = (
 
 REFUSED_TOOL_PARSERS: dict[str, str] = {
     "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
-    "inkling": _ENGINE.format(grammar="Inkling", where="vllm/parser/inkling.py"),
     "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
     "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
