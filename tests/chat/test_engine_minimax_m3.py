@@ -85,9 +85,9 @@ TOOLS_M3 = [*TOOLS, LIST_TOOL]
 
 @pytest.mark.parametrize("text", OUTPUTS)
 def test_minimax_m3_matches_vllm(text: str) -> None:
-    check_all(M3, text)
     from tests.chat.tool_family_harness import vllm_request
 
+    check_all(M3, text)
     M3.check(text, vllm_request(TOOLS_M3))
 
 
@@ -124,16 +124,16 @@ def test_minimax_m3_arguments_read_as_vllms(raw: str, tool: dict | None) -> None
     assert minimax_m3_arguments(raw, False, props) == _minimax_m3_arg_converter(raw, False, props)
 
 
+def _served_families() -> list[Family]:
+    from tests.chat.test_engine_gemma4 import GEMMA, GEMMA_R
+    from tests.chat.test_engine_inkling import INK
+    from tests.chat.test_engine_mistral import PRE_V11, V11_FAMILIES
+
+    return [M3, GEMMA, GEMMA_R, INK, V11_FAMILIES[2], PRE_V11[0]]
+
+
 @pytest.mark.parametrize(
-    "family",
-    [
-        M3,
-        Family("gemma4", special=("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>")),
-        Family("gemma4", reasoning="gemma4", special=("<|channel>", "<channel|>")),
-        Family("mistral", special=("[TOOL_CALLS]", "[ARGS]")),
-        Family("mistral", special=("[TOOL_CALLS]",)),
-    ],
-    ids=lambda f: f"{f.parser}-{f.reasoning}-{len(f.special)}",
+    "family", _served_families(), ids=lambda f: f"{f.parser}-{f.reasoning}-{len(f.special)}"
 )
 def test_special_tokens_are_kept_when_vllm_keeps_them(family: Family) -> None:
     """MiniMax M3's markers are ordinary tokens: vLLM keeps its default; the others keep

@@ -68,11 +68,13 @@ V11_OUTPUTS = [
 
 
 def _v11_cases() -> list[tuple[int, str]]:
-    """Every output with ``[THINK]`` in the vocabulary; without it (no reasoning at all), the
-    ones whose reading changes."""
-    without = [V11_OUTPUTS[i] for i in (1, 3, 6, 9, 11, 13, 16, 17)]
+    """Every output with ``[THINK]`` in the vocabulary and the reasoning parser; without the
+    reasoning parser, or without ``[THINK]`` (no reasoning at all), those whose reading
+    changes."""
+    without = [V11_OUTPUTS[i] for i in (1, 11, 13, 17)]
     return [
-        *((f, t) for f in (0, 1) for t in V11_OUTPUTS),
+        *((1, t) for t in V11_OUTPUTS),
+        *((0, V11_OUTPUTS[i]) for i in (0, 1, 11, 12, 14, 16, 17)),
         *((f, t) for f in (2, 3) for t in without),
     ]
 
@@ -158,8 +160,9 @@ def test_tools_list_is_shared() -> None:
 
 @functools.cache
 def _route(special: tuple[str, ...]) -> tuple[Any, Any]:
-    """The tiny tokenizer and our parsers configured as ``--tool-call-parser mistral`` with
-    the family's tokens."""
+    """A scripted engine and our chat app with ``--tool-call-parser mistral`` and the family's
+    tokens."""
+    from tests.chat.test_tool_parsers import _chat_app, _ScriptedEngine
     from tests.support.tiny_model import tiny_model_dir
     from vllm_frontend.chat.output_parser import OutputParsers
     from vllm_frontend.text.tokenizer import Tokenizer
@@ -172,7 +175,8 @@ def _route(special: tuple[str, ...]) -> tuple[Any, Any]:
         enable_auto_tool_choice=True,
         special_tokens=tok.all_special_tokens,
     )
-    return tok, parsers
+    engine = _ScriptedEngine(tok.encode("x", add_special_tokens=False))
+    return engine, _chat_app(engine, parsers)
 
 
 CHOICES = [
@@ -182,40 +186,45 @@ CHOICES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("choice", "family", "fields"),
-    [
-        (CHOICES[0], "v11", {}),
-        (CHOICES[1], "pre-v11", {}),
-        (CHOICES[2], "v11", {}),
-        (CHOICES[0], "pre-v11", {"response_format": {"type": "json_object"}}),
-    ],
-    ids=str,
-)
-def test_forced_choices_are_constrained_as_vllm_does(
-    choice: object, family: str, fields: dict[str, object]
-) -> None:
+def _vllm_forced_json(family: Family, choice: object, fields: dict[str, object]) -> Any:
+    req = vllm_request(TOOLS, tool_choice=choice, **fields)
+    req = family.vllm_parser(req).adjust_request(req)
+    assert req.skip_special_tokens is False
+    so = req.structured_outputs
+    return so.json if so is not None and so.json is not None else None
+
+
+def test_forced_choices_are_constrained_as_vllm_does() -> None:
     """Without a mistral tokenizer, vLLM constrains ``required`` / named choices to the
-    pre-v11 JSON list (any version), unless the request has its own constraint."""
+    pre-v11 JSON list (any version), unless the request has its own constraint; special
+    tokens are kept."""
     import json
 
-    from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+    from tests.chat.test_tool_parsers import CHAT, _post
 
-    fam = V11_FAMILIES[0] if family == "v11" else PRE_V11[0]
-    req = vllm_request(TOOLS, tool_choice=choice, **fields)
-    req = fam.vllm_parser(req).adjust_request(req)
-    so = req.structured_outputs
-    expected = so.json if so is not None and so.json is not None else None
+    engine, app = _route(V11_FAMILIES[0].special)
+    cases = [
+        (CHOICES[0], {"response_format": {"type": "json_object"}}),
+        (CHOICES[1], {}),
+        (CHOICES[2], {}),
+    ]
+    for choice, fields in cases:
+        expected = _vllm_forced_json(V11_FAMILIES[0], choice, fields)
+        engine.requests.clear()
+        status, raw = _post(app, {**CHAT, "tools": TOOLS, "tool_choice": choice, **fields})
+        assert status == 200, raw
+        params = engine.requests[0].sampling_params
+        ours = params.structured_outputs
+        if expected is None:
+            assert ours is None or ours.json is None
+        else:
+            assert ours is not None and json.loads(json.dumps(ours.json)) == expected
+        assert params.skip_special_tokens is False
 
-    tok, parsers = _route(fam.special)
-    engine = _ScriptedEngine(tok.encode("x", add_special_tokens=False))
-    body = {**CHAT, "tools": TOOLS, "tool_choice": choice, **fields}
-    status, raw = _post(_chat_app(engine, parsers), body)
-    assert status == 200, raw
-    params = engine.requests[0].sampling_params
-    ours = params.structured_outputs
-    if expected is None:
-        assert ours is None or ours.json is None
-    else:
-        assert ours is not None and json.loads(json.dumps(ours.json)) == expected
-    assert params.skip_special_tokens is req.skip_special_tokens is False
+
+@pytest.mark.parametrize("choice", CHOICES, ids=str)
+def test_forced_schema_is_vllms_for_pre_v11_too(choice: object) -> None:
+    from vllm_frontend.chat.tools.mistral import MistralToolParser
+
+    expected = _vllm_forced_json(PRE_V11[0], choice, {})
+    assert MistralToolParser.forced_schema(TOOLS, choice) == expected

@@ -47,7 +47,7 @@ def _ours(chunks: list[str]) -> list[object]:
     return out
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(st.lists(_PIECES, min_size=1, max_size=4).map("".join), max_size=8))
 def test_json_events_match_ijson(chunks: list[str]) -> None:
     assert _ours(chunks) == _ijson(chunks)

@@ -258,7 +258,6 @@ class PreV11Calls:
         self.tools = tools
         self.tool_choice = tool_choice
         self._started = False
-        self._broken = False
         self._json = JsonEvents()
         self._state = _WAIT_START
         self._bare = False
@@ -308,12 +307,9 @@ class PreV11Calls:
             self._started = True
         if not self._started:
             return OutputDelta(content=delta_text)
-        if self._broken:
-            return None
         try:
             return self._stream(delta_text, marked)
-        except JsonEventError:
-            self._broken = True
+        except JsonEventError:  # (raised again by every later piece the reader is fed)
             return None
 
     def _stream(self, text: str, marked: bool) -> OutputDelta | None:
