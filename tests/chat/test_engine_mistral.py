@@ -167,7 +167,7 @@ def _route(special: tuple[str, ...]) -> tuple[Any, Any]:
     from vllm_frontend.chat.output_parser import OutputParsers
     from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
     vocab = {t: 128_100 + i for i, t in enumerate(special)}
     parsers = OutputParsers.for_tokenizer(
         lambda t: vocab.get(t) if t in vocab else tok.token_to_id(t),
