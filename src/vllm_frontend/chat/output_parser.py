@@ -247,7 +247,14 @@ class OutputParsers:
             )
         reasoning = None
         if self.reasoning_cls is not None:
-            reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
+            if getattr(self.reasoning_cls, "reads_special_tokens", False):
+                reasoning = self.reasoning_cls(
+                    self.vocab,
+                    options.chat_template_kwargs,
+                    special_tokens=self.special_tokens,  # type: ignore[call-arg]
+                )
+            else:
+                reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
         tool: ToolParser | None = None
         if self.tool_cls is not None and issubclass(self.tool_cls, EngineToolParser):

@@ -10,6 +10,14 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
+from vllm_frontend.chat.reasoning.engine_grammar import (
+    DeepSeekV4ReasoningParser,
+    DeepSeekV41ReasoningParser,
+    Gemma4ReasoningParser,
+    GraniteThinkingReasoningParser,
+    InklingReasoningParser,
+    MistralReasoningParser,
+)
 from vllm_frontend.chat.reasoning.engine_think import (
     Glm45ReasoningParser,
     Glm47ReasoningParser,
@@ -49,16 +57,22 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     for cls in (
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
+        DeepSeekV4ReasoningParser,
+        DeepSeekV41ReasoningParser,
         Ernie45ReasoningParser,
+        Gemma4ReasoningParser,
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,
+        GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
         HYV3ReasoningParser,
+        InklingReasoningParser,
         KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
+        MistralReasoningParser,
         NemotronV3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,

@@ -25,16 +25,20 @@ from vllm_frontend.chat.tools.dsml import (
 )
 from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
+from vllm_frontend.chat.tools.gemma4 import Gemma4ToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
+from vllm_frontend.chat.tools.inkling import InklingToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
+from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
+from vllm_frontend.chat.tools.mistral import MistralToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
@@ -313,6 +317,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v41": DeepSeekV41ToolParser,
     "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
+    "gemma4": Gemma4ToolParser,
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
     "glm47": Glm47ToolParser,
@@ -321,6 +326,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
+    "inkling": InklingToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,
@@ -331,6 +337,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
+    "minimax_m3": MiniMaxM3ToolParser,
+    "mistral": MistralToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,

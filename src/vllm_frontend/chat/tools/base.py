@@ -52,6 +52,14 @@ class ToolParser:
         self.streamed_args: list[str] = []
 
     @classmethod
+    def forced_schema(
+        cls, tools: Sequence[Mapping[str, Any]], tool_choice: Any
+    ) -> dict[str, Any] | None:
+        """The JSON schema this parser's ``adjust_request`` constrains a ``required`` / named
+        tool choice with when it reads forced choices in its own format (none for most)."""
+        return None
+
+    @classmethod
     def for_model(cls, model: Any) -> type[ToolParser]:
         """The class to serve ``model`` (a ``ModelFacts``) with; most families have one."""
         return cls
