@@ -401,8 +401,16 @@ def test_engine_gets_vllms_harmony_tool_constraint(
 ANSWER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 LEGACY_TAG = {"type": "structural_tag", "triggers": ["<w>"],
               "structures": [{"begin": "<w>", "schema": ANSWER_SCHEMA, "end": "</w>"}]}  # fmt: skip
-USER_TAG = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
-    {"type": "const_string", "value": "City: "}, {"type": "regex", "pattern": "[A-Z][a-z]+"}]}}
+USER_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "City: "},
+            {"type": "regex", "pattern": "[A-Z][a-z]+"},
+        ],
+    },
+}
 JSON_TAG = {"type": "structural_tag", "format": {"type": "json_schema",
                                                  "json_schema": ANSWER_SCHEMA}}  # fmt: skip
 ANSWER_CONSTRAINTS: list[dict[str, Any]] = [
@@ -423,7 +431,8 @@ ANSWER_CONSTRAINTS: list[dict[str, Any]] = [
     {"structured_outputs": {"regex": "[a-z]+"}, "response_format": {"type": "text"}},
 ]  # fmt: skip
 SO_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag",
-             "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern")  # fmt: skip
+             "disable_any_whitespace", "disable_additional_properties",
+             "whitespace_pattern")  # fmt: skip
 
 
 def _answer_cases() -> Iterator[tuple[str, dict[str, Any]]]:
