@@ -396,3 +396,137 @@ def test_engine_gets_vllms_harmony_tool_constraint(
         assert _constraint(engine.requests[-1].sampling_params.structured_outputs) == expected
         tags += expected is not None
     assert tags > 0
+
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+LEGACY_TAG = {"type": "structural_tag", "triggers": ["<w>"],
+              "structures": [{"begin": "<w>", "schema": ANSWER_SCHEMA, "end": "</w>"}]}  # fmt: skip
+USER_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "City: "},
+            {"type": "regex", "pattern": "[A-Z][a-z]+"},
+        ],
+    },
+}
+JSON_TAG = {"type": "structural_tag", "format": {"type": "json_schema",
+                                                 "json_schema": ANSWER_SCHEMA}}  # fmt: skip
+ANSWER_CONSTRAINTS: list[dict[str, Any]] = [
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema",
+                         "json_schema": {"name": "w", "schema": ANSWER_SCHEMA}}},
+    {"response_format": USER_TAG},
+    {"response_format": JSON_TAG},
+    {"response_format": LEGACY_TAG},
+    {"response_format": {"type": "text"}},
+    {"structured_outputs": {"json": ANSWER_SCHEMA, "disable_any_whitespace": True}},
+    {"structured_outputs": {"json": json.dumps(ANSWER_SCHEMA)}},
+    {"structured_outputs": {"regex": "(sunny|rainy) [0-9]+"}},
+    {"structured_outputs": {"choice": ["sunny", "rainy"], "whitespace_pattern": " "}},
+    {"structured_outputs": {"grammar": 'root ::= "sun" | "rain"'}},
+    {"structured_outputs": {"structural_tag": json.dumps(USER_TAG)}},
+    {"structured_outputs": {"json_object": True, "disable_additional_properties": True}},
+    {"structured_outputs": {"regex": "[a-z]+"}, "response_format": {"type": "text"}},
+]  # fmt: skip
+SO_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag",
+             "disable_any_whitespace", "disable_additional_properties",
+             "whitespace_pattern")  # fmt: skip
+
+
+def _answer_cases() -> Iterator[tuple[str, dict[str, Any]]]:
+    for server, constraint in itertools.product(("both", "reasoning only"), ANSWER_CONSTRAINTS):
+        yield server, {"messages": MESSAGES, **constraint}
+    for tools, choice, parallel, constraint in itertools.product(
+        TAG_TOOLS, TAG_CHOICES, (None, False), ANSWER_CONSTRAINTS
+    ):
+        names = {t["function"]["name"] for t in tools}
+        named = isinstance(choice, dict)
+        if named and choice["function"]["name"] not in names:
+            continue
+        so = constraint.get("structured_outputs", {})
+        if named and any(k in so for k in ("json", "regex", "choice")):
+            continue  # vLLM refuses these at validation (400 on both sides, tested elsewhere)
+        body = {"messages": MESSAGES, "tools": tools, "tool_choice": choice, **constraint}
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
+        yield "both", body
+
+
+def _vllm_sampling_constraint(body: dict[str, Any], server: str, level: str) -> Any:
+    """The constraint fields vLLM's Harmony render path leaves for the engine request."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    reasoning, tool, auto = SERVERS[server]
+    request = ChatCompletionRequest.model_validate(json.loads(json.dumps(body)))
+    cls = ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=auto,
+        is_harmony=True,
+    )  # fmt: skip
+    parser = cls(hf_tokenizer(), request.tools, model_config=None)
+    parser.tool_strict_level = ToolStrictLevel.from_name(level)
+    so = parser.adjust_request(request).extract_structured_outputs()
+    return None if so is None else {k: getattr(so, k) for k in SO_FIELDS}
+
+
+@pytest.mark.parametrize("enforce", ["1", "0"])
+@pytest.mark.parametrize("level", ["auto", "parameter"])
+def test_engine_gets_vllms_harmony_answer_constraint(
+    monkeypatch: pytest.MonkeyPatch, level: str, enforce: str
+) -> None:
+    # vLLM 0.32 puts a gpt-oss request's structured-output constraint (response_format or
+    # structured_outputs, every kind) into the final channel of a Harmony structural tag, which
+    # the tool-call tag then replaces ("required", named) or joins ("auto" with strict tools):
+    # ours sends the engine the same constraint, with strict tool calling on and off.
+    from vllm.tool_parsers.gptoss_tool_parser import GptOssToolParser
+
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", enforce)
+    # vLLM reads the variable for this class attribute once, at import (on by default then).
+    monkeypatch.setattr(GptOssToolParser, "supports_required_and_named", enforce == "0")
+    headers = {b"content-type": b"application/json"}
+    apps: dict[str, tuple[App, ScriptedEngine]] = {}
+    wrapped = 0
+    for server, fields in _answer_cases():
+        if server not in apps:
+            engine = ScriptedEngine(steps_of(OUTPUTS["answer"], 8), "stop")
+            apps[server] = (our_app(engine, server, level), engine)
+        app, engine = apps[server]
+        body = {"model": "m", **fields}
+        request = Request("POST", "/v1/chat/completions", b"", headers, json.dumps(body).encode())
+
+        async def run(app: App = app, request: Request = request) -> int:
+            response = await app(request)
+            await body_of(response)
+            return response.status
+
+        assert asyncio.run(run()) == 200, body
+        expected = _vllm_sampling_constraint(body, server, level)
+        so = engine.requests[-1].sampling_params.structured_outputs
+        assert (None if so is None else {k: getattr(so, k) for k in SO_FIELDS}) == expected, body
+        tag = (expected or {}).get("structural_tag") or ""
+        wrapped += "<|channel|>final" in tag and "functions." not in tag
+    assert wrapped >= len(ANSWER_CONSTRAINTS) - 1  # every kind (a plain "text" format: none)
+
+
+def test_a_lark_grammar_answers_501_where_vllm_needs_xgrammar_to_convert_it() -> None:
+    # vLLM converts a Lark grammar to EBNF with xgrammar's compiler before wrapping it; this
+    # frontend does not load xgrammar and says so (501), where vLLM does wrap it.
+    lark = 'start: "sun" | "rain"'
+    body = {"model": "m", "messages": MESSAGES, "structured_outputs": {"grammar": lark}}
+    expected = _vllm_sampling_constraint(body, "reasoning only", "auto")
+    assert expected is not None and "<|channel|>final" in expected["structural_tag"]
+    engine = ScriptedEngine(steps_of(OUTPUTS["answer"], 8), "stop")
+    headers = {b"content-type": b"application/json"}
+    request = Request("POST", "/v1/chat/completions", b"", headers, json.dumps(body).encode())
+
+    async def run() -> tuple[int, bytes]:
+        response = await our_app(engine, "reasoning only")(request)
+        return response.status, await body_of(response)
+
+    status, raw = asyncio.run(run())
+    assert status == 501, raw
+    assert "Lark grammar" in json.loads(raw)["error"]["message"]
+    assert not engine.requests

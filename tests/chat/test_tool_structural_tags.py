@@ -338,3 +338,50 @@ def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
         assert status == 200, raw
         assert _our_structured_outputs(engine) == expected
         assert expected is not None and "structural_tag" in expected
+
+
+FORCED_CHOICES: list[Any] = ["required", {"type": "function", "function": {"name": "get_weather"}}]
+KEPT_TAGS: list[dict[str, Any]] = [
+    {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}},
+    {"type": "structural_tag", "triggers": ["<w>"],
+     "structures": [{"begin": "<w>", "schema": {"type": "object"}, "end": "</w>"}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tool", "enforce"), [("hermes", "0"), ("pythonic", "0"),
+                                               ("pythonic", "1")])  # fmt: skip
+def test_forcing_with_json_keeps_a_structured_outputs_tag_as_vllm_does(
+    monkeypatch: pytest.MonkeyPatch, tool: str, enforce: str, tokenizer_dir: str
+) -> None:
+    # Where "required" or a named function is forced with the tools' JSON schema (no
+    # structural-tag model, or VLLM_ENFORCE_STRICT_TOOL_CALLING=0), vLLM's
+    # ToolParser.adjust_request leaves a request whose structured_outputs holds a structural tag
+    # as it is, while a response_format tag (or any other constraint) gives way to the schema.
+    import inspect
+
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", enforce)
+    cls = vllm_parser_cls(tool).tool_parser_cls
+    # The class attribute vLLM derives from the variable once, at import (it was on then): off,
+    # the class keeps ToolParser's True (it sets none of its own).
+    assert "supports_required_and_named" not in inspect.getsource(cls)
+    monkeypatch.setattr(cls, "supports_required_and_named", enforce == "0" or
+                        cls.structural_tag_model is None)  # fmt: skip
+    app, engine = _ours(tool, "auto", tokenizer_dir)
+    parser = _vllm_parser(tool, "auto")
+    kept = 0
+    for choice, user_tag in itertools.product(FORCED_CHOICES, KEPT_TAGS):
+        for fields in (
+            {"response_format": user_tag},
+            {"structured_outputs": {"structural_tag": json.dumps(user_tag)}},
+            {"response_format": {"type": "json_object"}},
+        ):
+            body: dict[str, Any] = {
+                "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+                "tools": [WEATHER, STRICT_TIME], "tool_choice": choice, **fields,
+            }  # fmt: skip
+            expected = _vllm_structured_outputs(parser, body)
+            status, raw = _post(app, body)
+            assert status == 200, raw
+            assert _our_structured_outputs(engine) == expected, body
+            kept += expected is not None and "structural_tag" in expected
+    assert kept == len(FORCED_CHOICES) * len(KEPT_TAGS)

@@ -1,7 +1,8 @@
 """``serve`` a gpt-oss model (``model_type`` ``gpt_oss``) in front of the mock engine: with the
 gpt-oss parsers it starts, renders chat prompts through Harmony (the library is loaded, the
-prompt is Harmony's) and answers chat completions whole and streamed; other parsers are refused
-at startup for gpt-oss models, and the gpt-oss ones for other models, with a reason."""
+prompt is Harmony's) and answers chat completions whole and streamed, structured outputs
+included; other parsers are refused at startup for gpt-oss models, and the gpt-oss ones for
+other models, with a reason."""
 
 from __future__ import annotations
 
@@ -43,11 +44,19 @@ def test_serve_answers_gpt_oss_chat_through_harmony(tmp_path: pathlib.Path) -> N
         assert json.loads(body)["error"]["message"] == (
             "Harmony does not support reasoning_effort='none' (parameter=reasoning_effort)"
         )
-        # vLLM would wrap the constraint in a Harmony structural tag: not served yet.
+        # A constraint goes to the engine in a Harmony structural tag, as vLLM sends it
+        # (tests/chat/test_harmony_serving.py compares the tag); a Lark grammar, which vLLM
+        # converts with xgrammar's compiler, is not served.
         status, body = serve.request(
             "POST",
             "/v1/chat/completions",
             json.dumps({**chat, "response_format": {"type": "json_object"}}),
+        )
+        assert status == 200, body
+        status, body = serve.request(
+            "POST",
+            "/v1/chat/completions",
+            json.dumps({**chat, "structured_outputs": {"grammar": 'start: "a"'}}),
         )
         assert status == 501, body
 

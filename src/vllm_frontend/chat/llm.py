@@ -26,8 +26,10 @@ from vllm_frontend.chat.reasoning_request import (
     engine_reasoning_fields,
 )
 from vllm_frontend.chat.renderer import ChatRenderer
+from vllm_frontend.chat.tags.harmony import harmony_answer_tag
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
 from vllm_frontend.chat.tool_tags import CONSTRAINT_FIELDS, tool_structural_tag
+from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.engine.validate import InvalidRequestError
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
@@ -116,7 +118,7 @@ class ChatLlm:
         media = self.media
         parts = media.new_parts() if media is not None else None
         if self.harmony is not None:
-            self._check_harmony_constraints(request)
+            self._wrap_harmony_constraint(request)
             rendered: Any = self.harmony.render(
                 plain(request.messages),
                 tools=plain(request.tools),
@@ -193,19 +195,25 @@ class ChatLlm:
             desc = f'"{choice}"'
         raise ChatError(f"tool_choice={desc} requires --tool-call-parser to be set")
 
-    def _check_harmony_constraints(self, request: ChatRequest) -> None:
-        # vLLM's HarmonyParser.adjust_request rewrites a response_format / structured_outputs
-        # constraint into a Harmony structural tag whenever a parser is configured.
+    def _wrap_harmony_constraint(self, request: ChatRequest) -> None:
+        # vLLM's HarmonyParser.adjust_request (whenever a parser is configured): the request's
+        # constraint, response_format merged in, goes into the final channel of a Harmony
+        # structural tag; its whitespace options stay.
         if self._parsers is None:
             return
-        text_request = request.text
-        response_format = text_request.response_format
-        kind = response_format.get("type") if response_format is not None else None
-        if text_request.structured_outputs is not None or kind not in (None, "text"):
-            raise NotImplementedError(
-                "Structured outputs with gpt-oss output parsers are not supported by this "
-                "frontend yet (vLLM constrains them with a Harmony structural tag)."
-            )
+        so = _merged_constraint(request)
+        if so is None:
+            return
+        tag = harmony_answer_tag({k: getattr(so, k) for k in CONSTRAINT_FIELDS})
+        if tag is None:
+            return
+        request.text.structured_outputs = {
+            "disable_any_whitespace": so.disable_any_whitespace,
+            "disable_additional_properties": so.disable_additional_properties,
+            "whitespace_pattern": so.whitespace_pattern,
+            "structural_tag": tag,
+        }
+        request.text.response_format = None
 
     def _render(self, request: ChatRequest, media: MediaParts | None = None) -> Any:
         renderer = self.renderer
@@ -227,7 +235,8 @@ class ChatLlm:
     def _force_tool_calls(self, request: ChatRequest) -> None:
         # vLLM's Parser.adjust_request (after rendering): the parser's structural tag
         # (chat/tool_tags.py), else for "required" or a named function the tools' JSON schema,
-        # replaces any response_format / structured_outputs.
+        # replaces any response_format / structured_outputs (the schema leaves a
+        # structured_outputs structural tag, a gpt-oss model's wrapped constraint included).
         parsers = self._parsers
         if parsers is None or not parsers.has_tools or not request.tools:
             return
@@ -241,6 +250,9 @@ class ChatLlm:
         if forced is None:
             return
         text_request = request.text
+        so = text_request.structured_outputs
+        if so is not None and so.get("structural_tag") is not None:
+            return  # vLLM's ToolParser.adjust_request keeps a structured_outputs tag
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
@@ -267,14 +279,7 @@ class ChatLlm:
         model = parsers.structural_tag_model
         assert model is not None
         text_request = request.text
-        so: Any = None
-        if text_request.structured_outputs is not None or text_request.response_format:
-            so = merge_response_format(
-                structured_outputs_params(text_request.structured_outputs)
-                if text_request.structured_outputs is not None
-                else None,
-                text_request.response_format,
-            )
+        so = _merged_constraint(request)
         constraint = None
         if so is not None:
             constraint = {k: getattr(so, k) for k in CONSTRAINT_FIELDS}
@@ -310,6 +315,19 @@ class ChatLlm:
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
         )
+
+
+def _merged_constraint(request: ChatRequest) -> StructuredOutputsParams | None:
+    # vLLM's extract_structured_outputs: structured_outputs with response_format applied.
+    text_request = request.text
+    if text_request.structured_outputs is None and not text_request.response_format:
+        return None
+    return merge_response_format(
+        structured_outputs_params(text_request.structured_outputs)
+        if text_request.structured_outputs is not None
+        else None,
+        text_request.response_format,
+    )
 
 
 def _xgrammar_accepts(so: Any) -> bool:

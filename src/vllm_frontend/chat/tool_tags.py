@@ -29,7 +29,7 @@ from typing import Any
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.tags import BUILDERS
-from vllm_frontend.chat.tags.formats import canonical, json_schema, tag, triggered
+from vllm_frontend.chat.tags.constraints import constraint_format
 
 __all__ = [
     "CONSTRAINT_FIELDS",
@@ -104,44 +104,6 @@ def _limit_to_one_call(node: Any) -> None:
             _limit_to_one_call(item)
 
 
-def _output_format(so: Mapping[str, Any]) -> dict[str, Any] | None:
-    # vLLM's structured_outputs_to_format (the constraints xgrammar can take as a format).
-    if so.get("json_object"):
-        return json_schema({"type": "object"})
-    if so.get("json") is not None:
-        schema = so["json"]
-        return json_schema(json.loads(schema) if isinstance(schema, str) else schema)
-    if so.get("regex") is not None:
-        return {"type": "regex", "pattern": so["regex"]}
-    if so.get("choice") is not None:
-        return {"type": "or", "elements": [{"type": "const_string", "value": c}
-                                           for c in so["choice"]]}  # fmt: skip
-    if so.get("grammar") is not None:
-        grammar = so["grammar"]
-        if _likely_lark(grammar):
-            raise NotImplementedError(
-                "A Lark grammar with tool_choice 'auto' and strict tools is not supported by "
-                "this frontend yet (vLLM converts it to EBNF with xgrammar)."
-            )
-        return {"type": "grammar", "grammar": grammar}
-    structural = so.get("structural_tag")
-    if structural is not None:
-        parsed = json.loads(structural)
-        if "structures" in parsed:
-            return triggered(parsed["triggers"], [
-                tag(s["begin"], json_schema(s["schema"]), s["end"]) for s in parsed["structures"]
-            ])  # fmt: skip
-        fmt: dict[str, Any] = canonical(parsed["format"])
-        return fmt
-    return None
-
-
-def _likely_lark(grammar: str) -> bool:
-    # vLLM's grammar_is_likely_lark: no EBNF "::=" rule definitions.
-    lines = [ln.split("#", 1)[0].strip() for ln in grammar.splitlines()]
-    return not any("::=" in ln for ln in lines if ln and not ln.startswith("//"))
-
-
 def tool_structural_tag(
     model: str,
     tools: Sequence[Mapping[str, Any]],
@@ -186,7 +148,7 @@ def tool_structural_tag(
     if is_auto and structured_outputs:
         if not xgrammar_accepts():
             return None  # vLLM: the structured output constraint alone applies
-        output = _output_format(structured_outputs)
+        output = constraint_format(structured_outputs)
     pinned = [{**f, "strict": strict_level >= 2 or f.get("strict") is True} for f in functions]
     choice = "required" if output is not None else "auto" if is_auto else "required"
     if named:

@@ -31,6 +31,7 @@ from vllm_frontend.text.structural_tags import (
 
 __all__ = [
     "BACKENDS",
+    "check_json_nesting",
     "choice_as_grammar",
     "merge_response_format",
     "resolve_structured_outputs",
@@ -106,8 +107,8 @@ def resolve_structured_outputs(
         raise InvalidRequestError("structured_outputs.grammar cannot be an empty string")
     if isinstance(out.json, str) and not out.json.strip():
         raise InvalidRequestError("structured_outputs.json cannot be an empty string")
-    _check_nesting(out.json)
-    _check_nesting(out.structural_tag, STRUCTURAL_TAG_WRAPPER_NESTING)
+    check_json_nesting(out.json)
+    check_json_nesting(out.structural_tag, STRUCTURAL_TAG_WRAPPER_NESTING)
     if out.json_object is False:
         raise InvalidRequestError(
             "structured_outputs.json_object must be True if set; omit "
@@ -279,9 +280,10 @@ def _check_one_constraint(so: StructuredOutputsParams) -> None:
     )
 
 
-def _check_nesting(spec: Any, extra: int = 0) -> None:
-    # vLLM's check_json_nesting: objects and arrays may nest at most 64 levels (a string is
-    # parsed first; malformed JSON is left to the grammar validation).
+def check_json_nesting(spec: Any, extra: int = 0) -> None:
+    """vLLM's ``check_json_nesting``: objects and arrays may nest at most 64 levels (``extra``
+    more for a structural tag's wrapper); a string is parsed first, malformed JSON is left to the
+    grammar validation. Raises InvalidRequestError (vLLM's message)."""
     if not spec:
         return
     if isinstance(spec, str):

@@ -1,11 +1,16 @@
-"""The gpt-oss (Harmony) tool-call structural tag: vLLM 0.32's ``harmony`` builder
-(vllm/parser/harmony.py): optional analysis and commentary messages, then a function call on any
-channel with either recipient order and JSON constraint spelling, or (``auto``) a final answer."""
+"""gpt-oss (Harmony) structural tags (vllm/parser/harmony.py in vLLM 0.32): the tool-call tag of
+its ``harmony`` builder (optional analysis and commentary messages, then a function call on any
+channel with either recipient order and JSON constraint spelling, or (``auto``) a final answer),
+and the answer tag its ``HarmonyParser.adjust_request`` puts a structured-output constraint in
+(an optional analysis message, then the constraint as the final channel's message)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
+from vllm_frontend.chat.tags.constraints import constraint_format
 from vllm_frontend.chat.tags.formats import (
     Format,
     any_text,
@@ -17,7 +22,7 @@ from vllm_frontend.chat.tags.formats import (
     tag,
 )
 
-__all__ = ["harmony"]
+__all__ = ["harmony", "harmony_answer_tag"]
 
 Tools = list[dict[str, Any]]
 
@@ -55,3 +60,23 @@ def harmony(tools: Tools, choice: str) -> Format:
         ]
     return sequence([_preamble("analysis"), _preamble("commentary"),
                      {"type": "or", "elements": tags}])  # fmt: skip
+
+
+def harmony_answer_tag(so: Mapping[str, Any]) -> str | None:
+    """The ``structural_tag`` vLLM sends a gpt-oss model instead of the constraint in ``so``
+    (the ``structured_outputs`` fields, ``response_format`` merged in): an optional analysis
+    message, then a final message holding the constraint (a JSON schema with either JSON
+    constraint spelling in its header). None without a constraint."""
+    content = constraint_format(so)
+    if content is None:
+        return None
+    if content["type"] == "json_schema":
+        answer: Format = {"type": "or", "elements": [
+            tag(f"<|channel|>final{constrain}<|message|>", content, list(_END))
+            for constrain in _CONSTRAINS
+        ]}  # fmt: skip
+    else:
+        answer = tag("<|channel|>final<|message|>", content, list(_END))
+    return json.dumps(
+        {"type": "structural_tag", "format": sequence([_preamble("analysis"), answer])}
+    )
