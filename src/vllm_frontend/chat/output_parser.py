@@ -357,8 +357,17 @@ class OutputParser:
         msg: OutputDelta | None = None
         transitioned = False
         if self.reasoning is not None and not self._reasoning_ended:
-            msg = self.reasoning.stream(self._prev_ids, delta_text, delta_ids)
-            if self.reasoning.ended_in(delta_ids):
+            reasoning = self.reasoning
+            if reasoning.reads_text:
+                prev_text, prev_ids = self._prev_text, self._prev_ids
+                msg = reasoning.stream_text(
+                    prev_text, current_text, delta_text, prev_ids, current_ids, delta_ids
+                )
+                ended = reasoning.ended_after(current_ids, delta_ids)
+            else:
+                msg = reasoning.stream(self._prev_ids, delta_text, delta_ids)
+                ended = reasoning.ended_in(delta_ids)
+            if ended:
                 self._reasoning_ended = transitioned = True
                 current_ids = self.reasoning.content_token_ids(delta_ids)
                 flushed = self.reasoning.finish() if self.reasoning.engine_based else None

@@ -23,13 +23,16 @@ from vllm_frontend.chat.reasoning.engine_think import (
     Step3p5ReasoningParser,
 )
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
+from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
+from vllm_frontend.chat.reasoning.text_markers import GraniteReasoningParser, Olmo3ReasoningParser
 from vllm_frontend.chat.reasoning.think_tags import (
     DeepSeekR1ReasoningParser,
     DeepSeekV3ReasoningParser,
     Ernie45ReasoningParser,
     Holo2ReasoningParser,
     HYV3ReasoningParser,
+    HYV4ReasoningParser,
     MiniMaxM2AppendThinkReasoningParser,
     PoolsideV1ReasoningParser,
     Step3ReasoningParser,
@@ -53,13 +56,17 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,
+        GraniteReasoningParser,
         Holo2ReasoningParser,
+        HunyuanA13BReasoningParser,
         HYV3ReasoningParser,
+        HYV4ReasoningParser,
         KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
         NemotronV3ReasoningParser,
+        Olmo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,
         Qwen3ReasoningParser,

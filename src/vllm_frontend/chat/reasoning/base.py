@@ -32,9 +32,12 @@ class ReasoningParser:
     needs_special_tokens: ClassVar[bool] = False
     """Whether the request must be detokenized with ``skip_special_tokens=False``."""
     engine_based: ClassVar[bool] = False
+    """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
     harmony_only: ClassVar[bool] = False
     """Only gpt-oss output (Harmony) is parsed with this name."""
-    """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
+    reads_text: ClassVar[bool] = False
+    """Whether streaming goes through :meth:`stream_text` and :meth:`ended_after` (parsers
+    that read the text so far or every id so far, not only the delta)."""
     request_kwargs: Mapping[str, Any] = {}
     """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""
 
@@ -69,6 +72,22 @@ class ReasoningParser:
     def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
         """Whether the reasoning phase ended with the delta just streamed."""
         raise NotImplementedError
+
+    def stream_text(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_token_ids: Sequence[int],
+        current_token_ids: Sequence[int],
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """:meth:`stream` with the text and ids so far (used when ``reads_text``)."""
+        return self.stream(previous_token_ids, delta_text, delta_token_ids)
+
+    def ended_after(self, current_token_ids: Sequence[int], delta_token_ids: Sequence[int]) -> bool:
+        """:meth:`ended_in` with every id so far (used when ``reads_text``)."""
+        return self.ended_in(delta_token_ids)
 
     def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
         """The token ids after the end of reasoning in the delta that ended it."""

@@ -34,12 +34,8 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
     "inkling": _ENGINE.format(grammar="Inkling"),
     "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
-    "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
-    "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
-    "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),
     "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
     "minimax_m3": _STATEFUL.format(what="MiniMax M3 sections"),
     "muse_glimmer": _STATEFUL.format(what="Muse Glimmer sections"),
-    "olmo3": _STATEFUL.format(what="OLMo 3 text markers"),
 }
 """Name -> why it is refused."""
