@@ -172,6 +172,9 @@ class OutputParsers:
         if reasoning_parser and model is not None and reasoning_parser in REASONING_PARSERS:
             served = REASONING_PARSERS[reasoning_parser].for_model(model)
             names.update(served.required_tokens + served.optional_tokens)
+        if tool_call_parser and model is not None and tool_call_parser in TOOL_PARSERS:
+            served_tool = TOOL_PARSERS[tool_call_parser].for_model(model)
+            names.update(served_tool.required_tokens + served_tool.optional_tokens)
         vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
         return cls(
             vocab,

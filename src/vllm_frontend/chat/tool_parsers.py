@@ -31,6 +31,7 @@ from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
+from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
@@ -321,6 +322,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
+    "hy_v3": HYV3ToolParser,
+    "hy_v4": HYV4ToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,

@@ -39,8 +39,6 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
     "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
     "poolside_v1": _STATEFUL.format(where="vllm/tool_parsers/poolside_v1_tool_parser.py"),
     "muse_glimmer": _STATEFUL.format(where="vllm/tool_parsers/muse_glimmer_tool_parser.py"),
-    "hy_v3": _STATEFUL.format(where="vllm/tool_parsers/hy_v3_tool_parser.py"),
-    "hy_v4": _STATEFUL.format(where="vllm/tool_parsers/hy_v4_tool_parser.py"),
     "minicpm5": _STATEFUL.format(where="vllm/tool_parsers/minicpm5xml_tool_parser.py"),
 }
 """Name -> why it is refused."""

@@ -1,0 +1,180 @@
+"""Tool parsers whose vLLM class is a model-specific streaming state machine (Hunyuan V3/V4,
+LFM2, dots, …) match vLLM 0.32's, delta for delta.
+
+Each family's outputs (well formed, several calls, content around calls, truncated, malformed,
+unicode, typed arguments) go through the tiny tokenizer with the family's markers as tokens, cut
+into engine updates every which way, and through vLLM's composed parser and ours
+(``tests/chat/tool_family_harness.py``), under every request shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL, Family, vllm_request
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+pytest.importorskip("vllm")
+
+_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+TYPED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "budget": {"type": ["number", "null"]},
+                "metric": {"type": "boolean"},
+                "stops": {"type": "array", "items": {"type": "integer"}},
+                "opts": {"type": "object"},
+                "size": {"type": "int64"},
+                "ratio": {"type": "float"},
+                "either": {"anyOf": [{"type": "string"}, {"type": "array"}]},
+                "note": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+                "free": {},
+                "custom": {"type": "tuple"},
+            },
+        },
+    },
+}
+TOOLS = [WEATHER_TOOL, TIME_TOOL, TYPED_TOOL]
+
+
+def requests() -> list[Any]:
+    """The request shapes every family is checked under."""
+    return [
+        vllm_request(TOOLS),
+        vllm_request(TOOLS, tool_choice="none"),
+        vllm_request(None),
+        vllm_request(TOOLS, include_reasoning=False),
+        vllm_request(TOOLS, tool_choice="required"),
+        vllm_request(TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}),
+    ]
+
+
+def check_all(family: Family, text: str) -> None:
+    """Whole output and streaming (whole, per token, and a few cuts), every request shape."""
+    for req in requests():
+        family.check(text, req, [2, 3, 7, 11])
+
+
+# -- hy_v3 / hy_v4 -----------------------------------------------------------------------------
+
+HY_MARKERS = (
+    "<tool_calls>",
+    "</tool_calls>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
+HY_V3 = Family("hy_v3", (*HY_MARKERS, "<tool_sep>"))
+HY_V4 = Family("hy_v4", HY_MARKERS)
+
+
+def _hy(name: str, *pairs: tuple[str, str], sep: str = "<tool_sep>", gap: str = "") -> str:
+    args = "".join(f"<arg_key>{k}</arg_key>{gap}<arg_value>{v}</arg_value>" for k, v in pairs)
+    return f"<tool_call>{name}{sep}{args}</tool_call>"
+
+
+def hy_outputs(sep: str) -> list[str]:
+    """A Hunyuan corpus (``sep``: the V3 name separator, empty for V4)."""
+
+    def call(name: str, *pairs: tuple[str, str], gap: str = "") -> str:
+        return _hy(name, *pairs, sep=sep, gap=gap)
+
+    weather = call("get_weather", ("city", "Paris"))
+    return [
+        f"<tool_calls>{weather}</tool_calls>",
+        f"Let me check.\n<tool_calls>{call('get_weather', ('city', 'Zürich 日本'), ('unit', 'c'))}"
+        f"{call('get_time')}</tool_calls>",
+        "<tool_calls>"
+        + call(
+            "plan_trip",
+            ("city", 'say "hi"\n\t\\ ok'),
+            ("days", "3"),
+            ("budget", "12.5"),
+            ("metric", "True"),
+            ("stops", "[1, 2]"),
+            ("opts", '{"n": 4}'),
+            ("size", "7"),
+            ("ratio", "2"),
+            ("either", "[1]"),
+            ("note", "null"),
+            ("free", "{'a': (1, 2)}"),
+            ("custom", "(1, 'x')"),
+        )
+        + "</tool_calls>",
+        "<tool_calls>"
+        + call(
+            "plan_trip", ("days", "three"), ("budget", "1e3"), ("metric", "yes"), ("custom", "x")
+        )
+        + "</tool_calls>",
+        f"<tool_calls>{weather}"[:-20],
+        f"<tool_calls>{call('get_weather', ('city', 'Pa'))}"[:-25],
+        f"<tool_calls>{weather}",
+        f"<tool_calls>{weather}{call('get_time')}{call('get_weather', ('city', 'x'))}</tool_calls>",
+        "No tools needed.",
+        "<tool_call>get_time</tool_call> without the block",
+        f"<tool_calls>{call('get_weather', ('city', 'a'), gap=' ')}</tool_calls>",
+        f"<tool_calls><tool_call>{sep}</tool_call></tool_calls>",
+        f"<tool_calls>{weather} junk </tool_calls> after",
+        f"<tool_calls>{weather}</tool_calls><tool_calls>{call('get_time')}</tool_calls>",
+        f"<tool_calls><tool_call>get_weather{sep}<arg_key>city</arg_key><arg_value>x"
+        "</tool_call></tool_calls>",
+        f"<tool_calls><tool_call>get_weather{sep}<arg_key>city<arg_value>x</arg_value>"
+        "</tool_call></tool_calls>",
+        f"<tool_calls>{call('unknown', ('k', '1'))}</tool_calls>",
+        f"<tool_calls>{call('get_weather', ('city', '</arg_val'), ('unit', '<x>'))}</tool_calls>",
+        f"<tool_calls>\n{weather}\n{call('get_time')}\n</tool_calls>\n",
+        f"<tool_calls>{call(' get_time ')}</tool_calls>",
+    ]
+
+
+HY_CASES = [(HY_V3, hy_outputs("<tool_sep>")), (HY_V4, hy_outputs(""))]
+
+
+@pytest.mark.parametrize(
+    ("family", "text"),
+    [(f, t) for f, texts in HY_CASES for t in texts],
+    ids=lambda x: getattr(x, "parser", None) or str(len(x)),
+)
+def test_hy_families_match_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(HY_CASES))),
+    st.integers(0, 40),
+    st.lists(st.integers(0, 90), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_hy_streaming_matches_vllm_for_any_cut(
+    case: int, which_text: int, cuts: list[int], which: int
+) -> None:
+    family, texts = HY_CASES[case]
+    family.check_stream(texts[which_text % len(texts)], cuts, requests()[which])
+
+
+@pytest.mark.parametrize("reasoning", ["hy_v3", "hy_v4"])
+def test_hy_after_its_reasoning_parser_matches_vllm(reasoning: str) -> None:
+    markers = (*HY_MARKERS, "<tool_sep>", "<think>", "</think>")
+    family = Family(reasoning, markers, reasoning)
+    sep = "<tool_sep>" if reasoning == "hy_v3" else ""
+    body = hy_outputs(sep)[1]
+    for effort in (None, "high", "no_think"):
+        kwargs = {} if effort is None else {"chat_template_kwargs": {"reasoning_effort": effort}}
+        for text in (f"plan</think>{body}", f"<think>plan</think>\n{body}", body):
+            family.check(text, vllm_request(TOOLS, **kwargs), [1, 4, 9])
