@@ -208,6 +208,23 @@ FAMILIES: dict[str, Family] = {
             "<th\nink",
         ),
     ),
+    "minimax_m3": Family(
+        "<mm:think>",
+        "</mm:think>",
+        ("<mm:think>", "</mm:think>", "<minimax:tool_call>", "</minimax:tool_call>"),
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, {"thinking_mode": "enabled"}, {"thinking_mode": "disabled"}),
+        extra=(
+            "</mm:think>stray closer first",
+            "</mm:thi",
+            "<mm:thi",
+            "a <mm:think> b </mm:thi",
+            "text </mm:think> more </mm:think> end",
+            "<mm:think>x</mm:think><mm:think>y</mm:think>z",
+            "<mm:<mm:think>x",
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -253,7 +270,7 @@ def corpus(name: str) -> list[str]:
         if name == "kimi_k2":
             text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
             text = text.replace("</tool_call>", "<|tool_calls_section_end|>")
-        if name in ("seed_oss", "minimax_m2"):
+        if name in ("seed_oss", "minimax_m2", "minimax_m3"):
             prefix = "seed" if name == "seed_oss" else "minimax"
             text = text.replace("<tool_call>", f"<{prefix}:tool_call>")
             text = text.replace("</tool_call>", f"</{prefix}:tool_call>")
@@ -291,7 +308,13 @@ def vllm_parser_cls(name: str) -> Any:
 @functools.cache
 def ours(name: str) -> OutputParsers:
     """Our parsers for ``--reasoning-parser name``."""
-    return OutputParsers(tokenizer(name).get_vocab(), reasoning_parser=name)
+    tok = tokenizer(name)
+    return OutputParsers(
+        tok.get_vocab(),
+        reasoning_parser=name,
+        decode=functools.partial(tok.decode, skip_special_tokens=False),
+        encode=functools.partial(tok.encode, add_special_tokens=False),
+    )
 
 
 def request(kwargs: dict[str, Any], **fields: Any) -> Any:

@@ -178,3 +178,24 @@ def test_hy_after_its_reasoning_parser_matches_vllm(reasoning: str) -> None:
         kwargs = {} if effort is None else {"chat_template_kwargs": {"reasoning_effort": effort}}
         for text in (f"plan</think>{body}", f"<think>plan</think>\n{body}", body):
             family.check(text, vllm_request(TOOLS, **kwargs), [1, 4, 9])
+
+
+@pytest.mark.parametrize("thinking_mode", [None, "enabled"])
+def test_minimax_m3_reasoning_hands_the_tool_phase_its_content_ids_like_vllm(
+    thinking_mode: str | None,
+) -> None:
+    """minimax_m3 gives the tool phase the ids of the content that ended the reasoning; the
+    hy_v4 tool parser reads them (its block starts only once ``<tool_calls>`` is among them)."""
+    family = Family("hy_v4", (*HY_MARKERS, "<mm:think>", "</mm:think>"), "minimax_m3")
+    kwargs = {} if thinking_mode is None else {"chat_template_kwargs": {"thinking_mode": "enabled"}}
+    req = vllm_request(TOOLS, **kwargs)
+    body = hy_outputs("")[1]
+    for text in (
+        f"plan</mm:think>{body}",
+        f"<mm:think>plan</mm:think>{body}",
+        f"</mm:think>{body}",
+        body,
+        f"<mm:thought{body}",
+        f"<mm:think>plan</mm:think>ok <mm:thi{body}",
+    ):
+        family.check(text, req, [1, 2, 4, 9])

@@ -148,6 +148,8 @@ class Family:
             reasoning_parser=self.reasoning,
             enable_auto_tool_choice=True,
             special_tokens=dict(zip(tok.all_special_tokens, tok.all_special_ids, strict=True)),
+            decode=functools.partial(tok.decode, skip_special_tokens=False),
+            encode=functools.partial(tok.encode, add_special_tokens=False),
         )
 
     def vllm_parser(self, req: Any) -> Any:

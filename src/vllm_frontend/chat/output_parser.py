@@ -78,6 +78,7 @@ class OutputParsers:
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> None:
         """Resolve and validate the names against the registries and the vocabulary (and
         ``model``, which a few reasoning parsers read). ``harmony``: the model is a gpt-oss
@@ -85,8 +86,10 @@ class OutputParsers:
         parsers are accepted); ``decode`` then gives the text of ids Harmony cannot read.
         ``special_tokens``: the tokenizer's special tokens (transformers'
         ``all_special_tokens``, with their ids), which the engine-based tool parsers drop from
-        the output."""
+        the output. ``encode`` (no special tokens added) and ``decode`` are given to the
+        reasoning parsers that tokenize text themselves (``uses_codec``)."""
         self.vocab = vocab
+        self._encode = encode
         self.special_tokens = dict(special_tokens or {})
         self.enable_auto_tools = enable_auto_tool_choice
         self.harmony = harmony
@@ -160,6 +163,7 @@ class OutputParsers:
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -186,6 +190,7 @@ class OutputParsers:
             harmony=harmony,
             decode=decode,
             special_tokens=special_tokens,
+            encode=encode,
         )
 
     @property
@@ -252,6 +257,8 @@ class OutputParsers:
         if self.reasoning_cls is not None:
             reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
+            if reasoning.uses_codec:
+                reasoning.encode, reasoning.decode = self._encode, self._decode
         tool: ToolParser | None = None
         if self.tool_cls is not None and issubclass(self.tool_cls, EngineToolParser):
             tool = self.tool_cls(

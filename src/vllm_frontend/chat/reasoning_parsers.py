@@ -24,6 +24,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
 )
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
+from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.text_markers import GraniteReasoningParser, Olmo3ReasoningParser
 from vllm_frontend.chat.reasoning.think_tags import (
@@ -65,6 +66,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
+        MiniMaxM3ReasoningParser,
         NemotronV3ReasoningParser,
         Olmo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,

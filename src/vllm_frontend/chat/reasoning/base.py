@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -38,6 +38,13 @@ class ReasoningParser:
     reads_text: ClassVar[bool] = False
     """Whether streaming goes through :meth:`stream_text` and :meth:`ended_after` (parsers
     that read the text so far or every id so far, not only the delta)."""
+    uses_codec: ClassVar[bool] = False
+    """Whether the parser encodes or decodes text itself (:attr:`encode`, :attr:`decode` are
+    then set per choice, when the tokenizer is known)."""
+    encode: Callable[[str], list[int]] | None = None
+    """The tokenizer's encoder (no special tokens added), for ``uses_codec`` parsers."""
+    decode: Callable[[Sequence[int]], str] | None = None
+    """The tokenizer's decoder (special tokens kept), for ``uses_codec`` parsers."""
     request_kwargs: Mapping[str, Any] = {}
     """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""
 
