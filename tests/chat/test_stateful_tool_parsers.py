@@ -199,3 +199,83 @@ def test_minimax_m3_reasoning_hands_the_tool_phase_its_content_ids_like_vllm(
         f"<mm:think>plan</mm:think>ok <mm:thi{body}",
     ):
         family.check(text, req, [1, 2, 4, 9])
+
+
+# -- dots --------------------------------------------------------------------------------------
+
+DOTS = Family("dots", ("<dots_function_call>", "</dots_function_call>"))
+DEFS_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "parameters": {
+            "type": "object",
+            "$defs": {"Count": {"type": "integer"}},
+            "properties": {
+                "n": {"$ref": "#/$defs/Count"},
+                "x": {"anyOf": [{"type": "null"}, {"type": "number"}]},
+                "ok": {"type": ["null", "boolean"]},
+                "tags": {"type": "array"},
+                "deep": {"allOf": [{"$ref": "#/$defs/Missing"}, {"type": "float"}]},
+            },
+        },
+    },
+}
+
+
+def _dots_invoke(name: str, quote: str = '"', **params: str) -> str:
+    body = "".join(
+        f"<parameter name={quote}{k}{quote}>{v}</parameter>\n" for k, v in params.items()
+    )
+    return f"<invoke name={quote}{name}{quote}>\n{body}</invoke>\n"
+
+
+def _dots(*invokes: str) -> str:
+    return "<dots_function_call>\n" + "".join(invokes) + "</dots_function_call>"
+
+
+DOTS_OUTPUTS = [
+    _dots(_dots_invoke("get_weather", city="Shanghai")),
+    "Let me look.\n"
+    + _dots(
+        _dots_invoke("get_weather", "'", city=" Zürich 日本 ", unit="c"), _dots_invoke("get_time")
+    )
+    + "\nDone.",
+    _dots(_dots_invoke("book", n="3", x="2.0", ok="1", tags='["a"]', deep="1e3")),
+    _dots(_dots_invoke("book", n="three", x="nan", ok="no", tags="[bad", deep="x")),
+    _dots(_dots_invoke("book", n="null", x="1e400")),
+    '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    "</dots_function_call>",
+    '<dots_function_call>\n{"name": "get_time", "parameters": {"tz": "UTC"}}\n</dots_function_call>'
+    + _dots(_dots_invoke("get_weather", city="x")),
+    '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Pa',
+    '<dots_function_call>{"name": "unknown", "arguments": {}}</dots_function_call> tail',
+    "<dots_function_call>not json</dots_function_call>",
+    '<dots_function_call>["x"]</dots_function_call>',
+    '<dots_function_call>{"name": "get_weather", "arguments": "x"}</dots_function_call>',
+    "<dots_function_call><invoke name=get_time></invoke></dots_function_call>",
+    "<dots_function_call><invoke name=nope><parameter name=a>1</parameter></invoke>"
+    "</dots_function_call>",
+    "<dots_function_call></dots_function_call>",
+    _dots(_dots_invoke("get_weather", city="Paris"))[:-15],
+    "No tools. </dots_function_call> stray end <dots_func",
+    "a <dots_function_call",
+    '<dots_function_call>{"name": "get_weather", "arguments": {"city": "Rome"}} trailing'
+    "</dots_function_call>",
+]
+
+
+@pytest.mark.parametrize("text", DOTS_OUTPUTS)
+def test_dots_matches_vllm(text: str) -> None:
+    for req in [*requests(), vllm_request([*TOOLS, DEFS_TOOL])]:
+        DOTS.check(text, req, [2, 3, 7, 11])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(DOTS_OUTPUTS),
+    st.lists(st.integers(0, 60), max_size=14),
+    st.sampled_from(range(len(requests()) + 1)),
+)
+def test_dots_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
+    DOTS.check_stream(text, cuts, [*requests(), vllm_request([*TOOLS, DEFS_TOOL])][which])

@@ -18,6 +18,7 @@ from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.dots import DotsToolParser
 from vllm_frontend.chat.tools.dsml import (
     DeepSeekV4ToolParser,
     DeepSeekV32ToolParser,
@@ -312,6 +313,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v32": DeepSeekV32ToolParser,
     "deepseek_v4": DeepSeekV4ToolParser,
     "deepseek_v41": DeepSeekV41ToolParser,
+    "dots": DotsToolParser,
     "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gigachat3": GigaChat3ToolParser,
