@@ -279,3 +279,66 @@ def test_dots_matches_vllm(text: str) -> None:
 )
 def test_dots_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
     DOTS.check_stream(text, cuts, [*requests(), vllm_request([*TOOLS, DEFS_TOOL])][which])
+
+
+# -- lfm2 --------------------------------------------------------------------------------------
+
+LFM2 = Family("lfm2", special=("<|tool_call_start|>", "<|tool_call_end|>", "<|im_end|>"))
+S, E = "<|tool_call_start|>", "<|tool_call_end|>"
+LFM2_OUTPUTS = [
+    f'{S}[get_weather(city="Paris")]{E}',
+    f"Let me check. {S}[get_weather(city='Zürich 日本', unit='c'), get_time()]{E}It is sunny.",
+    f"{S}[get_weather(city='Paris')]{E}[get_weather(city='Paris')]{E}The weather is fine.",
+    f"{S}[get_weather(city='Paris')]{E}[get_weather(city='Par",
+    f"{S}[get_weather(city='Paris')]{E}<|im_end|>",
+    f"{S}[get_weather(city='Paris')]{E} trailing words",
+    f"{S}[get_weather(city='Pa",
+    f"{S} [get_time()]",
+    f"{S}[get_time(month=07, day=10)]{E}",
+    f"{S}[memory_get(from=1, to=2)]{E}",
+    f"{S}[run(command='sed -n '1,9p' f.py')]{E}",
+    f"{S}[run(command='a\nb\tc')]{E}",
+    f"{S}[run(command=\"x 'y' z\", n=00)]{E}",
+    f"{S}not a call{E} after",
+    f"{S}[]{E}",
+    f"{S}[get_weather(city=get_city())]{E}",
+    f"{S}[get_weather(city='Paris'), get_time()]",
+    "No tools at all.",
+    f"{E} a stray end",
+    f"{S}[get_time(tz='UTC')]{E}\n[echo]{E}\nDone.",
+    f"before {S}[get_time(class=1, x=True)]{E}",
+]
+
+
+@pytest.mark.parametrize("text", LFM2_OUTPUTS)
+def test_lfm2_matches_vllm(text: str) -> None:
+    check_all(LFM2, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(LFM2_OUTPUTS),
+    st.lists(st.integers(0, 60), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_lfm2_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
+    LFM2.check_stream(text, cuts, requests()[which])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(st.sampled_from(list("'\"\\\n\t\x00 ()[],:=_aefrom0179.xjJ")), max_size=24),
+)
+def test_python_repairs_match_vllms_helpers(text: str) -> None:
+    from vllm.tool_parsers import utils as theirs
+
+    from vllm_frontend.chat.tools import python_repair as ours
+
+    assert ours.escape_control_chars(text) == theirs.escape_ctrl_chars_in_strings(text)
+    assert ours.unpad_integers(text) == theirs.normalize_leading_zero_ints(text)
+    assert ours.rename_keyword_arguments(text) == theirs.rename_reserved_kwargs(text)
+    assert ours.requote_nested_quotes(text) == theirs.escape_nested_quotes_in_strings(text)
+    assert ours.has_broken_string(text) == theirs.contains_broken_string_literal(text)
+    renamed, _ = ours.rename_keyword_arguments(text)
+    args = {w: 1 for w in renamed.replace("(", " ").replace("=", " ").split()}
+    assert ours.restore_keyword_arguments(args) == theirs.restore_reserved_kwarg_names(args)

@@ -36,6 +36,7 @@ from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
@@ -329,6 +330,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,
+    "lfm2": Lfm2ToolParser,
     "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,

@@ -34,7 +34,6 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
-    "lfm2": _STATEFUL.format(where="vllm/tool_parsers/lfm2_tool_parser.py"),
     "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
     "poolside_v1": _STATEFUL.format(where="vllm/tool_parsers/poolside_v1_tool_parser.py"),
     "muse_glimmer": _STATEFUL.format(where="vllm/tool_parsers/muse_glimmer_tool_parser.py"),
