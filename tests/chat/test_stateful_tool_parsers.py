@@ -342,3 +342,70 @@ def test_python_repairs_match_vllms_helpers(text: str) -> None:
     renamed, _ = ours.rename_keyword_arguments(text)
     args = {w: 1 for w in renamed.replace("(", " ").replace("=", " ").split()}
     assert ours.restore_keyword_arguments(args) == theirs.restore_reserved_kwarg_names(args)
+
+
+# -- poolside_v1 -------------------------------------------------------------------------------
+
+POOLSIDE = Family("poolside_v1", ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+                                  "<arg_value>", "</arg_value>"))  # fmt: skip
+
+
+def _ps(name: str, *pairs: tuple[str, str], newline: str = "\n") -> str:
+    args = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in pairs)
+    return f"<tool_call>{name}{newline}{args}</tool_call>"
+
+
+POOLSIDE_OUTPUTS = [
+    _ps("get_weather", ("city", "Paris")),
+    "Let me check.\n"
+    + _ps("get_weather", ("city", " Zürich\n日本 "), ("unit", "c"))
+    + _ps("get_time"),
+    _ps(
+        "plan_trip",
+        ("city", 'say "hi" \\'),
+        ("days", " 3 "),
+        ("stops", "[1, 2]"),
+        ("metric", "True"),
+        ("opts", "{'n': (1, 2)}"),
+        ("budget", "1e3"),
+        ("note", "not json"),
+    ),
+    _ps("plan_trip", ("days", "3"), ("days", "4"), ("city", "a"), ("city", "b"), ("", "x")),
+    _ps("get_weather", ("city", "Paris"))[:-20],
+    _ps("get_weather", ("city", "Pa"))[:-30],
+    _ps("get_time")[:-12],
+    "<tool_call></tool_call>after",
+    "<tool_call>\n<arg_key>city</arg_key><arg_value>x</arg_value></tool_call>",
+    _ps("get_weather", ("city", "x"), newline="") + " trailing",
+    "No tools at all < here.",
+    "<tool_call>get_time",
+    _ps("get_weather", ("city", "</arg_val ue>")) + "\n" + _ps("get_time"),
+    "<tool_call>get_weather\n<arg_key>city</arg_key> junk <arg_value>x</arg_value></tool_call>",
+]
+
+
+@pytest.mark.parametrize("text", POOLSIDE_OUTPUTS)
+def test_poolside_v1_matches_vllm(text: str) -> None:
+    check_all(POOLSIDE, text)
+    POOLSIDE.check(text, vllm_request(TOOLS, logprobs=True), [1, 5])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(POOLSIDE_OUTPUTS),
+    st.lists(st.integers(0, 60), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_poolside_v1_streaming_matches_vllm_for_any_cut(
+    text: str, cuts: list[int], which: int
+) -> None:
+    POOLSIDE.check_stream(text, cuts, requests()[which])
+
+
+@pytest.mark.parametrize("text", POOLSIDE_OUTPUTS[:3])
+def test_poolside_v1_after_its_reasoning_parser_matches_vllm(text: str) -> None:
+    markers = (*POOLSIDE.markers, "<think>", "</think>", "<assistant>")
+    family = Family("poolside_v1", markers, "poolside_v1")
+    for kwargs in ({}, {"chat_template_kwargs": {"thinking": True}}):
+        for body in (f"plan</think>{text}", text):
+            family.check(body, vllm_request(TOOLS, **kwargs), [1, 4, 9])

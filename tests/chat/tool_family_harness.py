@@ -82,6 +82,7 @@ def options_of(req: Any) -> RequestToolOptions:
         include_reasoning=req.include_reasoning,
         chat_template_kwargs=req.chat_template_kwargs,
         tool_definitions=[t.model_dump() for t in req.tools or ()],
+        logprobs=bool(req.logprobs),
     )
 
 

@@ -63,6 +63,8 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     """Echo the last message's content before the generated text."""
     mm_processor_kwargs: Any = None
     media_io_kwargs: Any = None
+    logprobs: bool = False
+    """The request asks for logprobs (one tool parser's streaming reads it)."""
     resolve_reasoning_ended: bool = True
     """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
     it to the engine)."""
@@ -289,6 +291,7 @@ class ChatLlm:
             chat_template_kwargs=kwargs,
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
+            logprobs=request.logprobs,
         )
 
 

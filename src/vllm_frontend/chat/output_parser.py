@@ -61,6 +61,8 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     """The request's ``tools`` (parsers that type arguments by their schemas read them)."""
     request_chat_template_kwargs: Mapping[str, Any] | None = None
     """The request's own ``chat_template_kwargs``, which a few vLLM parsers read instead."""
+    logprobs: bool = False
+    """The request asks for logprobs (``poolside_v1`` reads it)."""
 
 
 class OutputParsers:
@@ -271,6 +273,8 @@ class OutputParsers:
             )
         elif self.tool_cls is not None:
             tool = self.tool_cls(self.vocab, options.tool_definitions)
+        if tool is not None and options.logprobs:
+            tool.wants_logprobs = True
         if tool is not None and self.structural_tag_model is not None:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010

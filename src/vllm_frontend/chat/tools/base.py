@@ -43,6 +43,10 @@ class ToolParser:
     """Whether ``required`` / named tool choices are forced with JSON (else they are parsed
     from the model's own format, as ``auto``)."""
 
+    wants_logprobs: bool = False
+    """The request asks for logprobs (set per choice; one vLLM parser then sends an empty
+    content delta where it would send nothing)."""
+
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""
         self.tools = tools
