@@ -225,6 +225,30 @@ FAMILIES: dict[str, Family] = {
             "<mm:<mm:think>x",
         ),
     ),
+    # MuseGlimmer: reasoning in to=self channels, the answer in to=user, tools in the others.
+    "muse_glimmer": Family(
+        "to=self<|message|>",
+        "<|eom|>",
+        ("<atem:function_calls>", "</atem:function_calls>"),
+        ("<|start|>", "<|message|>", "<|eom|>", "<|eot|>"),
+        "<|start|>user<|message|>What is the weather?<|eot|><|start|>assistant",
+        extra=(
+            "to=self<|message|>plan<|eom|><|start|>assistant to=user<|message|>Sunny.<|eot|>",
+            "to=self<|message|>a<|eom|>to=self<|message|>b<|eom|>to=user<|message|>c",
+            "to=self<|message|>plan<|eom|><|start|>assistant to=get_weather<|message|>"
+            '<atem:function_calls>\n<atem:invoke name="get_weather">'
+            '<atem:parameter name="city">Paris</atem:parameter></atem:invoke>\n'
+            "</atem:function_calls><|eom|>",
+            "to=self<|message|>I could call <atem:invoke name=x> here<|eom|>"
+            "to=user<|message|>no<|eot|>",
+            "to=self<|message|>open reasoning then to=get_time<|message|><atem:invoke",
+            "to=self<|message|>tail to",
+            "to=self<|message|>tail <|eo",
+            "to=user<|message|>answer only <|st",
+            "plain text, no framing",
+            "to=user<|message|><atem:function_calls>x",
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",

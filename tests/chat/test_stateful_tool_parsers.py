@@ -409,3 +409,60 @@ def test_poolside_v1_after_its_reasoning_parser_matches_vllm(text: str) -> None:
     for kwargs in ({}, {"chat_template_kwargs": {"thinking": True}}):
         for body in (f"plan</think>{text}", text):
             family.check(body, vllm_request(TOOLS, **kwargs), [1, 4, 9])
+
+
+# -- muse_glimmer ------------------------------------------------------------------------------
+
+MUSE_SPECIAL = ("<|start|>", "<|message|>", "<|eom|>", "<|eot|>")
+MUSE = Family("muse_glimmer", special=MUSE_SPECIAL)
+MUSE_WITH_REASONING = Family("muse_glimmer", (), "muse_glimmer", MUSE_SPECIAL)
+
+
+def _atem(
+    *invokes: tuple[str, dict[str, str]], to: str = "get_weather", end: str = "<|eom|>"
+) -> str:
+    body = "".join(
+        f'<atem:invoke name="{name}">'
+        + "".join(f'<atem:parameter name="{k}">{v}</atem:parameter>' for k, v in params.items())
+        + "</atem:invoke>\n"
+        for name, params in invokes
+    )
+    calls = f"<atem:function_calls>\n{body}</atem:function_calls>"
+    return f"<|start|>assistant to={to}<|message|>{calls}{end}"
+
+
+MUSE_OUTPUTS = [
+    "to=self<|message|>I should check.<|eom|>" + _atem(("get_weather", {"city": "Paris"})),
+    _atem(("get_weather", {"city": '"Zürich"', "n": "[1, 2]"}), ("get_time", {}))
+    + "<|start|>assistant to=user<|message|>Done.<|eot|>",
+    _atem(("get_weather.get_weather", {"city": "x"}), ("other.tool", {"q": "1"})),
+    'to=self<|message|>maybe <atem:invoke name="get_time"></atem:invoke><|eom|>'
+    "<|start|>assistant to=user<|message|>No call.<|eot|>",
+    _atem(("get_weather", {"city": "Pa"}))[:-40],
+    '<atem:function_calls><atem:invoke name="get_time"></atem:invoke></atem:function_calls>',
+    "to=user<|message|>Just an answer <with> tags<|eot|>",
+    "plain text without framing",
+    "to=self<|message|>open reasoning to=get_time<|message|><atem:function_calls>"
+    '<atem:invoke name="get_time"></atem:invoke>',
+    _atem(("get_weather", {"city": "a"}), to="user"),
+    "<|message|>bare header body<|eot|>",
+]
+
+
+@pytest.mark.parametrize("family", [MUSE, MUSE_WITH_REASONING], ids=["alone", "with-reasoning"])
+@pytest.mark.parametrize("text", MUSE_OUTPUTS)
+def test_muse_glimmer_matches_vllm(family: Family, text: str) -> None:
+    check_all(family, text)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(MUSE_OUTPUTS),
+    st.sampled_from([MUSE, MUSE_WITH_REASONING]),
+    st.lists(st.integers(0, 70), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_muse_glimmer_streaming_matches_vllm_for_any_cut(
+    text: str, family: Family, cuts: list[int], which: int
+) -> None:
+    family.check_stream(text, cuts, requests()[which])

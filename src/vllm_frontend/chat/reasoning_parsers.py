@@ -25,6 +25,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
 from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
+from vllm_frontend.chat.reasoning.muse_glimmer import MuseGlimmerReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.text_markers import GraniteReasoningParser, Olmo3ReasoningParser
 from vllm_frontend.chat.reasoning.think_tags import (
@@ -67,6 +68,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
         MiniMaxM3ReasoningParser,
+        MuseGlimmerReasoningParser,
         NemotronV3ReasoningParser,
         Olmo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,

@@ -38,6 +38,7 @@ from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToo
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
+from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
 from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
@@ -339,6 +340,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
+    "muse_glimmer": MuseGlimmerToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,

@@ -35,6 +35,5 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "inkling": _ENGINE.format(grammar="Inkling"),
     "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
     "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
-    "muse_glimmer": _STATEFUL.format(what="Muse Glimmer sections"),
 }
 """Name -> why it is refused."""
