@@ -466,3 +466,81 @@ def test_muse_glimmer_streaming_matches_vllm_for_any_cut(
     text: str, family: Family, cuts: list[int], which: int
 ) -> None:
     family.check_stream(text, cuts, requests()[which])
+
+
+# -- minicpm5 ----------------------------------------------------------------------------------
+
+MINICPM5 = Family("minicpm5", special=("<|im_end|>",))
+REQUIRED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "who": {"type": "string"}, "x": {}},
+            "required": ["n"],
+        },
+    },
+}
+TELECOM_TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {
+        k: {"type": "string"} for k in props}}}}
+    for n, props in [
+        ("get_customer_by_phone", ["phone_number"]),
+        ("get_customer_by_name", ["full_name", "date_of_birth", "dob"]),
+        ("get_details_by_id", ["id"]),
+        ("toggle_roaming", ["line_id", "enabled"]),
+        ("refuel_data", ["customer_id", "line_id", "amount_gb"]),
+    ]
+]  # fmt: skip
+
+
+def _fn(name: str, *params: tuple[str, str], q: str = '"') -> str:
+    body = "".join(f"<param name={q}{k}{q}>{v}</param>" for k, v in params)
+    return f"<function name={q}{name}{q}>{body}</function>"
+
+
+MINICPM5_OUTPUTS = [
+    _fn("get_weather", ("city", "Paris")),
+    "Let me check. " + _fn("get_weather", ("city", "Zürich 日本"), ("unit", "c")) + " and "
+    + _fn("get_time", q="'") + " done",
+    _fn("book", ("n", "3"), ("who", "[1, 2]"), ("x", "{'a': 1}")),
+    _fn("book", ("who", "x")),
+    _fn("book", ("n", "1"), ("n", "2")),
+    _fn("book", ("arguments", '{"n": 4, "who": 5, "zzz": 1}')),
+    _fn("book", ("n", "<![CDATA[ 7 ]]>")),
+    "<function name=\"book\"><param name=\"n\">1 < 2</param></function>",
+    "<function name=\"book\"><param>1</param></function>",
+    "<function name=\"book\"><arguments><param name=\"n\">9</param></arguments></function>",
+    _fn("unknown", ("a", "1")),
+    _fn("get_weather", ("city", "Paris"))[:-15],
+    _fn("get_weather", ("city", "Pa"))[:-20],
+    "<functionname=\"get_time\"></function>",
+    "thinking</think>\n\nNo tools here.",
+    "plain text <functi",
+    _fn("get_details_by_phone", ("phone", "555")) + _fn("enable_roaming", ("id", "L1"))
+    + _fn("add_data_to_line", ("line_id", "L2"), ("gb", "3"), ("customer_id", "C")),
+    _fn("get_details_by_name", ("name", "Ann"), ("dob", "1990"))
+    + _fn("get_plan_details", ("plan_id", "P"))
+    + _fn("get_line_status", ("line_id", "L3")) + _fn("disable_roaming", ("line_id", "L4")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", MINICPM5_OUTPUTS)
+def test_minicpm5_matches_vllm(text: str) -> None:
+    check_all(MINICPM5, text)
+    for tools in ([*TOOLS, REQUIRED_TOOL], [*TOOLS, *TELECOM_TOOLS]):
+        MINICPM5.check(text, vllm_request(tools), [2, 5, 9])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(MINICPM5_OUTPUTS),
+    st.lists(st.integers(0, 70), max_size=14),
+    st.sampled_from(range(len(requests()))),
+)
+def test_minicpm5_streaming_matches_vllm_for_any_cut(
+    text: str, cuts: list[int], which: int
+) -> None:
+    MINICPM5.check_stream(text, cuts, requests()[which])
+    MINICPM5.check_stream(text, cuts, vllm_request([*TOOLS, REQUIRED_TOOL, *TELECOM_TOOLS]))

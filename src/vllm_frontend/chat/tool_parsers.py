@@ -37,6 +37,7 @@ from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
+from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
 from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
@@ -339,6 +340,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
+    "minicpm5": MiniCPM5ToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
     "muse_glimmer": MuseGlimmerToolParser,
     "olmo3": Olmo3ToolParser,

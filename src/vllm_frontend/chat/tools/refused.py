@@ -35,6 +35,5 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
     "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
-    "minicpm5": _STATEFUL.format(where="vllm/tool_parsers/minicpm5xml_tool_parser.py"),
 }
 """Name -> why it is refused."""
