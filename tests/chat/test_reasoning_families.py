@@ -249,6 +249,33 @@ FAMILIES: dict[str, Family] = {
             "to=user<|message|><atem:function_calls>x",
         ),
     ),
+    "k2_horizon": Family(
+        "<ifm|think>",
+        "</ifm|think>",
+        (
+            "<ifm|think>",
+            "</ifm|think>",
+            "<ifm|think_fast>",
+            "</ifm|think_fast>",
+            "<ifm|think_faster>",
+            "</ifm|think_faster>",
+            "<ifm|tool_calls>",
+            "</ifm|tool_calls>",
+        ),
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, *({"reasoning_effort": e} for e in ("high", "medium", "low"))),
+        extra=(
+            "<ifm|think_fast>quick</ifm|think_fast>answer",
+            "<ifm|think_faster>quicker</ifm|think_faster>answer",
+            "plan <ifm|tool_calls><ifm|tool_call>x</ifm|tool_call></ifm|tool_calls>",
+            "plan <ifm|tool_c",
+            "plan </ifm|thi",
+            "<ifm|thi",
+            "<ifm|think>",
+            "  leading <ifm|think>inner</ifm|think>",
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -631,3 +658,13 @@ def test_hy_v4_markers_carry_the_structural_token_suffix_like_vllm(effort: str |
         assert got == want, text
     with pytest.raises(ParserConfigError, match="<think:6124c78e>"):
         OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="hy_v4", model=facts)
+
+
+@pytest.mark.parametrize("effort", ["none", "minimal", 3])
+def test_k2_horizon_refuses_a_reasoning_effort_without_markers_like_vllm(effort: Any) -> None:
+    with pytest.raises(ValueError) as theirs:
+        vllm_parser("k2_horizon", {"reasoning_effort": effort})
+    options = RequestToolOptions(False, "none", True, {"reasoning_effort": effort})
+    with pytest.raises(ValueError) as mine:
+        ours("k2_horizon").check_request(options)
+    assert str(mine.value) == str(theirs.value)

@@ -15,7 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL, Family, vllm_request
+from tests.chat.tool_family_harness import (
+    TIME_TOOL,
+    WEATHER_TOOL,
+    Family,
+    options_of,
+    vllm_request,
+)
 
 pytestmark = pytest.mark.oracle  # imports vLLM as the reference
 
@@ -544,3 +550,112 @@ def test_minicpm5_streaming_matches_vllm_for_any_cut(
 ) -> None:
     MINICPM5.check_stream(text, cuts, requests()[which])
     MINICPM5.check_stream(text, cuts, vllm_request([*TOOLS, REQUIRED_TOOL, *TELECOM_TOOLS]))
+
+
+# -- k2_horizon --------------------------------------------------------------------------------
+
+K2_MARKERS = (
+    "<ifm|tool_calls>", "</ifm|tool_calls>", "<ifm|tool_call>", "</ifm|tool_call>",
+    "<ifm|arg_key>", "</ifm|arg_key>", "<ifm|arg_type>", "</ifm|arg_type>",
+    "<ifm|arg_value>", "</ifm|arg_value>",
+)  # fmt: skip
+K2_THINK = ("<ifm|think>", "</ifm|think>")
+K2 = Family("k2_horizon", K2_MARKERS)
+K2_WITH_REASONING = Family("k2_horizon", (*K2_MARKERS, *K2_THINK), "k2_horizon")
+
+
+def _k2_xml(name: str, *args: tuple[str, str | None, str]) -> str:
+    body = "".join(
+        f"<ifm|arg_key>{k}</ifm|arg_key>"
+        + (f"<ifm|arg_type>{t}</ifm|arg_type>" if t is not None else "")
+        + f"<ifm|arg_value>{v}</ifm|arg_value>"
+        for k, t, v in args
+    )
+    return f"<ifm|tool_call>{name}{body}</ifm|tool_call>"
+
+
+def _k2(*calls: str) -> str:
+    return "<ifm|tool_calls>" + "".join(calls) + "</ifm|tool_calls>"
+
+
+K2_XML = [
+    _k2(_k2_xml("get_weather", ("city", None, "Paris"))),
+    "  Let me check. "
+    + _k2(_k2_xml("get_weather", ("city", None, " Zürich "), ("unit", None, "c")),
+          _k2_xml("get_time"))
+    + " after",
+    _k2(_k2_xml("plan_trip", ("days", None, " 3 "), ("budget", None, "null"),
+                ("stops", None, "[1]"))),
+    _k2(_k2_xml("get_weather", ("city", "string", "x"))),
+    _k2(_k2_xml("get_weather", ("city", None, "a"), ("city", None, "b"))),
+    _k2(_k2_xml("unknown_tool")),
+    _k2(_k2_xml("get weather")),
+    _k2(_k2_xml("get_time") + " junk"),
+    _k2(_k2_xml("get_weather", ("city", None, "Pa")))[:-25],
+    "No tools.",
+    "   ",
+    "<ifm|tool_calls>not a call</ifm|tool_calls>",
+]  # fmt: skip
+K2_TYPED = [
+    _k2(_k2_xml("plan_trip", ("days", "integer", "4"), ("free", "any", " x "),
+                ("ratio", "number", "2"))),
+    _k2(_k2_xml("plan_trip", ("days", None, "4"))),
+    _k2(_k2_xml("get_weather", ("city", "array[string]", '["a"]'))),
+]  # fmt: skip
+K2_JSON = [
+    _k2('<ifm|tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</ifm|tool_call>'),
+    _k2('<ifm|tool_call>{"name": "plan_trip", "arguments": {"days": "3", "stops": [1], '
+        '"city": ["日本"]}}</ifm|tool_call>'),
+    _k2('<ifm|tool_call>{"name": "get_time"}</ifm|tool_call><ifm|tool_call>[1]</ifm|tool_call>'),
+    _k2('<ifm|tool_call>{"name": "get_time", "arguments": []}</ifm|tool_call>'),
+]  # fmt: skip
+K2_CASES = [(None, K2_XML), ("xml", K2_XML[:4]), ("xml_typed", K2_TYPED), ("json", K2_JSON)]
+
+
+def _k2_requests(fmt: str | None) -> list[Any]:
+    kwargs = {} if fmt is None else {"chat_template_kwargs": {"tool_call_format": fmt}}
+    return [
+        vllm_request(TOOLS, **kwargs),
+        vllm_request(TOOLS, tool_choice="none", **kwargs),
+        vllm_request(None, **kwargs),
+        vllm_request(TOOLS, tool_choice="required", **kwargs),
+        vllm_request(
+            TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}, **kwargs
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"), [(f, t) for f, texts in K2_CASES for t in texts], ids=lambda x: str(x)[:12]
+)
+def test_k2_horizon_matches_vllm(fmt: str | None, text: str) -> None:
+    for req in _k2_requests(fmt):
+        K2.check(text, req, [2, 3, 7, 11])
+        body = text.strip()
+        for reasoned in (f"plan</ifm|think>{body}", f"<ifm|think>plan</ifm|think>{body}",
+                         f"plan {body}"):  # fmt: skip
+            K2_WITH_REASONING.check(reasoned, req, [1, 4, 9])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from([(f, t) for f, texts in K2_CASES for t in texts]),
+    st.sampled_from([K2, K2_WITH_REASONING]),
+    st.lists(st.integers(0, 70), max_size=14),
+    st.integers(0, 4),
+)
+def test_k2_horizon_streaming_matches_vllm_for_any_cut(
+    case: tuple[str | None, str], family: Family, cuts: list[int], which: int
+) -> None:
+    fmt, text = case
+    family.check_stream(text, cuts, _k2_requests(fmt)[which])
+
+
+def test_k2_horizon_refuses_an_unknown_tool_call_format_like_vllm() -> None:
+    req = vllm_request(TOOLS, chat_template_kwargs={"tool_call_format": "yaml"})
+    parser = K2.vllm_parser(req)
+    with pytest.raises(ValueError) as theirs:
+        parser.adjust_request(req)
+    with pytest.raises(ValueError) as mine:
+        K2.ours.check_request(options_of(req))
+    assert str(mine.value) == str(theirs.value)

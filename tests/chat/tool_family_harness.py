@@ -83,6 +83,7 @@ def options_of(req: Any) -> RequestToolOptions:
         include_reasoning=req.include_reasoning,
         chat_template_kwargs=req.chat_template_kwargs,
         tool_definitions=[t.model_dump() for t in req.tools or ()],
+        request_chat_template_kwargs=req.chat_template_kwargs,
         logprobs=bool(req.logprobs),
     )
 

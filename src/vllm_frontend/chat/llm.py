@@ -110,6 +110,9 @@ class ChatLlm:
         """:meth:`generate` without admission (the render routes prepare requests that this
         server does not run)."""
         text_request = request.text
+        if self._parsers is not None:
+            # vLLM builds the request's parser before rendering: what it refuses comes first.
+            self._parsers.check_request(self._options(request))
         if self.harmony is None:
             self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
         self.text.prompts.check_max_tokens_param(

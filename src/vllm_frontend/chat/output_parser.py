@@ -240,6 +240,18 @@ class OutputParsers:
             and options.tool_choice != "none"
         )
 
+    def check_request(self, options: RequestToolOptions) -> None:
+        """Refuse request settings a configured parser refuses (:class:`ValueError`), before
+        the request is rendered, as vLLM does when it builds the request's parser."""
+        if self.harmony:
+            return
+        if self.reasoning_cls is not None:
+            self.reasoning_cls.check_request(options.chat_template_kwargs or {})
+        if self.tool_cls is not None and (
+            self.reasoning_cls is not None or options.tool_choice != "none"
+        ):
+            self.tool_cls.check_request(options.request_chat_template_kwargs or {})
+
     def for_request(self, options: RequestToolOptions) -> OutputParser | HarmonyOutputParser:
         """A fresh parser for one choice of a request."""
         if self.harmony:
@@ -273,8 +285,12 @@ class OutputParsers:
             )
         elif self.tool_cls is not None:
             tool = self.tool_cls(self.vocab, options.tool_definitions)
-        if tool is not None and options.logprobs:
-            tool.wants_logprobs = True
+        if tool is not None:
+            if options.logprobs:
+                tool.wants_logprobs = True
+            if tool.reads_request:
+                tool.tool_choice = options.tool_choice
+                tool.request_kwargs = options.request_chat_template_kwargs or {}
         if tool is not None and self.structural_tag_model is not None:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010

@@ -35,6 +35,7 @@ from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
+from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
@@ -332,6 +333,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "hy_v4": HYV4ToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
+    "k2_horizon": K2HorizonToolParser,
     "kimi_k2": KimiK2ToolParser,
     "lfm2": Lfm2ToolParser,
     "ling3": Ling3ToolParser,

@@ -55,6 +55,10 @@ class ReasoningParser:
         self.vocab = vocab
 
     @classmethod
+    def check_request(cls, chat_template_kwargs: Mapping[str, Any]) -> None:
+        """Refuse (:class:`ValueError`) chat template kwargs the parser cannot serve."""
+
+    @classmethod
     def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
         """The class to serve ``model`` with (once, at startup); most families need nothing."""
         return cls

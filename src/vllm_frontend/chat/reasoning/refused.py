@@ -15,10 +15,6 @@ _UNIFIED = (
     "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
     "does not reproduce"
 )
-_STATEFUL = (
-    "its vLLM parser keeps a model-specific state machine ({what}) that vllm-frontend does "
-    "not reproduce"
-)
 
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
@@ -34,6 +30,5 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
     "inkling": _ENGINE.format(grammar="Inkling"),
     "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
-    "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
 }
 """Name -> why it is refused."""

@@ -11,10 +11,6 @@ _ENGINE = (
     "vLLM parses it with the {grammar} grammar of its parser engine ({where}), which "
     "vllm-frontend does not reproduce yet"
 )
-_STATEFUL = (
-    "its vLLM parser ({where}) keeps a model-specific streaming state machine that "
-    "vllm-frontend does not reproduce yet"
-)
 _UNIFIED = (
     "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
     "does not reproduce yet"
@@ -34,6 +30,5 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
-    "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
 }
 """Name -> why it is refused."""
