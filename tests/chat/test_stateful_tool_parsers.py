@@ -659,3 +659,31 @@ def test_k2_horizon_refuses_an_unknown_tool_call_format_like_vllm() -> None:
     with pytest.raises(ValueError) as mine:
         K2.ours.check_request(options_of(req))
     assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_k2_horizon_bad_tool_call_format_is_a_400_before_the_engine(stream: bool) -> None:
+    """vLLM refuses the request while preparing it (its parser's ``adjust_request``): a 400
+    with the parser's message, and no engine request."""
+    import json
+
+    from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+    from tests.support.tiny_model import tiny_model_dir
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir())
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser="k2_horizon", enable_auto_tool_choice=True
+    )
+    engine = _ScriptedEngine(tok.encode("hello", add_special_tokens=False))
+    kwargs = {"tool_call_format": "yaml"}
+    body = {**CHAT, "tools": TOOLS, "chat_template_kwargs": kwargs, "stream": stream}
+    status, raw = _post(_chat_app(engine, parsers), body)
+    req = vllm_request(TOOLS, chat_template_kwargs=kwargs)
+    with pytest.raises(ValueError) as theirs:
+        K2.vllm_parser(req).adjust_request(req)
+    assert status == 400, raw
+    error = json.loads(raw)["error"]
+    assert (error["type"], error["message"]) == ("BadRequestError", str(theirs.value))
+    assert engine.requests == []
