@@ -473,7 +473,7 @@ def test_glm47_required_choice_is_read_in_its_format_without_a_json_constraint(
     """vLLM's GLM parser reads "required" in its own format: no JSON schema reaches the engine,
     special tokens are kept, and the call comes back (``tool_calls`` finish, ``""`` content).
     With ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` on, vLLM constrains it with its GLM structural
-    tag instead, which this frontend answers 501 for (tests/chat/test_tool_structural_tags.py)."""
+    tag instead, and so does this frontend (tests/chat/test_tool_structural_tags.py)."""
     import json
 
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")

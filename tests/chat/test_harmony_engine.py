@@ -8,7 +8,8 @@ Harmony headers by itself, so its output reaches the client through Harmony's re
 text of an unfinished message as content), and the responses agree only if the prompts (the
 Harmony renderings) were the same token for token: the prompt ids are compared too. Both
 servers pin the Harmony date (``VLLM_SYSTEM_START_DATE``); vLLM runs with
-``VLLM_ENFORCE_STRICT_TOOL_CALLING=0``, the forced-tool-call mode this frontend serves.
+``VLLM_ENFORCE_STRICT_TOOL_CALLING=0`` (forced tool calls constrained with JSON; the engine
+requests of the structural-tag mode are compared in tests/chat/test_harmony_serving.py).
 """
 
 from __future__ import annotations

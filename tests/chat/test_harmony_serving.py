@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import re
 import types
@@ -73,8 +74,8 @@ SERVERS = {
 @pytest.fixture(autouse=True)
 def _pinned_date(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("VLLM_SYSTEM_START_DATE", START_DATE)
-    # Forced tool choices as both serve them without vLLM's harmony structural tag, which this
-    # frontend does not build yet (with it on, ours answers 501: the test at the end).
+    # The response comparisons run without vLLM's harmony tool-call structural tag (the engine
+    # requests with it on are compared by the tests at the end).
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
     yield
 
@@ -124,7 +125,7 @@ class ScriptedEngine:
         return len(request_ids)
 
 
-def our_app(engine: ScriptedEngine, server: str) -> App:
+def our_app(engine: ScriptedEngine, server: str, strict_level: str = "auto") -> App:
     reasoning, tool, auto = SERVERS[server]
     model = tiny_gptoss_dir()
     tok = tokenizer()
@@ -144,6 +145,7 @@ def our_app(engine: ScriptedEngine, server: str) -> App:
         tool_call_parser=tool,
         reasoning_parser=reasoning,
         enable_auto_tool_choice=auto,
+        tool_strict_level=strict_level,
         harmony=True,
         decode=functools.partial(tok.decode, skip_special_tokens=False),
     )
@@ -327,25 +329,70 @@ def test_a_tool_call_is_served_as_vllm_serves_it() -> None:
     assert response["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
 
 
-@pytest.mark.parametrize(
-    "choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
-)
-def test_a_forced_choice_that_vllm_constrains_with_its_harmony_tag_is_refused(
-    monkeypatch: pytest.MonkeyPatch, choice: Any
+STRICT_TIME = {"type": "function", "function": {"name": "get_time", "strict": True,
+               "parameters": {"type": "object", "properties": {"utc": {"type": "boolean"}},
+                              "required": ["utc"]}}}  # fmt: skip
+NO_PARAMS = {"type": "function", "function": {"name": "ping", "strict": False}}
+TAG_TOOLS = [[WEATHER], [WEATHER, STRICT_TIME], [NO_PARAMS, STRICT_TIME]]
+TAG_CHOICES: list[Any] = [
+    "auto", "required", "none",
+    {"type": "function", "function": {"name": "get_weather"}},
+    {"type": "function", "function": {"name": "get_time"}},
+]  # fmt: skip
+
+
+def _vllm_structured_outputs(body: dict[str, Any], level: str) -> dict[str, Any] | None:
+    """The constraint vLLM's Harmony render path sends (``adjust_harmony_request``)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    reasoning, tool, auto = SERVERS["both"]
+    request = ChatCompletionRequest.model_validate(json.loads(json.dumps(body)))
+    cls = ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=auto,
+        is_harmony=True,
+    )  # fmt: skip
+    parser = cls(hf_tokenizer(), request.tools, model_config=None)
+    parser.tool_strict_level = ToolStrictLevel.from_name(level)
+    return _constraint(parser.adjust_request(request).structured_outputs)
+
+
+def _constraint(so: Any) -> dict[str, Any] | None:
+    if so is None:
+        return None
+    fields = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+    return {k: v for k in fields if (v := getattr(so, k)) is not None} or None
+
+
+@pytest.mark.parametrize("level", ["auto", "function", "parameter"])
+def test_engine_gets_vllms_harmony_tool_constraint(
+    monkeypatch: pytest.MonkeyPatch, level: str
 ) -> None:
-    # vLLM 0.32 (strict tool calling on, its default) constrains these with xgrammar's "harmony"
-    # structural tag; until it is built here, a 501 naming it, never another constraint.
+    # vLLM 0.32 (strict tool calling on, its default) constrains forced and strict tool calls
+    # with its "harmony" structural tag: ours sends the engine the same constraint.
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "1")
-    engine = ScriptedEngine(steps_of(OUTPUTS["call"], 2), "stop")
-    body = {"model": "m", "messages": MESSAGES, "tools": [WEATHER], "tool_choice": choice}
+    engine = ScriptedEngine(steps_of(OUTPUTS["call"], 8), "stop")
+    app = our_app(engine, "both", level)
     headers = {b"content-type": b"application/json"}
-    request = Request("POST", "/v1/chat/completions", b"", headers, json.dumps(body).encode())
+    tags = 0
+    for tools, choice, parallel in itertools.product(TAG_TOOLS, TAG_CHOICES, (None, False)):
+        names = {t["function"]["name"] for t in tools}
+        if isinstance(choice, dict) and choice["function"]["name"] not in names:
+            continue
+        body: dict[str, Any] = {"model": "m", "messages": MESSAGES, "tools": tools,
+                                "tool_choice": choice}  # fmt: skip
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
+        request = Request("POST", "/v1/chat/completions", b"", headers, json.dumps(body).encode())
 
-    async def run() -> tuple[int, Any]:
-        response = await our_app(engine, "both")(request)
-        return response.status, json.loads(await body_of(response))
+        async def run(request: Request = request) -> int:
+            response = await app(request)
+            await body_of(response)
+            return response.status
 
-    status, out = asyncio.run(run())
-    assert status == 501, out
-    assert "'harmony'" in out["error"]["message"]
-    assert engine.requests == []
+        assert asyncio.run(run()) == 200, body
+        expected = _vllm_structured_outputs(body, level)
+        assert _constraint(engine.requests[-1].sampling_params.structured_outputs) == expected
+        tags += expected is not None
+    assert tags > 0

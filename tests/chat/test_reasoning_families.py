@@ -149,6 +149,59 @@ FAMILIES: dict[str, Family] = {
         _CHATML_PROMPT,
         _V3_KWARGS,
     ),
+    "deepseek_v4": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>"),
+        ("<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", *_CHATML),
+        _CHATML_PROMPT,
+        ({}, {"thinking": False, "enable_thinking": True}, {"reasoning_effort": "none"}),
+    ),
+    "deepseek_v41": Family(
+        "<think>",
+        "</think>",
+        ("<think>", "</think>"),
+        ("<｜DSML｜ calls>", "</｜DSML｜ calls>", *_CHATML),
+        _CHATML_PROMPT,
+        ({}, {"thinking": False}),
+    ),
+    "granite_thinking_parser": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, {"enable_thinking": False}, {"force_nonempty_content": True}),
+    ),
+    "inkling": Family(
+        "<|content_thinking|>",
+        "<|end_message|>",
+        (),
+        (
+            "<|message_model|>",
+            "<|content_text|>",
+            "<|content_thinking|>",
+            "<|content_invoke_tool_json|>",
+            "<|content_model_end_sampling|>",
+            "<|end_message|>",
+        ),
+        "<|message_user|>What is the weather?<|end_message|><|message_model|>",
+    ),
+    "mistral": Family(
+        "[THINK]",
+        "[/THINK]",
+        (),
+        ("[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]", "</s>"),
+        "[INST]What is the weather?[/INST]",
+    ),
+    "gemma4": Family(
+        "<|channel>",
+        "<channel|>",
+        (),
+        ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|turn>", "<turn|>"),
+        "<|turn>user\nWhat is the weather?<turn|>\n<|turn>model\n",
+        _ON_OFF,
+    ),
     "hy_v4": Family(
         "<think>",
         "</think>",
@@ -309,6 +362,9 @@ _CORPUS = [
     "<E>",
     "<S>",
     "",
+    "<S>thought\nchannel style<E>answer",
+    "thought\nno opener<E>answer",
+    "\n\n<S>late start<E>\n\nanswer",
 ]
 
 
@@ -318,6 +374,10 @@ def corpus(name: str) -> list[str]:
     out = []
     for text in _CORPUS:
         text = text.replace("<S>", fam.start).replace("<E>", fam.end)
+        if name in ("deepseek_v4", "deepseek_v41"):
+            tag = "tool_calls" if name == "deepseek_v4" else " calls"
+            text = text.replace("<tool_call>", f"<｜DSML｜{tag}>")
+            text = text.replace("</tool_call>", f"</｜DSML｜{tag}>")
         if name == "kimi_k2":
             text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
             text = text.replace("</tool_call>", "<|tool_calls_section_end|>")

@@ -11,29 +11,53 @@ vLLM would send a tag.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 from typing import Any
 
 import pytest
 
-from tests.chat.test_engine_reasoning_fields import tokenizer_dir as _tokenizer_dir
 from tests.chat.test_tool_parsers import (
     _chat_app,
     _post,
     _ScriptedEngine,
-    tokenizer,
-    vllm_parser_cls,
     vllm_request,
 )
+from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers
+from vllm_frontend.chat.tool_parsers import TOOL_PARSERS
 from vllm_frontend.chat.tool_tags import STRUCTURAL_TAG_MODELS
 
 pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
 pytest.importorskip("vllm")
 
-tokenizer_dir = _tokenizer_dir  # the fixture
+DEEPSEEK_MARKERS = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+                    "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"]  # fmt: skip
+
+
+@functools.cache
+def tokenizer() -> Any:
+    """The ChatML test tokenizer, with the DeepSeek tool-call markers the ``deepseek_v3`` and
+    ``deepseek_v31`` parsers (vLLM's and ours) need in the vocabulary."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok.add_tokens(["<think>", "</think>", "<tool_call>", "</tool_call>", *DEEPSEEK_MARKERS])
+    tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
+    vocab = tok.get_vocab()  # read once: every parser reads it per instance
+    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """:func:`tokenizer` saved for our own Tokenizer."""
+    path = tmp_path_factory.mktemp("tag-tokenizer")
+    tokenizer().save_pretrained(path)
+    return str(path)
+
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -45,10 +69,38 @@ NO_PARAMS = {"type": "function", "function": {"name": "ping", "strict": False}}
 DEFS = {"type": "function", "function": {"name": "book", "strict": True, "parameters": {
     "type": "object", "properties": {"where": {"$ref": "#/$defs/p"}},
     "$defs": {"p": {"type": "string"}}}}}  # fmt: skip
-TOOL_SETS = [[WEATHER], [WEATHER, STRICT_TIME], [NO_PARAMS, DEFS], [STRICT_TIME]]
+# Value kinds GLM's tag pins one by one for a non-strict tool: enums of strings and of other JSON
+# values, a one-value enum, type lists with and without "string", untyped and nested values.
+KINDS = {"type": "function", "function": {"name": "set_kinds", "parameters": {
+    "type": "object", "required": ["mode"], "properties": {
+        "mode": {"type": "string", "enum": ["fast", "slow"]},
+        "level": {"enum": [1, 2.5, None, True, "x", {"k": "v"}, ["é"]]}, "only": {"enum": ["one"]},
+        "n": {"type": "integer", "minimum": 0}, "ratio": {"type": "number"},
+        "maybe": {"type": ["integer", "null"]}, "text": {"type": ["string", "boolean"]},
+        "any": {"description": "untyped"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}},
+        "note": {"type": "string", "default": None, "description": "quotes \" and <tags>"},
+    }}}}  # fmt: skip
+# Schemas GLM's tag leaves free (combinators, open objects, no or empty properties), a name
+# with a dot and unicode, and a strict tool with no parameters at all.
+LOOSE = [
+    {"type": "function", "function": {"name": "any_of", "parameters": {
+        "anyOf": [{"type": "object"}], "properties": {"a": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "open", "parameters": {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "additionalProperties": True}}},
+    {"type": "function", "function": {"name": "empty", "parameters": {"type": "object",
+                                                                      "properties": {}}}},
+    {"type": "function", "function": {"name": "ns.wetter_日本"}},
+    {"type": "function", "function": {"name": "bare", "strict": True}},
+]  # fmt: skip
+TOOL_SETS = [[WEATHER], [WEATHER, STRICT_TIME], [NO_PARAMS, DEFS], [STRICT_TIME], [KINDS],
+             [*LOOSE, STRICT_TIME], [DEFS, STRICT_TIME]]  # fmt: skip
 CHOICES: list[Any] = [
     "auto", "required", {"type": "function", "function": {"name": "get_time"}},
     {"type": "function", "function": {"name": "get_weather"}}, "none",
+    {"type": "function", "function": {"name": "set_kinds"}},
+    {"type": "function", "function": {"name": "ns.wetter_日本"}},
+    {"type": "function", "function": {"name": "book"}},
 ]  # fmt: skip
 CONSTRAINTS: list[dict[str, Any]] = [
     {},
@@ -62,17 +114,43 @@ CONSTRAINTS: list[dict[str, Any]] = [
     {"structured_outputs": {"choice": ["yes", "no"]}},
     {"response_format": {"type": "json_object"}},
 ]
-BUILT = ["hermes", "qwen3_json", "longcat", "llama3_json", "llama4_json"]
-NOT_BUILT = ["qwen3_coder", "kimi_k2", "glm47"]
+TAGGED = sorted(n for n in STRUCTURAL_TAG_MODELS if n in TOOL_PARSERS and n != "openai")
+"""Every served parser vLLM constrains with a structural tag (gpt-oss's ``openai``: in
+tests/chat/test_harmony_serving.py, with the Harmony renderer)."""
+ALIASES = {"qwen3_json": "hermes", "llama4_json": "llama3_json", "glm45": "glm47",
+           "qwen3_xml": "qwen3_coder"}  # fmt: skip
+"""vLLM's alias names, on the same parser class (tested at one strict level)."""
+SERVERS = [
+    (tool, level)
+    for tool in TAGGED
+    for level in (("function",) if tool in ALIASES else ("auto", "function", "parameter"))
+]
+"""``--tool-call-parser`` x ``--tool-strict-level``."""
 
 
-def _vllm_structured_outputs(tool: str, level: str, body: dict[str, Any]) -> dict[str, Any] | None:
+def vllm_parser_cls(tool: str) -> Any:
+    """vLLM's composed parser class for ``--tool-call-parser tool``."""
+    from vllm.parser import ParserManager
+
+    return ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=None, enable_auto_tools=True,
+        tokenizer=tokenizer(),
+    )  # fmt: skip
+
+
+def _vllm_parser(tool: str, level: str) -> Any:
+    """vLLM's parser for ``--tool-call-parser tool --tool-strict-level level`` (its
+    ``adjust_request`` reads the tools of the request it is given)."""
     from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
 
+    parser = vllm_parser_cls(tool)(tokenizer(), None, chat_template_kwargs={})
+    parser.tool_strict_level = ToolStrictLevel.from_name(level)
+    return parser
+
+
+def _vllm_structured_outputs(parser: Any, body: dict[str, Any]) -> dict[str, Any] | None:
     fields = {k: v for k, v in copy.deepcopy(body).items() if k not in ("tools", "model")}
     req = vllm_request(copy.deepcopy(body["tools"]), **fields)
-    parser = vllm_parser_cls(tool, None)(tokenizer(), req.tools, chat_template_kwargs={})
-    parser.tool_strict_level = ToolStrictLevel.from_name(level)
     req = parser.adjust_request(req)
     so = req.extract_structured_outputs()
     if so is None:
@@ -97,20 +175,29 @@ def _cases() -> list[tuple[Any, ...]]:
             continue
         if isinstance(named, dict) and "structured_outputs" in CONSTRAINTS[constraint]:
             continue  # vLLM refuses structured outputs with a named tool (tested elsewhere)
+        if named != "auto" and constraint > 1:
+            continue  # only "auto" combines a constraint with the calls; the others drop it
+        if named == "none" and parallel is not None:
+            continue  # no tag, whatever the flag
         out.append((tools, choice, parallel, constraint))
     return out
 
 
-def _ours(tool: str, level: str, tok_dir: str) -> tuple[Any, _ScriptedEngine]:
+@functools.cache
+def _our_tokenizer(tok_dir: str) -> Any:
     from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tok_dir)
+    return Tokenizer.from_dir(tok_dir)
+
+
+def _ours(tool: str, level: str, tok_dir: str) -> tuple[Any, _ScriptedEngine]:
+    tok = _our_tokenizer(tok_dir)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser=tool, enable_auto_tool_choice=True,
         tool_strict_level=level,
     )  # fmt: skip
     engine = _ScriptedEngine([tok.encode("ok", add_special_tokens=False)[0]])
-    return _chat_app(engine, parsers, tok_dir), engine
+    return _chat_app(engine, parsers, tok_dir, tok=tok), engine
 
 
 def _our_structured_outputs(engine: _ScriptedEngine) -> dict[str, Any] | None:
@@ -121,10 +208,10 @@ def _our_structured_outputs(engine: _ScriptedEngine) -> dict[str, Any] | None:
             if (v := getattr(so, k)) is not None}  # fmt: skip
 
 
-@pytest.mark.parametrize("tool", BUILT + NOT_BUILT)
-@pytest.mark.parametrize("level", ["auto", "function", "parameter"])
+@pytest.mark.parametrize(("tool", "level"), SERVERS)
 def test_engine_gets_vllms_tool_constraint(tool: str, level: str, tokenizer_dir: str) -> None:
     app, engine = _ours(tool, level, tokenizer_dir)
+    parser = _vllm_parser(tool, level)
     tags = 0
     for tools, choice, parallel, constraint in _cases():
         body: dict[str, Any] = {
@@ -133,18 +220,32 @@ def test_engine_gets_vllms_tool_constraint(tool: str, level: str, tokenizer_dir:
         }  # fmt: skip
         if parallel is not None:
             body["parallel_tool_calls"] = parallel
-        expected = _vllm_structured_outputs(tool, level, body)
+        expected = _vllm_structured_outputs(parser, body)
         status, raw = _post(app, body)
-        vllm_tag = expected is not None and "structural_tag" in expected
-        if tool in NOT_BUILT and vllm_tag:
-            assert status == 501, raw
-            assert STRUCTURAL_TAG_MODELS[tool] in json.loads(raw)["error"]["message"]
-            continue
         assert status == 200, (body, raw)
         got = _our_structured_outputs(engine)
         assert (got or None) == (expected or None), body
-        tags += vllm_tag
-    assert tags > 0 or tool in NOT_BUILT
+        tags += expected is not None and "structural_tag" in expected
+    assert tags > 0
+
+
+def test_aliases_are_vllms() -> None:
+    for alias, name in ALIASES.items():
+        assert vllm_parser_cls(alias).tool_parser_cls is vllm_parser_cls(name).tool_parser_cls
+        assert TOOL_PARSERS[alias] is TOOL_PARSERS[name]
+
+
+def test_every_served_parsers_structural_tag_is_built() -> None:
+    # No request a served parser takes answers 501 for want of its tag: the models not built here
+    # belong to parsers refused at startup.
+    from vllm_frontend.chat.tags import BUILDERS
+    from vllm_frontend.chat.tools.refused import REFUSED_TOOL_PARSERS
+
+    unbuilt = {name for name, model in STRUCTURAL_TAG_MODELS.items() if model not in BUILDERS}
+    assert unbuilt <= set(REFUSED_TOOL_PARSERS)
+    assert {
+        STRUCTURAL_TAG_MODELS[name] for name in TOOL_PARSERS if name in STRUCTURAL_TAG_MODELS
+    } <= set(BUILDERS)
 
 
 def test_structural_tag_models_and_default_levels_are_vllms() -> None:
@@ -160,3 +261,80 @@ def test_structural_tag_models_and_default_levels_are_vllms() -> None:
         assert STRUCTURAL_TAG_MODELS.get(name) == cls.structural_tag_model, name
         level = cls.default_tool_strict_level
         assert DEFAULT_STRICT_LEVELS.get(name) == (None if level is None else int(level)), name
+
+
+@pytest.mark.parametrize(
+    "prop", [True, {"enum": []}, {"type": []}, "text", {"type": ["string"]}, {"enum": [None]}]
+)
+def test_glm_value_schemas_vllm_fails_on_fail_the_same_way(prop: Any, tokenizer_dir: str) -> None:
+    # vLLM's GLM builder reads a non-strict tool's property schemas as they come: a schema it
+    # cannot read fails the request with vLLM's status and message (400 for a TypeError, 500
+    # otherwise), the others are served.
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"p": prop}}}}  # fmt: skip
+    body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [tool], "tool_choice": "required"}  # fmt: skip
+    app, engine = _ours("glm47", "auto", tokenizer_dir)
+    status, raw = _post(app, body)
+    try:
+        expected = _vllm_structured_outputs(_vllm_parser("glm47", "auto"), body)
+    except Exception as exc:  # vLLM's exception handlers take any
+        expected_error = create_error_response(exc).model_dump()["error"]
+        assert (status, json.loads(raw)["error"]) == (expected_error["code"], expected_error)
+        return
+    assert status == 200, raw
+    assert _our_structured_outputs(engine) == expected
+
+
+USER_TAGS: list[dict[str, Any]] = [
+    {"type": "any_text"},
+    {"value": "x", "type": "const_string"},
+    {"type": "sequence", "elements": [
+        {"pattern": "[a-z]+", "type": "regex"},
+        {"type": "optional", "content": {"type": "any_text", "excludes": ["<x>"]}},
+        {"type": "star", "content": {"type": "const_string", "value": "a"}},
+        {"type": "plus", "content": {"type": "grammar", "grammar": 'root ::= "b"'}},
+        {"type": "repeat", "content": {"type": "const_string", "value": "c"}, "max": 3, "min": 1},
+    ]},
+    {"type": "triggered_tags", "triggers": ["<f"], "excludes": ["<g"], "tags": [
+        {"end": "</f>", "begin": "<f>", "content": {"json_schema": {"type": "object"},
+                                                    "type": "json_schema"}},
+    ]},
+    {"type": "or", "elements": [
+        {"type": "tags_with_separator", "separator": ",", "tags": [
+            {"type": "tag", "begin": "<a>", "end": ["</a>", "</A>"],
+             "content": {"type": "qwen_xml_parameter", "json_schema": {"type": "object"}}}]},
+        {"type": "dispatch", "rules": [["<d>", {"type": "const_string", "value": "d"}]]},
+        {"type": "json_schema", "json_schema": True, "style": "qwen_xml", "any_order": True},
+    ]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("user_tag", USER_TAGS)
+def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
+    user_tag: dict[str, Any], tokenizer_dir: str
+) -> None:
+    # "auto" with strict tools and a structural-tag constraint: vLLM reads the request's tag into
+    # xgrammar's models and dumps it (defaults filled in, fields in declaration order).
+    app, engine = _ours("hermes", "auto", tokenizer_dir)
+    parser = _vllm_parser("hermes", "auto")
+    for rf in (
+        {"type": "structural_tag", "format": user_tag},
+        {"structured_outputs": {"structural_tag": json.dumps({"type": "structural_tag",
+                                                              "format": user_tag})}},
+    ):  # fmt: skip
+        body: dict[str, Any] = {
+            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [STRICT_TIME], "tool_choice": "auto",
+        }  # fmt: skip
+        if "structured_outputs" in rf:
+            body.update(rf)
+        else:
+            body["response_format"] = rf
+        expected = _vllm_structured_outputs(parser, body)
+        status, raw = _post(app, body)
+        assert status == 200, raw
+        assert _our_structured_outputs(engine) == expected
+        assert expected is not None and "structural_tag" in expected

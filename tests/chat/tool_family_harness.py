@@ -20,6 +20,8 @@ from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
 ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}|call_[0-9a-f]{32}")
+MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+"""Mistral's ids: 9 random letters and digits."""
 MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+")
 """Ids the model writes itself (Kimi K2), compared as they are."""
 """Tool-call id formats (random ids are compared by format; xlam, hunyuan and minicpm5 make
@@ -109,6 +111,8 @@ def _id_shape(call_id: str | None) -> str:
         return ""
     if MODEL_ID.fullmatch(call_id):
         return call_id
+    if MISTRAL_ID.fullmatch(call_id):
+        return "mistral#"
     assert ID.fullmatch(call_id), call_id
     if call_id.startswith("call_") and len(call_id) == len("call_") + 32:
         return "call_#"  # a whole random uuid (minicpm5)
@@ -125,6 +129,13 @@ class Family:
     """A ``--reasoning-parser`` to run in front of the tool parser."""
     special: tuple[str, ...] = ()
     """Marker strings that are special tokens of the family's tokenizer."""
+    prompt_end: tuple[str, ...] = ()
+    """Tokens the prompt ends with (its ids are ``[1]`` and these)."""
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The prompt's token ids."""
+        return [1, *self.tok.convert_tokens_to_ids(list(self.prompt_end))]
 
     @property
     def tok(self) -> Any:
@@ -227,7 +238,11 @@ class Family:
         events: list[Event] = []
         for k, (text, ids) in enumerate(deltas):
             msg = parser.parse_delta(
-                text, list(ids), req, prompt_token_ids=[1], finished=k == len(deltas) - 1
+                text,
+                list(ids),
+                req,
+                prompt_token_ids=self.prompt_ids,
+                finished=k == len(deltas) - 1,
             )
             if msg is None:
                 continue
@@ -250,7 +265,7 @@ class Family:
         parser = self.ours.for_request(options_of(req))
         events: list[Event] = []
         for k, (text, ids) in enumerate(deltas):
-            msg = parser.feed(text, ids, [1], finished=k == len(deltas) - 1)
+            msg = parser.feed(text, ids, self.prompt_ids, finished=k == len(deltas) - 1)
             if msg is None:
                 continue
             calls = []

@@ -312,3 +312,28 @@ def test_media_environment_variables_are_read_as_vllm_reads_them(
     monkeypatch.setenv("VLLM_AUDIO_FETCH_TIMEOUT", "soon")
     with pytest.raises(ConfigError, match="VLLM_AUDIO_FETCH_TIMEOUT"):
         media_policy(config_from_args({"model_tag": "m"}))
+
+
+def test_the_traces_endpoint_goes_to_both_sides_and_the_managed_engines_environment() -> None:
+    """As in vLLM: the engines' configuration has it, and with one API server the engines it
+    starts inherit ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (its ``init_tracer`` exports it)."""
+    from vllm_frontend.cmd.runner import engine_environment
+
+    cmd = ["m", "--otlp-traces-endpoint", "127.0.0.1:4317", "--collect-detailed-traces", "all"]
+    args = parse_serve_args(_parser(), cmd)
+    assert args.engine_args == cmd[1:]
+    config = config_from_args(args.frontend_args())
+    assert config.otlp_traces_endpoint == "127.0.0.1:4317"
+    assert engine_environment(config) == {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "127.0.0.1:4317"}
+    assert engine_environment(config_from_args({"model_tag": "m"})) == {}
+
+
+def test_the_traces_endpoint_without_opentelemetry_stops_startup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp")
+    with pytest.raises(ConfigError, match="Unsupported OTLP protocol 'udp' is configured"):
+        config_from_args({"model_tag": "m", "otlp_traces_endpoint": "127.0.0.1:4317"})
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.resources", None)
+    with pytest.raises(ConfigError, match=r"pip install 'vllm-frontend-py\[otlp\]'"):
+        config_from_args({"model_tag": "m", "otlp_traces_endpoint": "127.0.0.1:4317"})

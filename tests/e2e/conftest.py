@@ -25,6 +25,7 @@ from tests.support.engines import (
     start_vllm_server,
     stop_group,
 )
+from tests.support.otlp_collector import Collector, grpc_collector
 from tests.support.tiny_lora import RANK as LORA_RANK
 from tests.support.tiny_lora import tiny_lora_dir
 
@@ -37,8 +38,10 @@ ENGINE_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--gpu-memory-utilization"
                "--enable-lora", "--max-lora-rank", str(LORA_RANK), "--max-loras", "2")  # fmt: skip
 LORA_NAME = "tiny-lora"
 """The adapter both frontends load at startup (``--lora-modules``)."""
-# Both frontends serve /v1/load_lora_adapter and /v1/unload_lora_adapter.
-FRONTEND_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+# Both frontends serve /v1/load_lora_adapter and /v1/unload_lora_adapter, and export their
+# request spans to a collector in this process (--otlp-traces-endpoint, tests/e2e/
+# test_tracing.py) within 0.1 s of a request's end.
+FRONTEND_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "OTEL_BSP_SCHEDULE_DELAY": "100"}
 # Frontend options both servers get (ours as config_from_args keys): the render routes.
 FRONTEND_ARGS = ("--enable-scale-out",)
 OUR_ARGS = {"enable_scale_out": True}
@@ -60,10 +63,12 @@ class Frontends:
     """Our in-process ``EngineCoreClient`` (None when our server runs as a CLI process)."""
     our_engines: HeadlessEngines | None = None
     """The headless engine behind our server (None for servers started elsewhere)."""
+    spans: Collector | None = None
+    """The OTLP collector both servers export their spans to (None: servers started elsewhere)."""
 
 
 def _start_cli_server(
-    model: pathlib.Path, handshake_port: int, port: int, lora: str
+    model: pathlib.Path, handshake_port: int, port: int, lora: str, otlp: str
 ) -> subprocess.Popen[bytes]:
     """``vllm-frontend serve MODEL --data-parallel-size-local 0 …``: the shipped CLI in front of
     the external headless engine."""
@@ -71,7 +76,7 @@ def _start_cli_server(
     argv = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
             "--data-parallel-rpc-port", str(handshake_port), "--lora-modules", lora,
-            *FRONTEND_ARGS]  # fmt: skip
+            "--otlp-traces-endpoint", otlp, *FRONTEND_ARGS]  # fmt: skip
     log = (log_dir() / f"ours-cli-{port}.log").open("wb")
     return subprocess.Popen(
         argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -108,39 +113,51 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
             os.environ["E2E_OURS_URL"], os.environ["E2E_VLLM_URL"], str(tiny_model), MAX_MODEL_LEN
         )
         return
-    handshake = free_port()
-    engines = start_headless_engines(
-        handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=OUR_ENGINE_NICE
-    )
-    lora = f"{LORA_NAME}={tiny_lora_dir()}"
-    reference = start_vllm_server(
-        model=tiny_model,
-        extra_args=(*ENGINE_ARGS, "--lora-modules", lora, *FRONTEND_ARGS),
-        env=FRONTEND_ENV,
-    )
-    ours = None
-    cli = None
-    try:
-        if os.environ.get("E2E_OURS") == "cli":
-            port = free_port()
-            cli = _start_cli_server(tiny_model, handshake, port, lora)
-            url, client = f"http://127.0.0.1:{port}", None
-            _wait_http(url, cli, 600)
-        else:
-            ours = start_our_server(
-                tiny_model, engines.handshake_address, free_port(),
-                args={"lora_modules": [lora], **OUR_ARGS}, env=FRONTEND_ENV,
-            )  # fmt: skip
-            url, client = ours.base_url, ours.client
-        reference.wait_ready(600)
-        yield Frontends(url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client, engines)
-    finally:
-        if ours is not None:
-            ours.stop()
-        if cli is not None:
-            stop_group(cli)
-        reference.stop()
-        engines.stop()
+    with grpc_collector() as spans:  # before the servers: they export to it as they serve
+        handshake = free_port()
+        engines = start_headless_engines(
+            handshake, 1, model=tiny_model, extra_args=ENGINE_ARGS, nice=OUR_ENGINE_NICE
+        )
+        lora = f"{LORA_NAME}={tiny_lora_dir()}"
+        reference = start_vllm_server(
+            model=tiny_model,
+            extra_args=(
+                *ENGINE_ARGS,
+                "--lora-modules",
+                lora,
+                *FRONTEND_ARGS,
+                "--otlp-traces-endpoint",
+                spans.endpoint,
+            ),
+            env=FRONTEND_ENV,
+        )
+        ours = None
+        cli = None
+        try:
+            if os.environ.get("E2E_OURS") == "cli":
+                port = free_port()
+                cli = _start_cli_server(tiny_model, handshake, port, lora, spans.endpoint)
+                url, client = f"http://127.0.0.1:{port}", None
+                _wait_http(url, cli, 600)
+            else:
+                ours = start_our_server(
+                    tiny_model, engines.handshake_address, free_port(),
+                    args={"lora_modules": [lora], "otlp_traces_endpoint": spans.endpoint,
+                          **OUR_ARGS},
+                    env=FRONTEND_ENV,
+                )  # fmt: skip
+                url, client = ours.base_url, ours.client
+            reference.wait_ready(600)
+            yield Frontends(
+                url, reference.base_url, str(tiny_model), MAX_MODEL_LEN, client, engines, spans
+            )
+        finally:
+            if ours is not None:
+                ours.stop()
+            if cli is not None:
+                stop_group(cli)
+            reference.stop()
+            engines.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The render routes of the full server (``--enable-scale-out`` on both sides) answer as vLLM's:
 the ``GenerateRequest`` of a chat or completion request against the engines' context length,
-the errors, and the ``501`` / vLLM answer split on the scale-out routes we do not serve yet."""
+and the errors."""
 
 from __future__ import annotations
 
@@ -47,12 +47,3 @@ def test_render_is_vllms(frontends: Frontends, path: str, body: dict[str, Any]) 
     ours = httpx.post(frontends.ours + path, json=body, headers=HEADERS, timeout=60)
     ref = httpx.post(frontends.vllm + path, json=body, headers=HEADERS, timeout=60)
     assert (ours.status_code, ours.json()) == (ref.status_code, ref.json())
-
-
-def test_abort_requests_is_answered(frontends: Frontends) -> None:
-    # vLLM serves it; ours answers 501 until token-in/token-out is served (never 404 or 5xx).
-    body = {"request_ids": ["none"]}
-    ref = httpx.post(frontends.vllm + "/inference/v1/abort_requests", json=body, timeout=60)
-    ours = httpx.post(frontends.ours + "/inference/v1/abort_requests", json=body, timeout=60)
-    assert ref.status_code == 200
-    assert ours.status_code == 501 and ours.json()["error"]["type"] == "NotImplementedError"

@@ -269,3 +269,38 @@ def test_a_consumer_leaving_early_records_no_finished_request_like_vllm() -> Non
     assert got("vllm:e2e_request_latency_seconds_count", labels) == 0
     assert got("vllm:request_params_n_count", labels) == 0
     assert (got("vllm:generation_tokens_total", labels) or 0) >= 1
+
+
+def test_abort_by_public_id_reaches_every_unfinished_sample_and_forgets_the_request() -> None:
+    async def run() -> None:
+        engine = ScriptedEngine(steps=1, finish=None, block=True)
+        llm = _llm(engine)
+        req = GenerateRequest(request_id="generate-tokens-x", prompt_token_ids=[1], n=2,
+                              sampling_params=Params(n=2))  # fmt: skip
+        other = GenerateRequest(request_id="cmpl-y", prompt_token_ids=[1], sampling_params=Params())
+        async with llm.generate(req) as stream, llm.generate(other) as kept:
+            assert sorted(llm.live_request_ids) == ["cmpl-y", "generate-tokens-x"]
+            assert await llm.abort(["generate-tokens-x", "unknown"]) == 2
+            assert engine.aborted == stream.engine_request_ids
+            assert await llm.abort(["cmpl"]) == 0  # ids are matched whole
+            assert kept.engine_request_ids[0] not in engine.aborted
+        # closing ended both requests: nothing is left to abort
+        assert llm.live_request_ids == []
+        assert await llm.abort(["generate-tokens-x", "cmpl-y"]) == 0
+
+    asyncio.run(run())
+
+
+def test_a_finished_request_cannot_be_aborted() -> None:
+    async def run() -> None:
+        engine = ScriptedEngine(steps=2)
+        llm = _llm(engine)
+        req = GenerateRequest(request_id="g", prompt_token_ids=[1], sampling_params=Params())
+        async with llm.generate(req) as stream:
+            outputs = [o async for o in stream]
+            assert outputs[-1].finished
+            assert llm.live_request_ids == []
+            assert await llm.abort(["g"]) == 0
+        assert engine.aborted == []
+
+    asyncio.run(run())

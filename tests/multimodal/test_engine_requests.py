@@ -5,14 +5,15 @@ dtypes, shapes and values). Bad input gets vLLM's status and error body.
 
 Both frontends mirror the engine's multimodal cache: an item the engine already holds goes as
 ``data=None`` from both, on the same requests.
+
+Both run with ``--enable-mm-embeds``: ``image_embeds`` / ``video_embeds`` parts (Qwen2-VL's
+dictionaries of embeddings and grid) are compared too, and the requests vLLM refuses.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import pathlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,53 +23,10 @@ import pytest
 from PIL import Image
 
 from tests.multimodal.media.videos import make_video
-from tests.support.engines import (
-    VllmProcess,
-    external_engine_args,
-    free_port,
-    http_status,
-    start_vllm,
-    start_vllm_server,
-)
+from tests.multimodal.recorded import Side, compare_requests, recorded_sides
 from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
-from vllm_frontend.mock.recording import read_requests
 
 pytestmark = pytest.mark.engine
-
-
-class Side:
-    """One frontend with its recording mock engine."""
-
-    def __init__(self, url: str, record: pathlib.Path, processes: list[Any]) -> None:
-        self.url = url
-        self.record = record
-        self.processes = processes
-        self.seen = 0
-
-    def new_requests(self) -> list[Any]:
-        """The engine requests recorded since the last call."""
-        requests = read_requests(self.record)
-        out = requests[self.seen :]
-        self.seen = len(requests)
-        return out
-
-
-def _mock_engine(name: str, rpc: int, record: pathlib.Path) -> VllmProcess:
-    args = ["-m", "vllm_frontend", "mock-engine", "--handshake-address",
-            f"tcp://127.0.0.1:{rpc}", "--max-model-len", "2048", "--vocab-size", "1000",
-            "--record-requests", str(record)]  # fmt: skip
-    return start_vllm(name, args, program=sys.executable)
-
-
-def _wait(port: int, processes: list[Any], timeout: float = 300) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while http_status(port, timeout=2) != 200:
-        for p in processes:
-            p.check_running() if hasattr(p, "check_running") else p.process.check_running()
-        assert time.monotonic() < deadline, "frontend not ready"
-        time.sleep(0.5)
 
 
 LIMITS = '{"image": 3, "video": 2}'
@@ -76,39 +34,9 @@ LIMITS = '{"image": 3, "video": 2}'
 
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
-    model = tiny_vlm_dir()
     tmp = tmp_path_factory.mktemp("records")
-    out: dict[str, Side] = {}
-    started: list[Any] = []
-    try:
-        rpc, port = free_port(), free_port()
-        started.append(_mock_engine("mock-vllm", rpc, tmp / "vllm.bin"))
-        server = start_vllm_server(
-            model=model,
-            port=port,
-            extra_args=[*external_engine_args(rpc), "--limit-mm-per-prompt", LIMITS],
-            env={"PYTHONPATH": VLM_PYTHONPATH, "VLLM_SERVER_DEV_MODE": "1"},
-        )  # fmt: skip
-        started.append(server)
-        out["vllm"] = Side(server.base_url, tmp / "vllm.bin", [server])
-        rpc2, port2 = free_port(), free_port()
-        started.append(_mock_engine("mock-ours", rpc2, tmp / "ours.bin"))
-        ours = start_vllm(
-            "ours-mm",
-            ["-m", "vllm_frontend", "serve", str(model), "--port", str(port2),
-             "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc2),
-             "--limit-mm-per-prompt", LIMITS],
-            {"VLLM_SERVER_DEV_MODE": "1"},  # /reset_mm_cache
-            program=sys.executable,
-        )  # fmt: skip
-        started.append(ours)
-        out["ours"] = Side(f"http://127.0.0.1:{port2}", tmp / "ours.bin", [ours])
-        _wait(port2, [ours])
-        server.wait_ready(600)
-        yield out
-    finally:
-        for p in reversed(started):
-            p.stop()
+    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds"]
+    yield from recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> str:
@@ -154,51 +82,6 @@ def _text(text: str) -> dict[str, Any]:
 def _post(side: Side, messages: list[Any], **extra: Any) -> httpx.Response:
     body = {"messages": messages, "max_tokens": 3, **extra}
     return httpx.post(side.url + "/v1/chat/completions", json=body, timeout=120)
-
-
-def _tensor(elem: Any) -> tuple[str, tuple[int, ...], np.ndarray]:
-    data = elem.data
-    return data.dtype, tuple(data.shape), np.asarray(data.numpy())
-
-
-def _compare(vllm: Any, ours: Any, cached: dict[str, Any]) -> None:
-    assert ours.prompt_token_ids == vllm.prompt_token_ids
-    if vllm.mm_features is None:
-        assert ours.mm_features is None
-        return
-    # A "flat" field's slices span the items processed in one call: vLLM's span only the items
-    # its processor cache missed, ours every item of the request. Equal when vLLM missed all.
-    all_sent = all(f.data is not None for f in vllm.mm_features)
-    assert len(ours.mm_features) == len(vllm.mm_features)
-    for theirs, mine in zip(vllm.mm_features, ours.mm_features, strict=True):
-        assert (mine.modality, mine.identifier, mine.mm_hash) == (
-            theirs.modality,
-            theirs.identifier,
-            theirs.mm_hash,
-        )
-        assert mine.mm_position.offset == theirs.mm_position.offset
-        assert mine.mm_position.length == theirs.mm_position.length
-        assert mine.mm_position.is_embed is None and theirs.mm_position.is_embed is None
-        # Items the engine holds go without data from both (the sender caches agree).
-        assert (mine.data is None) == (theirs.data is None), theirs.mm_hash
-        if theirs.data is None:
-            continue
-        data = theirs.data
-        cached[theirs.mm_hash] = data
-        assert set(mine.data) == set(data)
-        for key, elem in data.items():
-            got = mine.data[key]
-            if all_sent:
-                assert got.field == elem.field, key
-            else:
-                assert got.field[0] == elem.field[0], key
-                assert {k: v for k, v in got.field[1].items() if k != "slices"} == {
-                    k: v for k, v in elem.field[1].items() if k != "slices"
-                }
-            want_dtype, want_shape, want = _tensor(elem)
-            got_dtype, got_shape, values = _tensor(got)
-            assert (got_dtype, got_shape) == (want_dtype, want_shape), key
-            assert np.array_equal(values, want), key
 
 
 REQUESTS = {
@@ -257,7 +140,7 @@ def test_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
         assert responses["ours"].status_code == responses["vllm"].status_code == 200
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
-        _compare(vllm, ours, cached)
+        compare_requests(vllm, ours, cached)
 
 
 def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> None:
@@ -276,7 +159,7 @@ def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> Non
         ours = sides["ours"].new_requests()
         assert len(vllm) == len(ours) == 2
         for theirs, mine in zip(vllm, ours, strict=True):
-            _compare(theirs, mine, _SENT)
+            compare_requests(theirs, mine, _SENT)
         # The first of the two carries every item's data, the second none.
         assert all(f.data is not None for f in ours[0].mm_features)
         assert all(f.data is None for f in ours[1].mm_features)
@@ -303,9 +186,6 @@ BAD = {
     "too many videos": [
         {"role": "user", "content": [_video(4, 4.0, (32, 32 + 2 * i)) for i in range(3)]}
     ],
-    "image embeds": [
-        {"role": "user", "content": [{"type": "image_embeds", "image_embeds": "AAAA"}]}
-    ],
 }
 
 
@@ -331,7 +211,7 @@ def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
         assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
-        _compare(vllm, ours, _SENT)
+        compare_requests(vllm, ours, _SENT)
 
 
 def test_memory_stays_flat_over_many_image_requests(sides: dict[str, Side]) -> None:
@@ -397,4 +277,261 @@ def test_truncation_keeps_items_whole_as_vllm(
         return
     [vllm] = sides["vllm"].new_requests()
     [mine] = sides["ours"].new_requests()
-    _compare(vllm, mine, _SENT)
+    compare_requests(vllm, mine, _SENT)
+
+
+# --- Precomputed embeddings (--enable-mm-embeds on both sides) ---------------------------------
+
+HIDDEN = 128
+"""The tiny Qwen2-VL's text hidden size (what an embedding row must have)."""
+
+
+def _tensor(data: Any) -> tuple[str, tuple[int, ...], np.ndarray]:
+    return data.dtype, tuple(data.shape), np.asarray(data.numpy())
+
+
+def _npy(array: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _torch_saved(array: np.ndarray, dtype: str) -> str:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(torch.from_numpy(array).to(getattr(torch, dtype)), buf)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _rows(count: int, seed: int, width: int = HIDDEN) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, width)).astype(np.float32)
+
+
+def _embeds(rows: Any, grid: Any, modality: str = "image", **extra: Any) -> dict[str, Any]:
+    """A Qwen2-VL embeddings part: ``rows`` (an array, or a base64 payload) with its grid."""
+    values = _npy(rows) if isinstance(rows, np.ndarray) else rows
+    payload = {f"{modality}_embeds": values, f"{modality}_grid_thw": grid}
+    return {"type": f"{modality}_embeds", f"{modality}_embeds": payload, **extra}
+
+
+def _embeds_requests() -> dict[str, list[Any]]:
+    user = "user"
+    return {
+        "image embeds": [
+            {"role": user, "content": [_text("What?"), _embeds(_rows(4, 1), [1, 4, 4])]}
+        ],
+        "sizes, interleaved": [
+            {"role": "system", "content": "Be brief."},
+            {
+                "role": user,
+                "content": [
+                    _embeds(_rows(4, 2), [1, 4, 4]),
+                    _text("and"),
+                    _embeds(_rows(6, 3), [1, 4, 6]),
+                    _text("then"),
+                    _embeds(_rows(9, 4), [1, 6, 6]),
+                ],
+            },
+        ],
+        "uuid": [{"role": user, "content": [_embeds(_rows(4, 5), [1, 4, 4], uuid="emb-1")]}],
+        "rows past the grid": [{"role": user, "content": [_embeds(_rows(7, 6), [1, 4, 4])]}],
+        "grid as a base64 int32 tensor": [
+            {"role": user, "content": [_embeds(_rows(4, 7), _npy(np.array([1, 4, 4], np.int32)))]}
+        ],
+        "bfloat16 torch.save": [
+            {"role": user, "content": [_embeds(_torch_saved(_rows(4, 8), "bfloat16"), [1, 4, 4])]}
+        ],
+        "float16 npy": [
+            {"role": user, "content": [_embeds(_rows(4, 9).astype(np.float16), [1, 4, 4])]}
+        ],
+        "video embeds with an image": [
+            {
+                "role": user,
+                "content": [
+                    _image(_png(33, 57, 901)),
+                    _embeds(_rows(8, 10), [2, 4, 4], "video"),
+                    _text("So?"),
+                ],
+            }
+        ],
+    }
+
+
+def _embeds_hashes(data: dict[str, Any], model: str) -> list[str]:
+    """An embeddings item's possible vLLM hashes: its fields (as vLLM's ``DictEmbeddingItems``
+    item) in either order, vLLM's taking a set's order (which varies with the process's string
+    hash seed). The first is the order the family declares (values, then metadata)."""
+    import itertools
+
+    import torch
+    from vllm.multimodal.hasher import MultiModalHasher
+
+    tensors = {}
+    for key, elem in data.items():
+        dtype, _, values = _tensor(elem.data)
+        tensor = torch.from_numpy(np.array(values))
+        tensors[key] = tensor.bfloat16() if dtype == "bfloat16" else tensor
+    modality = next(k for k in tensors if k.endswith("_embeds")).removesuffix("_embeds")
+    keys = sorted(tensors, key=lambda k: not k.endswith("_embeds"))
+    return [
+        MultiModalHasher.hash_kwargs(
+            "blake3", model_id=model, **{modality: {k: tensors[k] for k in order}}
+        )
+        for order in itertools.permutations(keys)
+    ]
+
+
+def _compare_embeds(vllm: Any, ours: Any) -> None:
+    """As :func:`_compare` for a request with embeddings (every item carries its data), with
+    an embeddings item's hash checked against vLLM's hasher."""
+    assert ours.prompt_token_ids == vllm.prompt_token_ids
+    assert len(ours.mm_features) == len(vllm.mm_features)
+    model = str(tiny_vlm_dir())
+    for theirs, mine in zip(vllm.mm_features, ours.mm_features, strict=True):
+        assert mine.modality == theirs.modality
+        assert (mine.mm_position.offset, mine.mm_position.length) == (
+            theirs.mm_position.offset,
+            theirs.mm_position.length,
+        )
+        assert mine.mm_position.is_embed is None and theirs.mm_position.is_embed is None
+        assert mine.data is not None and theirs.data is not None
+        assert set(mine.data) == set(theirs.data)
+        for key, elem in theirs.data.items():
+            got = mine.data[key]
+            assert got.field == elem.field, key
+            want_dtype, want_shape, want = _tensor(elem.data)
+            got_dtype, got_shape, values = _tensor(got.data)
+            assert (got_dtype, got_shape) == (want_dtype, want_shape), key
+            assert np.array_equal(values, want), key
+        if not any(k.endswith("_embeds") for k in theirs.data) or theirs.mm_hash == "emb-1":
+            assert (mine.identifier, mine.mm_hash) == (theirs.identifier, theirs.mm_hash)
+            continue
+        declared, *others = _embeds_hashes(mine.data, model)
+        assert theirs.mm_hash in (declared, *others)
+        assert mine.mm_hash == mine.identifier == declared
+
+
+EMBEDS_REQUESTS = [
+    "image embeds",
+    "sizes, interleaved",
+    "uuid",
+    "rows past the grid",
+    "grid as a base64 int32 tensor",
+    "bfloat16 torch.save",
+    "float16 npy",
+    "video embeds with an image",
+]
+"""The cases of :func:`_embeds_requests` (built when run: one imports torch)."""
+
+
+@pytest.mark.parametrize("name", EMBEDS_REQUESTS)
+def test_embeds_requests_equal(sides: dict[str, Side], name: str) -> None:
+    # vLLM's hasher and torch.save give the expected hashes and payloads (an engine module:
+    # the test process may import them).
+    requests = _embeds_requests()
+    assert sorted(requests) == sorted(EMBEDS_REQUESTS)
+    messages = requests[name]
+    for _ in range(2):  # vLLM's processor bypasses its cache for these: data both times
+        responses = {k: _post(side, messages) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200, (
+            responses["ours"].text,
+            responses["vllm"].text,
+        )
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        _compare_embeds(vllm, ours)
+
+
+def test_items_sent_beside_embeds_are_held_by_the_engine(sides: dict[str, Side]) -> None:
+    # Ours, not vLLM's: vLLM's sender cache records nothing of a request with embeddings,
+    # though its engine keeps every item of it; our mirror records them as the engine does, so
+    # a later request with the same image sends it without data (vLLM sends it again).
+    image = _image(_png(41, 23, 902))
+    first = [{"role": "user", "content": [image, _embeds(_rows(4, 11), [1, 4, 4], "video")]}]
+    later = [{"role": "user", "content": [image]}]
+    for messages in (first, later):
+        responses = {k: _post(side, messages) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    vllm = sides["vllm"].new_requests()
+    ours = sides["ours"].new_requests()
+    assert [f.mm_hash for f in ours[1].mm_features] == [f.mm_hash for f in vllm[1].mm_features]
+    assert vllm[1].mm_features[0].data is not None
+    assert ours[1].mm_features[0].data is None
+
+
+def _normalized(body: dict[str, Any]) -> dict[str, Any]:
+    # vLLM names sets of fields in the order of a Python set (it varies between processes).
+    import re
+
+    def sort(match: re.Match[str]) -> str:
+        return "{" + ", ".join(sorted(match.group(1).split(", "))) + "}"
+
+    message = re.sub(r"\{('[^{}]*')\}", sort, body["error"]["message"])
+    return {**body, "error": {**body["error"], "message": message}}
+
+
+def _bad_embeds() -> dict[str, list[Any]]:
+    def user(*parts: Any) -> list[Any]:
+        return [{"role": "user", "content": [*parts, _text("Hi")]}]
+
+    grid = [1, 4, 4]
+    values = _npy(_rows(4, 1))
+    extra = {"image_embeds": values, "image_grid_thw": grid, "x": _npy(np.zeros(2))}
+    return {
+        "bad base64": user(_embeds("!!!", grid)),
+        "no grid": user({"type": "image_embeds", "image_embeds": {"image_embeds": values}}),
+        "no embeddings": user({"type": "image_embeds", "image_embeds": {"image_grid_thw": grid}}),
+        "grid of floats": user(_embeds(_rows(4, 1), [1.0, 4, 4])),
+        "nested grid": user(_embeds(_rows(4, 1), [[1, 4, 4]])),
+        "2-D grid tensor": user(_embeds(_rows(4, 1), _npy(np.array([[1, 4, 4]])))),
+        "embeddings as a JSON array": user(_embeds([0.5, 1.5], grid)),
+        "different keys": user(
+            _embeds(_rows(4, 1), grid),
+            {"type": "image_embeds", "image_embeds": extra},
+        ),
+        "mixed with an image": user(_image(_png(64, 48, 1)), _embeds(_rows(4, 1), grid)),
+        "too many": user(*[_embeds(_rows(4, i), grid) for i in range(4)]),
+        "audio embeds": user({"type": "audio_embeds", "audio_embeds": _npy(_rows(4, 1))}),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_bad_embeds()))
+def test_bad_embeds_answer_as_vllm(sides: dict[str, Side], name: str) -> None:
+    messages = _bad_embeds()[name]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    assert _normalized(responses["ours"].json()) == _normalized(responses["vllm"].json())
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+def _refused_by_us() -> dict[str, tuple[list[Any], int]]:
+    # What vLLM answers 500 for (its processor fails), or passes to the engine though the
+    # engine cannot use it (a wrong rank or hidden size, a negative or malformed grid, fewer
+    # rows than placeholders): ours answers 400 and sends nothing. (request, vLLM's status)
+    def user(*parts: Any) -> list[Any]:
+        return [{"role": "user", "content": [*parts]}]
+
+    bare = {"type": "image_embeds", "image_embeds": _npy(_rows(4, 1)[None])}
+    return {
+        "not a tensor": (user(_embeds(base64.b64encode(b"hello world").decode(), [1, 4, 4])), 500),
+        "grid of no tokens": (user(_embeds(_rows(1, 1), [1, 1, 1])), 500),
+        "bare 3-D tensor": (user(bare), 500),
+        "hidden size": (user(_embeds(_rows(4, 1, 64), [1, 4, 4])), 200),
+        "1-D embeddings": (user(_embeds(_rows(1, 1)[0], [1, 4, 4])), 200),
+        "negative grid": (user(_embeds(_rows(4, 1), [-1, 4, -4])), 200),
+        "grid of 4": (user(_embeds(_rows(4, 1), [1, 4, 4, 1])), 200),
+        "rows short of the grid": (user(_embeds(_rows(3, 1), [1, 4, 4])), 200),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(_refused_by_us()))
+def test_embeds_vllm_cannot_serve_get_400(sides: dict[str, Side], name: str) -> None:
+    messages, vllm_status = _refused_by_us()[name]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["vllm"].status_code == vllm_status
+    assert responses["ours"].status_code == 400, responses["ours"].text
+    assert responses["ours"].json()["error"]["type"] == "BadRequestError"
+    assert sides["ours"].new_requests() == []
+    sides["vllm"].new_requests()

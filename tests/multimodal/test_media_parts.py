@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.messages import normalize_messages
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.multimodal.family import ProcessedItem
-from vllm_frontend.multimodal.llm import _expand
+from vllm_frontend.multimodal.idefics3 import Idefics3Family
+from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.text.errors import InvalidInput
 
@@ -93,6 +95,46 @@ def test_limits_and_refusals() -> None:
     assert normalize_messages([{"role": "user", "content": "hi"}], "openai", _parts(0))
 
 
+def _embeds(payload: Any = "AAAA", kind: str = "image_embeds", **extra: Any) -> dict[str, Any]:
+    return {"type": kind, kind: payload, **extra}
+
+
+def test_embeds_parts_are_tracked_as_vllm_tracks_them() -> None:
+    # Without --enable-mm-embeds: vLLM's parse_*_embeds refusal (VLLMValidationError naming
+    # the part type).
+    for kind in ("image_embeds", "video_embeds", "audio_embeds"):
+        with pytest.raises(ChatError) as refused:
+            normalize_messages(
+                [{"role": "user", "content": [_embeds(kind=kind)]}], "openai", _parts()
+            )
+        assert refused.value.message == f"You must set `--enable-mm-embeds` to input `{kind}`"
+        assert refused.value.param == kind
+    # With it: the part stands in as its modality, its payload and uuid kept.
+    parts = MediaParts({"image": 2}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    grid = {"image_embeds": "AAAA", "image_grid_thw": [1, 2, 2]}
+    conversation = normalize_messages(
+        [{"role": "user", "content": [_embeds(grid, uuid=7), _embeds(), _image("u")]}],
+        "openai",
+        parts,
+    )
+    assert conversation[0]["content"] == [{"type": "image"}] * 3
+    assert parts.items == [
+        MediaPart("image", None, "7", embeds=grid, is_embeds=True),
+        MediaPart("image", None, None, embeds="AAAA", is_embeds=True),
+        MediaPart("image", "u"),
+    ]
+    # Embeddings are counted apart from raw items (vLLM's tracker keys them by part type).
+    fresh = MediaParts({"image": 2}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    with pytest.raises(InvalidInput, match="At most 2 image"):
+        normalize_messages([{"role": "user", "content": [_embeds()] * 3}], "openai", fresh)
+    # A modality limited to 0 takes any number of embeddings (not of raw items).
+    zero = MediaParts({"image": 0}, {"image": None}, {"image": PLACEHOLDER}, embeds_enabled=True)
+    normalize_messages([{"role": "user", "content": [_embeds()] * 4}], "string", zero)
+    assert len(zero.items) == 4
+    with pytest.raises(InvalidInput, match="At most 0 image"):
+        normalize_messages([{"role": "user", "content": [_image("u")]}], "openai", zero)
+
+
 class _Family:
     token_ids: ClassVar[dict[str, int]] = {"image": 7, "video": 8}
 
@@ -124,3 +166,39 @@ def test_expansion_orders_items_by_place_in_prompt() -> None:
     ]
     with pytest.raises(ValueError, match="prompt replacement"):
         _expand([1, 7], _Family(), parts[:1] * 2, processed[:1] * 2, ["h", "h"])  # type: ignore[arg-type]
+
+
+def test_expansion_with_a_replacement_marks_the_embedding_positions() -> None:
+    # A family whose items stand for other tokens too (Idefics3's tile grid): the placeholder
+    # token becomes the item's replacement ids, and is_embed marks the embedding positions.
+    replacement = [9, 7, 7, 9, 5, 7, 9]
+    is_embed = np.array(replacement) == 7
+    item = ProcessedItem("image", len(replacement), {}, replacement, is_embed)
+    ids, [feature] = _expand(
+        [1, 2, 7, 3],
+        _Family(),  # type: ignore[arg-type]
+        [MediaPart("image", "a")],
+        [item],
+        ["h"],
+    )
+    assert ids == [1, 2, *replacement, 3]
+    position = feature.mm_position
+    assert (position.offset, position.length) == (2, 7)
+    assert position.is_embed is not None
+    assert position.is_embed.dtype == "bool"
+    assert position.is_embed.numpy().tolist() == is_embed.tolist()
+    assert feature.data is None  # no fields: the engine holds the item
+
+
+def test_idefics3_is_served_and_unimplemented_families_are_not(tmp_path: Any) -> None:
+    ids = {"<image>": 7}
+
+    def encode(text: str) -> list[int]:
+        return [7] * text.count("<image>")
+
+    config = {"model_type": "idefics3", "vision_config": {}}
+    family = load_family(tmp_path, config, ids.get, MultimodalOptions(), encode)
+    assert isinstance(family, Idefics3Family)
+    assert family.token_ids == {"image": 7} and family.placeholders == {"image": "<image>"}
+    llava = {"model_type": "llava", "vision_config": {}}
+    assert load_family(tmp_path, llava, ids.get, MultimodalOptions(), encode) is None

@@ -90,7 +90,12 @@ def test_mirror_matches_vllms_engine_cache(seed: int) -> None:
     for _ in range(300):
         hashes = [rng.choice(list(sizes)) for _ in range(rng.randint(1, 4))]
         features = [_feature(h, sizes[h]) for h in hashes]
-        mirror.apply(features)
+        if rng.random() < 0.2:
+            # A request with embeddings: vLLM's processor sends every item with its data;
+            # the engine stores them again, and the mirror records that.
+            mirror.record(features)
+        else:
+            mirror.apply(features)
         sent_without_data += sum(f.data is None for f in features)
         receiver.get_and_update_features([_theirs(f) for f in features])  # raises on a miss
         assert list(receiver._cache.order) == list(mirror._entries)  # LRU order

@@ -54,14 +54,16 @@ def generation_context(
     metrics: FrontendMetrics | None = None,
     tokenizer: Tokenizer | None = None,
     limits: RequestLimits | None = None,
+    tracer: Any = None,
     **context: Any,
 ) -> ServingContext:
     """The serving context of :func:`generation_app` (model ``"m"`` from ``client``);
-    ``limits``: the engines' request limits the text layer checks (None: none)."""
+    ``limits``: the engines' request limits the text layer checks (None: none); ``tracer``:
+    the request tracer (``metrics.tracing.RequestTracer`` or a stand-in)."""
     tokenizer = tokenizer or Tokenizer.from_dir(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     return ServingContext(
-        llm=LLM(client, EngineCoreRequest, metrics),
+        llm=LLM(client, EngineCoreRequest, metrics, tracer=tracer),
         tokenizer=tokenizer,
         served_model_names=["m"],
         max_model_len=max_model_len,

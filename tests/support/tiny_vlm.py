@@ -27,6 +27,7 @@ import pathlib
 import subprocess
 import sys
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from tests.support.fixtures import CHAT_TEMPLATES, FIXTURES
@@ -111,7 +112,8 @@ def tiny_vlm_dir() -> pathlib.Path:
     return cached_build(f"tiny-qwen2-vl-{_input_hash(llama)}", build)
 
 
-def _write_json(path: pathlib.Path, value: Any) -> None:
+def write_json(path: pathlib.Path, value: Any) -> None:
+    """``value`` as indented JSON (UTF-8, a final newline)."""
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -151,8 +153,8 @@ def _build_tokenizer(llama: pathlib.Path, out: pathlib.Path, template: str) -> N
         "tokenizer_class": "PreTrainedTokenizerFast",
         "unk_token": None,
     }
-    _write_json(out / "tokenizer_config.json", config)
-    _write_json(
+    write_json(out / "tokenizer_config.json", config)
+    write_json(
         out / "special_tokens_map.json",
         {
             "additional_special_tokens": list(QWEN2_VL_SPECIALS),
@@ -169,6 +171,28 @@ def _checkpoint_name(name: str) -> str:
         if name.startswith(new):
             return old + name[len(new) :]
     return name
+
+
+def randomize(model: Any, checkpoint_name: Callable[[str], str] = lambda name: name) -> None:
+    """Give every parameter of ``model`` (a torch module) its random value: token embeddings
+    N(0, 1), the lm_head N(0, 0.35^2), other matrices N(0, 1/fan_in), norm weights 1, biases 0,
+    each from its own generator seeded by :data:`SEED` and the tensor's name in the checkpoint
+    (``checkpoint_name`` of the parameter's name), so the bytes do not depend on transformers'
+    init code."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            key = checkpoint_name(name)
+            gen = torch.Generator().manual_seed(SEED * 1_000_003 + zlib.crc32(key.encode()))
+            if param.dim() == 1:
+                param.copy_(torch.ones_like(param) if key.endswith("weight") else 0 * param)
+            elif key.endswith("embed_tokens.weight"):
+                param.copy_(torch.randn(param.shape, generator=gen))
+            elif key == "lm_head.weight":
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.35)
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen) / param[0].numel() ** 0.5)
 
 
 def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
@@ -223,21 +247,10 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
     )
     torch.manual_seed(SEED)
     model = Qwen2VLForConditionalGeneration(config)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            key = _checkpoint_name(name)
-            gen = torch.Generator().manual_seed(SEED * 1_000_003 + zlib.crc32(key.encode()))
-            if param.dim() == 1:
-                param.copy_(torch.ones_like(param) if key.endswith("weight") else 0 * param)
-            elif key.endswith("embed_tokens.weight"):
-                param.copy_(torch.randn(param.shape, generator=gen))
-            elif key == "lm_head.weight":
-                param.copy_(torch.randn(param.shape, generator=gen) * 0.35)
-            else:
-                param.copy_(torch.randn(param.shape, generator=gen) / param[0].numel() ** 0.5)
+    randomize(model, _checkpoint_name)
     model.to(torch.bfloat16).save_pretrained(str(out))
     os.chmod(out / "model.safetensors", 0o644)
-    _write_json(
+    write_json(
         out / "generation_config.json",
         {
             "bos_token_id": BOS,
@@ -246,7 +259,7 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
             "pad_token_id": END_OF_TEXT,
         },
     )
-    _write_json(
+    write_json(
         out / "preprocessor_config.json",
         {
             "min_pixels": MIN_PIXELS,

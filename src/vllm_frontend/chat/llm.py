@@ -239,7 +239,9 @@ class ChatLlm:
         if parsers.structural_tag_model is not None and self._apply_tool_tag(request, parsers):
             return
         if not parsers.forces_with_json:
-            return  # the parser reads forced choices in the model's own format
+            # The parser reads forced choices in the model's own format; a few constrain them.
+            self._force_parser_schema(request, parsers)
+            return
         forced = forced_tool_choice(plain(request.tool_choice))
         if forced is None:
             return
@@ -247,6 +249,24 @@ class ChatLlm:
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
+
+    def _force_parser_schema(self, request: ChatRequest, parsers: OutputParsers) -> None:
+        # (vLLM's MistralParser.adjust_request without a mistral tokenizer): only while the
+        # request has no constraint of its own.
+        tool_cls = parsers.tool_cls
+        text_request = request.text
+        response_format = text_request.response_format
+        kind = response_format.get("type") if response_format is not None else None
+        if (
+            tool_cls is None
+            or text_request.structured_outputs is not None
+            or kind not in (None, "text", "json_object", "json_schema")
+        ):
+            return
+        schema = tool_cls.forced_schema(plain(request.tools), plain(request.tool_choice))
+        if schema is not None:
+            text_request.structured_outputs = {"json": schema}
+            text_request.response_format = None
 
     def _apply_tool_tag(self, request: ChatRequest, parsers: OutputParsers) -> bool:
         model = parsers.structural_tag_model

@@ -268,17 +268,26 @@ def _media_part(
             param="type",
         )
     uuid = part.get("uuid")
+    uuid = None if uuid is None else str(uuid)
     if kind in ("image_embeds", "audio_embeds", "video_embeds"):
-        # vLLM without --enable-mm-embeds (which this frontend does not take yet).
-        raise ChatError(f"You must set `--enable-mm-embeds` to input `{kind}`", param=kind)
-    if kind not in _URL_PARTS:
+        if not media.embeds_enabled:
+            raise ChatError(f"You must set `--enable-mm-embeds` to input `{kind}`", param=kind)
+        payload = part.get(kind)
+        if payload is not None and not isinstance(payload, str | dict):
+            raise ChatError(
+                f"{where}.{kind} must be a base64 string or an object.", param=f"{where}.{kind}"
+            )
+        modality = kind.removesuffix("_embeds")
+        placeholder = media.add(MediaPart(modality, None, uuid, embeds=payload, is_embeds=True))
+    elif kind not in _URL_PARTS:
         raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
-    key, modality = _URL_PARTS[kind]
-    value = part.get(key)
-    url = value.get("url") if isinstance(value, dict) else value
-    if url is not None and not isinstance(url, str):
-        raise ChatError(f"{where}.{key}.url must be a string.", param=f"{where}.{key}")
-    placeholder = media.add(MediaPart(modality, url, None if uuid is None else str(uuid)))
+    else:
+        key, modality = _URL_PARTS[kind]
+        value = part.get(key)
+        url = value.get("url") if isinstance(value, dict) else value
+        if url is not None and not isinstance(url, str):
+            raise ChatError(f"{where}.{key}.url must be a string.", param=f"{where}.{key}")
+        placeholder = media.add(MediaPart(modality, url, uuid))
     if content_format != "openai":
         if placeholder is not None:
             placeholders.append(placeholder)

@@ -269,7 +269,14 @@ class OutputParsers:
             )
         reasoning = None
         if self.reasoning_cls is not None:
-            reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
+            if getattr(self.reasoning_cls, "reads_special_tokens", False):
+                reasoning = self.reasoning_cls(
+                    self.vocab,
+                    options.chat_template_kwargs,
+                    special_tokens=self.special_tokens,  # type: ignore[call-arg]
+                )
+            else:
+                reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
             if reasoning.uses_codec:
                 reasoning.encode, reasoning.decode = self._encode, self._decode

@@ -10,6 +10,14 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
+from vllm_frontend.chat.reasoning.engine_grammar import (
+    DeepSeekV4ReasoningParser,
+    DeepSeekV41ReasoningParser,
+    Gemma4ReasoningParser,
+    GraniteThinkingReasoningParser,
+    InklingReasoningParser,
+    MistralReasoningParser,
+)
 from vllm_frontend.chat.reasoning.engine_think import (
     Glm45ReasoningParser,
     Glm47ReasoningParser,
@@ -55,22 +63,28 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     for cls in (
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
+        DeepSeekV4ReasoningParser,
+        DeepSeekV41ReasoningParser,
         Ernie45ReasoningParser,
+        Gemma4ReasoningParser,
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,
         GraniteReasoningParser,
+        GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
         HunyuanA13BReasoningParser,
         HYV3ReasoningParser,
         HYV4ReasoningParser,
         K2HorizonReasoningParser,
+        InklingReasoningParser,
         KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
         MiniMaxM3ReasoningParser,
         MuseGlimmerReasoningParser,
+        MistralReasoningParser,
         NemotronV3ReasoningParser,
         Olmo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,

@@ -26,6 +26,7 @@ from vllm_frontend.chat.tools.dsml import (
 )
 from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
 from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
+from vllm_frontend.chat.tools.gemma4 import Gemma4ToolParser
 from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
 from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
@@ -33,6 +34,7 @@ from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToo
 from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
+from vllm_frontend.chat.tools.inkling import InklingToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
@@ -40,6 +42,8 @@ from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
+from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
+from vllm_frontend.chat.tools.mistral import MistralToolParser
 from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
 from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
 from vllm_frontend.chat.tools.pythonic import (
@@ -321,6 +325,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "dots": DotsToolParser,
     "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
+    "gemma4": Gemma4ToolParser,
     "gigachat3": GigaChat3ToolParser,
     "glm45": Glm47ToolParser,
     "glm47": Glm47ToolParser,
@@ -331,6 +336,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "hunyuan_a13b": HunyuanA13BToolParser,
     "hy_v3": HYV3ToolParser,
     "hy_v4": HYV4ToolParser,
+    "inkling": InklingToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "k2_horizon": K2HorizonToolParser,
@@ -345,6 +351,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "minicpm5": MiniCPM5ToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
     "muse_glimmer": MuseGlimmerToolParser,
+    "minimax_m3": MiniMaxM3ToolParser,
+    "mistral": MistralToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,

@@ -15,8 +15,9 @@ is ``parameter``); otherwise any JSON. ``parallel_tool_calls: false`` stops afte
 ``auto`` with a structured-output constraint accepts either the calls or that constraint.
 
 The tag is the JSON of xgrammar's pydantic format models (``model_dump``: every field, defaults
-included), built here from plain dicts. Models whose builders are not reproduced here raise
-:class:`NotImplementedError` naming the model (HTTP 501), never a different constraint.
+included), built from plain dicts by chat/tags/ (xgrammar is not imported). Models whose builders
+are not reproduced there raise :class:`NotImplementedError` naming the model (HTTP 501), never a
+different constraint.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.tags import BUILDERS
+from vllm_frontend.chat.tags.formats import canonical, json_schema, tag, triggered
 
 __all__ = [
     "CONSTRAINT_FIELDS",
@@ -77,95 +80,6 @@ CONSTRAINT_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "struc
 """The constraint fields of ``structured_outputs`` (:func:`tool_structural_tag` reads them)."""
 
 
-# -- xgrammar's format models as dicts (model_dump field order and defaults) -----------------
-
-
-def _json_schema(schema: Any) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": schema, "style": "json", "any_order": False,
-            "max_whitespace_cnt": None, "excludes": []}  # fmt: skip
-
-
-def _tag(begin: str, content: dict[str, Any], end: str) -> dict[str, Any]:
-    return {"type": "tag", "begin": begin, "content": content, "end": end}
-
-
-def _triggered(
-    triggers: list[str], tags: list[dict[str, Any]], *, at_least_one: bool = False,
-    excludes: Sequence[str] = (),
-) -> dict[str, Any]:  # fmt: skip
-    return {"type": "triggered_tags", "triggers": triggers, "tags": tags,
-            "at_least_one": at_least_one, "stop_after_first": False,
-            "excludes": list(excludes)}  # fmt: skip
-
-
-def _with_separator(
-    tags: list[dict[str, Any]], separator: str, *, at_least_one: bool, stop_after_first: bool
-) -> dict[str, Any]:
-    return {"type": "tags_with_separator", "tags": tags, "separator": separator,
-            "at_least_one": at_least_one, "stop_after_first": stop_after_first}  # fmt: skip
-
-
-def _any_text(excludes: Sequence[str] = ()) -> dict[str, Any]:
-    return {"type": "any_text", "excludes": list(excludes), "max_tokens": None, "max_chars": None}
-
-
-# -- the builders: (function tools with strict pinned, "auto" | "required" | "forced") ---------
-
-Tools = list[dict[str, Any]]
-"""Each tool's ``function`` object (``name``, ``parameters``, ``strict`` pinned)."""
-
-
-def _arguments(function: Mapping[str, Any]) -> Any:
-    # vLLM's get_function_parameters / xgrammar's _get_function_parameters: a non-strict tool's
-    # arguments are any JSON.
-    if function.get("strict") is False:
-        return True
-    params = function.get("parameters")
-    return True if params is None else params
-
-
-def _hermes_style(start: str, end: str) -> Callable[[Tools, str], dict[str, Any]]:
-    def build(tools: Tools, choice: str) -> dict[str, Any]:
-        tags = [
-            _tag(begin + f["name"] + '", "arguments": ', _json_schema(_arguments(f)), close)
-            for f in tools
-            for begin, close in (
-                (start + '\n{"name": "', "}\n" + end),
-                (start + '{"name": "', "}" + end),
-            )
-        ]
-        if choice == "auto":
-            return _triggered([start], tags) if tags else _any_text()
-        return _with_separator(tags, "", at_least_one=True, stop_after_first=choice == "forced")
-
-    return build
-
-
-_THINK = ("<think>", "</think>")
-
-
-def _llama(tools: Tools, choice: str) -> dict[str, Any]:
-    def tag(f: Mapping[str, Any]) -> dict[str, Any]:
-        return _tag(
-            '{"name": "' + f["name"] + '", "parameters": ', _json_schema(_arguments(f)), "}"
-        )
-
-    if choice == "forced":
-        return tag(tools[0])
-    tags = [tag(f) for f in tools]
-    if choice == "auto" and not tags:
-        return _any_text(_THINK)
-    return _triggered(['{"name": '], tags, at_least_one=choice == "required", excludes=_THINK)
-
-
-_BUILDERS: dict[str, Callable[[Tools, str], dict[str, Any]]] = {
-    "hermes": _hermes_style("<tool_call>", "</tool_call>"),
-    "longcat": _hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
-    "llama": _llama,
-}
-"""The structural-tag models built here; others raise NotImplementedError."""
-
-
 # -- vLLM's _apply_structural_tag --------------------------------------------------------------
 
 
@@ -175,9 +89,13 @@ def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _limit_to_one_call(node: Any) -> None:
-    # vLLM's limit_to_single_tool_call: every list of calls stops after its first.
+    # vLLM's limit_to_single_tool_call: every list of calls stops after its first (formats only:
+    # a JSON schema inside is the tool's, never walked).
     if isinstance(node, dict):
-        if node.get("type") in ("triggered_tags", "token_triggered_tags", "tags_with_separator"):
+        kind = node.get("type")
+        if kind == "json_schema":
+            return
+        if kind in ("triggered_tags", "token_triggered_tags", "tags_with_separator"):
             node["stop_after_first"] = True
         for value in node.values():
             _limit_to_one_call(value)
@@ -189,10 +107,10 @@ def _limit_to_one_call(node: Any) -> None:
 def _output_format(so: Mapping[str, Any]) -> dict[str, Any] | None:
     # vLLM's structured_outputs_to_format (the constraints xgrammar can take as a format).
     if so.get("json_object"):
-        return _json_schema({"type": "object"})
+        return json_schema({"type": "object"})
     if so.get("json") is not None:
         schema = so["json"]
-        return _json_schema(json.loads(schema) if isinstance(schema, str) else schema)
+        return json_schema(json.loads(schema) if isinstance(schema, str) else schema)
     if so.get("regex") is not None:
         return {"type": "regex", "pattern": so["regex"]}
     if so.get("choice") is not None:
@@ -208,12 +126,12 @@ def _output_format(so: Mapping[str, Any]) -> dict[str, Any] | None:
         return {"type": "grammar", "grammar": grammar}
     structural = so.get("structural_tag")
     if structural is not None:
-        tag = json.loads(structural)
-        if "structures" in tag:
-            return _triggered(tag["triggers"], [
-                _tag(s["begin"], _json_schema(s["schema"]), s["end"]) for s in tag["structures"]
+        parsed = json.loads(structural)
+        if "structures" in parsed:
+            return triggered(parsed["triggers"], [
+                tag(s["begin"], json_schema(s["schema"]), s["end"]) for s in parsed["structures"]
             ])  # fmt: skip
-        fmt: dict[str, Any] = tag["format"]
+        fmt: dict[str, Any] = canonical(parsed["format"])
         return fmt
     return None
 
@@ -258,7 +176,7 @@ def tool_structural_tag(
     strict_tools = any(f.get("strict") is True for f in functions)
     if is_auto and strict_level == 0 and not strict_tools:
         return None
-    if model not in _BUILDERS:
+    if model not in BUILDERS:
         raise NotImplementedError(
             f"Tool calls constrained with vLLM's {model!r} structural tag are not supported by "
             "this frontend yet (set VLLM_ENFORCE_STRICT_TOOL_CALLING=0 on both vLLM and this "
@@ -277,7 +195,7 @@ def tool_structural_tag(
         if len(pinned) != 1:
             raise ChatError("Forced tool choice must resolve to exactly one tool.")
         choice = "forced"
-    fmt = _BUILDERS[model](pinned, choice)
+    fmt = BUILDERS[model](pinned, choice)
     if single_call:
         _limit_to_one_call(fmt)
     if output is not None:

@@ -42,6 +42,12 @@ from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
+from vllm_frontend.server.generate import (
+    ABORT_PATH,
+    GENERATE_PATH,
+    GenerateHandler,
+    abort_requests_handler,
+)
 from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.lora import load_adapter, lora_routes, runtime_lora_updating
 from vllm_frontend.server.messages import MessagesHandler
@@ -210,7 +216,19 @@ def build_frontend_app(
         metrics.stats_log = stats_log
         with contextlib.suppress(RuntimeError):  # no running loop: no periodic line
             stats_log.start()
-    llm = LLM(client, factory, metrics, admission, log_requests=config.enable_log_requests)
+    tracer = None
+    if config.otlp_traces_endpoint is not None:
+        from vllm_frontend.metrics.tracing import RequestTracer  # OpenTelemetry: only with it
+
+        tracer = RequestTracer(config.otlp_traces_endpoint)
+    llm = LLM(
+        client,
+        factory,
+        metrics,
+        admission,
+        log_requests=config.enable_log_requests,
+        tracer=tracer,
+    )
     sampling = ModelSamplingInfo(
         max_model_len=max_model_len,
         eos_token_id=model.tokenizer.eos_token_id,
@@ -287,7 +305,7 @@ def build_frontend_app(
         )
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
-    add_scale_out_routes(app, config, ctx, chat)
+    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client))
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -310,6 +328,8 @@ def build_frontend_app(
         app.on_close(ctx.media.aclose)
     if stats_log is not None:
         app.on_close(stats_log.stop)
+    if tracer is not None:
+        app.on_close(tracer.aclose)
     return app
 
 
@@ -410,11 +430,22 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     return app
 
 
+def max_num_seqs(client: EngineCoreClient) -> int | None:
+    """The engines' ``max_num_seqs`` as they registered it (the smallest; None: unreported)."""
+    values = [r.max_num_seqs for r in client.registrations.values() if r and r.max_num_seqs]
+    return min(values) if values else None
+
+
 def add_scale_out_routes(
-    app: App, config: FrontendConfig, ctx: ServingContext, chat: ChatHandler
+    app: App,
+    config: FrontendConfig,
+    ctx: ServingContext,
+    chat: ChatHandler,
+    max_num_seqs: int | None = None,
 ) -> None:
-    """The render routes with ``--enable-scale-out``; without it, vLLM's 403 on every scale-out
-    route (any body: no JSON check)."""
+    """The render and token-in/token-out routes with ``--enable-scale-out``; without it,
+    vLLM's 403 on every scale-out route (any body: no JSON check). ``max_num_seqs``: the
+    engines' (the most samples a generate request may ask for)."""
     if not config.enable_scale_out:
         logger.info(
             "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
@@ -425,9 +456,13 @@ def add_scale_out_routes(
         return
     render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
     routes = render.routes()
+    routes[("POST", GENERATE_PATH)] = GenerateHandler(ctx, max_num_seqs)
     for (method, path), handler in routes.items():
         app.route(method, path, handler, json_body=True)
-    for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
+    # vLLM's abort route reads its body itself (no content-type check)
+    app.route("POST", ABORT_PATH, abort_requests_handler(ctx.text.llm))
+    served = [p for _, p in routes] + [ABORT_PATH]
+    for (method, path), handler in scale_out_not_served(served).items():
         app.route(method, path, handler)
 
 
@@ -463,8 +498,14 @@ def multimodal_facade(
         mm_hasher_algorithm=config.mm_hasher_algorithm,
         mm_device_do_normalize=config.mm_device_do_normalize,
         mm_processor_cache_gb=config.mm_processor_cache_gb,
+        enable_mm_embeds=config.enable_mm_embeds,
     )
-    family = load_family(files.path, files.config, model.tokenizer.token_to_id, options)
+    tokenizer = model.tokenizer
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    family = load_family(files.path, files.config, tokenizer.token_to_id, options, encode)
     loader = MediaLoader(media_policy(config))
     dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")

@@ -187,8 +187,12 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_cache_gb: float = 4
     """The engines' multimodal processor cache (GiB): mirrored here, 0 for none."""
     mm_processor_cache_type: str = "lru"
+    enable_mm_embeds: bool = False
+    """``image_embeds`` / ``video_embeds`` / ``audio_embeds`` content parts are taken."""
     lora_modules: list[LoraModule] = msgspec.field(default_factory=list)
     """``--lora-modules``: the LoRA adapters loaded on the engines at startup."""
+    otlp_traces_endpoint: str | None = None
+    """Where each finished request's OpenTelemetry span goes (OTLP; the ``otlp`` extra)."""
 
     @property
     def world_size(self) -> int:
@@ -366,6 +370,15 @@ def _validate(config: FrontendConfig) -> None:
         )
     _validate_parsers(config)
     _validate_media(config)
+    if config.otlp_traces_endpoint is not None:
+        # As vLLM's ObservabilityConfig: refused at startup when it cannot be honoured.
+        # OpenTelemetry is imported here, and only with the option.
+        from vllm_frontend.metrics.tracing import TracingUnavailable, check_tracing
+
+        try:
+            check_tracing()
+        except TracingUnavailable as e:
+            raise ConfigError(str(e)) from None
 
 
 def _validate_media(config: FrontendConfig) -> None:

@@ -48,7 +48,7 @@ disable_log_stats enable_log_requests shutdown_timeout data_parallel_size
 data_parallel_size_local data_parallel_address data_parallel_rpc_port tensor_parallel_size
 pipeline_parallel_size prefill_context_parallel_size profiler_config kv_transfer_config
 limit_mm_per_prompt mm_processor_kwargs mm_processor_cache_gb mm_processor_cache_type
-mm_hasher_algorithm mm_device_do_normalize
+mm_hasher_algorithm mm_device_do_normalize enable_mm_embeds otlp_traces_endpoint
 """
 
 _REFUSED: dict[str, str] = {
@@ -58,7 +58,6 @@ _REFUSED: dict[str, str] = {
     "default_mm_loras": "default multimodal LoRA adapters are not chosen by the frontend",
     "enable_tower_connector_lora": "tower-connector LoRA's multimodal cache keys are not made",
     "trust_request_mm_kwargs": "per-request mm_processor_kwargs / media_io_kwargs are not taken",
-    "enable_mm_embeds": "image/audio/video embeddings in requests are not taken yet",
     "tool_parser_plugin": "tool parser plugins are not loaded",
     "tool_server": "no tool server (Responses API)",
     "enable_per_request_metrics": "per-request metrics in responses are not implemented",
@@ -75,8 +74,6 @@ _REFUSED: dict[str, str] = {
     "reasoning_parser_plugin": "reasoning parser plugins are not loaded",
     "enable_return_routed_experts": "routed experts are not returned in responses",
     "return_sampling_mask": "sampling masks are not returned in responses",
-    "otlp_traces_endpoint": "OpenTelemetry traces are not exported yet",
-    "collect_detailed_traces": "OpenTelemetry traces are not exported yet",
     "show_hidden_metrics_for_version": "hidden (deprecated) metrics are not exported",
     "custom_histogram_buckets": "the metrics' histogram buckets are vLLM's defaults only",
     "kv_cache_metrics": "the KV-cache residency metrics are not exported",
@@ -106,6 +103,8 @@ _IGNORED: dict[str, str] = {
 }
 
 _NOTES: dict[str, str] = {
+    "otlp_traces_endpoint": "request spans; needs the `otlp` extra",
+    "collect_detailed_traces": "vLLM 0.32 collects nothing more with it; the engines check it",
     "speculative_config": "the vllm:spec_decode_* metrics are not exported",
     "enable_flash_late_interaction": "no pooling routes; the engines apply it",
 }
@@ -186,7 +185,7 @@ spec_model spec_tokens watermark_config diffusion_config kv_events_config ec_tra
 ec_manager_config compilation_config attention_config engram_config reasoning_config
 kernel_config additional_config aux_output_config optimization_level performance_mode
 weight_transfer_config fail_on_environ_validation gdn_prefill_backend kda_prefill_backend
-kda_decode_backend enable_flash_late_interaction
+kda_decode_backend enable_flash_late_interaction collect_detailed_traces
 """
 
 

@@ -233,7 +233,7 @@ def run_serve(serve: ServeArgs) -> int:
 
     async def connect() -> EngineCoreClient:
         if engines_proc is not None:
-            engines_proc.start()
+            engines_proc.start(engine_environment(config))
         else:
             logger.info("waiting for %d external engine(s) at %s", ns.data_parallel_size, address)
         return await EngineCoreClient.connect(
@@ -254,6 +254,15 @@ def run_serve(serve: ServeArgs) -> int:
         handshake.close()  # in case the engines' handshake never ran (a signal came first)
         if engines_proc is not None:
             engines_proc.stop(config.shutdown_timeout)
+
+
+def engine_environment(config: FrontendConfig) -> dict[str, str]:
+    """What the managed engines' environment gets besides ours: as vLLM's single API server
+    exports ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` before it starts its engines (which then
+    export their own spans), with ``--otlp-traces-endpoint``."""
+    if config.otlp_traces_endpoint is None:
+        return {}
+    return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": config.otlp_traces_endpoint}
 
 
 # -- the serving loop shared by both -------------------------------------------------------

@@ -207,6 +207,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-scale-out", **opt_bool, help="serve the render routes")
     p.add_argument("--max-log-len", type=int, default=None)
     p.add_argument("--disable-log-stats", action="store_true")
+    p.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        help="export each request's OpenTelemetry span to this OTLP endpoint (the otlp extra)",
+    )
     p.add_argument("--structured-outputs-config", type=_json_object, default=None)
     # Multimodal options the engines need too (cmd.flags routes them to both).
     p.add_argument("--limit-mm-per-prompt", type=_json_object, default=None)
@@ -215,6 +220,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mm-processor-cache-gb", type=float, default=None)
     p.add_argument("--mm-processor-cache-type", default=None)
     p.add_argument("--mm-device-do-normalize", **{**opt_bool, "default": None})
+    p.add_argument("--enable-mm-embeds", **opt_bool)
     p.add_argument(
         "--lora-modules",
         nargs="+",

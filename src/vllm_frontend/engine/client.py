@@ -216,6 +216,12 @@ class EngineCoreClient:
         return self._requests.limits.max_model_len
 
     @property
+    def weight_version(self) -> str | None:
+        """The label of the weights the engines sample with, as their latest outputs named it
+        (vLLM's ``EngineCoreOutputs.weight_version``; None until one is named)."""
+        return self._router.weight_version
+
+    @property
     def num_gpu_blocks(self) -> int:
         """KV-cache blocks summed over engines (0 if unreported)."""
         return sum((r.num_gpu_blocks or 0) for r in self._registrations.values() if r)

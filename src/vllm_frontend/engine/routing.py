@@ -49,6 +49,7 @@ class OutputRouter:
         "_streams",
         "_utility_reply",
         "step_observer",
+        "weight_version",
     )
 
     def __init__(
@@ -73,6 +74,8 @@ class OutputRouter:
         self._stopped: asyncio.Future[None] | None = None
         self.step_observer: StepObserver | None = None
         """See :data:`StepObserver`; None for none."""
+        self.weight_version: str | None = None
+        """The weight version the latest outputs message named (None: none named yet)."""
 
     async def run(self) -> None:
         """Deliver outputs until cancelled or the engines die."""
@@ -111,6 +114,8 @@ class OutputRouter:
                     self._sources_known = sockets.output_sources_known()
                 if self.step_observer is not None:
                     self.step_observer(msg, streams)
+                if msg.weight_version is not None:
+                    self.weight_version = msg.weight_version
                 for out in msg.outputs:
                     stream = streams.get(out.request_id)
                     if stream is None:

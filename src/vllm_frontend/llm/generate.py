@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -29,6 +29,9 @@ from vllm_frontend.llm.ids import child_request_id, engine_request_id
 from vllm_frontend.llm.step_metrics import observe_step
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.request_stats import RequestStats
+
+if TYPE_CHECKING:
+    from vllm_frontend.metrics.tracing import RequestTracer
 
 __all__ = [
     "FINISH_REASONS",
@@ -316,6 +319,22 @@ def _observe_finished(
         )
 
 
+def _trace_finished(tracer: RequestTracer, request: GenerateRequest, sample: _Sample) -> None:
+    """Export a finished sample's span with the values of its engine request (a sample of an
+    ``n`` > 1 request has ``n`` 1, as vLLM's child requests)."""
+    params = request.sampling_params
+    tracer.request_finished(
+        request.request_id,
+        request.trace_headers,
+        sample.stats,
+        len(request.prompt_token_ids),
+        getattr(params, "top_p", None),
+        getattr(params, "max_tokens", None),
+        getattr(params, "temperature", None),
+        1 if request.n > 1 else getattr(params, "n", None),
+    )
+
+
 class GenerationStream:
     """The outputs of one :meth:`LLM.generate` call; use as ``async with`` + ``async for``, or
     push-style with :meth:`on_ready` + :meth:`take`.
@@ -331,6 +350,7 @@ class GenerationStream:
         "_final_only",
         "_iters",
         "_llm",
+        "_registered",
         "_remaining",
         "_request",
         "_samples",
@@ -350,6 +370,7 @@ class GenerationStream:
         self._samples = samples
         self._engine_requests = engine_requests
         self._iters: list[Any] = []
+        self._registered = False
         self._remaining = len(samples)
         self.finished = not samples
         """Every sample has had its last output."""
@@ -411,6 +432,9 @@ class GenerationStream:
         except BaseException:
             self._abort_unfinished_nowait()
             raise
+        if not self.finished:
+            self._registered = True
+            self._llm._live.setdefault(self._request.request_id, []).append(self)
 
     def on_ready(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback()`` from the event loop whenever :meth:`take` may have something (at
@@ -567,11 +591,28 @@ class GenerationStream:
                 admission.finished()
         self._remaining -= 1
         self.finished = self._remaining == 0
+        if self.finished and self._registered:
+            self._unregister()
         metrics = self._llm.metrics
+        if record and self._llm.tracer is not None:
+            _trace_finished(self._llm.tracer, self._request, sample)
         if metrics is not None and record:
             _observe_finished(metrics, self._request, self._samples, sample, reason, self.finished)
         elif metrics is not None and metrics.lora_info is not None and sample.stats.lora_name:
             metrics.lora_info.request_finished(sample.stats)  # vLLM's abort forgets it too
+
+    def _unregister(self) -> None:
+        self._registered = False
+        live = self._llm._live
+        streams = live.get(self._request.request_id)
+        if streams is not None:
+            streams.remove(self)
+            if not streams:
+                del live[self._request.request_id]
+
+    def unfinished_engine_ids(self) -> list[str]:
+        """The engine ids of the samples that have not finished."""
+        return [s.engine_id for s in self._samples if not s.done]
 
     async def finish_sample(self, index: int, reason: str = "stop") -> None:
         """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""
@@ -634,12 +675,16 @@ class LLM:
         admission: AdmissionControl | None = None,
         *,
         log_requests: bool = False,
+        tracer: RequestTracer | None = None,
     ) -> None:
         """``request_factory(**fields)`` builds an ``EngineCoreRequest`` (engine/protocol.py);
         ``admission`` holds vLLM's queue limits (unused when it sets none); ``log_requests``
-        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM)."""
+        logs each engine request sent and aborted (``--enable-log-requests``, as AsyncLLM);
+        ``tracer`` exports each finished engine request's span (``--otlp-traces-endpoint``;
+        its figures are the request stats ``metrics`` keeps)."""
         self.client = client
         self.log_requests = log_requests
+        self.tracer = tracer
         self.metrics = metrics
         self.admission = admission if admission is not None and admission.enabled else None
         observe_steps = getattr(client, "observe_steps", None)
@@ -647,6 +692,8 @@ class LLM:
             observe_steps(functools.partial(observe_step, metrics))  # the per-engine-step series
         self._request_factory = request_factory
         self._aborting: set[asyncio.Future[Any]] = set()
+        self._live: dict[str, list[GenerationStream]] = {}
+        """Public request id -> its started, unfinished streams (for :meth:`abort`)."""
 
     async def _abort(self, engine_ids: list[str]) -> None:
         if self.log_requests:
@@ -657,6 +704,29 @@ class LLM:
                 await result
         except Exception:  # a dead engine cannot be aborted; its requests are gone anyway
             logger.debug("abort of %s failed", engine_ids, exc_info=True)
+
+    @property
+    def weight_version(self) -> str | None:
+        """The weight label the engines' latest outputs named (None: none, or unknown)."""
+        return getattr(self.client, "weight_version", None)
+
+    @property
+    def live_request_ids(self) -> list[str]:
+        """The public ids of the requests started and not finished."""
+        return list(self._live)
+
+    async def abort(self, request_ids: Sequence[str]) -> int:
+        """Abort the requests with these public ids (vLLM's ``EngineClient.abort`` of external
+        ids: every engine request of each, all samples of ``n`` > 1), through the engine
+        client, which ends their streams with an ``abort`` finish. Unknown or finished ids are
+        ignored; returns how many engine requests were aborted."""
+        engine_ids: list[str] = []
+        for request_id in request_ids:
+            for stream in self._live.get(request_id, ()):
+                engine_ids.extend(stream.unfinished_engine_ids())
+        if engine_ids:
+            await self._abort(engine_ids)
+        return len(engine_ids)
 
     def _abort_nowait(self, engine_ids: list[str]) -> None:
         try:

@@ -1,4 +1,4 @@
-"""Prometheus metrics, below every other package (it imports none of them).
+"""Prometheus metrics (and request spans), below every other package (it imports none of them).
 
 - ``exposition``: ``MetricFamily``/``Sample``/``Collector`` and the text-format renderer
   (``render``, byte for byte prometheus_client's ``generate_latest``); ``openmetrics``: the
@@ -12,6 +12,8 @@
   messages for them); ``http_series``: vLLM's ``http_*`` series; ``process``: the
   ``process_*``/``python_*`` series of a single-process server.
 - ``merge``: one exposition out of several API server processes' own.
+- ``tracing``: vLLM's per-request OpenTelemetry spans (``--otlp-traces-endpoint``), from the same
+  request stats; OpenTelemetry (an optional extra) is imported only when a tracer is made.
 
 The ``/metrics`` routes and the sibling exchange stay in ``vllm_frontend.server``
 (``metrics_route``, ``sibling_metrics``).

@@ -15,11 +15,17 @@ __all__ = ["Family", "ProcessedItem", "is_multimodal_config", "multimodal_model_
 
 class ProcessedItem(msgspec.Struct, gc=False):
     """One item, processed: its modality, how many placeholder tokens it takes and its fields
-    (``MultiModalKwargsItem``: keyword -> field element)."""
+    (``MultiModalKwargsItem``: keyword -> field element).
+
+    By default the item's placeholder token is repeated ``num_tokens`` times and every position
+    takes an embedding; a family whose items stand for other tokens too gives the token ids
+    (``replacement``) and which of them take embeddings (``is_embed``, a bool array)."""
 
     modality: str
     num_tokens: int
     fields: dict[str, MultiModalFieldElem]
+    replacement: list[int] | None = None
+    is_embed: Any = None
 
 
 class Family(Protocol):

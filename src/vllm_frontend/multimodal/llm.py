@@ -21,6 +21,13 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.engine.protocol import MultiModalFeatureSpec, PlaceholderRange
+from vllm_frontend.engine.tensors import Tensor
+from vllm_frontend.multimodal.embeds import (
+    EmbedsSpec,
+    check_not_mixed,
+    metadata_arrays,
+    process_embeds,
+)
 from vllm_frontend.multimodal.family import Family, ProcessedItem, multimodal_model_type
 from vllm_frontend.multimodal.hashing import (
     image_hash_value,
@@ -58,6 +65,8 @@ class MultimodalOptions(msgspec.Struct, kw_only=True):
     """The engine normalizes pixels (None: vLLM's default for the family)."""
     mm_processor_cache_gb: float = 4
     """The engine's multimodal cache size (GiB); 0 disables it (every item carries data)."""
+    enable_mm_embeds: bool = False
+    """``*_embeds`` content parts are taken (``--enable-mm-embeds``)."""
 
 
 def load_family(
@@ -65,9 +74,26 @@ def load_family(
     config: Mapping[str, Any],
     token_to_id: Callable[[str], int | None],
     options: MultimodalOptions,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> Family | None:
-    """The model's implemented family, or None (text-only, or a family not implemented)."""
+    """The model's implemented family, or None (text-only, or a family not implemented);
+    ``encode``: the tokenizer, without special tokens added (families whose placeholders
+    stand for text)."""
     model_type = config.get("model_type")
+    if model_type == "idefics3":
+        from vllm_frontend.multimodal.idefics3 import Idefics3Family
+
+        if encode is None:
+            raise ValueError("the Idefics3 family needs the tokenizer's encode")
+        path = pathlib.Path(model_dir)
+        return Idefics3Family(
+            config,
+            _read_json(path / "preprocessor_config.json") or {},
+            _read_json(path / "processor_config.json") or {},
+            token_to_id,
+            encode,
+            options.mm_processor_kwargs,
+        )
     if model_type == "qwen2_vl":
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
@@ -170,7 +196,12 @@ class MultimodalLlm:
         family = self.family
         if family is None:
             return MediaParts({}, {}, {}, refusal=self._unsupported_message())
-        return MediaParts(self._limits, family.supported_limits, family.placeholders)
+        return MediaParts(
+            self._limits,
+            family.supported_limits,
+            family.placeholders,
+            embeds_enabled=self.options.enable_mm_embeds,
+        )
 
     def _unsupported_message(self) -> str:
         if self.model_type is None:
@@ -202,8 +233,10 @@ class MultimodalLlm:
             )
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
-        loop = asyncio.get_running_loop()
         loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
+        embeds_request = any(part.is_embeds for part in items)
+        if embeds_request:
+            check_not_mixed([(part.modality, part.is_embeds) for part in items])
         preparer = text.prompts
         truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         [prepared] = await preparer.prepare_prompts(
@@ -212,28 +245,14 @@ class MultimodalLlm:
             truncate=truncate,
             truncation_side=request.truncation_side,
         )
-        hashes = [
-            self._hash(part, item, processor_kwargs, media_io_kwargs)
-            for part, item in zip(items, loaded, strict=True)
-        ]
-        held = self._held_tokens(family, items, loaded, processor_kwargs, hashes)
-        todo = [i for i in range(len(items)) if i not in held]
-        done = iter(
-            await loop.run_in_executor(
-                _media_pool(),
-                self._process,
-                family,
-                [items[i] for i in todo],
-                [loaded[i] for i in todo],
-                processor_kwargs,
+        if embeds_request:
+            processed, hashes = await self._process_with_embeds(
+                family, items, loaded, processor_kwargs, media_io_kwargs
             )
-            if todo
-            else ()
-        )
-        processed = [
-            ProcessedItem(part.modality, held[i], {}) if i in held else next(done)
-            for i, part in enumerate(items)
-        ]
+        else:
+            processed, hashes = await self._process_or_hold(
+                family, items, loaded, processor_kwargs, media_io_kwargs
+            )
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         if truncate is not None and truncate < len(ids):
             side = request.truncation_side or preparer.tokenizer_truncation_side
@@ -250,15 +269,100 @@ class MultimodalLlm:
                 "as well."
             )
         cache: Any = self.sender_cache
+        held = {f.mm_hash for f in features if f.data is None}
         if held:
-            pending = {hashes[i]: (items[i], loaded[i]) for i in held}
+            pending = {h: (items[i], loaded[i]) for i, h in enumerate(hashes) if h in held}
 
             def process_one(part: MediaPart, item: Any) -> list[ProcessedItem]:
                 return self._process(family, [part], [item], processor_kwargs)
 
             cache = _FillingCache(cache, pending, process_one)
+        elif embeds_request and cache is not None:
+            # vLLM's processor bypasses its cache for such a request (every item goes with
+            # its data, none is recorded); the engine still keeps them: the mirror does too.
+            cache = _RecordingCache(cache)
         prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
         return text.generate_prepared(request, [prepared_prompt])
+
+    async def _process_or_hold(
+        self,
+        family: Family,
+        items: list[MediaPart],
+        loaded: list[Any],
+        processor_kwargs: Mapping[str, Any],
+        media_io_kwargs: Mapping[str, Any] | None,
+    ) -> tuple[list[ProcessedItem], list[str]]:
+        """Each item processed (in part order) with its hash, except those the engine's cache
+        holds: those get their placeholders only, and go without data."""
+        hashes = [
+            self._hash(part, self._hash_value(item), processor_kwargs, media_io_kwargs)
+            for part, item in zip(items, loaded, strict=True)
+        ]
+        held = self._held_tokens(family, items, loaded, processor_kwargs, hashes)
+        todo = [i for i in range(len(items)) if i not in held]
+        loop = asyncio.get_running_loop()
+        done = iter(
+            await loop.run_in_executor(
+                _media_pool(),
+                self._process,
+                family,
+                [items[i] for i in todo],
+                [loaded[i] for i in todo],
+                processor_kwargs,
+            )
+            if todo
+            else ()
+        )
+        processed = [held[i] if i in held else next(done) for i in range(len(items))]
+        return processed, hashes
+
+    async def _process_with_embeds(
+        self,
+        family: Family,
+        items: list[MediaPart],
+        loaded: list[Any],
+        processor_kwargs: Mapping[str, Any],
+        media_io_kwargs: Mapping[str, Any] | None,
+    ) -> tuple[list[ProcessedItem], list[str]]:
+        """A request with embeddings: every item processed and sent with its data, as vLLM's
+        processor does when it bypasses its cache; an embeddings item is hashed by its
+        fields' tensors."""
+        specs: Mapping[str, EmbedsSpec] = getattr(family, "embeds", {})
+        out: list[Any] = [None] * len(items)
+        values: list[Any] = [None] * len(items)
+        raw = [i for i, part in enumerate(items) if not part.is_embeds]
+        loop = asyncio.get_running_loop()
+        pool = _media_pool()
+        for modality in dict.fromkeys(p.modality for p in items if p.is_embeds):
+            spec = specs.get(modality)
+            if spec is None:
+                raise MediaError.bad_request(
+                    f"`{modality}_embeds` inputs are not supported by this frontend for model "
+                    f"type {self.model_type!r} yet"
+                )
+            indices = [i for i, p in enumerate(items) if p.is_embeds and p.modality == modality]
+            decoded: list[Mapping[str, Any]] = [
+                metadata_arrays(loaded[i], {spec.metadata}) for i in indices
+            ]
+            results = await loop.run_in_executor(pool, process_embeds, spec, modality, decoded)
+            for i, (item, value) in zip(indices, results, strict=True):
+                out[i], values[i] = item, value
+        if raw:
+            done = await loop.run_in_executor(
+                pool,
+                self._process,
+                family,
+                [items[i] for i in raw],
+                [loaded[i] for i in raw],
+                processor_kwargs,
+            )
+            for i, item in zip(raw, done, strict=True):
+                out[i], values[i] = item, self._hash_value(loaded[i])
+        hashes = [
+            self._hash(part, value, processor_kwargs, media_io_kwargs)
+            for part, value in zip(items, values, strict=True)
+        ]
+        return out, hashes
 
     def _held_tokens(
         self,
@@ -267,24 +371,33 @@ class MultimodalLlm:
         loaded: list[Any],
         kwargs: Mapping[str, Any],
         hashes: list[str],
-    ) -> dict[int, int]:
-        """Placeholder tokens by part index of the items the engine's cache holds now (per the
-        mirror): vLLM's processor skips those, and so do we; they go as ``data=None``."""
+    ) -> dict[int, ProcessedItem]:
+        """The placeholders (without fields) by part index of the items the engine's cache
+        holds now (per the mirror): vLLM's processor skips those, and so do we; they go as
+        ``data=None``."""
         cache = self.sender_cache
-        counter = getattr(family, "item_tokens", None)  # families that can count without work
-        if cache is None or counter is None:
+        # Families that can tell an item's placeholder without processing it.
+        placeholder = getattr(family, "held_item", None)
+        counter = getattr(family, "item_tokens", None)
+        if cache is None or (placeholder is None and counter is None):
             return {}
-        held: dict[int, int] = {}
+        held: dict[int, ProcessedItem] = {}
         for i, (part, mm_hash) in enumerate(zip(parts, hashes, strict=True)):
-            if mm_hash in cache:
-                tokens = counter(part.modality, loaded[i], kwargs)
-                if tokens is not None:
-                    held[i] = tokens
+            if mm_hash not in cache:
+                continue
+            if placeholder is not None:
+                held[i] = placeholder(part.modality, loaded[i], kwargs)
+                continue
+            tokens = counter(part.modality, loaded[i], kwargs) if counter is not None else None
+            if tokens is not None:
+                held[i] = ProcessedItem(part.modality, tokens, {})
         return held
 
     async def _load(
         self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
-    ) -> ImageItem | VideoItem:
+    ) -> ImageItem | VideoItem | dict[str, Any]:
+        if part.is_embeds:
+            return await self._load_embeds(part)
         if part.modality not in ("image", "video"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
@@ -302,10 +415,32 @@ class MultimodalLlm:
             return await self.loader.load_video_item(part.url, merged, video_processor=name)
         return await self.loader.load_image_item(part.url, merged)
 
+    async def _load_embeds(self, part: MediaPart) -> dict[str, Any]:
+        """An embeddings part's tensors by key (a bare payload under ``<modality>_embeds``),
+        decoded off the loop as vLLM's ``fetch_*_embedding_async``; other values as given."""
+        payload, modality = part.embeds, part.modality
+        if payload is None:
+            raise MediaError.bad_request(
+                "A media part without data (a uuid alone) is not supported by this frontend yet"
+            )
+        if isinstance(payload, str):
+            return {f"{modality}_embeds": await self.loader.load_embeds(payload, modality)}
+        keys = [key for key, value in payload.items() if isinstance(value, str)]
+        tensors = await asyncio.gather(
+            *(self.loader.load_embeds(payload[key], modality) for key in keys)
+        )
+        return {**payload, **dict(zip(keys, tensors, strict=True))}
+
+    @staticmethod
+    def _hash_value(item: ImageItem | VideoItem) -> Any:
+        if isinstance(item, VideoItem):
+            return video_hash_value(item.original_bytes, item.frames, item.metadata)
+        return image_hash_value(item.original_bytes, item.io_config, image_id(item.image))
+
     def _hash(
         self,
         part: MediaPart,
-        item: ImageItem | VideoItem,
+        value: Any,
         processor_kwargs: Mapping[str, Any],
         media_io_kwargs: Mapping[str, Any] | None,
     ) -> str:
@@ -314,10 +449,6 @@ class MultimodalLlm:
         own = scoped.get(modality)
         kwargs = {k: v for k, v in processor_kwargs.items() if k not in scoped.values() or k == own}
         io_kwargs = (media_io_kwargs or {}).get(modality)
-        if isinstance(item, VideoItem):
-            value = video_hash_value(item.original_bytes, item.frames, item.metadata)
-        else:
-            value = image_hash_value(item.original_bytes, item.io_config, image_id(item.image))
         return item_hash(
             self.options.mm_hasher_algorithm,
             model_id=self.model_id,
@@ -343,6 +474,24 @@ class MultimodalLlm:
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
         return [p for p in out if p is not None]
+
+
+class _RecordingCache:
+    """One embeddings request's view of the sender cache: its items all go with their data
+    (as vLLM sends them), and the mirror records them as the engine will."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache: SenderCache) -> None:
+        self._cache = cache
+
+    def apply(self, features: Iterable[Any]) -> None:
+        """:meth:`SenderCache.record`."""
+        self._cache.record(features)
+
+    def invalidate(self, mm_hashes: Iterable[str]) -> None:
+        """:meth:`SenderCache.invalidate`."""
+        self._cache.invalidate(mm_hashes)
 
 
 class _FillingCache:
@@ -405,16 +554,22 @@ def _expand(
         index = queue[next_item[modality]]
         next_item[modality] += 1
         item = processed[index]
+        if item.replacement is None:
+            position = PlaceholderRange(len(out), item.num_tokens)
+            out.extend([tid] * item.num_tokens)
+        else:
+            embed = None if item.is_embed is None else Tensor.from_numpy(item.is_embed)
+            position = PlaceholderRange(len(out), len(item.replacement), embed)
+            out.extend(item.replacement)
         features.append(
             MultiModalFeatureSpec(
                 data=item.fields or None,  # empty: not processed, the engine holds it
                 modality=modality,
                 identifier=hashes[index],
-                mm_position=PlaceholderRange(len(out), item.num_tokens),
+                mm_position=position,
                 mm_hash=hashes[index],
             )
         )
-        out.extend([tid] * item.num_tokens)
     for modality, queue in pending.items():
         if next_item[modality] < len(queue):
             index = next_item[modality]

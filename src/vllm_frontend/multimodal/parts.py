@@ -5,6 +5,7 @@ checked against the per-prompt limits as it is added."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -19,17 +20,29 @@ class UnsupportedMedia(InvalidInput):
 
 class MediaPart(msgspec.Struct, frozen=True, gc=False):
     """One media content part: ``modality`` ("image", "video", ...), its ``url`` (http(s),
-    data: or file:) and the request's ``uuid`` for it."""
+    data: or file:) and the request's ``uuid`` for it; an ``*_embeds`` part has ``embeds``
+    set, its payload (a base64 string or a dictionary, see ``multimodal.embeds``)."""
 
     modality: str
     url: str | None
     uuid: str | None = None
+    embeds: str | dict[str, Any] | None = None
+    is_embeds: bool = False
 
 
 class MediaParts:
     """The collector one request's message normalisation fills (see ``chat.messages``)."""
 
-    __slots__ = ("_limits", "_placeholders", "_refusal", "_supported", "by_modality", "items")
+    __slots__ = (
+        "_counts",
+        "_limits",
+        "_placeholders",
+        "_refusal",
+        "_supported",
+        "by_modality",
+        "embeds_enabled",
+        "items",
+    )
 
     def __init__(
         self,
@@ -37,13 +50,17 @@ class MediaParts:
         supported: Mapping[str, int | None],
         placeholders: Mapping[str, str],
         refusal: str | None = None,
+        embeds_enabled: bool = False,
     ) -> None:
         """``limits``: items allowed per prompt by modality (``--limit-mm-per-prompt`` within
         what the model supports; absent: none); ``supported``: the model's own limits (None:
         any number); ``placeholders``: the text a part stands for in "string"-format
         conversations; ``refusal``: the message every part is refused with (a model whose
-        family is not implemented)."""
+        family is not implemented); ``embeds_enabled``: ``--enable-mm-embeds``."""
         self._refusal = refusal
+        self.embeds_enabled = embeds_enabled
+        """``*_embeds`` parts are taken (``--enable-mm-embeds``)."""
+        self._counts: dict[str, int] = {}
         self._limits = limits
         self._supported = supported
         self._placeholders = placeholders
@@ -56,9 +73,12 @@ class MediaParts:
         if self._refusal is not None:
             raise UnsupportedMedia(self._refusal, parameter="messages")
         modality = part.modality
-        count = self.by_modality.get(modality, 0) + 1
+        # vLLM counts a modality's embeddings apart from its raw items (mixing them is
+        # refused later), and does not limit embeddings of a modality limited to 0.
+        kind = f"{modality}_embeds" if part.is_embeds else modality
+        count = self._counts.get(kind, 0) + 1
         limit = self._limits.get(modality, 0)
-        if count > limit:
+        if count > limit and not (part.is_embeds and limit == 0 and modality in self._supported):
             supported = self._supported.get(modality, 0)
             raise InvalidInput(
                 f"At most {limit} {modality}(s) may be provided in one prompt."
@@ -69,6 +89,7 @@ class MediaParts:
                 ),
                 parameter=modality,
             )
-        self.by_modality[modality] = count
+        self._counts[kind] = count
+        self.by_modality[modality] = self.by_modality.get(modality, 0) + 1
         self.items.append(part)
         return self._placeholders.get(modality)

@@ -14,6 +14,7 @@ import numpy as np
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.engine.tensors import Tensor
+from vllm_frontend.multimodal.embeds import EmbedsSpec
 from vllm_frontend.multimodal.family import ProcessedItem
 from vllm_frontend.multimodal.media import ImageItem, MediaError, VideoItem
 from vllm_frontend.multimodal.processors.qwen2_vl import Qwen2VLImageProcessor, Qwen2VLOutput
@@ -46,6 +47,7 @@ class Qwen2VLFamily:
 
     __slots__ = (
         "device_normalize",
+        "embeds",
         "image_processor",
         "model_type",
         "token_ids",
@@ -88,6 +90,20 @@ class Qwen2VLFamily:
             video_config.get("video_processor_type") or "Qwen2VLVideoProcessor"
         )
         """The Hugging Face video processor class (it picks vLLM's video loader)."""
+        text_config = config.get("text_config") or {}
+        hidden_size = int(text_config.get("hidden_size") or config.get("hidden_size") or 0)
+        vision = config.get("vision_config") or {}
+        merge = int(vision.get("spatial_merge_size") or 2) ** 2
+
+        def tokens(grid: np.ndarray) -> int:
+            return int(np.prod(grid, dtype=np.int64)) // merge
+
+        self.embeds: dict[str, EmbedsSpec] = {
+            modality: EmbedsSpec(f"{modality}_embeds", f"{modality}_grid_thw", hidden_size, tokens)
+            for modality in ("image", "video")
+        }
+        """How ``image_embeds`` / ``video_embeds`` parts are taken: vLLM's
+        ``Qwen2VLMultiModalDataParser`` dictionaries, the embeddings with their grid."""
         self.token_ids: dict[str, int] = {}
         for modality, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>")):
             token_id = token_to_id(token)

@@ -85,6 +85,22 @@ class SenderCache:
             elif feature.data is not None:
                 self._put_if_fits(mm_hash, item_nbytes(feature.data))
 
+    def record(self, features: Iterable[Any]) -> None:
+        """Update the mirror for a request whose items all carry their data (vLLM's processor
+        sends a request with embeddings so): the engine touches every item, then stores each
+        one again in place of what it held under its hash."""
+        features = list(features)
+        entries = self._entries
+        for feature in features:
+            if feature.mm_hash in entries:
+                entries.move_to_end(feature.mm_hash)
+        for feature in features:
+            size = entries.pop(feature.mm_hash, None)
+            if size is not None:
+                self._size -= size
+            if feature.data is not None:
+                self._put_if_fits(feature.mm_hash, item_nbytes(feature.data))
+
     def invalidate(self, mm_hashes: Iterable[str]) -> None:
         """Forget items the engine reported missing (their data goes with the next request)."""
         for mm_hash in mm_hashes:

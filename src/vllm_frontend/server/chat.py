@@ -40,6 +40,7 @@ from .generation import (
     notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
+    trace_headers,
     usage,
     usage_chunk,
 )
@@ -295,7 +296,10 @@ def chat_logprobs(
             content.append(ContentLogprob(token, -9999.0, _bytes(token), []))
             continue
         decoded = lp.decoded_token
-        token = token_id_placeholder(tid) if as_token_ids else (decoded or token_text(tid))
+        if as_token_ids:
+            token = token_id_placeholder(tid)
+        else:  # an empty decoded text (a split UTF-8 byte) stays empty, as in vLLM
+            token = decoded if decoded is not None else token_text(tid)
         tops: list[TopLogprob] = []
         for j, (cid, clp) in enumerate(step.items()):
             if all_candidates or num_top == -1 or (num_top is not None and j < num_top):
@@ -358,7 +362,9 @@ class ChatHandler:
         refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        gen = await self.chat.generate(chat_request(req, request, request_id))
+        chat_req = chat_request(req, request, request_id)
+        chat_req.text.trace_headers = trace_headers(ctx, request)
+        gen = await self.chat.generate(chat_req)
         if req.stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:

@@ -35,6 +35,7 @@ from .generation import (
     notify_kv_transfer_rejected,
     request_id_for,
     sampling_request,
+    trace_headers,
     usage,
     usage_chunk,
 )
@@ -228,7 +229,9 @@ class CompletionsHandler:
             raise errors.BadRequest("Streaming is not currently supported with beam search")
         ctx.check_model(req.model)
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
-        gen = await ctx.text.generate(text_request(req, request, request_id))
+        text_req = text_request(req, request, request_id)
+        text_req.trace_headers = trace_headers(ctx, request)
+        gen = await ctx.text.generate(text_req)
         created = int(time.time())
         if req.stream:
 

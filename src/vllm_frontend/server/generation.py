@@ -57,6 +57,7 @@ class ServingContext:
         "sse_keep_alive_interval",
         "system_fingerprint",
         "text",
+        "trace",
     )
 
     def __init__(
@@ -118,6 +119,20 @@ class ServingContext:
         self.has_kv_connector = has_kv_connector
         """``--kv-transfer-config`` is set: a request the engines never got that asked for a
         remote prefill is reported to them (see :func:`notify_kv_transfer_rejected`)."""
+        self.trace: Callable[[Request], dict[str, str] | None] | None = (
+            extract_trace_headers
+            if getattr(llm, "tracer", None) is not None
+            else self._warn_untraced
+        )
+        """A request's trace headers for its engine requests (``--otlp-traces-endpoint``);
+        without it, a check for vLLM's one warning, then None (see :func:`trace_headers`)."""
+
+    def _warn_untraced(self, request: Request) -> None:
+        # AsyncLLM's add_request: trace headers without an endpoint are dropped, with a warning
+        # logged once; after that no request is looked at.
+        if b"traceparent" in request.headers or b"tracestate" in request.headers:
+            logger.warning("Received a request with trace context but tracing is disabled")
+            self.trace = None
 
     @property
     def model_name(self) -> str:
@@ -214,6 +229,26 @@ async def notify_kv_transfer_rejected(ctx: ServingContext, request: Request, req
         logger.warning(
             "Failed to notify KV connector about rejected request %s", request_id, exc_info=True
         )
+
+
+def extract_trace_headers(request: Request) -> dict[str, str] | None:
+    """The request's ``traceparent`` and ``tracestate`` headers (vLLM's ``_get_trace_headers``:
+    None when it has neither)."""
+    headers = request.headers
+    if b"traceparent" not in headers and b"tracestate" not in headers:
+        return None
+    return {
+        name: value.decode("latin-1")
+        for name, key in (("traceparent", b"traceparent"), ("tracestate", b"tracestate"))
+        if (value := headers.get(key)) is not None
+    }
+
+
+def trace_headers(ctx: ServingContext, request: Request) -> dict[str, str] | None:
+    """What a generation request's ``trace_headers`` are: the HTTP request's trace context when
+    tracing is on, else None (vLLM's warning logged for the first request that has one)."""
+    extract = ctx.trace
+    return None if extract is None else extract(request)
 
 
 def data_parallel_rank(request: Request) -> int | None:

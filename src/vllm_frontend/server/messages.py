@@ -36,6 +36,7 @@ from .generation import (
     data_parallel_rank,
     request_id_for,
     sampling_request,
+    trace_headers,
 )
 from .messages_convert import ChatFields, to_chat_fields
 from .messages_protocol import (
@@ -129,6 +130,7 @@ class MessagesHandler:
         ctx = self.ctx
         ctx.check_model(request.model)
         cache_salt = None
+        traced = None
         if isinstance(request, MessagesRequest):
             chat_req = ChatCompletionRequest(
                 messages=fields.messages,
@@ -147,6 +149,7 @@ class MessagesHandler:
                 thinking_token_budget=fields.thinking_token_budget,
             )
             cache_salt = request.cache_salt
+            traced = trace_headers(ctx, http)
         else:
             chat_req = ChatCompletionRequest(messages=fields.messages, model=request.model)
         request_id = request_id_for("chatcmpl", http, None)
@@ -163,6 +166,7 @@ class MessagesHandler:
                     data_parallel_rank=data_parallel_rank(http),
                     cache_salt=cache_salt,
                     model=request.model,
+                    trace_headers=traced,
                 ),
                 tools=fields.tools,
                 tool_choice=fields.tool_choice,

@@ -59,12 +59,14 @@ __all__ = [
     "TokenizeChatRequest",
     "TokenizeCompletionRequest",
     "UnloadLoraAdapterRequest",
+    "check_cache_salt",
     "parse_chat_request",
     "parse_completion_request",
     "parse_detokenize_request",
     "parse_load_lora_adapter_request",
     "parse_tokenize_request",
     "parse_unload_lora_adapter_request",
+    "schema_of",
 ]
 
 _INT64_MIN = -(2**63)
@@ -334,6 +336,11 @@ def _schema(struct: type, overrides: dict[str, Spec] | None = None) -> Model:
     return _model_of(info, overrides)
 
 
+def schema_of(struct: type, overrides: dict[str, Spec] | None = None) -> Model:
+    """The error-report schema of a request Struct (pydantic's types; ``overrides`` by field)."""
+    return _schema(struct, overrides)
+
+
 _TOKEN = Int(ge=0)
 _JSON_SCHEMA_FORMAT = Model(
     "JsonSchemaResponseFormat",
@@ -497,6 +504,11 @@ def _check_cache_salt(data: dict[str, Any]) -> None:
             "not contain '@', '/', '\\\\', or NUL.",
             parameter="cache_salt",
         )
+
+
+def check_cache_salt(data: dict[str, Any]) -> None:
+    """vLLM's ``validate_cache_salt`` "before" validator on a raw body."""
+    _check_cache_salt(data)
 
 
 def _apply_return_mm_kwargs_alias(data: dict[str, Any]) -> None:

@@ -31,7 +31,13 @@ from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
 from .chat import chat_logprobs
-from .generation import GenerationFailed, ServingContext, data_parallel_rank, sampling_request
+from .generation import (
+    GenerationFailed,
+    ServingContext,
+    data_parallel_rank,
+    sampling_request,
+    trace_headers,
+)
 from .responses_input import chat_tool_choice, chat_tools, input_messages
 from .responses_output import (
     function_call_item,
@@ -187,6 +193,7 @@ class ResponsesHandler:
                 priority=req.priority,
                 data_parallel_rank=data_parallel_rank(request),
                 cache_salt=req.cache_salt,
+                trace_headers=trace_headers(self.ctx, request),
                 model=req.model,
             ),
             tools=chat_tools(req.tools, req.tool_choice),

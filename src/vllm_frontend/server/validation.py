@@ -431,8 +431,26 @@ def _summarize_input(value: Any) -> Any:
     return text
 
 
+_INTERNAL_LOC_MARKERS = frozenset(
+    {
+        "function-wrap", "function-after", "function-before", "function-plain",
+        "json-or-python", "lax-or-strict", "chain", "default", "nullable", "tagged-union",
+        "union", "call", "arguments", "is-instance", "is-subclass", "callable", "str", "int",
+        "float", "bool", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset",
+        "complex", "none", "nonetype",
+    }
+)  # fmt: skip
+
+
+def _internal_loc_segment(segment: str) -> bool:
+    return any(c in segment for c in "[]{}()") or segment.lower() in _INTERNAL_LOC_MARKERS
+
+
 def _loc_str(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
+    # vLLM's clean_loc_for_param: pydantic's wrapper and union-branch markers are dropped.
+    parts = [str(p) for p in loc]
+    kept = [p for p in parts if not _internal_loc_segment(p)]
+    return ".".join(kept or parts)
 
 
 def validation_error(errors: list[dict[str, Any]] | list[str]) -> RequestValidationFailed:

@@ -204,9 +204,11 @@ class BeamSearch:
         params: BeamSearchParams,
         cache_salt: str | None = None,
         lora_request: Any = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> None:
         """``request_id`` is the public id the engine ids are derived from; ``lora_request``
-        the adapter every step runs with (None: the base model)."""
+        the adapter every step runs with (None: the base model); ``trace_headers`` go with
+        every step's engine requests, as vLLM's ``beam_search`` sends them."""
         self._llm: LLM = text.llm
         self._tokenizer: Tokenizer = text.tokenizer
         self._sampling = text.sampling
@@ -215,6 +217,7 @@ class BeamSearch:
         self._params = params
         self._cache_salt = cache_salt
         self._lora_request = lora_request
+        self._trace_headers = trace_headers
 
     def _step_params(self) -> SamplingParams:
         # vLLM's SamplingParams(logprobs=2 * width, max_tokens=1, temperature, watermarking=False,
@@ -316,6 +319,7 @@ class BeamSearch:
                         output_kind=OutputKind.FINAL_ONLY,
                         cache_salt=self._cache_salt,
                         lora_request=self._lora_request,
+                        trace_headers=self._trace_headers,
                     )
                 )
                 streams.append(await stack.enter_async_context(stream))

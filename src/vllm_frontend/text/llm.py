@@ -31,6 +31,7 @@ from vllm_frontend.text.logprobs import TokenStrings
 from vllm_frontend.text.prompts import PreparedPrompt, PromptPreparer
 from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import (
+    InvalidRequestError,
     ModelSamplingInfo,
     SamplingRequest,
     lower_sampling_params,
@@ -40,7 +41,7 @@ from vllm_frontend.text.sequence_stream import SequenceStream, UpdateSource
 from vllm_frontend.text.structured_outputs import merge_response_format, structured_outputs_params
 from vllm_frontend.text.tokenizer import Tokenizer
 
-__all__ = ["TextGeneration", "TextLlm", "TextRequest"]
+__all__ = ["TextGeneration", "TextLlm", "TextRequest", "TokenPrompt"]
 
 
 class TextRequest(msgspec.Struct, kw_only=True, gc=False):
@@ -84,6 +85,9 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     tokenized; a beam search sends none, as vLLM's)."""
     reasoning_parser_kwargs: dict[str, Any] | None = None
     """The engine requests' ``reasoning_parser_kwargs`` (chat with a reasoning parser)."""
+    trace_headers: dict[str, str] | None = None
+    """The HTTP request's ``traceparent`` / ``tracestate`` (with ``--otlp-traces-endpoint``):
+    the engine requests carry them and their spans are children of that context."""
     render: bool = False
     """Prepared for a render route, not for the engines: the request-level sampling parameters
     (vLLM's ``to_sampling_params``), without what vLLM's engine-side input processor adds or
@@ -94,6 +98,7 @@ class TextLlm:
     """Text-level generation for one model over ``llm`` (built once at startup)."""
 
     __slots__ = (
+        "_token_sampling",
         "adapters",
         "llm",
         "max_model_len",
@@ -133,6 +138,7 @@ class TextLlm:
         self.token_strings = token_strings
         self.stream_interval = stream_interval
         """``--stream-interval``: streamed updates every N tokens."""
+        self._token_sampling: ModelSamplingInfo | None = None
 
     def strings(self) -> TokenStrings:
         """The shared per-token string cache (for logprobs)."""
@@ -201,6 +207,65 @@ class TextLlm:
             )
         lora = self.adapters.get(request.model)
         return TextGeneration(self, request, prepared, params, lora)
+
+    def token_prompt(
+        self, request: TextRequest, token_ids: list[int], *, max_tokens_set: bool
+    ) -> TokenPrompt:
+        """A token-in/token-out request's request-level checks (vLLM's ``ServingTokens``
+        before its engine client): the prompt as given (no special tokens, no truncation),
+        ``max_tokens`` (``request.max_tokens``) defaulted against the context only when the
+        request did not set it (``max_tokens_set``), and the sampling parameters as vLLM's
+        ``SamplingParams`` builds them from the request's values: its own defaults, not the
+        generation config's. Raises vLLM's 400 errors; :meth:`generate_tokens` does the rest."""
+        max_tokens = request.max_tokens
+        if not max_tokens_set:
+            max_tokens = self.resolve_max_tokens(None, len(token_ids))
+        model = self._token_sampling
+        if model is None:
+            model = self._token_sampling = msgspec.structs.replace(
+                self.sampling, sampling_defaults={}
+            )
+        lowered = _sampling_request(request)
+        lower_sampling_params(lowered, max_tokens=max_tokens, model=model, engine_side=False)
+        return TokenPrompt(request, PreparedPrompt(token_ids, None), max_tokens, lowered)
+
+    def generate_tokens(self, prompt: TokenPrompt) -> TextGeneration:
+        """:meth:`token_prompt`'s request as vLLM's input processor takes it (what vLLM raises
+        from its engine client's ``generate``, after a stream's head went out): the prompt's
+        length against the context, an unset ``max_tokens`` to the context's end, the
+        engine-side checks and additions (EOS ids, bad-word ids, the grammar backend)."""
+        request = prompt.request
+        prompt_len = len(prompt.prompt.token_ids)
+        limit = self.max_model_len
+        suggestion = "Make sure that `max_model_len` is no smaller than the number of text tokens"
+        if prompt_len > limit:
+            raise InvalidRequestError(
+                f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
+                f"length of {limit}. {suggestion}."
+            )
+        if prompt_len == limit:
+            raise InvalidRequestError(
+                f"The decoder prompt (length {prompt_len}) plus the number of requested output "
+                f"tokens (at least 1) is longer than the maximum model length of {limit}. "
+                f"{suggestion} (prompt + requested output tokens)."
+            )
+        max_tokens = prompt.max_tokens
+        if max_tokens is None:
+            max_tokens = limit - prompt_len
+            if prompt.sampling.min_tokens > max_tokens:
+                raise InvalidRequestError(
+                    f"min_tokens must be less than or equal to max_tokens={max_tokens}, got "
+                    f"{prompt.sampling.min_tokens}."
+                )
+        params = lower_sampling_params(
+            prompt.sampling,
+            max_tokens=max_tokens,
+            model=self._token_sampling or self.sampling,
+            tokenizer=self.tokenizer,
+        )
+        params.skip_clone = False  # vLLM's SamplingParams default (the OpenAI routes set it)
+        lora = self.adapters.get(request.model)
+        return TextGeneration(self, request, [prompt.prompt], [params], lora)
 
     def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
         """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
@@ -271,6 +336,7 @@ class TextGeneration:
                 params=params,
                 cache_salt=request.cache_salt,
                 lora_request=self.lora_request,
+                trace_headers=request.trace_headers,
             )
             return BeamSearchStream(search)
         return SequenceStream(
@@ -285,11 +351,23 @@ class TextGeneration:
             lora_request=self.lora_request,
             reasoning_ended=request.reasoning_ended,
             reasoning_parser_kwargs=request.reasoning_parser_kwargs,
+            trace_headers=request.trace_headers,
         )
 
     def sources(self) -> list[UpdateSource]:
         """Every prompt's :meth:`source`, in order."""
         return [self.source(p) for p in range(len(self.prompts))]
+
+
+class TokenPrompt(msgspec.Struct, gc=False):
+    """A token-in/token-out request past :meth:`TextLlm.token_prompt`'s checks."""
+
+    request: TextRequest
+    prompt: PreparedPrompt
+    max_tokens: int | None
+    """The budget (None: up to the context's end)."""
+    sampling: SamplingRequest
+    """The request's sampling fields, as :meth:`TextLlm.generate_tokens` lowers them."""
 
 
 def completion_prompts(request: TextRequest) -> list[str | list[int]]:

@@ -202,7 +202,7 @@ def resolve_max_tokens(
 def lower_sampling_params(
     req: SamplingRequest,
     *,
-    max_tokens: int,
+    max_tokens: int | None,
     model: ModelSamplingInfo,
     tokenizer: Tokenizer | None = None,
     engine_side: bool = True,

@@ -96,6 +96,7 @@ class SequenceStream:
         lora_request: Any = None,
         reasoning_ended: bool | None = None,
         reasoning_parser_kwargs: dict[str, Any] | None = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> None:
         wants_logprobs = params.logprobs is not None or params.prompt_logprobs is not None
         strings = text.strings() if wants_logprobs else None
@@ -127,6 +128,7 @@ class SequenceStream:
                 lora_request=lora_request,
                 reasoning_ended=reasoning_ended,
                 reasoning_parser_kwargs=reasoning_parser_kwargs,
+                trace_headers=trace_headers,
             )
         )
         prompt.mm_features = None  # the engine requests hold them now

@@ -11,6 +11,7 @@ background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -35,6 +36,9 @@ __all__ = ["Tokenizer", "TokenizerError"]
 _log = logging.getLogger(__name__)
 
 # The named special-token slots of transformers' tokenizers, in its order.
+_EXIT_WAIT_S = 10.0
+"""Seconds an exiting process waits for a running ``fastokens`` load to end."""
+
 _SPECIAL_SLOTS = (
     "bos_token",
     "eos_token",
@@ -303,6 +307,9 @@ class Tokenizer:
         loader, self._fast_loader = self._fast_loader, None
         if loader is not None:
             loader.start()
+            # A process that exits while the load runs in native code can abort ("exception
+            # not rethrown") as the interpreter stops daemon threads: let the load end first.
+            atexit.register(loader.join, _EXIT_WAIT_S)
 
     def wait_for_fast_encoder(self, timeout: float | None = None) -> bool:
         """Wait until the ``fastokens`` encoder (if asked for) has loaded or failed to; False

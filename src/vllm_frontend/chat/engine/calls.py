@@ -75,15 +75,22 @@ class EngineToolParser(ToolParser):
         special_tokens: Mapping[str, int] | None = None,
         skip_reasoning: bool = False,
         tool_choice: Any = "auto",
+        reasoning_pass: bool = False,
     ) -> None:
         """``special_tokens``: the tokenizer's special tokens (dropped from the output unless
         the grammar names them); ``skip_reasoning``: no reasoning parser is configured, so
-        reasoning-only markers are text; ``tool_choice: "none"`` suppresses the calls."""
+        reasoning-only markers are text; ``tool_choice: "none"`` suppresses the calls;
+        ``reasoning_pass``: this reader is a reasoning parser's (vLLM's reasoning adapter):
+        it starts in the grammar's initial state and reads tool markup as text."""
         super().__init__(vocab, tools)
-        self.grammar = self.grammar_for(chat_template_kwargs or {})
+        self.vocab = vocab
+        self.tool_choice = tool_choice
+        self.grammar = self.grammar_with(vocab, chat_template_kwargs or {})
         compiled = compile_grammar(self.grammar, vocab, special_tokens or {})
-        self.machine = Machine(compiled, State.CONTENT)
+        self.initial = self.grammar.initial if reasoning_pass else State.CONTENT
+        self.machine = Machine(compiled, self.initial)
         self.machine.skip_reasoning = skip_reasoning
+        self.machine.skip_tools = reasoning_pass
         self.suppress = tool_choice == "none" and bool(tools)
         grammar = self.grammar
         self._converter = grammar.arg_converter
@@ -121,8 +128,14 @@ class EngineToolParser(ToolParser):
         none)."""
         return cls.GRAMMAR
 
+    def grammar_with(
+        self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any]
+    ) -> Grammar:
+        """The grammar for this vocabulary (the parser's tokens found in it) and request."""
+        return self.grammar_for(chat_template_kwargs)
+
     def _reset(self) -> None:
-        self.machine.reset(State.CONTENT)
+        self.machine.reset(self.initial)
         self.reasoning_ended = not self.has_reasoning
         self.slots: list[Slot] = []
         self._deferred_content = ""
@@ -134,7 +147,7 @@ class EngineToolParser(ToolParser):
     def extract(self, text: str) -> ExtractedToolCalls:
         """One pass over a whole (reasoning-free) output, from the content state."""
         self._reset()
-        events = self.machine.feed(text, ())
+        events = self.feed(text, ())
         events += self.machine.finish()
         delta = self._delta(events, finished=True)
         calls, ids = self._calls()
@@ -156,7 +169,11 @@ class EngineToolParser(ToolParser):
         if not self._streaming:
             self._streaming = True
             self._reset()
-        return self._strip_reasoning(self._delta(self.machine.feed(delta_text, delta_ids)))
+        return self._strip_reasoning(self._delta(self.feed(delta_text, delta_ids)))
+
+    def feed(self, text: str, token_ids: Sequence[int]) -> list[Event]:
+        """The reader's events for one delta (a family may adjust what it reads)."""
+        return self.machine.feed(text, token_ids)
 
     def finish_stream(self) -> OutputDelta | None:
         """What the end of the stream releases (held text, an unfinished call)."""
@@ -266,7 +283,11 @@ class EngineToolParser(ToolParser):
 
     def _ensure_id(self, slot: Slot) -> None:
         if not slot.id:
-            slot.id = new_tool_call_id()
+            slot.id = self.new_id()
+
+    def new_id(self) -> str:
+        """A fresh tool-call id in the family's format."""
+        return new_tool_call_id()
 
     def _start(self, slot: Slot, name: str) -> None:
         slot.name = name
@@ -366,8 +387,8 @@ class EngineToolParser(ToolParser):
             return final[len(prev) :]
         return None
 
-    @staticmethod
-    def _name_in_args(slot: Slot) -> str | None:
+    def _name_in_args(self, slot: Slot) -> str | None:
+        """The name of a call whose name is not known from its markers."""
         m = _NAME.search(slot.args)
         return m.group(1) or None if m else None
 
@@ -381,7 +402,7 @@ class EngineToolParser(ToolParser):
             name = slot.name.strip()
             raw = slot.args
             if not name and raw.strip():
-                name, args = _name_and_args(raw)
+                name, args = self.name_and_args(raw)
             elif raw.strip():
                 converter = self._converter
                 if converter is not None:
@@ -404,6 +425,10 @@ class EngineToolParser(ToolParser):
         if not raw.strip():
             return "{}"
         return _name_and_args(raw)[1]
+
+    def name_and_args(self, raw: str) -> tuple[Any, str]:
+        """Name and arguments JSON of an unnamed call's raw body (a JSON envelope)."""
+        return _name_and_args(raw)
 
 
 def _name_and_args(raw: str) -> tuple[Any, str]:

@@ -25,7 +25,16 @@ _REASONING_KINDS = frozenset((Kind.REASONING_START, Kind.REASONING_END))
 class Compiled:
     """What a grammar needs against one vocabulary, worked out once and shared."""
 
-    __slots__ = ("grammar", "has_drops", "id_map", "id_terminals", "reasoning_markup", "table")
+    __slots__ = (
+        "grammar",
+        "has_drops",
+        "id_map",
+        "id_terminals",
+        "reasoning_markup",
+        "table",
+        "tool_exits",
+        "tool_terminals",
+    )
 
     def __init__(
         self, grammar: Grammar, vocab: Mapping[str, int], special_tokens: Mapping[str, int]
@@ -51,6 +60,19 @@ class Compiled:
         self.id_terminals = frozenset(name for name, _ in id_map.values())
         self.table = LexerTable([*spellings, *((t, DROP) for t in drops)])
         self.reasoning_markup = _reasoning_markup(grammar)
+        steps = grammar.steps.items()
+        self.tool_terminals = frozenset(
+            terminal
+            for (state, terminal), step in steps
+            if step.next in TOOL_STATES or state in TOOL_STATES
+        )
+        """Terminals that enter, move within or leave a tool-call region."""
+        self.tool_exits = frozenset(
+            terminal
+            for (state, terminal), step in steps
+            if state in TOOL_STATES and step.next not in TOOL_STATES
+        )
+        """Terminals that leave a tool-call region."""
 
 
 def _reasoning_markup(grammar: Grammar) -> frozenset[str]:
@@ -99,6 +121,10 @@ class Machine:
         self.lexer = Lexer(compiled.table)
         self.skip_reasoning = False
         """Reasoning-only markers are text (no reasoning parser is configured)."""
+        self.skip_tools = False
+        """Tool-call markup is text of the state it is read in (the reasoning pass of a parser
+        whose tool calls another pass reads): the reader never enters a tool state."""
+        self._in_skipped_tool = False
         self.reset(initial)
 
     def reset(self, initial: State | None = None) -> None:
@@ -115,6 +141,7 @@ class Machine:
         self._escape = False
         self._array_started = False
         self._in_element = False
+        self._in_skipped_tool = False
 
     # -- input -------------------------------------------------------------------------------
 
@@ -188,12 +215,45 @@ class Machine:
         if step is None:
             if terminal == DROP and self.compiled.has_drops:
                 return []
+            if self.skip_tools and terminal in self.compiled.tool_exits:
+                self._in_skipped_tool = False
             return self._text(value)
         if self.skip_reasoning and terminal in self.compiled.reasoning_markup:
             return self._text(value)
+        if self.skip_tools and terminal in self.compiled.tool_terminals:
+            skipped = self._skip_tool_terminal(step, terminal, value)
+            if skipped is not None:
+                return skipped
         if step.text_only and self.had_ids:
             return self._text(value)
         return self._take(step, value)
+
+    def _skip_tool_terminal(self, step: Step, terminal: str, value: str) -> list[Event] | None:
+        """A tool terminal while tool parsing is skipped: its text, in the state it is read in
+        (a terminal that ends reasoning still ends it, its text then content); None for a
+        closer outside any skipped tool region, which takes its ordinary step."""
+        opens = step.next in TOOL_STATES
+        exits = terminal in self.compiled.tool_exits
+        if exits and not opens and not self._in_skipped_tool:
+            return None
+        if opens:
+            self._in_skipped_tool = True
+        elif exits:
+            self._in_skipped_tool = False
+        from_header = self.state == State.MESSAGE_HEADER
+        if from_header:
+            self._header = ""
+        if Kind.REASONING_END in step.events:
+            self.state = State.CONTENT
+            return [
+                Event(Kind.REASONING_END, value, self.index),
+                Event(Kind.TEXT, value, self.index),
+            ]
+        if from_header:
+            self.state = State.CONTENT
+            return [Event(Kind.TEXT, value, self.index)]
+        kind = self.text_kinds.get(self.state)
+        return [] if kind is None else [Event(kind, value, self.index)]
 
     def _text(self, text: str) -> list[Event]:
         state = self.state

@@ -68,6 +68,14 @@ class ToolParser:
         parser cannot serve them (vLLM's ``adjust_request``)."""
 
     @classmethod
+    def forced_schema(
+        cls, tools: Sequence[Mapping[str, Any]], tool_choice: Any
+    ) -> dict[str, Any] | None:
+        """The JSON schema this parser's ``adjust_request`` constrains a ``required`` / named
+        tool choice with when it reads forced choices in its own format (none for most)."""
+        return None
+
+    @classmethod
     def for_model(cls, model: Any) -> type[ToolParser]:
         """The class to serve ``model`` (a ``ModelFacts``) with; most families have one."""
         return cls

@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.engine.coerce import tool_properties
 from vllm_frontend.chat.engine.grammar import Grammar, Kind, State, Step
@@ -171,6 +173,22 @@ def dsml_grammar(version: str) -> Grammar:
     )
 
 
+def dsml_thinking(chat_template_kwargs: Mapping[str, Any]) -> bool:
+    """DeepSeek V4's thinking switch: ``thinking`` or ``enable_thinking`` (on when neither is
+    given), off with ``reasoning_effort: none``."""
+    kwargs = chat_template_kwargs
+    if "thinking" not in kwargs and "enable_thinking" not in kwargs:
+        thinking = True
+    else:
+        thinking = bool(kwargs.get("thinking") or kwargs.get("enable_thinking"))
+    return thinking and kwargs.get("reasoning_effort") != "none"
+
+
+@functools.cache
+def _thinking_grammar(grammar: Grammar) -> Grammar:
+    return msgspec.structs.replace(grammar, initial=State.REASONING, wait_for_reasoning=True)
+
+
 class DeepSeekV32ToolParser(EngineToolParser):
     """``deepseek_v32``."""
 
@@ -198,8 +216,15 @@ class DeepSeekV4ToolParser(DeepSeekV32ToolParser):
     name = "deepseek_v4"
     GRAMMAR = dsml_grammar("v4")
 
+    @classmethod
+    def grammar_for(cls, chat_template_kwargs: Mapping[str, Any]) -> Grammar:
+        """Starting in reasoning while thinking (:func:`dsml_thinking`)."""
+        if not dsml_thinking(chat_template_kwargs):
+            return cls.GRAMMAR
+        return _thinking_grammar(cls.GRAMMAR)
 
-class DeepSeekV41ToolParser(DeepSeekV32ToolParser):
+
+class DeepSeekV41ToolParser(DeepSeekV4ToolParser):
     """``deepseek_v41``."""
 
     name = "deepseek_v41"

@@ -17,14 +17,7 @@ _UNIFIED = (
 )
 
 REFUSED_TOOL_PARSERS: dict[str, str] = {
-    "mistral": _ENGINE.format(
-        grammar="Mistral [TOOL_CALLS]/[ARGS] (and the pre-v11 JSON-list)",
-        where="vllm/parser/mistral.py",
-    ),
-    "gemma4": _ENGINE.format(grammar="Gemma 4 channel", where="vllm/parser/gemma4.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
-    "inkling": _ENGINE.format(grammar="Inkling", where="vllm/parser/inkling.py"),
-    "minimax_m3": _ENGINE.format(grammar="MiniMax M3", where="vllm/parser/minimax_m3.py"),
     "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
     "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),

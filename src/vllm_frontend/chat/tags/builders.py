@@ -1,0 +1,48 @@
+"""Every structural-tag model built here, by vLLM 0.32's ``structural_tag_model`` name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vllm_frontend.chat.tags.formats import Format
+from vllm_frontend.chat.tags.glm import glm_4_7
+from vllm_frontend.chat.tags.harmony import harmony
+from vllm_frontend.chat.tags.json_calls import (
+    deepseek_r1,
+    deepseek_v3_1,
+    hermes_style,
+    kimi,
+    llama,
+)
+from vllm_frontend.chat.tags.xml_calls import deepseek_dsml, mimo, minimax, qwen_3_coder
+
+__all__ = ["BUILDERS", "Builder", "Tools"]
+
+Tools = list[dict[str, Any]]
+"""Each callable tool's ``function`` object (``name``, ``parameters``, ``strict`` pinned)."""
+
+Builder = Callable[[Tools, str], Format]
+"""``(tools, choice)`` -> the tag's format; ``choice`` is ``"auto"``, ``"required"`` or
+``"forced"`` (then ``tools`` is the named one alone)."""
+
+BUILDERS: dict[str, Builder] = {
+    "hermes": hermes_style("<tool_call>", "</tool_call>"),
+    "longcat": hermes_style("<longcat_tool_call>", "</longcat_tool_call>"),
+    "llama": llama,
+    "kimi": kimi,
+    "deepseek_r1": deepseek_r1,
+    "deepseek_v3_1": deepseek_v3_1,
+    "deepseek_v3_2": deepseek_dsml("invoke", "function_calls", "deepseek_xml"),
+    "deepseek_v4": deepseek_dsml("invoke", "tool_calls", "deepseek_xml"),
+    "deepseek_v4_1": deepseek_dsml(
+        " invoke", " calls", "deepseek_v4_1_xml", fence_without_tools=True
+    ),
+    "qwen_3_coder": qwen_3_coder,
+    "mimo": mimo,
+    "minimax": minimax,
+    "glm_4_7": glm_4_7,
+    "harmony": harmony,
+}
+"""The structural-tag models built here; vLLM's others (``hy_v4``, ``kimi_k3``, ``plamo3``)
+belong to parsers refused at startup."""

@@ -1,0 +1,219 @@
+"""The ``POST /inference/v1/generate`` body (vLLM 0.32's ``GenerateRequest``,
+vllm/entrypoints/scale_out/token_in_token_out/protocol.py) as a msgspec Struct, decoded with
+vLLM's (pydantic's) error reports.
+
+``sampling_params`` is vLLM's ``SamplingParams`` validated as a typed dict: its keys are those
+of the engine's ``SamplingParams`` (private ``_`` keys and unknown keys are ignored, as vLLM
+ignores them); a mistyped value is reported as pydantic reports it (an ``is-instance`` error,
+then the typed dict's). Its ``__post_init__`` checks are the text layer's sampling lowering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from vllm_frontend.engine.protocol import SamplingParams
+
+from .messages_protocol import Checked
+from .protocol import Int64, StreamOptions, check_cache_salt, schema_of
+from .validation import (
+    AnyValue,
+    DictOf,
+    Int,
+    LazyModel,
+    ListOf,
+    Model,
+    Optional,
+    Spec,
+    _err,
+    convert_body,
+    decode_json_object,
+    validation_error,
+)
+
+__all__ = [
+    "UNSUPPORTED_SAMPLING_FIELDS",
+    "GenerateBody",
+    "ReasoningParserKwargsBody",
+    "parse_generate_request",
+]
+
+UNSUPPORTED_SAMPLING_FIELDS = (
+    "prompt_logprob_token_ids",
+    "prompt_logprob_start",
+    "trace_decode_token_ids",
+)
+"""``sampling_params`` keys this frontend does not serve on this route (501 when set)."""
+
+
+class ReasoningParserKwargsBody(msgspec.Struct, forbid_unknown_fields=True):
+    """vLLM's ``ReasoningParserKwargs`` (no other keys)."""
+
+    chat_template_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class GenerateBody(msgspec.Struct, kw_only=True):
+    """vLLM's ``GenerateRequest`` fields, in its order (``sampling_params`` as its raw JSON)."""
+
+    request_id: str | None = None
+    token_ids: list[int]
+    token_offsets: list[tuple[int, int]] | None = None
+    features: Any = None
+    content_parts: list[dict[str, Any]] | None = None
+    sampling_params: dict[str, Any]
+    model: str | None = None
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: ReasoningParserKwargsBody | None = None
+    return_token_ids: bool | None = None
+    output_mode: Literal["tokens", "text"] = "tokens"
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    cache_salt: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    priority: Int64 = 0
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+
+
+_SAMPLING_WRAPPER = "function-after[_validate_msgspec(), typed-dict]"
+
+
+class _TokenIds(Spec):
+    """``list[int]`` with ``min_length=1`` and vLLM's non-negative check."""
+
+    def __init__(self) -> None:
+        self.items = ListOf(Int())
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        errs = self.items.errors(value, loc)
+        if errs:
+            return errs
+        if not value:
+            ctx = {"field_type": "List", "min_length": 1, "actual_length": 0}
+            msg = "List should have at least 1 item after validation, not 0"
+            return [_err("too_short", loc, msg, value, ctx)]
+        return []
+
+
+def _negative(value: Any) -> str | None:
+    if any(int(t) < 0 for t in value):
+        return "token_ids must not contain negative values"
+    return None
+
+
+def _sampling_fields() -> Model:
+    model = schema_of(SamplingParams)
+    names = {f.name: f.encode_name for f in msgspec.structs.fields(SamplingParams)}
+    fields = {names[k]: v for k, v in model.fields.items() if not names[k].startswith("_")}
+    return Model("SamplingParams", fields)
+
+
+class _SamplingParamsSpec(Spec):
+    """vLLM's ``SamplingParams`` field: an instance, or a dict valid as its typed dict."""
+
+    def __init__(self) -> None:
+        self.typed = LazyModel(_sampling_fields)
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        inner_loc = (*loc, _SAMPLING_WRAPPER)
+        if isinstance(value, dict):
+            inner = self.typed.errors(value, inner_loc)
+        else:
+            inner = [_err("dict_type", inner_loc, "Input should be a valid dictionary", value)]
+        if not inner:
+            return []
+        head = _err(
+            "is_instance_of",
+            (*loc, "is-instance[SamplingParams]"),
+            "Input should be an instance of SamplingParams",
+            value,
+            {"class": "SamplingParams"},
+        )
+        return [head, *inner]
+
+
+class _Forbidding(Model):
+    """A model with ``extra="forbid"``: unknown keys are errors too."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        out = super().errors(value, loc)
+        if isinstance(value, dict):
+            out += [
+                _err("extra_forbidden", (*loc, k), "Extra inputs are not permitted", v)
+                for k, v in value.items()
+                if k not in self.fields
+            ]
+        return out
+
+
+_SAMPLING_SPEC = _SamplingParamsSpec()
+_REASONING_KWARGS = Optional(
+    _Forbidding("ReasoningParserKwargs", {"chat_template_kwargs": DictOf(AnyValue())})
+)
+_FEATURES = Optional(
+    Model(
+        "MultiModalFeatures",
+        {"mm_hashes": AnyValue(), "mm_placeholders": AnyValue()},
+        ["mm_hashes", "mm_placeholders"],
+    )
+)
+_SCHEMA = LazyModel(
+    lambda: schema_of(
+        GenerateBody,
+        {
+            "token_ids": Checked(_TokenIds(), _negative),
+            "sampling_params": _SAMPLING_SPEC,
+            "reasoning_parser_kwargs": _REASONING_KWARGS,
+            "features": _FEATURES,
+        },
+    )
+)
+
+
+def _typed_sampling(raw: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``raw`` the engine's ``SamplingParams`` has (private and unknown dropped)."""
+    return {k: v for k, v in raw.items() if k in _PUBLIC_SAMPLING_KEYS}
+
+
+_PUBLIC_SAMPLING_KEYS = frozenset(
+    f.encode_name
+    for f in msgspec.structs.fields(SamplingParams)
+    if not f.encode_name.startswith("_") and f.encode_name not in UNSUPPORTED_SAMPLING_FIELDS
+)
+
+
+def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
+    """Decode a ``/inference/v1/generate`` body like vLLM: the request, and its
+    ``sampling_params`` typed as the engine's (values as sent, defaults for the rest; the
+    post-init normalisations and checks are the text layer's)."""
+    data = decode_json_object(body)
+    if isinstance(data, dict):
+        check_cache_salt(data)
+    req = convert_body(data, GenerateBody, _SCHEMA)
+    typed = _typed_sampling(req.sampling_params)
+    sampling: SamplingParams | None = None
+    try:
+        sampling = msgspec.convert(typed, SamplingParams, strict=False)
+    except msgspec.ValidationError:
+        if not _SAMPLING_SPEC.typed.errors(typed, ()):
+            # valid for pydantic, refused by msgspec's narrower lax mode: pydantic's values
+            with contextlib.suppress(msgspec.ValidationError):
+                coerced = _SAMPLING_SPEC.typed.coerce(typed)
+                sampling = msgspec.convert(coerced, SamplingParams, strict=False)
+    features = req.features
+    if (
+        sampling is None
+        or not req.token_ids
+        or min(req.token_ids) < 0
+        or (features is not None and _FEATURES.errors(features, ()))
+    ):
+        raise validation_error(_SCHEMA.errors(data, ("body",)))
+    if req.content_parts and features is not None:
+        message = "content_parts and features are mutually exclusive"
+        error = {"error": ValueError(message)}
+        raise validation_error(
+            [_err("value_error", ("body",), f"Value error, {message}", data, error)]
+        )
+    return req, sampling
