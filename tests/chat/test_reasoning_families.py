@@ -47,6 +47,8 @@ class Family:
     prompt: str
     kwargs: tuple[dict[str, Any], ...] = ({},)
     """Chat template kwargs variants to run the corpus with."""
+    extra: tuple[str, ...] = ()
+    """Outputs of the family's own shape, added to the shared corpus."""
 
 
 _CHATML = ("<|im_start|>", "<|im_end|>")
@@ -200,6 +202,133 @@ FAMILIES: dict[str, Family] = {
         "<|turn>user\nWhat is the weather?<turn|>\n<|turn>model\n",
         _ON_OFF,
     ),
+    "hy_v4": Family(
+        "<think>",
+        "</think>",
+        _THINK,
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, *({"reasoning_effort": e} for e in ("no_think", ""))),
+    ),
+    # olmo3 writes its markers with ordinary vocabulary pieces ("</", "think", ">").
+    "olmo3": Family(
+        "<think>",
+        "</think>",
+        (),
+        _CHATML,
+        _CHATML_PROMPT,
+        extra=(
+            "a </think> b",
+            "<thi",
+            "x</thi",
+            "reason</think>",
+            "<think>a<think>b</think>c</think>d",
+            "one <<think>> two",
+        ),
+    ),
+    "granite": Family(
+        "Here is my thought process:",
+        "Here is my response:",
+        (),
+        (),
+        "<|start_of_role|>assistant<|end_of_role|>",
+        extra=(
+            "Here's my thought process: plan Here's my response: answer",
+            "Here's my thought process:\nHere is my resp",
+            "Here is my thought process: Here we go. Here is my response: Here it is: done",
+            "Here is my thought process: a Here is no response: b Here's my response:c",
+            "Here",
+            "Here is my thought",
+            "Here is my thoughts: no",
+            "Intro. Here is my thought process: a Here is my response: b",
+            "Here is my thought process:Here is my response:",
+            "Here is my thought process: x: y Here: z Here is my response: w: v",
+        ),
+    ),
+    "hunyuan_a13b": Family(
+        "<think>\n",
+        "\n</think>\n<answer>\n",
+        (),
+        _CHATML,
+        _CHATML_PROMPT,
+        extra=(
+            "<think>\nplan\n</think>\n<answer>\nIt is sunny.\n</answer>",
+            "<think>\n\nplan</think>\n<answer>\nok\n</answer>",
+            "<think>\nplan\n</think>\n<answ",
+            "<think>\nplan\n</thinking> more\n</think>\n<answer>\nok",
+            "Just an answer.\n</answer>",
+            "<think>\n</think>\n<answer>\n",
+            "<th\nink",
+        ),
+    ),
+    "minimax_m3": Family(
+        "<mm:think>",
+        "</mm:think>",
+        ("<mm:think>", "</mm:think>", "<minimax:tool_call>", "</minimax:tool_call>"),
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, {"thinking_mode": "enabled"}),
+        extra=(
+            "</mm:think>stray closer first",
+            "</mm:thi",
+            "<mm:thi",
+            "a <mm:think> b </mm:thi",
+            "text </mm:think> more </mm:think> end",
+            "<mm:think>x</mm:think><mm:think>y</mm:think>z",
+            "<mm:<mm:think>x",
+        ),
+    ),
+    # MuseGlimmer: reasoning in to=self channels, the answer in to=user, tools in the others.
+    "muse_glimmer": Family(
+        "to=self<|message|>",
+        "<|eom|>",
+        ("<atem:function_calls>", "</atem:function_calls>"),
+        ("<|start|>", "<|message|>", "<|eom|>", "<|eot|>"),
+        "<|start|>user<|message|>What is the weather?<|eot|><|start|>assistant",
+        extra=(
+            "to=self<|message|>plan<|eom|><|start|>assistant to=user<|message|>Sunny.<|eot|>",
+            "to=self<|message|>a<|eom|>to=self<|message|>b<|eom|>to=user<|message|>c",
+            "to=self<|message|>plan<|eom|><|start|>assistant to=get_weather<|message|>"
+            '<atem:function_calls>\n<atem:invoke name="get_weather">'
+            '<atem:parameter name="city">Paris</atem:parameter></atem:invoke>\n'
+            "</atem:function_calls><|eom|>",
+            "to=self<|message|>I could call <atem:invoke name=x> here<|eom|>"
+            "to=user<|message|>no<|eot|>",
+            "to=self<|message|>open reasoning then to=get_time<|message|><atem:invoke",
+            "to=self<|message|>tail to",
+            "to=self<|message|>tail <|eo",
+            "to=user<|message|>answer only <|st",
+            "plain text, no framing",
+            "to=user<|message|><atem:function_calls>x",
+        ),
+    ),
+    "k2_horizon": Family(
+        "<ifm|think>",
+        "</ifm|think>",
+        (
+            "<ifm|think>",
+            "</ifm|think>",
+            "<ifm|think_fast>",
+            "</ifm|think_fast>",
+            "<ifm|think_faster>",
+            "</ifm|think_faster>",
+            "<ifm|tool_calls>",
+            "</ifm|tool_calls>",
+        ),
+        _CHATML,
+        _CHATML_PROMPT,
+        ({}, *({"reasoning_effort": e} for e in ("medium", "low"))),
+        extra=(
+            "<ifm|think_fast>quick</ifm|think_fast>answer",
+            "<ifm|think_faster>quicker</ifm|think_faster>answer",
+            "plan <ifm|tool_calls><ifm|tool_call>x</ifm|tool_call></ifm|tool_calls>",
+            "plan <ifm|tool_c",
+            "plan </ifm|thi",
+            "<ifm|thi",
+            "<ifm|think>",
+            "  leading <ifm|think>inner</ifm|think>",
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -252,12 +381,12 @@ def corpus(name: str) -> list[str]:
         if name == "kimi_k2":
             text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
             text = text.replace("</tool_call>", "<|tool_calls_section_end|>")
-        if name in ("seed_oss", "minimax_m2"):
+        if name in ("seed_oss", "minimax_m2", "minimax_m3"):
             prefix = "seed" if name == "seed_oss" else "minimax"
             text = text.replace("<tool_call>", f"<{prefix}:tool_call>")
             text = text.replace("</tool_call>", f"</{prefix}:tool_call>")
         out.append(text)
-    return out
+    return out + list(fam.extra)
 
 
 @functools.cache
@@ -290,7 +419,13 @@ def vllm_parser_cls(name: str) -> Any:
 @functools.cache
 def ours(name: str) -> OutputParsers:
     """Our parsers for ``--reasoning-parser name``."""
-    return OutputParsers(tokenizer(name).get_vocab(), reasoning_parser=name)
+    tok = tokenizer(name)
+    return OutputParsers(
+        tok.get_vocab(),
+        reasoning_parser=name,
+        decode=functools.partial(tok.decode, skip_special_tokens=False),
+        encode=functools.partial(tok.encode, add_special_tokens=False),
+    )
 
 
 def request(kwargs: dict[str, Any], **fields: Any) -> Any:
@@ -339,7 +474,7 @@ def deltas_of(name: str, text: str, cuts: list[int]) -> list[tuple[str, list[int
 def _assemble(messages: list[Any]) -> tuple[str | None, str | None]:
     reasoning = content = None
     for msg in messages:
-        if msg is None:
+        if msg is None or isinstance(msg, type):
             continue
         if msg.reasoning:
             reasoning = (reasoning or "") + msg.reasoning
@@ -365,9 +500,16 @@ def stream_both(
     all_ids: list[int] = []
     for k, (delta, ids) in enumerate(deltas):
         last = k == len(deltas) - 1
-        want.append(
-            theirs.parse_delta(delta, list(ids), req, prompt_token_ids=prompt, finished=last)
-        )
+        try:
+            want.append(
+                theirs.parse_delta(delta, list(ids), req, prompt_token_ids=prompt, finished=last)
+            )
+        except Exception as e:  # vLLM fails the stream (hunyuan_a13b: one token per update)
+            with pytest.raises(type(e)):
+                mine.feed(delta, ids, prompt, finished=last)
+            got.append(type(e))
+            want.append(type(e))
+            break
         got.append(mine.feed(delta, ids, prompt, finished=last))
         all_ids += ids
     return (
@@ -381,7 +523,7 @@ def _cases() -> list[tuple[str, int, int]]:
         (name, k, i)
         for name, fam in FAMILIES.items()
         for k in range(len(fam.kwargs))
-        for i in range(len(_CORPUS))
+        for i in range(len(corpus(name)))
     ]
 
 
@@ -418,14 +560,15 @@ _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Heal
 @given(
     st.sampled_from(sorted(FAMILIES)),
     st.integers(0, 5),
-    st.integers(0, len(_CORPUS) - 1),
+    st.integers(0, 40),
     st.lists(st.integers(0, 30), max_size=12),
 )
 def test_streaming_matches_vllm_for_any_chunking(
     name: str, k: int, i: int, cuts: list[int]
 ) -> None:
     kwargs = FAMILIES[name].kwargs[k % len(FAMILIES[name].kwargs)]
-    got, want = stream_both(name, kwargs, corpus(name)[i], cuts)
+    texts = corpus(name)
+    got, want = stream_both(name, kwargs, texts[i % len(texts)], cuts)
     assert got == want
 
 
@@ -447,9 +590,9 @@ def test_prompt_decides_whether_output_starts_in_reasoning_like_vllm(name: str) 
         for prompt in _prompts(name):
             ids = list(_ids(name, prompt))
             mine = ours_parser(name, kwargs).reasoning
-            assert mine.prompt_ends_reasoning(ids) == vllm_parser(name, kwargs).is_reasoning_end(
-                ids
-            ), (kwargs, prompt)
+            # (granite's test answers None, which vLLM reads as not ended)
+            theirs = bool(vllm_parser(name, kwargs).is_reasoning_end(ids))
+            assert mine.prompt_ends_reasoning(ids) == theirs, (kwargs, prompt)
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -553,3 +696,35 @@ def test_glm53_template_keeps_thinking_on_like_vllm(name: str, template: str | N
         for text in ["plan</think>answer", "<think>plan</think>answer"]:
             got, want = _whole_and_streamed(name, tok, facts, kwargs, text)
             assert got == want, (kwargs, text)
+
+
+@pytest.mark.parametrize("effort", [None, "no_think"])
+def test_hy_v4_markers_carry_the_structural_token_suffix_like_vllm(effort: str | None) -> None:
+    """vLLM reads the suffix off the vocabulary's structural tokens; we read it off the
+    tokenizer config's added tokens, where a checkpoint declares them."""
+    tok = _model_tokenizer(["<think:6124c78e>", "</think:6124c78e>", "<tool_calls:6124c78e>"])
+    added = {
+        str(tok.convert_tokens_to_ids(t)): {"content": t, "special": True}
+        for t in ("<tool_calls:6124c78e>", "<think:6124c78e>", "</think:6124c78e>")
+    }
+    facts = ModelFacts(tokenizer_config={"added_tokens_decoder": added})
+    kwargs = {} if effort is None else {"reasoning_effort": effort}
+    for text in [
+        "<think:6124c78e>plan</think:6124c78e>answer",
+        "plan</think:6124c78e>answer",
+        "<think>a</think>b",
+    ]:
+        got, want = _whole_and_streamed("hy_v4", tok, facts, kwargs, text)
+        assert got == want, text
+    with pytest.raises(ParserConfigError, match="<think:6124c78e>"):
+        OutputParsers({"<think>": 1, "</think>": 2}, reasoning_parser="hy_v4", model=facts)
+
+
+@pytest.mark.parametrize("effort", ["none", "minimal", 3])
+def test_k2_horizon_refuses_a_reasoning_effort_without_markers_like_vllm(effort: Any) -> None:
+    with pytest.raises(ValueError) as theirs:
+        vllm_parser("k2_horizon", {"reasoning_effort": effort})
+    options = RequestToolOptions(False, "none", True, {"reasoning_effort": effort})
+    with pytest.raises(ValueError) as mine:
+        ours("k2_horizon").check_request(options)
+    assert str(mine.value) == str(theirs.value)

@@ -19,12 +19,13 @@ import pytest
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
-ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}")
+ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}|call_[0-9a-f]{32}")
 MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 """Mistral's ids: 9 random letters and digits."""
 MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+")
 """Ids the model writes itself (Kimi K2), compared as they are."""
-"""Tool-call id formats (random ids are compared by format; xlam and hunyuan make their own)."""
+"""Tool-call id formats (random ids are compared by format; xlam, hunyuan and minicpm5 make
+their own)."""
 
 WEATHER_TOOL = {
     "type": "function",
@@ -84,6 +85,8 @@ def options_of(req: Any) -> RequestToolOptions:
         include_reasoning=req.include_reasoning,
         chat_template_kwargs=req.chat_template_kwargs,
         tool_definitions=[t.model_dump() for t in req.tools or ()],
+        request_chat_template_kwargs=req.chat_template_kwargs,
+        logprobs=bool(req.logprobs),
     )
 
 
@@ -111,6 +114,8 @@ def _id_shape(call_id: str | None) -> str:
     if MISTRAL_ID.fullmatch(call_id):
         return "mistral#"
     assert ID.fullmatch(call_id), call_id
+    if call_id.startswith("call_") and len(call_id) == len("call_") + 32:
+        return "call_#"  # a whole random uuid (minicpm5)
     return call_id[:-16] + "#"
 
 
@@ -159,6 +164,8 @@ class Family:
             reasoning_parser=self.reasoning,
             enable_auto_tool_choice=True,
             special_tokens=dict(zip(tok.all_special_tokens, tok.all_special_ids, strict=True)),
+            decode=functools.partial(tok.decode, skip_special_tokens=False),
+            encode=functools.partial(tok.encode, add_special_tokens=False),
         )
 
     def vllm_parser(self, req: Any) -> Any:

@@ -65,6 +65,8 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     """Echo the last message's content before the generated text."""
     mm_processor_kwargs: Any = None
     media_io_kwargs: Any = None
+    logprobs: bool = False
+    """The request asks for logprobs (one tool parser's streaming reads it)."""
     resolve_reasoning_ended: bool = True
     """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
     it to the engine)."""
@@ -110,6 +112,9 @@ class ChatLlm:
         """:meth:`generate` without admission (the render routes prepare requests that this
         server does not run)."""
         text_request = request.text
+        if self._parsers is not None:
+            # vLLM builds the request's parser before rendering: what it refuses comes first.
+            self._parsers.check_request(self._options(request))
         if self.harmony is None:
             self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
         self.text.prompts.check_max_tokens_param(
@@ -314,6 +319,7 @@ class ChatLlm:
             chat_template_kwargs=kwargs,
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
+            logprobs=request.logprobs,
         )
 
 

@@ -61,6 +61,8 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     """The request's ``tools`` (parsers that type arguments by their schemas read them)."""
     request_chat_template_kwargs: Mapping[str, Any] | None = None
     """The request's own ``chat_template_kwargs``, which a few vLLM parsers read instead."""
+    logprobs: bool = False
+    """The request asks for logprobs (``poolside_v1`` reads it)."""
 
 
 class OutputParsers:
@@ -78,6 +80,7 @@ class OutputParsers:
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> None:
         """Resolve and validate the names against the registries and the vocabulary (and
         ``model``, which a few reasoning parsers read). ``harmony``: the model is a gpt-oss
@@ -85,8 +88,10 @@ class OutputParsers:
         parsers are accepted); ``decode`` then gives the text of ids Harmony cannot read.
         ``special_tokens``: the tokenizer's special tokens (transformers'
         ``all_special_tokens``, with their ids), which the engine-based tool parsers drop from
-        the output."""
+        the output. ``encode`` (no special tokens added) and ``decode`` are given to the
+        reasoning parsers that tokenize text themselves (``uses_codec``)."""
         self.vocab = vocab
+        self._encode = encode
         self.special_tokens = dict(special_tokens or {})
         self.enable_auto_tools = enable_auto_tool_choice
         self.harmony = harmony
@@ -160,6 +165,7 @@ class OutputParsers:
         harmony: bool = False,
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -172,6 +178,9 @@ class OutputParsers:
         if reasoning_parser and model is not None and reasoning_parser in REASONING_PARSERS:
             served = REASONING_PARSERS[reasoning_parser].for_model(model)
             names.update(served.required_tokens + served.optional_tokens)
+        if tool_call_parser and model is not None and tool_call_parser in TOOL_PARSERS:
+            served_tool = TOOL_PARSERS[tool_call_parser].for_model(model)
+            names.update(served_tool.required_tokens + served_tool.optional_tokens)
         vocab = {t: i for t in names if (i := token_to_id(t)) is not None}
         return cls(
             vocab,
@@ -183,6 +192,7 @@ class OutputParsers:
             harmony=harmony,
             decode=decode,
             special_tokens=special_tokens,
+            encode=encode,
         )
 
     @property
@@ -230,6 +240,18 @@ class OutputParsers:
             and options.tool_choice != "none"
         )
 
+    def check_request(self, options: RequestToolOptions) -> None:
+        """Refuse request settings a configured parser refuses (:class:`ValueError`), before
+        the request is rendered, as vLLM does when it builds the request's parser."""
+        if self.harmony:
+            return
+        if self.reasoning_cls is not None:
+            self.reasoning_cls.check_request(options.chat_template_kwargs or {})
+        if self.tool_cls is not None and (
+            self.reasoning_cls is not None or options.tool_choice != "none"
+        ):
+            self.tool_cls.check_request(options.request_chat_template_kwargs or {})
+
     def for_request(self, options: RequestToolOptions) -> OutputParser | HarmonyOutputParser:
         """A fresh parser for one choice of a request."""
         if self.harmony:
@@ -256,6 +278,8 @@ class OutputParsers:
             else:
                 reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
+            if reasoning.uses_codec:
+                reasoning.encode, reasoning.decode = self._encode, self._decode
         tool: ToolParser | None = None
         if self.tool_cls is not None and issubclass(self.tool_cls, EngineToolParser):
             tool = self.tool_cls(
@@ -268,6 +292,12 @@ class OutputParsers:
             )
         elif self.tool_cls is not None:
             tool = self.tool_cls(self.vocab, options.tool_definitions)
+        if tool is not None:
+            if options.logprobs:
+                tool.wants_logprobs = True
+            if tool.reads_request:
+                tool.tool_choice = options.tool_choice
+                tool.request_kwargs = options.request_chat_template_kwargs or {}
         if tool is not None and self.structural_tag_model is not None:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010
@@ -364,8 +394,17 @@ class OutputParser:
         msg: OutputDelta | None = None
         transitioned = False
         if self.reasoning is not None and not self._reasoning_ended:
-            msg = self.reasoning.stream(self._prev_ids, delta_text, delta_ids)
-            if self.reasoning.ended_in(delta_ids):
+            reasoning = self.reasoning
+            if reasoning.reads_text:
+                prev_text, prev_ids = self._prev_text, self._prev_ids
+                msg = reasoning.stream_text(
+                    prev_text, current_text, delta_text, prev_ids, current_ids, delta_ids
+                )
+                ended = reasoning.ended_after(current_ids, delta_ids)
+            else:
+                msg = reasoning.stream(self._prev_ids, delta_text, delta_ids)
+                ended = reasoning.ended_in(delta_ids)
+            if ended:
                 self._reasoning_ended = transitioned = True
                 current_ids = self.reasoning.content_token_ids(delta_ids)
                 flushed = self.reasoning.finish() if self.reasoning.engine_based else None

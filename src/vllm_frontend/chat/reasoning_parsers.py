@@ -31,13 +31,19 @@ from vllm_frontend.chat.reasoning.engine_think import (
     Step3p5ReasoningParser,
 )
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
+from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
+from vllm_frontend.chat.reasoning.k2_horizon import K2HorizonReasoningParser
+from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
+from vllm_frontend.chat.reasoning.muse_glimmer import MuseGlimmerReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
+from vllm_frontend.chat.reasoning.text_markers import GraniteReasoningParser, Olmo3ReasoningParser
 from vllm_frontend.chat.reasoning.think_tags import (
     DeepSeekR1ReasoningParser,
     DeepSeekV3ReasoningParser,
     Ernie45ReasoningParser,
     Holo2ReasoningParser,
     HYV3ReasoningParser,
+    HYV4ReasoningParser,
     MiniMaxM2AppendThinkReasoningParser,
     PoolsideV1ReasoningParser,
     Step3ReasoningParser,
@@ -64,16 +70,23 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Glm45ReasoningParser,
         Glm47ReasoningParser,
         GptOssReasoningParser,
+        GraniteReasoningParser,
         GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
+        HunyuanA13BReasoningParser,
         HYV3ReasoningParser,
+        HYV4ReasoningParser,
+        K2HorizonReasoningParser,
         InklingReasoningParser,
         KimiK2ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,
+        MiniMaxM3ReasoningParser,
+        MuseGlimmerReasoningParser,
         MistralReasoningParser,
         NemotronV3ReasoningParser,
+        Olmo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,
         Qwen3ReasoningParser,

@@ -18,6 +18,7 @@ from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
+from vllm_frontend.chat.tools.dots import DotsToolParser
 from vllm_frontend.chat.tools.dsml import (
     DeepSeekV4ToolParser,
     DeepSeekV32ToolParser,
@@ -32,13 +33,19 @@ from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
+from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
 from vllm_frontend.chat.tools.inkling import InklingToolParser
 from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
+from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
+from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
 from vllm_frontend.chat.tools.mistral import MistralToolParser
+from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
+from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
     Olmo3ToolParser,
@@ -315,6 +322,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v32": DeepSeekV32ToolParser,
     "deepseek_v4": DeepSeekV4ToolParser,
     "deepseek_v41": DeepSeekV41ToolParser,
+    "dots": DotsToolParser,
     "ernie45": Ernie45ToolParser,
     "functiongemma": FunctionGemmaToolParser,
     "gemma4": Gemma4ToolParser,
@@ -326,22 +334,29 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
+    "hy_v3": HYV3ToolParser,
+    "hy_v4": HYV4ToolParser,
     "inkling": InklingToolParser,
     "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
+    "k2_horizon": K2HorizonToolParser,
     "kimi_k2": KimiK2ToolParser,
+    "lfm2": Lfm2ToolParser,
     "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
     "llama4_pythonic": Llama4PythonicToolParser,
     "longcat": LongcatToolParser,
     "mimo": MiMoToolParser,
+    "minicpm5": MiniCPM5ToolParser,
     "minimax_m2": MiniMaxM2ToolParser,
+    "muse_glimmer": MuseGlimmerToolParser,
     "minimax_m3": MiniMaxM3ToolParser,
     "mistral": MistralToolParser,
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
+    "poolside_v1": PoolsideV1ToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_coder": Qwen3XmlToolParser,
     "qwen3_json": HermesToolParser,

@@ -795,6 +795,7 @@ def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
         tools=getattr(req, "tools", None),
         tool_choice=getattr(req, "tool_choice", None),
         documents=getattr(req, "documents", None),
+        logprobs=bool(getattr(req, "logprobs", False)),
         add_generation_prompt=getattr(req, "add_generation_prompt", None),
         continue_final_message=bool(getattr(req, "continue_final_message", False)),
         chat_template=getattr(req, "chat_template", None),

@@ -203,6 +203,7 @@ class ResponsesHandler:
             chat_template_kwargs=req.chat_template_kwargs,
             reasoning_effort=effort,
             include_reasoning=req.include_reasoning,
+            logprobs=bool(req.include_logprobs()),
             parallel_tool_calls=req.parallel_tool_calls,
             resolve_reasoning_ended=False,  # vLLM's Responses route leaves it to the engine
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -32,9 +32,19 @@ class ReasoningParser:
     needs_special_tokens: ClassVar[bool] = False
     """Whether the request must be detokenized with ``skip_special_tokens=False``."""
     engine_based: ClassVar[bool] = False
+    """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
     harmony_only: ClassVar[bool] = False
     """Only gpt-oss output (Harmony) is parsed with this name."""
-    """vLLM runs this parser on its parser engine (changes how the reasoning phase ends)."""
+    reads_text: ClassVar[bool] = False
+    """Whether streaming goes through :meth:`stream_text` and :meth:`ended_after` (parsers
+    that read the text so far or every id so far, not only the delta)."""
+    uses_codec: ClassVar[bool] = False
+    """Whether the parser encodes or decodes text itself (:attr:`encode`, :attr:`decode` are
+    then set per choice, when the tokenizer is known)."""
+    encode: Callable[[str], list[int]] | None = None
+    """The tokenizer's encoder (no special tokens added), for ``uses_codec`` parsers."""
+    decode: Callable[[Sequence[int]], str] | None = None
+    """The tokenizer's decoder (special tokens kept), for ``uses_codec`` parsers."""
     request_kwargs: Mapping[str, Any] = {}
     """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""
 
@@ -43,6 +53,10 @@ class ReasoningParser:
     ) -> None:
         """Build the parser for one choice; ``vocab`` maps token strings to ids."""
         self.vocab = vocab
+
+    @classmethod
+    def check_request(cls, chat_template_kwargs: Mapping[str, Any]) -> None:
+        """Refuse (:class:`ValueError`) chat template kwargs the parser cannot serve."""
 
     @classmethod
     def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
@@ -69,6 +83,22 @@ class ReasoningParser:
     def ended_in(self, delta_token_ids: Sequence[int]) -> bool:
         """Whether the reasoning phase ended with the delta just streamed."""
         raise NotImplementedError
+
+    def stream_text(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_token_ids: Sequence[int],
+        current_token_ids: Sequence[int],
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """:meth:`stream` with the text and ids so far (used when ``reads_text``)."""
+        return self.stream(previous_token_ids, delta_text, delta_token_ids)
+
+    def ended_after(self, current_token_ids: Sequence[int], delta_token_ids: Sequence[int]) -> bool:
+        """:meth:`ended_in` with every id so far (used when ``reads_text``)."""
+        return self.ended_in(delta_token_ids)
 
     def content_token_ids(self, delta_token_ids: list[int]) -> list[int]:
         """The token ids after the end of reasoning in the delta that ended it."""

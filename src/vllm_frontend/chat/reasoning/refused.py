@@ -15,10 +15,6 @@ _UNIFIED = (
     "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
     "does not reproduce"
 )
-_STATEFUL = (
-    "its vLLM parser keeps a model-specific state machine ({what}) that vllm-frontend does "
-    "not reproduce"
-)
 
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
@@ -28,12 +24,7 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
-    "granite": _STATEFUL.format(what="'Here is my thought process:' / 'Here is my response:'"),
-    "hunyuan_a13b": _STATEFUL.format(what="<think>/<answer> sections"),
-    "hy_v4": _STATEFUL.format(what="Hunyuan V4 sections"),
-    "k2_horizon": _STATEFUL.format(what="K2 Horizon sections"),
-    "minimax_m3": _STATEFUL.format(what="MiniMax M3 sections"),
-    "muse_glimmer": _STATEFUL.format(what="Muse Glimmer sections"),
-    "olmo3": _STATEFUL.format(what="OLMo 3 text markers"),
+    "inkling": _ENGINE.format(grammar="Inkling"),
+    "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
 }
 """Name -> why it is refused."""

@@ -9,6 +9,7 @@ is searched, and in small extras.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ __all__ = [
     "DeepSeekV3ReasoningParser",
     "Ernie45ReasoningParser",
     "HYV3ReasoningParser",
+    "HYV4ReasoningParser",
     "Holo2ReasoningParser",
     "MiniMaxM2AppendThinkReasoningParser",
     "PoolsideV1ReasoningParser",
@@ -234,6 +236,56 @@ class HYV3ReasoningParser(DeepSeekV3ReasoningParser):
     def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
         """Counted between the markers even when not thinking (vLLM does not delegate it)."""
         return ThinkTagReasoningParser.count_reasoning_tokens(self, token_ids, streamed)
+
+
+_HY_STRUCTURAL = re.compile(r"<(?:think|tool_calls|tool_call|arg_key|arg_value)(:[^\s>]+)?>")
+
+
+def hy_token_suffix(model: ModelFacts) -> str:
+    """The per-checkpoint suffix (``":6124c78e"``) of Hunyuan V4's structural tokens, read
+    from the first of them among the tokenizer's added tokens (vLLM scans the vocabulary,
+    where only added tokens have this shape); ``""`` when they are unsuffixed."""
+    added = model.tokenizer_config.get("added_tokens_decoder") or {}
+    for token in added.values():
+        content = token.get("content", "") if isinstance(token, Mapping) else ""
+        if m := _HY_STRUCTURAL.fullmatch(content):
+            return m.group(1) or ""
+    return ""
+
+
+class HYV4ReasoningParser(HYV3ReasoningParser):
+    """``hy_v4``: ``hy_v3`` whose markers carry the suffix of the checkpoint's structural
+    tokens (:func:`hy_token_suffix`), thinking unless ``reasoning_effort`` is ``no_think``
+    (missing means the template's ``high``); reasoning tokens are counted up to the first
+    end marker."""
+
+    name = "hy_v4"
+
+    @classmethod
+    def for_model(cls, model: ModelFacts) -> type[ReasoningParser]:
+        """The markers carry the suffix of the checkpoint's structural tokens."""
+        suffix = hy_token_suffix(model)
+        if not suffix:
+            return cls
+        start, end = f"<think{suffix}>", f"</think{suffix}>"
+        attrs = {"START": start, "END": end, "required_tokens": (start, end)}
+        return type(cls.__name__, (cls,), attrs)
+
+    @staticmethod
+    def _thinking(kwargs: Mapping[str, Any]) -> bool:
+        return (kwargs.get("reasoning_effort") or "high") != "no_think"
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """Tokens up to the first end marker (after a leading start marker), all of them
+        without one; none when not thinking."""
+        if not self.thinking:
+            return 0
+        ids = list(token_ids)
+        first = 1 if ids and ids[0] == self.start_id else 0
+        try:
+            return ids.index(self.end_id, first) - first
+        except ValueError:
+            return len(ids) - first
 
 
 class Step3ReasoningParser(ThinkTagReasoningParser):

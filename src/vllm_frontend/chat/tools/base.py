@@ -43,6 +43,17 @@ class ToolParser:
     """Whether ``required`` / named tool choices are forced with JSON (else they are parsed
     from the model's own format, as ``auto``)."""
 
+    reads_request: ClassVar[bool] = False
+    """Whether the parser reads :attr:`tool_choice` and :attr:`request_kwargs` (set per
+    choice)."""
+    tool_choice: Any = None
+    """The request's ``tool_choice`` (for ``reads_request`` parsers)."""
+    request_kwargs: Mapping[str, Any] = {}
+    """The request's own ``chat_template_kwargs`` (for ``reads_request`` parsers)."""
+    wants_logprobs: bool = False
+    """The request asks for logprobs (set per choice; one vLLM parser then sends an empty
+    content delta where it would send nothing)."""
+
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""
         self.tools = tools
@@ -50,6 +61,11 @@ class ToolParser:
         # and the argument text already sent.
         self.prev_calls: list[dict[str, Any]] = []
         self.streamed_args: list[str] = []
+
+    @classmethod
+    def check_request(cls, request_chat_template_kwargs: Mapping[str, Any]) -> None:
+        """Refuse (:class:`ValueError`) the request's own chat template kwargs when the
+        parser cannot serve them (vLLM's ``adjust_request``)."""
 
     @classmethod
     def forced_schema(

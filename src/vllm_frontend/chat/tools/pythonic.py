@@ -24,6 +24,7 @@ __all__ = [
     "Llama4PythonicToolParser",
     "Olmo3ToolParser",
     "PythonicToolParser",
+    "call_list",
     "close_partial_python",
 ]
 
@@ -113,15 +114,21 @@ def _call(node: ast.Call) -> tuple[str, str]:
     return name, json.dumps(arguments, ensure_ascii=False)
 
 
+def call_list(module: ast.Module) -> list[tuple[str, str]]:
+    """The ``(name, arguments JSON)`` calls of a parsed Python list of calls with literal
+    keyword arguments (raises :class:`ValueError` when it is anything else)."""
+    value = getattr(module.body[0], "value", None)
+    if not isinstance(value, ast.List) or not all(isinstance(e, ast.Call) for e in value.elts):
+        raise _NotACall("not a list of calls")
+    return [_call(e) for e in value.elts]  # type: ignore[arg-type]
+
+
 def _calls(source: str) -> list[tuple[str, str]]:
     """The calls of a Python list expression ``source`` (raises when it is anything else)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         module = ast.parse(source)
-    value = getattr(module.body[0], "value", None)
-    if not isinstance(value, ast.List) or not all(isinstance(e, ast.Call) for e in value.elts):
-        raise _NotACall("not a list of calls")
-    return [_call(e) for e in value.elts]  # type: ignore[arg-type]
+    return call_list(module)
 
 
 def _escaped(text: str, index: int) -> bool:
@@ -237,7 +244,16 @@ class PythonicToolParser(ToolParser):
         if closed is None:
             return None
         source, added = closed
-        calls = _calls(self._listed(source))
+        deltas = self._call_deltas(_calls(self._listed(source)), added)
+        if deltas:
+            return OutputDelta(tool_calls=deltas)
+        if not added and self._current > 0:
+            return OutputDelta(content="")
+        return None
+
+    def _call_deltas(self, calls: list[tuple[str, str]], added: str) -> list[ToolCallDelta]:
+        """What the calls parsed so far add to what was sent (``added``: the closers the
+        partial text needed, withheld from the last call's arguments)."""
         closer = self.CALL_CLOSER
         deltas: list[ToolCallDelta] = []
         for index, (name, arguments) in enumerate(calls):
@@ -269,11 +285,7 @@ class PythonicToolParser(ToolParser):
             # vLLM marks "a call was streamed" with this placeholder; the finish then appends
             # whatever of "{}" the last call's sent text is a proper prefix of.
             self.prev_calls = [{"arguments": {}}]
-        if deltas:
-            return OutputDelta(tool_calls=deltas)
-        if not added and self._current > 0:
-            return OutputDelta(content="")
-        return None
+        return deltas
 
 
 class Llama4PythonicToolParser(PythonicToolParser):

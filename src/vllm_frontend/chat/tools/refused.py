@@ -11,10 +11,6 @@ _ENGINE = (
     "vLLM parses it with the {grammar} grammar of its parser engine ({where}), which "
     "vllm-frontend does not reproduce yet"
 )
-_STATEFUL = (
-    "its vLLM parser ({where}) keeps a model-specific streaming state machine that "
-    "vllm-frontend does not reproduce yet"
-)
 _UNIFIED = (
     "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
     "does not reproduce yet"
@@ -27,13 +23,5 @@ REFUSED_TOOL_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
-    "lfm2": _STATEFUL.format(where="vllm/tool_parsers/lfm2_tool_parser.py"),
-    "dots": _STATEFUL.format(where="vllm/tool_parsers/dots_tool_parser.py"),
-    "k2_horizon": _STATEFUL.format(where="vllm/tool_parsers/k2_horizon_tool_parser.py"),
-    "poolside_v1": _STATEFUL.format(where="vllm/tool_parsers/poolside_v1_tool_parser.py"),
-    "muse_glimmer": _STATEFUL.format(where="vllm/tool_parsers/muse_glimmer_tool_parser.py"),
-    "hy_v3": _STATEFUL.format(where="vllm/tool_parsers/hy_v3_tool_parser.py"),
-    "hy_v4": _STATEFUL.format(where="vllm/tool_parsers/hy_v4_tool_parser.py"),
-    "minicpm5": _STATEFUL.format(where="vllm/tool_parsers/minicpm5xml_tool_parser.py"),
 }
 """Name -> why it is refused."""
