@@ -24,7 +24,5 @@ REFUSED_REASONING_PARSERS: dict[str, str] = {
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
-    "inkling": _ENGINE.format(grammar="Inkling"),
-    "mistral": _ENGINE.format(grammar="Mistral [THINK]"),
 }
 """Name -> why it is refused."""
