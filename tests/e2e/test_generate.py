@@ -129,7 +129,7 @@ CASES: dict[str, dict[str, Any]] = {
     "prompt fills the context": {"sampling_params": {"max_tokens": 2}, "token_ids": [1] * 256},
     "prompt over the context": {"sampling_params": {}, "token_ids": [1] * 300},
     "logprobs over the limit": {"sampling_params": {"logprobs": 100}},
-    "priority": {"sampling_params": {"max_tokens": 2}, "priority": 3},
+    "priority": {"sampling_params": {"max_tokens": 2, "temperature": 0}, "priority": 3},
     "unknown model": {"sampling_params": {}, "model": "nope"},
     "cache_salt": {"sampling_params": {}, "cache_salt": ""},
     "output_mode": {"sampling_params": {}, "output_mode": "words"},
