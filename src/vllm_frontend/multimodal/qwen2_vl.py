@@ -2,7 +2,11 @@
 ``pixel_values`` (a "flat" field, sliced by the patches of every image of the request) and
 ``image_grid_thw`` (a "batched" field kept on the CPU), each video's ``pixel_values_videos`` and
 ``video_grid_thw`` likewise, and one ``<|image_pad|>`` / ``<|video_pad|>`` in the rendered
-prompt expanded to ``t*h*w / merge_size**2`` of them."""
+prompt expanded to ``t*h*w / merge_size**2`` of them.
+
+Qwen2.5-VL (``Qwen2_5_VLMultiModalProcessor``) is the same with one more video field,
+``second_per_grid_ts`` (a "batched" scalar kept on the CPU): the seconds one temporal patch of
+the sampled frames spans, ``temporal_patch_size / sampled_fps``."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
-from vllm_frontend.engine.tensors import Tensor
+from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
 from vllm_frontend.multimodal.embeds import EmbedsSpec
 from vllm_frontend.multimodal.family import ProcessedItem
 from vllm_frontend.multimodal.media import ImageItem, MediaError, VideoItem
@@ -36,6 +40,31 @@ def _float_tensor(values: np.ndarray, dtype: str) -> Tensor:
     return Tensor.from_numpy(values)
 
 
+def _scalar(value: float, dtype: str) -> Tensor:
+    """A 0-d float tensor of ``value`` (a float32 first, as torch makes it from a Python
+    float) in the model ``dtype``."""
+    single = np.array(value, dtype=np.float32)
+    if dtype == "bfloat16":
+        return Tensor.from_numpy(to_bfloat16_words(single).reshape(()), dtype="bfloat16")
+    if dtype == "float16":
+        return Tensor.from_numpy(single.astype(np.float16))
+    return Tensor.from_numpy(single)
+
+
+def sampled_fps(metadata: Mapping[str, Any]) -> float:
+    """The frame rate of the sampled frames as transformers' ``VideoMetadata.sampled_fps``
+    reads the loader's metadata (the container's rate, or 24, without frame indices)."""
+    fps = metadata.get("fps")
+    indices = metadata.get("frames_indices")
+    total = metadata.get("total_num_frames")
+    if indices is None or total is None or fps is None:
+        return float(fps or 24)
+    return len(indices) / total * fps
+
+
+_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+"""The model types this family serves."""
+
 _FIELDS = {
     "image": ("pixel_values", "image_grid_thw"),
     "video": ("pixel_values_videos", "video_grid_thw"),
@@ -43,7 +72,8 @@ _FIELDS = {
 
 
 class Qwen2VLFamily:
-    """Qwen2-VL (``model_type`` ``qwen2_vl``): images and videos."""
+    """Qwen2-VL and Qwen2.5-VL (``model_type`` ``qwen2_vl``, ``qwen2_5_vl``): images and
+    videos."""
 
     __slots__ = (
         "device_normalize",
@@ -53,6 +83,7 @@ class Qwen2VLFamily:
         "token_ids",
         "video_processor",
         "video_processor_name",
+        "video_seconds",
     )
 
     placeholders: Mapping[str, str] = _PLACEHOLDERS
@@ -77,6 +108,10 @@ class Qwen2VLFamily:
             device_normalize = not int(os.environ.get("VLLM_USE_RUST_FRONTEND", "0") or 0)
         self.device_normalize = device_normalize
         self.model_type = str(config.get("model_type"))
+        if self.model_type not in _MODEL_TYPES:
+            raise ValueError(f"not a Qwen2-VL family model type: {self.model_type!r}")
+        self.video_seconds = self.model_type == "qwen2_5_vl"
+        """Videos carry ``second_per_grid_ts`` (Qwen2.5-VL)."""
         self.image_processor = Qwen2VLImageProcessor.from_config(preprocessor_config).with_kwargs(
             processor_kwargs
         )
@@ -191,4 +226,11 @@ class Qwen2VLFamily:
                 ),
             }
             processed.append(ProcessedItem(modality, t * h * w // merge, fields))
+        if modality == "video" and self.video_seconds:
+            patch = self._video_processor(kwargs).temporal_patch_size
+            for item, video_item in zip(processed, videos, strict=True):
+                seconds = patch / sampled_fps(video_item.metadata)
+                item.fields["second_per_grid_ts"] = MultiModalFieldElem(
+                    _scalar(seconds, dtype), batched
+                )
         return processed
