@@ -279,6 +279,17 @@ def _media_part(
             )
         modality = kind.removesuffix("_embeds")
         placeholder = media.add(MediaPart(modality, None, uuid, embeds=payload, is_embeds=True))
+    elif kind == "input_audio":
+        value = part.get("input_audio")
+        url = None
+        if value:
+            if not isinstance(value, dict):
+                raise ChatError(f"{where}.input_audio must be an object.", param=f"{where}")
+            data, audio_format = value.get("data", ""), value.get("format", "")
+            if data:  # vLLM's URL of it (without data, the uuid alone names the clip)
+                url = f"data:audio/{audio_format};base64,{data}"
+        modality = "audio"
+        placeholder = media.add(MediaPart(modality, url, uuid))
     elif kind not in _URL_PARTS:
         raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
     else:

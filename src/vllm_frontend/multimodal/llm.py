@@ -16,7 +16,7 @@ import json
 import pathlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -47,6 +47,9 @@ from vllm_frontend.multimodal.sender_cache import SenderCache
 from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.prompts import PreparedPrompt
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MultimodalLlm", "MultimodalOptions", "load_family", "truncate_expanded"]
 
@@ -107,6 +110,11 @@ def load_family(
             options.mm_device_do_normalize,
             video,
         )
+    if model_type == "qwen2_audio":
+        from vllm_frontend.multimodal.qwen2_audio import Qwen2AudioFamily
+
+        preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")
+        return Qwen2AudioFamily(config, preprocessor or {}, token_to_id)
     return None
 
 
@@ -395,10 +403,10 @@ class MultimodalLlm:
 
     async def _load(
         self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
-    ) -> ImageItem | VideoItem | dict[str, Any]:
+    ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any]:
         if part.is_embeds:
             return await self._load_embeds(part)
-        if part.modality not in ("image", "video"):
+        if part.modality not in ("image", "video", "audio"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
             )
@@ -410,6 +418,12 @@ class MultimodalLlm:
         if request_kwargs:
             given = {k: v for k, v in request_kwargs.items() if isinstance(v, Mapping)}
             merged = merge_media_io_kwargs(self.options.media_io_kwargs, given) or {}
+        if part.modality == "audio":
+            resampled = getattr(self.family, "resampled", None)
+            if resampled is None:
+                raise MediaError.bad_request("audio inputs are not supported for this model")
+            clip = await self.loader.load_audio(part.url, merged)
+            return await asyncio.get_running_loop().run_in_executor(_media_pool(), resampled, clip)
         if part.modality == "video":
             name = getattr(self.family, "video_processor_name", None)
             return await self.loader.load_video_item(part.url, merged, video_processor=name)
@@ -432,10 +446,12 @@ class MultimodalLlm:
         return {**payload, **dict(zip(keys, tensors, strict=True))}
 
     @staticmethod
-    def _hash_value(item: ImageItem | VideoItem) -> Any:
+    def _hash_value(item: ImageItem | VideoItem | np.ndarray) -> Any:
         if isinstance(item, VideoItem):
             return video_hash_value(item.original_bytes, item.frames, item.metadata)
-        return image_hash_value(item.original_bytes, item.io_config, image_id(item.image))
+        if isinstance(item, ImageItem):
+            return image_hash_value(item.original_bytes, item.io_config, image_id(item.image))
+        return item  # an audio clip at the model's rate: hashed by its samples, as vLLM does
 
     def _hash(
         self,

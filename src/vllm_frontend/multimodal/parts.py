@@ -92,4 +92,8 @@ class MediaParts:
         self._counts[kind] = count
         self.by_modality[modality] = self.by_modality.get(modality, 0) + 1
         self.items.append(part)
-        return self._placeholders.get(modality)
+        text = self._placeholders.get(modality)
+        if text is not None and "{i}" in text:
+            # Numbered placeholders (Qwen2-Audio's "Audio {i}: ..."): the modality's count.
+            text = text.replace("{i}", str(count))
+        return text
