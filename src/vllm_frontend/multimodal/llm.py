@@ -97,7 +97,7 @@ def load_family(
             encode,
             options.mm_processor_kwargs,
         )
-    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+    if model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
         preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")

@@ -62,8 +62,10 @@ def sampled_fps(metadata: Mapping[str, Any]) -> float:
     return len(indices) / total * fps
 
 
-_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-"""The model types this family serves."""
+_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+"""The model types this family serves (Qwen3-VL: images only)."""
+_VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+"""The model types whose videos are served (Qwen3-VL's timestamped frames are not yet)."""
 
 _FIELDS = {
     "image": ("pixel_values", "image_grid_thw"),
@@ -73,7 +75,7 @@ _FIELDS = {
 
 class Qwen2VLFamily:
     """Qwen2-VL and Qwen2.5-VL (``model_type`` ``qwen2_vl``, ``qwen2_5_vl``): images and
-    videos."""
+    videos; Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``): images."""
 
     __slots__ = (
         "device_normalize",
@@ -136,9 +138,11 @@ class Qwen2VLFamily:
         self.embeds: dict[str, EmbedsSpec] = {
             modality: EmbedsSpec(f"{modality}_embeds", f"{modality}_grid_thw", hidden_size, tokens)
             for modality in ("image", "video")
+            if self.model_type == "qwen2_vl"
         }
         """How ``image_embeds`` / ``video_embeds`` parts are taken: vLLM's
-        ``Qwen2VLMultiModalDataParser`` dictionaries, the embeddings with their grid."""
+        ``Qwen2VLMultiModalDataParser`` dictionaries, the embeddings with their grid (Qwen2-VL
+        only: the other model types' embeddings are refused)."""
         self.token_ids: dict[str, int] = {}
         for modality, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>")):
             token_id = token_to_id(token)
@@ -195,6 +199,11 @@ class Qwen2VLFamily:
             except ValueError as e:
                 raise MediaError.bad_request(str(e)) from None
         elif modality == "video":
+            if self.model_type not in _VIDEO_MODEL_TYPES:
+                raise MediaError.bad_request(
+                    "video inputs are not supported by this frontend for model type "
+                    f"{self.model_type!r} yet"
+                )
             video = self._video_processor(kwargs)
             if self.device_normalize:
                 video = video.with_kwargs(raw)

@@ -1,9 +1,11 @@
-"""The Qwen2.5-VL family against vLLM 0.32's own ``Qwen2_5_VLMultiModalProcessor`` (no server):
-for images of many sizes and videos of many frame counts, sizes and loader metadata (the sampled
-frame rate gives ``second_per_grid_ts``), in the engine's dtypes, the expanded prompt ids, the
-placeholder ranges and every field (values, dtype, shape, field factory) equal vLLM's.
+"""The Qwen2.5-VL and Qwen3-VL model types of the Qwen2-VL family against vLLM 0.32's own
+``Qwen2_5_VLMultiModalProcessor`` and ``Qwen3VLMultiModalProcessor`` (no server): for images of
+many sizes (and, for Qwen2.5-VL, videos of many frame counts, sizes and loader metadata: the
+sampled frame rate gives ``second_per_grid_ts``), in the engine's dtypes, the expanded prompt
+ids, the placeholder ranges and every field (values, dtype, shape, field factory) equal vLLM's.
+Qwen3-VL's videos (timestamped frames) are refused with a 400 naming the model type.
 
-vLLM's Qwen2.5-VL code imports torchvision, so the reference runs in a subprocess on
+vLLM's Qwen-VL code imports torchvision, so the reference runs in a subprocess on
 :data:`tests.support.tiny_vlm.VLM_PYTHONPATH` (this module run as a script)."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
 from tests.support.tiny_vlm import IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START, VLM_PYTHONPATH
 
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.oracle
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DTYPES = ("bfloat16", "float32")
+MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 # Per case: image sizes (w, h), then videos as (frames, h, w, fps, total frames in the
 # container; the frames sampled evenly from them).
@@ -72,7 +76,12 @@ def _prompt(name: str) -> list[int]:
     return ids
 
 
-def _reference(model: str, dtype: str) -> dict[str, Any]:
+def _cases(model_type: str) -> list[str]:
+    """The cases a model type takes (Qwen3-VL: the image-only ones)."""
+    return [name for name in CASES if model_type != "qwen3_vl" or not CASES[name][1]]
+
+
+def _reference(model: str, dtype: str, model_type: str) -> dict[str, Any]:
     """vLLM's processor outputs per case (run in the subprocess)."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
@@ -82,7 +91,7 @@ def _reference(model: str, dtype: str) -> dict[str, Any]:
     config = ModelConfig(model=model, tokenizer=model, max_model_len=4096, dtype=dtype)
     processor = MULTIMODAL_REGISTRY.create_processor(config)
     results: dict[str, Any] = {}
-    for name in CASES:
+    for name in _cases(model_type):
         images, videos = _inputs(name)
         data: dict[str, Any] = {}
         if images:
@@ -111,39 +120,45 @@ def _reference(model: str, dtype: str) -> dict[str, Any]:
     return results
 
 
+def _all_references() -> dict[tuple[str, str], Any]:
+    """Every model type's and dtype's reference outputs (in one subprocess: vLLM imports once)."""
+    return {
+        (model_type, dtype): _reference(str(model_dir()), dtype, model_type)
+        for model_type, model_dir in MODELS.items()
+        for dtype in DTYPES
+    }
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    model = str(tiny_qwen25_vl_dir())
-    tmp = tmp_path_factory.mktemp("qwen25")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
+    for model_dir in MODELS.values():
+        model_dir()  # built here, not in the subprocess
+    target = tmp_path_factory.mktemp("qwen-vl") / "reference.pkl"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([VLM_PYTHONPATH, str(ROOT)]))
-    out = {}
-    for dtype in DTYPES:
-        target = tmp / f"{dtype}.pkl"
-        subprocess.run(
-            [sys.executable, __file__, model, dtype, str(target)],
-            check=True,
-            env=env,
-            cwd=ROOT,
-            timeout=600,
-        )
-        out[dtype] = pickle.loads(target.read_bytes())
+    subprocess.run(
+        [sys.executable, __file__, str(target)], check=True, env=env, cwd=ROOT, timeout=900
+    )
+    out: dict[tuple[str, str], Any] = pickle.loads(target.read_bytes())
     return out
 
 
+PARAMS = [(m, n) for m in MODELS for n in _cases(m)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(("model_type", "name"), PARAMS)
 def test_family_equals_vllms_processor(
-    reference: dict[str, dict[str, Any]], name: str, dtype: str
+    reference: dict[tuple[str, str], Any], model_type: str, name: str, dtype: str
 ) -> None:
     from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
     from vllm_frontend.multimodal.media import ImageItem, VideoItem
     from vllm_frontend.multimodal.parts import MediaPart
     from vllm_frontend.text.tokenizer import Tokenizer
 
-    want = reference[dtype][name]
-    model = tiny_qwen25_vl_dir()
+    want = reference[model_type, dtype][name]
+    model = MODELS[model_type]()
     tokenizer = Tokenizer.from_dir(model)
-    family = load_family(model, {"model_type": "qwen2_5_vl"}, tokenizer.token_to_id,
+    family = load_family(model, {"model_type": model_type}, tokenizer.token_to_id,
                          MultimodalOptions())  # fmt: skip
     assert family is not None
     images, videos = _inputs(name)
@@ -183,6 +198,21 @@ def test_family_equals_vllms_processor(
                 assert options.get("keep_on_cpu") == keep_on_cpu, key
 
 
+def test_qwen3_vl_videos_are_refused_naming_the_model_type() -> None:
+    from vllm_frontend.multimodal.llm import MultimodalOptions, load_family
+    from vllm_frontend.multimodal.media import MediaError, VideoItem
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    model = tiny_qwen3_vl_dir()
+    tokenizer = Tokenizer.from_dir(model)
+    family = load_family(model, {"model_type": "qwen3_vl"}, tokenizer.token_to_id,
+                         MultimodalOptions())  # fmt: skip
+    assert family is not None
+    [(frames, metadata)] = _inputs("one video")[1]
+    with pytest.raises(MediaError, match="model type 'qwen3_vl'") as caught:
+        family.process("video", [VideoItem(frames, metadata, b"")], {}, "bfloat16")
+    assert caught.value.status == 400
+
+
 if __name__ == "__main__":
-    model_dir, dtype_name, target_path = sys.argv[1:4]
-    pathlib.Path(target_path).write_bytes(pickle.dumps(_reference(model_dir, dtype_name)))
+    pathlib.Path(sys.argv[1]).write_bytes(pickle.dumps(_all_references()))
