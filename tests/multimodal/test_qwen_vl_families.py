@@ -1,9 +1,11 @@
 """The Qwen2.5-VL and Qwen3-VL model types of the Qwen2-VL family against vLLM 0.32's own
 ``Qwen2_5_VLMultiModalProcessor`` and ``Qwen3VLMultiModalProcessor`` (no server): for images of
-many sizes (and, for Qwen2.5-VL, videos of many frame counts, sizes and loader metadata: the
-sampled frame rate gives ``second_per_grid_ts``), in the engine's dtypes, the expanded prompt
-ids, the placeholder ranges and every field (values, dtype, shape, field factory) equal vLLM's.
-Qwen3-VL's videos (timestamped frames) are refused with a 400 naming the model type.
+many sizes and videos of many frame counts, sizes and loader metadata (Qwen2.5-VL: the sampled
+frame rate gives ``second_per_grid_ts``; Qwen3-VL: the frames' timestamps, written in the
+prompt, and the processor's own frame sampling when the loader kept every frame), in the
+engine's dtypes, the expanded prompt ids, the placeholder ranges with their ``is_embed`` masks
+and every field (values, dtype, shape, field factory) equal vLLM's, and where vLLM's processor
+refuses an item (a one-frame video for Qwen3-VL) ours refuses it with the same message.
 
 vLLM's Qwen-VL code imports torchvision, so the reference runs in a subprocess on
 :data:`tests.support.tiny_vlm.VLM_PYTHONPATH` (this module run as a script)."""
@@ -39,9 +41,11 @@ CASES: dict[str, tuple[list[tuple[int, int]], list[tuple[int, int, int, float, i
     "images": ([(300, 200), (97, 431), (20, 20), (1000, 90)], []),
     "one video": ([], [(6, 64, 96, 8.0, 24)]),
     "videos": ([], [(4, 50, 70, 30.0, 60), (3, 90, 160, 5.0, 10), (8, 28, 28, 2.0, 8)]),
-    "odd frames": ([], [(5, 84, 56, 12.5, 40), (1, 64, 64, 1.0, 1)]),
+    "odd frames": ([], [(5, 84, 56, 12.5, 40), (3, 64, 64, 1.0, 9)]),
     "all frames": ([], [(4, 56, 56, 10.0, 4)]),
     "images and videos": ([(64, 48), (97, 431)], [(6, 64, 96, 8.0, 24), (2, 40, 40, 3.0, 3)]),
+    "processor samples": ([], [(30, 48, 64, 6.0, 30), (9, 40, 72, 2.5, 9)]),
+    "one frame": ([], [(1, 64, 64, 1.0, 1)]),
 }
 
 
@@ -60,7 +64,8 @@ def _inputs(name: str) -> tuple[list[Image.Image], list[tuple[np.ndarray, dict[s
             "duration": total / fps,
             "video_backend": "opencv",
             "frames_indices": [i * step for i in range(frames)],
-            "do_sample_frames": False,
+            # As vLLM's loaders say: the processor samples when the loader kept every frame.
+            "do_sample_frames": frames == total,
         }
         out.append((array, metadata))
     return images, out
@@ -76,13 +81,18 @@ def _prompt(name: str) -> list[int]:
     return ids
 
 
-def _cases(model_type: str) -> list[str]:
-    """The cases a model type takes (Qwen3-VL: the image-only ones)."""
-    return [name for name in CASES if model_type != "qwen3_vl" or not CASES[name][1]]
+def _entry(elem: Any) -> tuple[Any, ...]:
+    """A field element as (dtype, shape, values, field class, keep_on_cpu)."""
+    data, kind = elem.data, type(elem.field).__name__
+    keep = getattr(elem.field, "keep_on_cpu", None)
+    if isinstance(data, list):  # Qwen3-VL's timestamps
+        return ("list", (len(data),), data, kind, keep)
+    return (str(data.dtype).removeprefix("torch."), tuple(data.shape), data.float().numpy(),
+            kind, keep)  # fmt: skip
 
 
-def _reference(model: str, dtype: str, model_type: str) -> dict[str, Any]:
-    """vLLM's processor outputs per case (run in the subprocess)."""
+def _reference(model: str, dtype: str) -> dict[str, Any]:
+    """vLLM's processor outputs (or its error) per case (run in the subprocess)."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
     from vllm.multimodal.processing.context import TimingContext
@@ -91,7 +101,7 @@ def _reference(model: str, dtype: str, model_type: str) -> dict[str, Any]:
     config = ModelConfig(model=model, tokenizer=model, max_model_len=4096, dtype=dtype)
     processor = MULTIMODAL_REGISTRY.create_processor(config)
     results: dict[str, Any] = {}
-    for name in _cases(model_type):
+    for name in CASES:
         images, videos = _inputs(name)
         data: dict[str, Any] = {}
         if images:
@@ -99,23 +109,23 @@ def _reference(model: str, dtype: str, model_type: str) -> dict[str, Any]:
         if videos:
             data["video"] = videos
         items = processor.info.parse_mm_data(data)
-        out = processor.apply(ProcessorInputs(_prompt(name), items), TimingContext(enabled=False))
-        fields: dict[str, list[dict[str, Any]]] = {}
-        for modality, kwargs_items in out["mm_kwargs"].items():
-            for item in kwargs_items:
-                entry = {}
-                for key, elem in item.items():
-                    tensor = elem.data
-                    kind = type(elem.field).__name__
-                    entry[key] = (
-                        str(tensor.dtype).removeprefix("torch."),
-                        tuple(tensor.shape),
-                        tensor.float().numpy(),
-                        kind,
-                        getattr(elem.field, "keep_on_cpu", None),
-                    )
-                fields.setdefault(modality, []).append(entry)
-        ranges = {m: [(r.offset, r.length) for r in rs] for m, rs in out["mm_placeholders"].items()}
+        try:
+            out = processor.apply(
+                ProcessorInputs(_prompt(name), items), TimingContext(enabled=False)
+            )
+        except ValueError as e:
+            # vLLM's message wraps transformers' (with the whole input's repr): keep both.
+            results[name] = {"error": str(e), "cause": str(e.__cause__ or e)}
+            continue
+        fields = {
+            modality: [{key: _entry(elem) for key, elem in item.items()} for item in items]
+            for modality, items in out["mm_kwargs"].items()
+        }
+        ranges = {
+            m: [(r.offset, r.length, None if r.is_embed is None else r.is_embed.tolist())
+                for r in rs]
+            for m, rs in out["mm_placeholders"].items()
+        }  # fmt: skip
         results[name] = {"ids": list(out["prompt_token_ids"]), "ranges": ranges, "fields": fields}
     return results
 
@@ -123,7 +133,7 @@ def _reference(model: str, dtype: str, model_type: str) -> dict[str, Any]:
 def _all_references() -> dict[tuple[str, str], Any]:
     """Every model type's and dtype's reference outputs (in one subprocess: vLLM imports once)."""
     return {
-        (model_type, dtype): _reference(str(model_dir()), dtype, model_type)
+        (model_type, dtype): _reference(str(model_dir()), dtype)
         for model_type, model_dir in MODELS.items()
         for dtype in DTYPES
     }
@@ -142,24 +152,20 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
     return out
 
 
-PARAMS = [(m, n) for m in MODELS for n in _cases(m)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("model_type", "name"), PARAMS)
-def test_family_equals_vllms_processor(
-    reference: dict[tuple[str, str], Any], model_type: str, name: str, dtype: str
-) -> None:
+def _ours(model_type: str, name: str, dtype: str) -> tuple[list[int], list[Any]]:
     from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
     from vllm_frontend.multimodal.media import ImageItem, VideoItem
     from vllm_frontend.multimodal.parts import MediaPart
     from vllm_frontend.text.tokenizer import Tokenizer
 
-    want = reference[model_type, dtype][name]
     model = MODELS[model_type]()
     tokenizer = Tokenizer.from_dir(model)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
     family = load_family(model, {"model_type": model_type}, tokenizer.token_to_id,
-                         MultimodalOptions())  # fmt: skip
+                         MultimodalOptions(), encode)  # fmt: skip
     assert family is not None
     images, videos = _inputs(name)
     processed = []
@@ -173,14 +179,35 @@ def test_family_equals_vllms_processor(
         processed += family.process("video", clips, {}, dtype)
         parts += [MediaPart("video", None, f"v{i}") for i in range(len(videos))]
     hashes = [part.uuid or "" for part in parts]
-    ids, features = _expand(_prompt(name), family, parts, processed, hashes)
+    return _expand(_prompt(name), family, parts, processed, hashes)
 
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("model_type", list(MODELS))
+def test_family_equals_vllms_processor(
+    reference: dict[tuple[str, str], Any], model_type: str, name: str, dtype: str
+) -> None:
+    from vllm_frontend.multimodal.media import MediaError
+
+    want = reference[model_type, dtype][name]
+    if "error" in want:
+        with pytest.raises(MediaError) as caught:
+            _ours(model_type, name, dtype)
+        assert caught.value.status == 400
+        assert want["error"].startswith("Failed to apply Qwen3VLProcessor on data=")
+        assert str(caught.value) == want["cause"]  # transformers' own words, not the repr
+        return
+    ids, features = _ours(model_type, name, dtype)
     assert ids == want["ids"]
-    got_ranges: dict[str, list[tuple[int, int]]] = {}
+    got_ranges: dict[str, list[Any]] = {}
     got_fields: dict[str, list[dict[str, Any]]] = {}
     for feature in features:
         position = feature.mm_position
-        got_ranges.setdefault(feature.modality, []).append((position.offset, position.length))
+        embed = None if position.is_embed is None else position.is_embed.numpy().tolist()
+        got_ranges.setdefault(feature.modality, []).append(
+            (position.offset, position.length, embed)
+        )
         got_fields.setdefault(feature.modality, []).append(feature.data or {})
     assert got_ranges == want["ranges"]
     assert set(got_fields) == set(want["fields"])
@@ -189,29 +216,16 @@ def test_family_equals_vllms_processor(
             assert set(mine) == set(item)
             for key, (tdtype, shape, values, kind, keep_on_cpu) in item.items():
                 elem = mine[key]
+                factory, options = elem.field
+                assert kind.lower() == f"multimodal{factory}field", key
+                assert options.get("keep_on_cpu") == keep_on_cpu, key
+                if tdtype == "list":
+                    assert elem.data == values, key
+                    continue
                 tensor = elem.data
                 assert tensor.dtype == tdtype, key
                 assert tensor.shape == shape, key
                 assert np.array_equal(tensor.numpy().astype(np.float32), values), key
-                factory, options = elem.field
-                assert kind.lower() == f"multimodal{factory}field", key
-                assert options.get("keep_on_cpu") == keep_on_cpu, key
-
-
-def test_qwen3_vl_videos_are_refused_naming_the_model_type() -> None:
-    from vllm_frontend.multimodal.llm import MultimodalOptions, load_family
-    from vllm_frontend.multimodal.media import MediaError, VideoItem
-    from vllm_frontend.text.tokenizer import Tokenizer
-
-    model = tiny_qwen3_vl_dir()
-    tokenizer = Tokenizer.from_dir(model)
-    family = load_family(model, {"model_type": "qwen3_vl"}, tokenizer.token_to_id,
-                         MultimodalOptions())  # fmt: skip
-    assert family is not None
-    [(frames, metadata)] = _inputs("one video")[1]
-    with pytest.raises(MediaError, match="model type 'qwen3_vl'") as caught:
-        family.process("video", [VideoItem(frames, metadata, b"")], {}, "bfloat16")
-    assert caught.value.status == 400
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ def _feature(mm_hash: str, rows: int) -> MultiModalFeatureSpec:
             Tensor.from_numpy(np.array([1, rows, 1], dtype=np.int64)), ("batched", {})
         ),
     }
+    if rows % 3 == 1:  # a list of Python floats (Qwen3-VL's timestamps): counted per float
+        fields["timestamps"] = MultiModalFieldElem([0.5 * i for i in range(rows % 7 + 1)],
+                                                   ("batched", {}))  # fmt: skip
     return MultiModalFeatureSpec(fields, "image", mm_hash, PlaceholderRange(0, 1), mm_hash)
 
 
@@ -60,7 +63,9 @@ def _theirs(feature: MultiModalFeatureSpec) -> Any:
         data = MultiModalKwargsItem(
             {
                 key: VllmElem(
-                    data=torch.from_numpy(np.array(elem.data.data)),
+                    data=list(elem.data)
+                    if isinstance(elem.data, list)
+                    else torch.from_numpy(np.array(elem.data.data)),
                     field=MultiModalBatchedField(),
                 )
                 for key, elem in feature.data.items()
@@ -85,7 +90,7 @@ def test_mirror_matches_vllms_engine_cache(seed: int) -> None:
     receiver = LruKeyReplicatedReceiverCache(config)  # type: ignore[arg-type]
     mirror = SenderCache(CAPACITY_GB)
     rng = random.Random(seed)
-    sizes = {f"h{i}": rng.choice([16, 64, 256, 700, 2100]) for i in range(24)}  # rows
+    sizes = {f"h{i}": rng.choice([16, 64, 256, 700, 2100, 2101, 4]) for i in range(24)}  # rows
     sent_without_data = 0
     for _ in range(300):
         hashes = [rng.choice(list(sizes)) for _ in range(rng.randint(1, 4))]

@@ -97,7 +97,22 @@ def load_family(
             encode,
             options.mm_processor_kwargs,
         )
-    if model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        from vllm_frontend.multimodal.qwen3_vl import Qwen3VLFamily
+
+        if encode is None:
+            raise ValueError("the Qwen3-VL family needs the tokenizer's encode")
+        path = pathlib.Path(model_dir)
+        return Qwen3VLFamily(
+            config,
+            _read_json(path / "preprocessor_config.json") or {},
+            token_to_id,
+            encode,
+            options.mm_processor_kwargs,
+            options.mm_device_do_normalize,
+            _read_json(path / "video_preprocessor_config.json"),
+        )
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
         preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")

@@ -89,6 +89,8 @@ class Qwen2VLFamily:
     )
 
     placeholders: Mapping[str, str] = _PLACEHOLDERS
+    video_model_types: tuple[str, ...] = _VIDEO_MODEL_TYPES
+    """The model types whose videos this class processes."""
     supported_limits: Mapping[str, int | None] = {"image": None, "video": None}
     """Items per prompt the family takes by modality (None: any number)."""
 
@@ -199,7 +201,7 @@ class Qwen2VLFamily:
             except ValueError as e:
                 raise MediaError.bad_request(str(e)) from None
         elif modality == "video":
-            if self.model_type not in _VIDEO_MODEL_TYPES:
+            if self.model_type not in self.video_model_types:
                 raise MediaError.bad_request(
                     "video inputs are not supported by this frontend for model type "
                     f"{self.model_type!r} yet"
@@ -210,7 +212,9 @@ class Qwen2VLFamily:
             processor = video
             videos: list[VideoItem] = items
             try:
-                outputs = [video.preprocess_video(item.frames, dtype) for item in videos]
+                outputs = [
+                    video.preprocess_video(self.video_frames(video, item), dtype) for item in videos
+                ]
             except ValueError as e:
                 raise MediaError.bad_request(str(e)) from None
         else:
@@ -235,11 +239,28 @@ class Qwen2VLFamily:
                 ),
             }
             processed.append(ProcessedItem(modality, t * h * w // merge, fields))
-        if modality == "video" and self.video_seconds:
-            patch = self._video_processor(kwargs).temporal_patch_size
-            for item, video_item in zip(processed, videos, strict=True):
-                seconds = patch / sampled_fps(video_item.metadata)
-                item.fields["second_per_grid_ts"] = MultiModalFieldElem(
-                    _scalar(seconds, dtype), batched
-                )
+        if modality == "video":
+            self.finish_videos(processed, videos, self._video_processor(kwargs), dtype)
         return processed
+
+    def video_frames(self, processor: Qwen2VLVideoProcessor, item: VideoItem) -> np.ndarray:
+        """The frames of a video the processor takes (the loader's, here)."""
+        return item.frames
+
+    def finish_videos(
+        self,
+        processed: list[ProcessedItem],
+        videos: list[VideoItem],
+        processor: Qwen2VLVideoProcessor,
+        dtype: str,
+    ) -> None:
+        """Add what the model type puts in a video item beyond its pixels and grid (Qwen2.5-VL:
+        ``second_per_grid_ts``)."""
+        if not self.video_seconds:
+            return
+        batched = ("batched", {"keep_on_cpu": True})
+        for item, video_item in zip(processed, videos, strict=True):
+            seconds = processor.temporal_patch_size / sampled_fps(video_item.metadata)
+            item.fields["second_per_grid_ts"] = MultiModalFieldElem(
+                _scalar(seconds, dtype), batched
+            )

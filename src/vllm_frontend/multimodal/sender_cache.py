@@ -18,6 +18,7 @@ dropped from the mirror (:meth:`invalidate`) so the next request sends their dat
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
@@ -33,7 +34,9 @@ def _nbytes(data: Any) -> int:
     nbytes = getattr(data, "nbytes", None)
     if isinstance(nbytes, int):
         return nbytes
-    return 0  # ints and floats: vLLM counts sys.getsizeof of a Python scalar; none here
+    # Python scalars (Qwen3-VL's timestamps): vLLM's cache counts sys.getsizeof of each, as
+    # the engine's receiver cache does on the floats it decodes.
+    return sys.getsizeof(data) if isinstance(data, int | float) else 0
 
 
 def item_nbytes(fields: dict[str, Any]) -> int:
