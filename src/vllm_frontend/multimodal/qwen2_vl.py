@@ -63,9 +63,9 @@ def sampled_fps(metadata: Mapping[str, Any]) -> float:
 
 
 _MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-"""The model types this family serves (Qwen3-VL: images only)."""
+"""The model types of this family (Qwen3-VL's through the ``multimodal.qwen3_vl`` subclass)."""
 _VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-"""The model types whose videos are served (Qwen3-VL's timestamped frames are not yet)."""
+"""The model types whose videos this class processes (a subclass may add its own)."""
 
 _FIELDS = {
     "image": ("pixel_values", "image_grid_thw"),
@@ -75,7 +75,7 @@ _FIELDS = {
 
 class Qwen2VLFamily:
     """Qwen2-VL and Qwen2.5-VL (``model_type`` ``qwen2_vl``, ``qwen2_5_vl``): images and
-    videos; Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``): images."""
+    videos (Qwen3-VL: :class:`multimodal.qwen3_vl.Qwen3VLFamily`)."""
 
     __slots__ = (
         "device_normalize",
