@@ -97,6 +97,20 @@ def load_family(
             encode,
             options.mm_processor_kwargs,
         )
+    if model_type == "gemma3":
+        from vllm_frontend.multimodal.gemma3 import Gemma3Family
+
+        if encode is None:
+            raise ValueError("the Gemma 3 family needs the tokenizer's encode")
+        path = pathlib.Path(model_dir)
+        return Gemma3Family(
+            config,
+            _read_json(path / "preprocessor_config.json") or {},
+            _read_json(path / "processor_config.json") or {},
+            token_to_id,
+            encode,
+            options.mm_processor_kwargs,
+        )
     if model_type in ("qwen3_vl", "qwen3_vl_moe"):
         from vllm_frontend.multimodal.qwen3_vl import Qwen3VLFamily
 
@@ -607,6 +621,9 @@ def _expand(
             raise BadInput(
                 f"Failed to apply prompt replacement for mm_items[{modality!r}][{index}]"
             )
+    finalize = getattr(family, "finalize_prompt", None)
+    if finalize is not None:  # a family's pass over the expanded prompt (Gemma 3's newlines)
+        out, features = finalize(out, features)
     return out, features
 
 
