@@ -24,6 +24,8 @@ PROCESSORS: dict[str, str] = {
     "GotOcr2ImageProcessor": "internvl:GotOcr2ImageProcessor",
     "LlavaNextImageProcessor": "llava_next:LlavaNextImageProcessor",
     "LlavaOnevisionImageProcessor": "llava_next:LlavaOnevisionImageProcessor",
+    # transformers has only torchvision backends of these two (ours follow torch's resizes).
+    "Llama4ImageProcessor": "llama4:Llama4ImageProcessor",
     "WhisperFeatureExtractor": "whisper:WhisperFeatureExtractor",
 }
 

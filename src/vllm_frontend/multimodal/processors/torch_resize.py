@@ -1,13 +1,18 @@
-"""torch's antialiased bicubic resize of ``uint8`` images on the CPU, in numpy: what torchvision's
-``resize`` runs for a ``uint8`` tensor (``interpolate(mode="bicubic", antialias=True)`` straight
-on the bytes), so what transformers' torchvision-backed processors (the video processors) give.
+"""torch's antialiased bicubic and bilinear resizes of ``uint8`` images on the CPU, in numpy: what
+torchvision's ``resize`` runs for a ``uint8`` tensor (``interpolate(mode=..., antialias=True)``
+straight on the bytes), so what transformers' torchvision-backed processors give.
 
-It is not Pillow's bicubic: torch computes each axis's filter weights in double (Keys cubic,
-``a = -0.5``, support scaled by the reduction factor, weights normalized per output sample),
+It is not Pillow's: torch computes each axis's filter weights in double (Keys cubic, ``a = -0.5``,
+or the triangle for bilinear, support scaled by the reduction factor, weights normalized per
+output sample),
 turns them into int16 at the largest precision under which the axis's largest weight fits,
 and resamples width first then height, each output sample an integer dot product plus half an
 LSB, shifted down and clamped to ``[0, 255]`` after each pass. Integer sums do not depend on
 their order, so the result is exact whatever the vectorization.
+
+torchvision resizes ``uint8`` bilinearly on these bytes only where torch's CPU capability is
+"AVX2"; elsewhere (an "AVX512" torch build, for one) it resizes a float32 copy and rounds, which
+differs from this by one level on a small fraction of pixels.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["resize_bicubic_u8"]
+__all__ = ["resize_bicubic_u8", "resize_bilinear_u8"]
 
 
 def _cubic(x: float) -> float:
@@ -31,12 +36,22 @@ def _cubic(x: float) -> float:
     return 0.0
 
 
+def _triangle(x: float) -> float:
+    # torch's antialiasing bilinear filter.
+    x = abs(x)
+    return 1.0 - x if x < 1.0 else 0.0
+
+
+_FILTERS = {"bicubic": (_cubic, 2.0), "bilinear": (_triangle, 1.0)}
+
+
 @lru_cache(maxsize=64)
-def _axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _axis(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarray, int]:
     """One axis's taps: source indices ``[out, taps]`` (clamped into range; their weight is 0
     where the window is shorter), int16-valued weights ``[out, taps]`` and the precision."""
+    kernel, half_size = _FILTERS[mode]
     scale = in_size / out_size
-    support = 2.0 * scale if scale >= 1.0 else 2.0
+    support = half_size * scale if scale >= 1.0 else half_size
     taps = math.ceil(support) * 2 + 1
     invscale = 1.0 / scale if scale >= 1.0 else 1.0
     starts = np.zeros(out_size, dtype=np.int64)
@@ -47,7 +62,7 @@ def _axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
         xmin = max(int(center - support + 0.5), 0)
         xsize = min(int(center + support + 0.5), in_size) - xmin
         xsize = min(max(xsize, 0), taps)
-        weights = [_cubic((j + xmin - center + 0.5) * invscale) for j in range(xsize)]
+        weights = [kernel((j + xmin - center + 0.5) * invscale) for j in range(xsize)]
         total = 0.0
         for w in weights:
             total += w
@@ -68,8 +83,8 @@ def _axis(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, int]:
     return indices, weights, precision
 
 
-def _pass(pixels: np.ndarray, axis: int, out_size: int) -> np.ndarray:
-    indices, weights, precision = _axis(pixels.shape[axis], out_size)
+def _pass(pixels: np.ndarray, axis: int, out_size: int, mode: str) -> np.ndarray:
+    indices, weights, precision = _axis(pixels.shape[axis], out_size, mode)
     shape = [1] * pixels.ndim
     shape[axis] = out_size
     acc = np.full(
@@ -88,15 +103,25 @@ def _pass(pixels: np.ndarray, axis: int, out_size: int) -> np.ndarray:
     return np.clip(acc, 0, 255).astype(np.uint8)
 
 
-def resize_bicubic_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
-    """``pixels`` ``(..., H, W, C)`` uint8 resized to ``height`` x ``width`` as torch resizes a
-    ``uint8`` tensor with ``mode="bicubic", antialias=True`` (an unchanged size is a no-op)."""
+def _resize(pixels: np.ndarray, height: int, width: int, mode: str) -> np.ndarray:
     if pixels.dtype != np.uint8:
         raise ValueError(f"expected uint8 pixels, got {pixels.dtype}")
     h_axis, w_axis = pixels.ndim - 3, pixels.ndim - 2
     out = pixels
     if out.shape[w_axis] != width:
-        out = _pass(out, w_axis, width)
+        out = _pass(out, w_axis, width, mode)
     if out.shape[h_axis] != height:
-        out = _pass(out, h_axis, height)
+        out = _pass(out, h_axis, height, mode)
     return out
+
+
+def resize_bicubic_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``pixels`` ``(..., H, W, C)`` uint8 resized to ``height`` x ``width`` as torch resizes a
+    ``uint8`` tensor with ``mode="bicubic", antialias=True`` (an unchanged size is a no-op)."""
+    return _resize(pixels, height, width, "bicubic")
+
+
+def resize_bilinear_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``pixels`` ``(..., H, W, C)`` uint8 resized to ``height`` x ``width`` as torch resizes a
+    ``uint8`` tensor with ``mode="bilinear", antialias=True`` (an unchanged size is a no-op)."""
+    return _resize(pixels, height, width, "bilinear")
