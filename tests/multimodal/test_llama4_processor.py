@@ -34,6 +34,7 @@ from vllm_frontend.multimodal.processors.llama4 import (
     resized_size,
     supported_canvases,
 )
+from vllm_frontend.multimodal.processors.torch_resize import resize_bilinear_u8
 
 pytestmark = pytest.mark.oracle
 
@@ -199,3 +200,19 @@ def test_prompt_text_and_token_counts_equal_vllm() -> None:
                 assert got == want
                 # Every <|...|> is one token of Llama 4's tokenizer.
                 assert num_image_tokens((rows, columns), per_tile) == want.count("<|")
+
+
+def test_bilinear_resize_matches_torch_interpolate_on_uint8() -> None:
+    import torch
+
+    rng = np.random.default_rng(12)
+    for _ in range(40):
+        h, w = int(rng.integers(1, 300)), int(rng.integers(1, 300))
+        nh, nw = int(rng.integers(1, 500)), int(rng.integers(1, 500))
+        pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        tensor = torch.from_numpy(pixels).permute(2, 0, 1)[None].contiguous()
+        want = torch.nn.functional.interpolate(
+            tensor, size=[nh, nw], mode="bilinear", align_corners=False, antialias=True
+        )
+        got = resize_bilinear_u8(pixels, nh, nw)
+        assert np.array_equal(got, want[0].permute(1, 2, 0).numpy()), ((h, w), (nh, nw))

@@ -25,7 +25,7 @@ def image_batches(seed: int, count: int) -> list[list[Image.Image]]:
     turns back into the same image (RGB, RGBA, L, LA)."""
     images = image_cases(seed, count, modes=["RGB", "RGB", "RGB", "RGBA", "L", "LA"])
     images = [Image.fromarray(np.asarray(image)) for image in images]
-    return [[image] for image in images] + [images[i : i + 3] for i in range(0, 9, 3)]
+    return [[image] for image in images] + [images[i : i + 3] for i in range(0, 9, 3) if images[i:]]
 
 
 def reference_outputs(
