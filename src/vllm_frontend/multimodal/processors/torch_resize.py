@@ -131,7 +131,7 @@ def resize_bilinear_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarra
     return _resize(pixels, height, width, "bilinear")
 
 
-def _fma(a: float, b: float, c: float) -> np.float32:
+def _fma(a: float | np.floating, b: float | np.floating, c: float | np.floating) -> np.float32:
     # a * b + c rounded once to float32, as torch's kernels (built with FMA) compute it; the
     # product of two float32 numbers is exact in float64.
     return np.float32(float(a) * float(b) + float(c))
