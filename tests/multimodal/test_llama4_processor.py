@@ -61,7 +61,7 @@ SETTINGS: list[dict[str, Any]] = [
      "image_std": [0.26, 0.26, 0.27]}, "kwargs": {"max_patches": 3}},
     {"processor": "llama4", "config": {**SMALL, "do_normalize": False}, "kwargs": {}},
 ]  # fmt: skip
-COUNTS = [8, 24, 10, 10, 8]
+COUNTS = [6, 24, 10, 10, 8]
 
 
 def _float_path_bug(image: Image.Image, config: dict[str, Any]) -> bool:
@@ -72,11 +72,14 @@ def _float_path_bug(image: Image.Image, config: dict[str, Any]) -> bool:
     return new_w == 1 and new_h != image.height
 
 
-def _compare(expected: dict[str, np.ndarray], atol: float, settings: int) -> int:
+def _compare(expected: dict[str, np.ndarray], atol: float, settings: list[int]) -> int:
+    """Ours against ``expected`` (the reference's outputs for ``SETTINGS[i] for i in settings``,
+    in that order); how many batches matched."""
     checked = 0
-    for n, setting in enumerate(SETTINGS[:settings]):
+    for n, which in enumerate(settings):
+        setting = SETTINGS[which]
         ours = Llama4ImageProcessor(setting["config"])
-        for b, batch in enumerate(BATCHES[n]):
+        for b, batch in enumerate(BATCHES[which]):
             index = f"{n}_{b:03d}"
             what = (n, [image.size for image in batch], [image.mode for image in batch])
             if atol and any(_float_path_bug(image, setting["config"]) for image in batch):
@@ -112,14 +115,14 @@ BATCHES = [image_batches(seed=40 + n, count=count) for n, count in enumerate(COU
 
 def test_pixel_values_equal_transformers_uint8_resize(tmp_path: pathlib.Path) -> None:
     expected = reference_outputs(tmp_path, SETTINGS, BATCHES, capability="avx2")
-    assert _compare(expected, atol=0, settings=len(SETTINGS)) > 60
+    assert _compare(expected, atol=0, settings=list(range(len(SETTINGS)))) > 55
 
 
 def test_pixel_values_close_to_transformers_on_this_cpu(tmp_path: pathlib.Path) -> None:
     if native_bilinear_is_uint8():
         pytest.skip("this torch resizes uint8 on the bytes: the exact test covers it")
-    expected = reference_outputs(tmp_path, SETTINGS[:2], BATCHES[:2])
-    assert _compare(expected, atol=2**-6, settings=2) > 30
+    expected = reference_outputs(tmp_path, SETTINGS[1:2], BATCHES[1:2])
+    assert _compare(expected, atol=2**-6, settings=[1]) > 20
 
 
 def _reference_functions() -> types.SimpleNamespace:
