@@ -11,6 +11,7 @@ processor: there is no reference for it here.)"""
 
 from __future__ import annotations
 
+import ast
 import math
 import pathlib
 import types
@@ -26,7 +27,10 @@ from tests.multimodal.torchvision_oracle import (
     reference_outputs,
     vllm_model_source,
 )
-from vllm_frontend.multimodal.processors.phi4_multimodal import Phi4MultimodalImageProcessor
+from vllm_frontend.multimodal.processors.phi4_multimodal import (
+    IMAGE_PLACEHOLDER_TOKEN_ID,
+    Phi4MultimodalImageProcessor,
+)
 from vllm_frontend.multimodal.processors.torch_resize import resize_bicubic_float
 
 pytestmark = pytest.mark.oracle
@@ -99,10 +103,20 @@ def test_outputs_close_to_transformers_on_this_cpu(tmp_path: pathlib.Path) -> No
 
 
 def test_token_counts_equal_vllm() -> None:
-    """vLLM's ``Phi4MMProcessingInfo._compute_num_image_tokens`` (taken from its source, with
+    """vLLM's ``Phi4MMProcessingInfo._compute_num_image_tokens`` and placeholder token id (taken
+    from its source, with
     transformers' ``find_closest_aspect_ratio`` as the image processor's: vLLM's module needs the
     remote-code processor) against ours, over many sizes and crop limits."""
     path = vllm_model_source("phi4mm.py")
+    tree = ast.parse(pathlib.Path(path).read_text(encoding="utf-8"))
+    constants = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+    }
+    assert constants["_IMAGE_PLACEHOLDER_TOKEN_ID"] == IMAGE_PLACEHOLDER_TOKEN_ID
     namespace: dict[str, Any] = {"math": math}
     namespace["_get_padding_size"] = source_function(path, "_get_padding_size", namespace)
     compute = source_function(path, "Phi4MMProcessingInfo._compute_num_image_tokens", namespace)
