@@ -24,6 +24,9 @@ PROCESSORS: dict[str, str] = {
     "GotOcr2ImageProcessor": "internvl:GotOcr2ImageProcessor",
     "LlavaNextImageProcessor": "llava_next:LlavaNextImageProcessor",
     "LlavaOnevisionImageProcessor": "llava_next:LlavaOnevisionImageProcessor",
+    # transformers has only torchvision backends of these two (ours follow torch's resizes).
+    "Llama4ImageProcessor": "llama4:Llama4ImageProcessor",
+    "Phi4MultimodalImageProcessor": "phi4_multimodal:Phi4MultimodalImageProcessor",
     "WhisperFeatureExtractor": "whisper:WhisperFeatureExtractor",
 }
 
