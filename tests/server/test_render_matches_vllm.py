@@ -10,19 +10,10 @@ header fixes the request ids on both sides.
 
 from __future__ import annotations
 
-import asyncio
-import pathlib
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-
-from vllm_frontend.cmd.assemble import build_render_app, load_model_resources
-from vllm_frontend.cmd.config import config_from_args
-
-from .support import RunningServer
 
 pytestmark = pytest.mark.oracle
 
@@ -131,40 +122,13 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def vllm_client(tiny_model: pathlib.Path) -> Iterator[Any]:
-    from starlette.testclient import TestClient
-    from vllm import AsyncEngineArgs
-    from vllm.config import VllmConfig
-    from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.entrypoints.launchers.render.app_state import init_render_app_state
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser())
-    args = parser.parse_args(["--model", str(tiny_model), "--served-model-name", NAME])
-    engine_args = AsyncEngineArgs.from_cli_args(args)
-    vllm_config = VllmConfig(
-        model_config=engine_args.create_model_config(),
-        structured_outputs_config=engine_args.create_structured_outputs_config(),
-    )
-    app = build_app(args, ("render",))
-    asyncio.run(init_render_app_state(vllm_config, app.state, args))
-    with TestClient(app) as client:
-        yield client
+def vllm_client(vllm_render_client: Any) -> Any:
+    return vllm_render_client
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_model: pathlib.Path) -> Iterator[httpx.Client]:
-    started = time.monotonic()
-    config = config_from_args({"model_tag": str(tiny_model), "served_model_name": [NAME]})
-    app = build_render_app(config, load_model_resources(config))
-    assert time.monotonic() - started < 5  # no engine to wait for
-    server = RunningServer(app)
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            yield client
-    finally:
-        server.stop()
+def ours(ours_render_client: httpx.Client) -> httpx.Client:
+    return ours_render_client
 
 
 def _both(ours: httpx.Client, vllm_client: Any, path: str, body: dict[str, Any]) -> None:

@@ -303,6 +303,12 @@ class ChatLlm:
         text_request.response_format = None
         return True
 
+    def parser_for(self, request: ChatRequest) -> OutputParser | HarmonyOutputParser | None:
+        """A fresh output parser for one choice of ``request`` (None without parsers), as
+        :meth:`ChatGeneration.new_parser` gives it, for output that was generated elsewhere."""
+        parsers = self._parsers
+        return None if parsers is None else parsers.for_request(self._options(request))
+
     def _options(self, request: ChatRequest) -> RequestToolOptions:
         renderer = self.renderer
         kwargs = dict(renderer.options.default_chat_template_kwargs) if renderer else {}

@@ -41,6 +41,7 @@ from vllm_frontend.server import errors as api_errors
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.derender import DerenderHandlers
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generate import (
     ABORT_PATH,
@@ -416,13 +417,14 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         harmony=harmony,
     )
     render = RenderHandlers(ctx, chat, parse_chat_request, parse_completion_request)
+    derender = DerenderHandlers(ctx, chat)
     services = Services(
         engine=no_engine,
         tokenizer=model.tokenizer,
         chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
         model_root=config.model,
     )
-    routes = render.routes()
+    routes = render.routes() | derender.routes()
     app = build_app(server_settings(config, max_model_len), services, routes)
     for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
         if not path.startswith("/inference/"):  # vLLM's render server has no engine routes
@@ -455,7 +457,7 @@ def add_scale_out_routes(
             app.route(method, path, handler)
         return
     render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
-    routes = render.routes()
+    routes = render.routes() | DerenderHandlers(ctx, chat.chat).routes()
     routes[("POST", GENERATE_PATH)] = GenerateHandler(ctx, max_num_seqs)
     for (method, path), handler in routes.items():
         app.route(method, path, handler, json_body=True)
