@@ -24,6 +24,11 @@ RENDER_MODEL_NAME = "tiny-llama"
 def vllm_render_client(tiny_model: pathlib.Path) -> Iterator[Any]:
     """vLLM's own render app, built as ``vllm launch render`` builds it (``build_app(args,
     ("render",))`` + ``init_render_app_state``), behind Starlette's test client."""
+    yield from vllm_render_app(tiny_model)
+
+
+def vllm_render_app(tiny_model: pathlib.Path, *extra: str) -> Iterator[Any]:
+    """vLLM's render app for the tiny model with ``extra`` command-line options."""
     from starlette.testclient import TestClient
     from vllm import AsyncEngineArgs
     from vllm.config import VllmConfig
@@ -33,7 +38,9 @@ def vllm_render_client(tiny_model: pathlib.Path) -> Iterator[Any]:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser())
-    args = parser.parse_args(["--model", str(tiny_model), "--served-model-name", RENDER_MODEL_NAME])
+    args = parser.parse_args(
+        ["--model", str(tiny_model), "--served-model-name", RENDER_MODEL_NAME, *extra]
+    )
     engine_args = AsyncEngineArgs.from_cli_args(args)
     vllm_config = VllmConfig(
         model_config=engine_args.create_model_config(),
@@ -48,9 +55,14 @@ def vllm_render_client(tiny_model: pathlib.Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def ours_render_client(tiny_model: pathlib.Path) -> Iterator[httpx.Client]:
     """Our ``build_render_app`` for the same model behind the real HTTP server."""
+    yield from ours_render_app(tiny_model)
+
+
+def ours_render_app(tiny_model: pathlib.Path, **options: Any) -> Iterator[httpx.Client]:
+    """Our render app for the tiny model with ``options`` (``config_from_args`` keys)."""
     started = time.monotonic()
     config = config_from_args(
-        {"model_tag": str(tiny_model), "served_model_name": [RENDER_MODEL_NAME]}
+        {"model_tag": str(tiny_model), "served_model_name": [RENDER_MODEL_NAME], **options}
     )
     app = build_render_app(config, load_model_resources(config))
     assert time.monotonic() - started < 5  # no engine to wait for

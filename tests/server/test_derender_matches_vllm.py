@@ -10,10 +10,14 @@ Fields that are random or clock-dependent on both sides (``created``, an answer'
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+
+from .conftest import ours_render_app, vllm_render_app
 
 pytestmark = pytest.mark.oracle
 
@@ -276,3 +280,99 @@ def test_default_ids_are_vllms_shape(ours_render_client: httpx.Client) -> None:
     body = {"generate_response": {"choices": [{"index": 0, "token_ids": [9906]}]}}
     got = ours_render_client.post(CHAT, json=body).json()
     assert len(got["id"]) == 16 and int(got["id"], 16) >= 0
+
+
+# -- with a tool parser (llama3_json, which the tiny Llama 3's vocabulary supports) ----------
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOL_CHOICES: dict[str, Any] = {
+    "default": {},
+    "none": {"tool_choice": "none"},
+    "required": {"tool_choice": "required"},
+    "named": {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    "no parallel calls": {"parallel_tool_calls": False},
+}
+OUTPUTS = {
+    "call": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "text": "Just text here.",
+    "tagged call": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}',
+}
+
+
+@pytest.fixture(scope="module")
+def tool_apps(tiny_model: Any) -> Iterator[tuple[httpx.Client, Any]]:
+    theirs = vllm_render_app(tiny_model, "--tool-call-parser", "llama3_json",
+                             "--enable-auto-tool-choice")  # fmt: skip
+    ours = ours_render_app(tiny_model, tool_call_parser="llama3_json", enable_auto_tool_choice=True)
+    vllm_client, ours_client = next(theirs), next(ours)
+    yield ours_client, vllm_client
+    for gen in (theirs, ours):
+        with contextlib.suppress(StopIteration):
+            next(gen)
+
+
+def _masked(value: Any) -> Any:
+    # tool-call ids are random on both sides
+    if isinstance(value, dict):
+        return {
+            k: "<id>" if k in ("id", "last_tool_call_ids") else _masked(v)
+            for k, v in _normal(value).items()
+        }
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+@pytest.mark.parametrize("choice", TOOL_CHOICES)
+def test_parsed_derender_is_vllms(
+    tool_apps: tuple[httpx.Client, Any], output: str, choice: str
+) -> None:
+    ours, vllm = tool_apps
+    ids = vllm.post(
+        "/tokenize", json={"prompt": OUTPUTS[output], "add_special_tokens": False}
+    ).json()["tokens"]
+    chat = {"messages": MESSAGES, "tools": TOOLS, **TOOL_CHOICES[choice]}
+    answer = {"request_id": "g", "choices": [{"index": 0, "token_ids": ids}]}
+    for body in ({"generate_response": answer, "chat_request": chat},
+                 {"generate_response": answer}):  # fmt: skip
+        mine, theirs = ours.post(CHAT, json=body), vllm.post(CHAT, json=body)
+        assert mine.status_code == theirs.status_code
+        assert _masked(mine.json()) == _masked(theirs.json())
+    for size in (1, 4):
+        states: list[Any] = [None, None]
+        for i in range(0, len(ids), size):
+            last = i + size >= len(ids)
+            generate_chunk = {
+                "request_id": "g",
+                "choices": [{"index": 0, "token_ids": ids[i : i + size],
+                             "finish_reason": "stop" if last else None}],
+            }  # fmt: skip
+            replies = []
+            for side, client in enumerate((ours, vllm)):
+                body = {"stream": True, "generate_chunk": generate_chunk,
+                        "stream_state": states[side], "prompt_token_ids": [128000, 9906],
+                        "chat_request": chat}  # fmt: skip
+                reply = client.post(CHAT, json=body)
+                assert reply.status_code == 200, reply.text
+                replies.append(reply.json())
+                states[side] = replies[-1]["stream_state"]
+            assert _masked(replies[0]) == _masked(replies[1])
+    if choice == "default" and output != "text":
+        assert replies[0]["chunk"]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_parsed_stream_needs_prompt_ids(tool_apps: tuple[httpx.Client, Any]) -> None:
+    ours, vllm = tool_apps
+    body = {"stream": True, "generate_chunk": {"choices": []},
+            "chat_request": {"messages": MESSAGES}}  # fmt: skip
+    mine, theirs = ours.post(CHAT, json=body), vllm.post(CHAT, json=body)
+    assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())

@@ -967,6 +967,17 @@ def nested_request_errors(
     struct: type[ChatCompletionRequest | CompletionRequest]
     spec = _CHAT_SCHEMA if chat else _COMPLETION_SCHEMA
     struct = ChatCompletionRequest if chat else CompletionRequest
+    if isinstance(data, dict):
+        # the request's "before" validators (defaults such as tool_choice), their refusals as
+        # pydantic reports a nested model's value error
+        data = dict(data)
+        for check in _CHAT_VALIDATORS if chat else _COMPLETION_VALIDATORS:
+            try:
+                check(data)
+            except Exception as exc:
+                message = getattr(exc, "message", None) or str(exc)
+                error = {"type": "value_error", "loc": loc, "msg": f"Value error, {message}"}
+                return None, [{**error, "input": data, "ctx": {"error": ValueError(message)}}]
     errors = spec.errors(data, loc)
     if errors:
         return None, errors
