@@ -306,7 +306,7 @@ def build_frontend_app(
         )
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
-    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client))
+    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client), messages, responses)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -416,7 +416,11 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         response_role=config.response_role,
         harmony=harmony,
     )
-    render = RenderHandlers(ctx, chat, parse_chat_request, parse_completion_request)
+    messages = MessagesHandler(ctx, chat)
+    responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony is not None)
+    render = RenderHandlers(
+        ctx, chat, parse_chat_request, parse_completion_request, messages, responses
+    )
     derender = DerenderHandlers(ctx, chat)
     services = Services(
         engine=no_engine,
@@ -444,6 +448,8 @@ def add_scale_out_routes(
     ctx: ServingContext,
     chat: ChatHandler,
     max_num_seqs: int | None = None,
+    messages: MessagesHandler | None = None,
+    responses: ResponsesHandler | None = None,
 ) -> None:
     """The render and token-in/token-out routes with ``--enable-scale-out``; without it,
     vLLM's 403 on every scale-out route (any body: no JSON check). ``max_num_seqs``: the
@@ -456,7 +462,9 @@ def add_scale_out_routes(
         for (method, path), handler in scale_out_disabled().items():
             app.route(method, path, handler)
         return
-    render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
+    render = RenderHandlers(
+        ctx, chat.chat, parse_chat_request, parse_completion_request, messages, responses
+    )
     routes = render.routes() | DerenderHandlers(ctx, chat.chat).routes()
     routes[("POST", GENERATE_PATH)] = GenerateHandler(ctx, max_num_seqs)
     for (method, path), handler in routes.items():
