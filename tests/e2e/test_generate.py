@@ -63,6 +63,8 @@ def stream_summary(events: list[Any]) -> dict[str, Any]:
             layouts.add(tuple(choice))
             seen = choices.setdefault(choice["index"], {"token_ids": [], "logprobs": []})
             seen["token_ids"] += choice["token_ids"]
+            if "text" in choice:  # output_mode "text": the deltas, joined
+                seen["text"] = seen.get("text", "") + choice["text"]
             if choice["logprobs"] is not None:
                 seen["logprobs"] += choice["logprobs"]["content"]
             if choice["finish_reason"] is not None:
@@ -132,7 +134,28 @@ CASES: dict[str, dict[str, Any]] = {
     "priority": {"sampling_params": {"max_tokens": 2, "temperature": 0}, "priority": 3},
     "unknown model": {"sampling_params": {}, "model": "nope"},
     "cache_salt": {"sampling_params": {}, "cache_salt": ""},
+    "text": {
+        "sampling_params": {"temperature": 0, "max_tokens": 12, "logprobs": 2},
+        "output_mode": "text",
+    },
+    "text n=2, stop string": {
+        "sampling_params": {"n": 2, "seed": 5, "max_tokens": 30, "stop": [" the", "e"]},
+        "output_mode": "text",
+        "return_token_ids": True,
+    },
+    "text stop string kept, special tokens": {
+        "sampling_params": {
+            "temperature": 0,
+            "max_tokens": 30,
+            "stop": ["e"],
+            "logprobs": 0,
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": False,
+        },
+        "output_mode": "text",
+    },
     "output_mode": {"sampling_params": {}, "output_mode": "words"},
+    "text without detokenize": {"sampling_params": {"detokenize": False}, "output_mode": "text"},
     "stop without detokenize": {"sampling_params": {"stop": ["x"], "detokenize": False}},
 }
 
@@ -161,13 +184,6 @@ def test_a_body_that_is_not_json_is_refused_alike(frontends: Frontends) -> None:
             for url in (frontends.ours, frontends.vllm)
         )
         assert (ours.status_code, ours.json()) == (ref.status_code, ref.json())
-
-
-def test_text_output_mode_is_not_served_yet(frontends: Frontends) -> None:
-    body = {"token_ids": PROMPT, "sampling_params": {"max_tokens": 2}, "output_mode": "text"}
-    assert _post(frontends.vllm, body).status_code == 200
-    ours = _post(frontends.ours, body)
-    assert ours.status_code == 501 and ours.json()["error"]["type"] == "NotImplementedError"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""``--otlp-traces-endpoint`` on the real engine: the same requests, each with a ``traceparent``,
+"""``--otlp-traces-endpoint`` on the real engine: the same requests (a completion, a chat
+completion, a token-in/token-out generate), each with a ``traceparent``,
 through our frontend and vLLM's, give the same ``llm_request`` spans at the session's in-process
 collector (tests/e2e/conftest.py): name, kind, scope, resource, attribute keys and values but
 the timings, which must be consistent. (tests/llm/test_tracing_matches_vllm.py compares them on
@@ -41,6 +42,10 @@ def _send(url: str, model: str, trace_id: str) -> None:
                 "stream": True}  # fmt: skip
         r = client.post("/v1/chat/completions", json=chat)
         assert r.status_code == 200, r.text
+        generate = {"token_ids": [128000, 9906, 11], "stream": True,
+                    "sampling_params": {"max_tokens": 4, "temperature": 0.0}}  # fmt: skip
+        r = client.post("/inference/v1/generate", json=generate)
+        assert r.status_code == 200, r.text
 
 
 def _values(span: ReceivedSpan) -> list[tuple[str, str]]:
@@ -74,18 +79,18 @@ def test_request_spans_are_vllms(frontends: Frontends) -> None:
     _send(frontends.vllm, frontends.model, trace_ids["vllm"])
     spans = {
         side: frontends.spans.wait_for(
-            lambda s, t=trace_id: s.trace_id == t and s.name == "llm_request", count=3
+            lambda s, t=trace_id: s.trace_id == t and s.name == "llm_request", count=4
         )
         for side, trace_id in trace_ids.items()
     }
     by_id: dict[str, dict[str, list[ReceivedSpan]]] = {}
     for side, received in spans.items():
-        assert len(received) == 3, side  # one per engine request: the completion, 2 samples
+        assert len(received) == 4, side  # one per engine request: completion, 2 samples, generate
         for span in received:
             by_id.setdefault(span.attributes["gen_ai.request.id"], {}).setdefault(side, []).append(
                 span
             )
-    assert sorted(by_id) == ["chatcmpl-traced", "cmpl-traced-0"]
+    assert sorted(by_id) == ["chatcmpl-traced", "cmpl-traced-0", "generate-tokens-traced"]
     per_process = ("vllm.process_id", "service.instance.id")
     for request_id, sides in by_id.items():
         assert len(sides["ours"]) == len(sides["vllm"]), request_id

@@ -1,6 +1,7 @@
 """The pure mappings of ``/inference/v1/generate`` against vLLM 0.32's own functions, no engine:
-token-mode logprobs (``ServingTokens._create_tokens_logprobs``) and the body's validation report
-(``GenerateRequest`` through vLLM's ``validation_exception_handler``)."""
+token-mode and text-mode logprobs (``ServingTokens._create_tokens_logprobs`` and
+``_create_text_logprobs``) and the body's validation report (``GenerateRequest`` through vLLM's
+``validation_exception_handler``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import msgspec
 import pytest
 
 from vllm_frontend.server import errors
-from vllm_frontend.server.generate import token_logprobs
+from vllm_frontend.server.generate import text_logprobs, token_logprobs
 from vllm_frontend.server.generate_protocol import parse_generate_request
 from vllm_frontend.text.logprobs import Logprob
 
@@ -52,6 +53,40 @@ def test_token_logprobs_are_vllms(num: int) -> None:
     assert msgspec.to_builtins(ours) == theirs.model_dump()
 
 
+class _Decoder:
+    """A tokenizer's ``decode`` for one id (ids spelled out, one multi-byte)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "é" if ids == [11] else f"<{ids[0]}>"
+
+
+@pytest.mark.parametrize("num", [-1, 0, 1, 2, 5])
+@pytest.mark.parametrize("placeholders", [False, True])
+def test_text_logprobs_are_vllms(num: int, placeholders: bool) -> None:
+    from vllm.entrypoints.scale_out.token_in_token_out.serving import ServingTokens
+    from vllm.logprobs import Logprob as VllmLogprob
+
+    decoded = {5: "five", 4: "quatre", 7: None, 1: "ü"}  # None: decode the id
+    theirs = ServingTokens._create_text_logprobs(
+        None,  # type: ignore[arg-type]
+        token_ids=TOKENS,
+        top_logprobs=[
+            {t: VllmLogprob(lp, rank, decoded.get(t)) for t, (lp, rank) in p.items()}
+            for p in POSITIONS
+        ],
+        num_output_top_logprobs=num,
+        tokenizer=None if placeholders else _Decoder(),  # type: ignore[arg-type]
+    )
+    decoder = _Decoder()
+    ours = text_logprobs(
+        TOKENS,
+        [{t: Logprob(lp, rank, decoded.get(t)) for t, (lp, rank) in p.items()} for p in POSITIONS],
+        num,
+        None if placeholders else (lambda t: decoder.decode([t])),
+    )
+    assert msgspec.to_builtins(ours) == theirs.model_dump()
+
+
 BODIES: list[Any] = [
     {"token_ids": [], "sampling_params": {}},
     {"token_ids": [1, -2], "sampling_params": {}},
@@ -64,6 +99,7 @@ BODIES: list[Any] = [
     {"token_ids": [1], "sampling_params": {}, "stream": "maybe", "request_id": 3},
     {"token_ids": [1], "sampling_params": {}, "reasoning_parser_kwargs": {"x": 1}},
     {"token_ids": [1], "sampling_params": {}, "features": {}},
+    {"token_ids": [1], "sampling_params": {"detokenize": False}, "output_mode": "text"},
     {
         "token_ids": [1],
         "sampling_params": {},

@@ -1,6 +1,7 @@
 """``vllm-frontend render``'s app answers what vLLM 0.32's ``vllm launch render`` app answers, on
-the tiny Llama 3: the ``GenerateRequest`` of each chat and completion render (token ids, sampling
-parameters, every field in order), the errors (status and body), and the probe routes.
+the tiny Llama 3: the ``GenerateRequest`` of each chat, completion, Messages and Responses
+render (token ids, sampling parameters, every field in order), the errors (status and body), and
+the probe routes.
 
 The reference is vLLM's own render app, built in this process as ``vllm launch render`` builds
 it (``build_app(args, ("render",))`` + ``init_render_app_state``) and called through Starlette's
@@ -10,19 +11,10 @@ header fixes the request ids on both sides.
 
 from __future__ import annotations
 
-import asyncio
-import pathlib
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-
-from vllm_frontend.cmd.assemble import build_render_app, load_model_resources
-from vllm_frontend.cmd.config import config_from_args
-
-from .support import RunningServer
 
 pytestmark = pytest.mark.oracle
 
@@ -131,40 +123,13 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="module")
-def vllm_client(tiny_model: pathlib.Path) -> Iterator[Any]:
-    from starlette.testclient import TestClient
-    from vllm import AsyncEngineArgs
-    from vllm.config import VllmConfig
-    from vllm.entrypoints.launchers.app import build_app
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.entrypoints.launchers.render.app_state import init_render_app_state
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser())
-    args = parser.parse_args(["--model", str(tiny_model), "--served-model-name", NAME])
-    engine_args = AsyncEngineArgs.from_cli_args(args)
-    vllm_config = VllmConfig(
-        model_config=engine_args.create_model_config(),
-        structured_outputs_config=engine_args.create_structured_outputs_config(),
-    )
-    app = build_app(args, ("render",))
-    asyncio.run(init_render_app_state(vllm_config, app.state, args))
-    with TestClient(app) as client:
-        yield client
+def vllm_client(vllm_render_client: Any) -> Any:
+    return vllm_render_client
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_model: pathlib.Path) -> Iterator[httpx.Client]:
-    started = time.monotonic()
-    config = config_from_args({"model_tag": str(tiny_model), "served_model_name": [NAME]})
-    app = build_render_app(config, load_model_resources(config))
-    assert time.monotonic() - started < 5  # no engine to wait for
-    server = RunningServer(app)
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            yield client
-    finally:
-        server.stop()
+def ours(ours_render_client: httpx.Client) -> httpx.Client:
+    return ours_render_client
 
 
 def _both(ours: httpx.Client, vllm_client: Any, path: str, body: dict[str, Any]) -> None:
@@ -236,3 +201,121 @@ def test_generation_routes_are_not_served(ours: httpx.Client, vllm_client: Any) 
             {"detail": "Not Found"},
         )
     )
+
+
+_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "w",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+MESSAGES_CASES: dict[str, dict[str, Any]] = {
+    "plain": {"max_tokens": 10, "messages": _MESSAGES},
+    "system": {"max_tokens": 10, "system": "Be terse.", "messages": _CONVERSATION[1:]},
+    "system blocks": {
+        "max_tokens": 10,
+        "system": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}],
+        "messages": _MESSAGES,
+    },
+    "stream": {"max_tokens": 10, "messages": _MESSAGES, "stream": True},
+    "sampling": {
+        "max_tokens": 10,
+        "messages": _MESSAGES,
+        "temperature": 0.2,
+        "top_p": 0.5,
+        "top_k": 3,
+        "stop_sequences": ["x"],
+    },
+    "thinking disabled": {
+        "max_tokens": 100,
+        "messages": _MESSAGES,
+        "thinking": {"type": "disabled"},
+    },
+    "cache salt and kv": {
+        "max_tokens": 10,
+        "messages": _MESSAGES,
+        "cache_salt": "s",
+        "kv_transfer_params": {"a": 1},
+    },
+    # bad input
+    "tools without a parser": {"max_tokens": 10, "messages": _MESSAGES, "tools": _TOOLS},
+    "thinking without a parser": {
+        "max_tokens": 100,
+        "messages": _MESSAGES,
+        "thinking": {"type": "enabled", "budget_tokens": 50},
+    },
+    "unknown model": {"model": "nope", "max_tokens": 10, "messages": _MESSAGES},
+    "no max_tokens": {"messages": _MESSAGES},
+    "messages not a list": {"max_tokens": 10, "messages": "x"},
+    "too long": {"max_tokens": 10, "messages": [{"role": "user", "content": LONG * 20}]},
+    "max_tokens over context": {"max_tokens": 100000, "messages": _MESSAGES},
+}
+
+_RESPONSE_TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+RESPONSES_CASES: dict[str, dict[str, Any]] = {
+    "text": {"input": "hi"},
+    "instructions": {"input": "hi", "instructions": "Be terse."},
+    "items": {
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"},
+            {"role": "user", "content": [{"type": "input_text", "text": "more"}]},
+        ]
+    },
+    "sampling": {"input": "hi", "max_output_tokens": 7, "temperature": 0.1, "top_p": 0.3},
+    "stream": {"input": "hi", "stream": True},
+    "tools": {"input": "hi", "tools": _RESPONSE_TOOLS},
+    "tool choice required": {"input": "hi", "tools": _RESPONSE_TOOLS, "tool_choice": "required"},
+    "function call items": {
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        ],
+        "tools": _RESPONSE_TOOLS,
+    },
+    "request id": {"input": "hi", "request_id": "mine"},
+    "kv, salt, priority": {
+        "input": "hi",
+        "kv_transfer_params": {"a": 1},
+        "cache_salt": "s",
+        "priority": 0,
+    },
+    "json format": {
+        "input": "hi",
+        "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+    },
+    "truncation disabled": {"input": "hi", "truncation": "disabled"},
+    # bad input
+    "previous response": {"input": "hi", "previous_response_id": "resp_1"},
+    "unknown model": {"input": "hi", "model": "nope"},
+    "input not valid": {"input": 5},
+    "too long": {"input": LONG * 20},
+}
+
+
+@pytest.mark.parametrize("case", MESSAGES_CASES)
+def test_messages_render_is_vllms(ours: httpx.Client, vllm_client: Any, case: str) -> None:
+    _both(ours, vllm_client, "/v1/messages/render", MESSAGES_CASES[case])
+
+
+@pytest.mark.parametrize("case", RESPONSES_CASES)
+def test_responses_render_is_vllms(ours: httpx.Client, vllm_client: Any, case: str) -> None:
+    body = {"model": NAME, **RESPONSES_CASES[case]}
+    mine = ours.post("/v1/responses/render", json=body, headers=HEADERS)
+    theirs = vllm_client.post("/v1/responses/render", json=body, headers=HEADERS)
+    a, b = mine.json(), theirs.json()
+    if mine.status_code == 200 and "request_id" not in body:
+        # "resp_" and 16 random hex digits on both sides
+        assert a["request_id"][:5] == b["request_id"][:5] == "resp_"
+        assert len(a["request_id"]) == len(b["request_id"])
+        a["request_id"] = b["request_id"] = None
+    assert (mine.status_code, a) == (theirs.status_code, b)
+    assert list(a) == list(b)

@@ -70,6 +70,9 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     resolve_reasoning_ended: bool = True
     """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
     it to the engine)."""
+    check_tool_choice: bool = True
+    """Refuse a tool choice other than none without a tool parser (vLLM's chat rendering
+    does; its stateless Responses render does not)."""
 
 
 class ChatLlm:
@@ -115,7 +118,7 @@ class ChatLlm:
         if self._parsers is not None:
             # vLLM builds the request's parser before rendering: what it refuses comes first.
             self._parsers.check_request(self._options(request))
-        if self.harmony is None:
+        if self.harmony is None and request.check_tool_choice:
             self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
         self.text.prompts.check_max_tokens_param(
             text_request.max_tokens, text_request.max_tokens_param
@@ -302,6 +305,12 @@ class ChatLlm:
         text_request.structured_outputs = {"structural_tag": tag}
         text_request.response_format = None
         return True
+
+    def parser_for(self, request: ChatRequest) -> OutputParser | HarmonyOutputParser | None:
+        """A fresh output parser for one choice of ``request`` (None without parsers), as
+        :meth:`ChatGeneration.new_parser` gives it, for output that was generated elsewhere."""
+        parsers = self._parsers
+        return None if parsers is None else parsers.for_request(self._options(request))
 
     def _options(self, request: ChatRequest) -> RequestToolOptions:
         renderer = self.renderer

@@ -41,6 +41,7 @@ from vllm_frontend.server import errors as api_errors
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
+from vllm_frontend.server.derender import DerenderHandlers
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
 from vllm_frontend.server.generate import (
     ABORT_PATH,
@@ -305,7 +306,7 @@ def build_frontend_app(
         )
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
-    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client))
+    add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client), messages, responses)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -415,14 +416,19 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         response_role=config.response_role,
         harmony=harmony,
     )
-    render = RenderHandlers(ctx, chat, parse_chat_request, parse_completion_request)
+    messages = MessagesHandler(ctx, chat)
+    responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony is not None)
+    render = RenderHandlers(
+        ctx, chat, parse_chat_request, parse_completion_request, messages, responses
+    )
+    derender = DerenderHandlers(ctx, chat)
     services = Services(
         engine=no_engine,
         tokenizer=model.tokenizer,
         chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
         model_root=config.model,
     )
-    routes = render.routes()
+    routes = render.routes() | derender.routes()
     app = build_app(server_settings(config, max_model_len), services, routes)
     for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
         if not path.startswith("/inference/"):  # vLLM's render server has no engine routes
@@ -442,6 +448,8 @@ def add_scale_out_routes(
     ctx: ServingContext,
     chat: ChatHandler,
     max_num_seqs: int | None = None,
+    messages: MessagesHandler | None = None,
+    responses: ResponsesHandler | None = None,
 ) -> None:
     """The render and token-in/token-out routes with ``--enable-scale-out``; without it,
     vLLM's 403 on every scale-out route (any body: no JSON check). ``max_num_seqs``: the
@@ -454,8 +462,10 @@ def add_scale_out_routes(
         for (method, path), handler in scale_out_disabled().items():
             app.route(method, path, handler)
         return
-    render = RenderHandlers(ctx, chat.chat, parse_chat_request, parse_completion_request)
-    routes = render.routes()
+    render = RenderHandlers(
+        ctx, chat.chat, parse_chat_request, parse_completion_request, messages, responses
+    )
+    routes = render.routes() | DerenderHandlers(ctx, chat.chat).routes()
     routes[("POST", GENERATE_PATH)] = GenerateHandler(ctx, max_num_seqs)
     for (method, path), handler in routes.items():
         app.route(method, path, handler, json_body=True)

@@ -7,9 +7,11 @@ The request maps onto two text-layer calls: :meth:`TextLlm.token_prompt` (the re
 checks vLLM makes before it answers, 400) and :meth:`TextLlm.generate_tokens` (what vLLM's
 engine client checks as the request starts: 400, or for a stream an SSE error event after the
 200, as vLLM's stream generator sends it). As in vLLM, the output still goes through the
-detokenizer when ``detokenize`` is on (stop strings). Served: ``output_mode`` ``"tokens"``;
-``"text"``, multimodal ``features`` / ``content_parts`` and the sampling fields in
-``UNSUPPORTED_SAMPLING_FIELDS`` answer ``501``.
+detokenizer when ``detokenize`` is on (stop strings). ``output_mode: "text"`` adds the
+detokenized text (stop strings cut as on ``/v1/completions``) and logprobs with token strings.
+The request's ``traceparent`` / ``tracestate`` reach the engine requests and the request spans
+as on the chat and completion routes. Multimodal ``features`` / ``content_parts`` and the
+sampling fields in ``UNSUPPORTED_SAMPLING_FIELDS`` answer ``501``.
 
 ``/inference/v1/abort_requests`` aborts requests by their public id (the ``request_id`` of a
 generate answer, a completion's ``id``, ...), every sample of each, through the engine client,
@@ -22,7 +24,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -30,12 +32,13 @@ import msgspec
 from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm import LLM
 from vllm_frontend.text.llm import TextGeneration, TextRequest, TokenPrompt
-from vllm_frontend.text.logprobs import PositionLogprobs
+from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 from vllm_frontend.text.sampling import InvalidRequestError, SamplingRequest
 from vllm_frontend.text.sequence_stream import Update
 
 from . import errors
+from .chat import ChatLogprobs, ContentLogprob, TopLogprob
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generate_protocol import UNSUPPORTED_SAMPLING_FIELDS, GenerateBody, parse_generate_request
 from .generation import (
@@ -46,6 +49,7 @@ from .generation import (
     data_parallel_rank,
     include_usage_flags,
     request_id_for,
+    trace_headers,
     usage,
     usage_chunk,
 )
@@ -106,6 +110,21 @@ class GenerateChoice(msgspec.Struct):
     logprobs: GenerateLogProbs | None = None
 
 
+class GenerateTextChoice(msgspec.Struct):
+    """A choice with ``output_mode="text"``: the same, with the detokenized ``text`` (the
+    delta, in a stream) and logprobs with token strings (vLLM's ``GenerateTextChoice``)."""
+
+    index: int
+    finish_reason: str | None
+    stop_reason: int | str | None
+    token_ids: list[int]
+    routed_experts: None = None
+    sampling_mask: None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    text: str = ""
+    logprobs: ChatLogprobs | None = None
+
+
 def weight_versions(version: str | None, num_tokens: int) -> list[WeightVersionSpan] | None:
     """A finished choice's ``weight_versions`` (vLLM's ``_weight_version_spans``) for
     ``num_tokens`` tokens sampled with the weights labelled ``version``: no label and tokens
@@ -133,7 +152,7 @@ class GenerateResponse(msgspec.Struct):
     kv_transfer_params: dict[str, Any] | None
     ec_transfer_params: None
     output_mode: str
-    choices: list[GenerateChoice]
+    choices: list[GenerateChoice] | list[GenerateTextChoice]
 
 
 class GenerateChunk(msgspec.Struct):
@@ -144,7 +163,7 @@ class GenerateChunk(msgspec.Struct):
     usage: Usage | None
     prompt_token_ids: list[int] | msgspec.UnsetType = msgspec.UNSET
     output_mode: str = "tokens"
-    choices: list[GenerateChoice] = msgspec.field(default_factory=list)
+    choices: list[GenerateChoice] | list[GenerateTextChoice] = msgspec.field(default_factory=list)
 
 
 class GenerateUsageChunk(msgspec.Struct):
@@ -181,6 +200,41 @@ def token_logprobs(
         ]
         content.append(GenerateLogProbsContent(tid, _clamp(lp.logprob), lp.rank or None, tops))
     return GenerateLogProbs(content)
+
+
+def text_logprobs(
+    token_ids: Sequence[int],
+    positions: Sequence[PositionLogprobs | None],
+    num: int,
+    decode: Callable[[int], str] | None,
+) -> ChatLogprobs:
+    """vLLM's ``_create_text_logprobs``: each token's string (the engine's decoded text, else
+    ``decode`` of the id alone) and bytes, its logprob and the first ``max(num, 1)``
+    candidates (all with -1); ``decode`` None: ``token_id:N`` placeholders without bytes."""
+
+    def string(token_id: int, decoded: str | None) -> tuple[str, list[int] | None]:
+        if decode is None:
+            return token_id_placeholder(token_id), None
+        text = decoded if decoded is not None else decode(token_id)
+        return text, list(text.encode("utf-8", errors="replace"))
+
+    content: list[ContentLogprob] = []
+    width = max(num, 1)
+    for i, tid in enumerate(token_ids):
+        step = positions[i] if i < len(positions) else None
+        lp = step.get(tid) if step else None
+        if step is None or lp is None:
+            token, token_bytes = string(tid, None)
+            content.append(ContentLogprob(token, -9999.0, token_bytes, []))
+            continue
+        tops = []
+        for j, (cid, c) in enumerate(step.items()):
+            if num == -1 or j < width:
+                ctoken, cbytes = string(cid, c.decoded_token)
+                tops.append(TopLogprob(ctoken, _clamp(c.logprob), cbytes))
+        token, token_bytes = string(tid, lp.decoded_token)
+        content.append(ContentLogprob(token, _clamp(lp.logprob), token_bytes, tops))
+    return ChatLogprobs(content)
 
 
 def _sampling_request(sp: SamplingParams, stream: bool) -> SamplingRequest:
@@ -246,10 +300,6 @@ class GenerateHandler:
             raise errors.NotImplementedFeature(
                 f"sampling_params.{unsupported[0]} is not supported by this frontend yet."
             )
-        if req.output_mode != "tokens":
-            raise errors.NotImplementedFeature(
-                'Only output_mode="tokens" is supported by this frontend yet.'
-            )
         if req.features is not None or req.content_parts:
             raise errors.NotImplementedFeature(
                 "Multimodal features and content_parts are not supported by this frontend "
@@ -300,6 +350,7 @@ class GenerateHandler:
             model=req.model,
             reasoning_ended=req.reasoning_ended,
             reasoning_parser_kwargs=None if kwargs is None else msgspec.structs.asdict(kwargs),
+            trace_headers=trace_headers(self.ctx, request),
         )
         prompt = self.ctx.text.token_prompt(
             text_request, list(req.token_ids), max_tokens_set="max_tokens" in raw
@@ -328,22 +379,36 @@ class GenerateHandler:
                     finals[idx] = seq
         params = gen.params[0]
         num = getattr(params, "logprobs", None)
-        choices: list[GenerateChoice] = []
+        text_mode = req.output_mode == "text"
+        decode = self._decode()
+        choices: list[Any] = []
         num_gen = 0
         version = ctx.text.llm.weight_version
         for idx, seq in sorted(finals.items()):
             if seq.finish_reason == "error":
                 raise GenerationFailed()
-            logprobs = None
-            if num is not None:
-                logprobs = token_logprobs(seq.token_ids, seq.logprobs or [], num)
-            choices.append(
-                GenerateChoice(
-                    idx, seq.finish_reason or "stop", seq.stop_reason, seq.token_ids,
-                    weight_versions=weight_versions(version, len(seq.token_ids)),
-                    logprobs=logprobs,
-                )
-            )  # fmt: skip
+            spans = weight_versions(version, len(seq.token_ids))
+            reason = seq.finish_reason or "stop"
+            if text_mode:
+                text_lps = None
+                if num is not None:
+                    text_lps = text_logprobs(seq.token_ids, seq.logprobs or [], num, decode)
+                choices.append(
+                    GenerateTextChoice(
+                        idx, reason, seq.stop_reason, seq.token_ids, weight_versions=spans,
+                        text=seq.text, logprobs=text_lps,
+                    )
+                )  # fmt: skip
+            else:
+                logprobs = None
+                if num is not None:
+                    logprobs = token_logprobs(seq.token_ids, seq.logprobs or [], num)
+                choices.append(
+                    GenerateChoice(
+                        idx, reason, seq.stop_reason, seq.token_ids, weight_versions=spans,
+                        logprobs=logprobs,
+                    )
+                )  # fmt: skip
             num_gen += len(seq.token_ids)
         prompt_ids = gen.prompts[0].token_ids
         prompt_lps = finals[min(finals)].prompt_logprobs if finals else None
@@ -360,15 +425,22 @@ class GenerateHandler:
             metrics=None,
             kv_transfer_params=source.kv_transfer_params,
             ec_transfer_params=None,
-            output_mode="tokens",
+            output_mode=req.output_mode,
             choices=choices,
         )
         return _encode(response)
 
+    def _decode(self) -> Callable[[int], str] | None:
+        # vLLM's _logprobs_tokenizer: placeholders with --return-tokens-as-token-ids
+        if self.ctx.return_tokens_as_token_ids:
+            return None
+        tokenizer = self.ctx.text.tokenizer
+        return lambda token_id: tokenizer.decode([token_id])
+
     async def _stream(
         self, sink: StreamSink, req: GenerateBody, request_id: str, gen: TextGeneration
     ) -> None:
-        chunks = _StreamChunks(self.ctx, req, request_id, gen)
+        chunks = _StreamChunks(self.ctx, req, request_id, gen, self._decode())
         await push_sequences(sink, gen.sources, chunks.render, chunks.usage)
 
 
@@ -376,9 +448,17 @@ class _StreamChunks:
     """The SSE events of one streamed generate request: one per choice update, then usage."""
 
     def __init__(
-        self, ctx: ServingContext, req: GenerateBody, request_id: str, gen: TextGeneration
+        self,
+        ctx: ServingContext,
+        req: GenerateBody,
+        request_id: str,
+        gen: TextGeneration,
+        decode: Callable[[int], str] | None,
     ) -> None:
         self.request_id = request_id
+        self.text_mode = req.output_mode == "text"
+        self.output_mode = req.output_mode
+        self.decode = decode
         self.llm = ctx.text.llm
         self.num_prompt = len(gen.prompts[0].token_ids)
         self.prompt_ids: list[int] | None = (
@@ -398,18 +478,31 @@ class _StreamChunks:
             self.cached = num_cached
         if seq.finish_reason == "error":
             raise GenerationFailed()
-        if not seq.token_ids and seq.finish_reason is None:
+        text_mode = self.text_mode
+        if not seq.token_ids and seq.finish_reason is None and not (text_mode and seq.text):
             return
         self.counts[idx] += len(seq.token_ids)
-        logprobs = None
-        if self.num_logprobs is not None:
-            logprobs = token_logprobs(seq.token_ids, seq.logprobs or [], self.num_logprobs)
-        choice = GenerateChoice(
-            idx, seq.finish_reason, seq.stop_reason, seq.token_ids, logprobs=logprobs
-        )
+        num = self.num_logprobs
+        choice: GenerateChoice | GenerateTextChoice
+        if text_mode:
+            text_lps = None
+            if num is not None:
+                text_lps = text_logprobs(seq.token_ids, seq.logprobs or [], num, self.decode)
+            choice = GenerateTextChoice(
+                idx, seq.finish_reason, seq.stop_reason, seq.token_ids, text=seq.text,
+                logprobs=text_lps,
+            )  # fmt: skip
+        else:
+            logprobs = None
+            if num is not None:
+                logprobs = token_logprobs(seq.token_ids, seq.logprobs or [], num)
+            choice = GenerateChoice(
+                idx, seq.finish_reason, seq.stop_reason, seq.token_ids, logprobs=logprobs
+            )
         if seq.finish_reason is not None:
             choice.weight_versions = weight_versions(self.llm.weight_version, self.counts[idx])
-        chunk = GenerateChunk(self.request_id, None, choices=[choice])
+        chunk = GenerateChunk(self.request_id, None, output_mode=self.output_mode)
+        chunk.choices = [choice]  # type: ignore[assignment]
         if self.prompt_ids is not None:
             chunk.prompt_token_ids = self.prompt_ids
             self.prompt_ids = None
@@ -423,7 +516,7 @@ class _StreamChunks:
             return None
         cached = self.cached if self.details else None
         total = usage_chunk(self.num_prompt, sum(self.counts), cached)
-        return sse(GenerateUsageChunk(self.request_id, total))
+        return sse(GenerateUsageChunk(self.request_id, total, self.output_mode))
 
 
 def abort_requests_handler(llm: LLM) -> Any:

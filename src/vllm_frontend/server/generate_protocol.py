@@ -216,4 +216,11 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
         raise validation_error(
             [_err("value_error", ("body",), f"Value error, {message}", data, error)]
         )
+    if req.output_mode != "tokens" and not sampling.detokenize:
+        # GenerateRequest._check_output_mode_detokenizes
+        message = f"output_mode={req.output_mode!r} requires sampling_params.detokenize to be true"
+        error = {"error": ValueError(message)}
+        raise validation_error(
+            [_err("value_error", ("body",), f"Value error, {message}", data, error)]
+        )
     return req, sampling

@@ -45,7 +45,7 @@ from .messages_protocol import (
     parse_count_tokens_request,
     parse_messages_request,
 )
-from .protocol import ChatCompletionRequest
+from .protocol import ChatCompletionRequest, StreamOptions
 from .protocol import _check_cache_salt as check_cache_salt
 from .transport import AnyResponse, Request, Response, StreamingResponse
 
@@ -127,8 +127,31 @@ class MessagesHandler:
         request: MessagesRequest | CountTokensRequest,
         fields: ChatFields,
     ) -> tuple[ChatGeneration, str]:
+        self.ctx.check_model(request.model)
+        chat, _ = self._chat_request(http, request, fields)
+        gen = await self.chat.generate(chat)
+        return gen, chat.text.request_id
+
+    def render_request(
+        self, http: Request, request: MessagesRequest
+    ) -> tuple[ChatRequest, ChatCompletionRequest]:
+        """``request`` as ``/v1/messages/render`` maps it (vLLM's
+        ``to_chat_completion_request`` with its default ``thinking.type=disabled`` effort,
+        ``"none"``): the chat layer's request and the chat completion request it stands for."""
+        fields = to_chat_fields(
+            request, merge_inline_system=self._merge_system(), disabled_thinking_effort="none"
+        )
+        if request.cache_salt is not None:
+            check_cache_salt({"cache_salt": request.cache_salt})
+        return self._chat_request(http, request, fields)
+
+    def _chat_request(
+        self,
+        http: Request,
+        request: MessagesRequest | CountTokensRequest,
+        fields: ChatFields,
+    ) -> tuple[ChatRequest, ChatCompletionRequest]:
         ctx = self.ctx
-        ctx.check_model(request.model)
         cache_salt = None
         traced = None
         if isinstance(request, MessagesRequest):
@@ -148,34 +171,37 @@ class MessagesHandler:
                 vllm_xargs=request.vllm_xargs,
                 thinking_token_budget=fields.thinking_token_budget,
             )
+            if request.stream:
+                chat_req.stream_options = StreamOptions(
+                    include_usage=True, continuous_usage_stats=True
+                )
             cache_salt = request.cache_salt
+            chat_req.cache_salt = cache_salt
             traced = trace_headers(ctx, http)
         else:
             chat_req = ChatCompletionRequest(messages=fields.messages, model=request.model)
         request_id = request_id_for("chatcmpl", http, None)
-        gen = await self.chat.generate(
-            ChatRequest(
-                messages=fields.messages,
-                text=TextRequest(
-                    request_id=request_id,
-                    sampling=sampling_request(chat_req, chat=True),
-                    max_tokens=chat_req.max_completion_tokens,
-                    max_tokens_param="max_completion_tokens",
-                    add_special_tokens=False,  # the chat request's default
-                    response_format=fields.response_format,
-                    data_parallel_rank=data_parallel_rank(http),
-                    cache_salt=cache_salt,
-                    model=request.model,
-                    trace_headers=traced,
-                ),
-                tools=fields.tools,
-                tool_choice=fields.tool_choice,
-                chat_template_kwargs=request.chat_template_kwargs,
-                reasoning_effort=fields.reasoning_effort,
-                parallel_tool_calls=fields.parallel_tool_calls,
-            )
+        chat = ChatRequest(
+            messages=fields.messages,
+            text=TextRequest(
+                request_id=request_id,
+                sampling=sampling_request(chat_req, chat=True),
+                max_tokens=chat_req.max_completion_tokens,
+                max_tokens_param="max_completion_tokens",
+                add_special_tokens=False,  # the chat request's default
+                response_format=fields.response_format,
+                data_parallel_rank=data_parallel_rank(http),
+                cache_salt=cache_salt,
+                model=request.model,
+                trace_headers=traced,
+            ),
+            tools=fields.tools,
+            tool_choice=fields.tool_choice,
+            chat_template_kwargs=request.chat_template_kwargs,
+            reasoning_effort=fields.reasoning_effort,
+            parallel_tool_calls=fields.parallel_tool_calls,
         )
-        return gen, request_id
+        return chat, chat_req
 
     # -- routes ---------------------------------------------------------------------------
 

@@ -60,6 +60,7 @@ __all__ = [
     "TokenizeCompletionRequest",
     "UnloadLoraAdapterRequest",
     "check_cache_salt",
+    "nested_request_errors",
     "parse_chat_request",
     "parse_completion_request",
     "parse_detokenize_request",
@@ -955,3 +956,37 @@ def parse_unload_lora_adapter_request(body: bytes) -> UnloadLoraAdapterRequest:
 def parse_detokenize_request(body: bytes) -> DetokenizeRequest:
     """Decode and validate a ``/detokenize`` body."""
     return convert_body(decode_json_object(body), DetokenizeRequest, _DETOKENIZE_SCHEMA)
+
+
+def nested_request_errors(
+    data: Any, chat: bool, loc: tuple[Any, ...]
+) -> tuple[ChatCompletionRequest | CompletionRequest | None, list[dict[str, Any]]]:
+    """A chat (``chat``) or completion request nested in another body at ``loc``: the
+    request, or pydantic's type errors for it (the body validators of the top-level routes
+    are not run)."""
+    struct: type[ChatCompletionRequest | CompletionRequest]
+    spec = _CHAT_SCHEMA if chat else _COMPLETION_SCHEMA
+    struct = ChatCompletionRequest if chat else CompletionRequest
+    if isinstance(data, dict):
+        # the request's "before" validators (defaults such as tool_choice), their refusals as
+        # pydantic reports a nested model's value error
+        data = dict(data)
+        for check in _CHAT_VALIDATORS if chat else _COMPLETION_VALIDATORS:
+            try:
+                check(data)
+            except Exception as exc:
+                message = getattr(exc, "message", None) or str(exc)
+                error = {"type": "value_error", "loc": loc, "msg": f"Value error, {message}"}
+                return None, [{**error, "input": data, "ctx": {"error": ValueError(message)}}]
+    errors = spec.errors(data, loc)
+    if errors:
+        return None, errors
+    try:
+        return msgspec.convert(data, struct, strict=False), []
+    except msgspec.ValidationError:
+        try:
+            return msgspec.convert(spec.coerce(data), struct, strict=False), []
+        except msgspec.ValidationError as exc:
+            return None, [
+                {"type": "value_error", "loc": loc, "msg": f"Value error, {exc}", "input": data}
+            ]

@@ -31,12 +31,17 @@ from .app import Handler
 from .chat import chat_request, refuse_request_mm_kwargs
 from .completions import text_request
 from .generation import ServingContext, request_id_for
+from .messages import MessagesHandler
+from .messages_protocol import parse_messages_request
 from .protocol import StreamOptions
+from .responses import ResponsesHandler
 from .transport import Request, Response
 
 __all__ = [
     "CHAT_RENDER_PATH",
     "COMPLETIONS_RENDER_PATH",
+    "MESSAGES_RENDER_PATH",
+    "RESPONSES_RENDER_PATH",
     "SCALE_OUT_PATHS",
     "RenderHandlers",
     "scale_out_disabled",
@@ -45,12 +50,14 @@ __all__ = [
 
 CHAT_RENDER_PATH = "/v1/chat/completions/render"
 COMPLETIONS_RENDER_PATH = "/v1/completions/render"
+MESSAGES_RENDER_PATH = "/v1/messages/render"
+RESPONSES_RENDER_PATH = "/v1/responses/render"
 
 SCALE_OUT_PATHS: tuple[str, ...] = (
     CHAT_RENDER_PATH,
-    "/v1/messages/render",
+    MESSAGES_RENDER_PATH,
     COMPLETIONS_RENDER_PATH,
-    "/v1/responses/render",
+    RESPONSES_RENDER_PATH,
     "/v1/chat/completions/derender",
     "/v1/completions/derender",
     "/inference/v1/generate",
@@ -89,8 +96,8 @@ class GenerateRequestJSON(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None
     cache_salt: str | None
     priority: int
-    kv_transfer_params: None = None
-    ec_transfer_params: None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
 
 
 def render_sampling_params(params: SamplingParams) -> dict[str, Any]:
@@ -114,22 +121,39 @@ def _plain_prompt(text: TextGeneration, p: int) -> list[int]:
 
 
 class RenderHandlers:
-    """The two render routes over the chat and text facades of ``ctx``."""
+    """The render routes over the chat and text facades of ``ctx`` (and, when given, the
+    Messages and Responses mappings onto the chat facade)."""
 
-    def __init__(self, ctx: ServingContext, chat: ChatLlm, parse_chat: Any, parse_completion: Any):
+    def __init__(
+        self,
+        ctx: ServingContext,
+        chat: ChatLlm,
+        parse_chat: Any,
+        parse_completion: Any,
+        messages: MessagesHandler | None = None,
+        responses: ResponsesHandler | None = None,
+    ):
         """``chat``: the chat facade the chat route uses; ``parse_*(body)`` decode the bodies
-        as the generation routes do."""
+        as the generation routes do; ``messages`` / ``responses``: the routes whose request
+        mapping the Messages and Responses renders use."""
         self.ctx = ctx
         self.chat = chat
         self._parse_chat = parse_chat
         self._parse_completion = parse_completion
+        self.messages = messages
+        self.responses = responses
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """``{(method, path): handler}`` for ``build_app``'s generation routes."""
-        return {
+        routes: dict[tuple[str, str], Handler] = {
             ("POST", CHAT_RENDER_PATH): self.render_chat,
             ("POST", COMPLETIONS_RENDER_PATH): self.render_completion,
         }
+        if self.messages is not None:
+            routes[("POST", MESSAGES_RENDER_PATH)] = self.render_messages
+        if self.responses is not None:
+            routes[("POST", RESPONSES_RENDER_PATH)] = self.render_responses
+        return routes
 
     async def render_chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions/render``: one ``GenerateRequest``."""
@@ -143,7 +167,18 @@ class RenderHandlers:
                 "return_token_offsets is not supported by this frontend yet."
             )
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        chat = chat_request(req, request, request_id)
+        return await self._render_chat(req, chat_request(req, request, request_id))
+
+    async def render_messages(self, request: Request) -> Response:
+        """``POST /v1/messages/render``: the Messages request as ``/v1/messages`` maps it onto
+        a chat completion request, rendered as ``/v1/chat/completions/render`` renders it."""
+        assert self.messages is not None
+        body = parse_messages_request(request.body)
+        chat, req = self.messages.render_request(request, body)
+        self.ctx.check_model(req.model)
+        return await self._render_chat(req, chat)
+
+    async def _render_chat(self, req: Any, chat: ChatRequest) -> Response:
         chat.text.render = True
         gen = await self.chat.prepare(chat)
         token_ids = _plain_prompt(gen.text, 0)
@@ -151,7 +186,7 @@ class RenderHandlers:
         assert isinstance(params, SamplingParams)  # beam search was refused
         kwargs, ended = self._reasoning(chat, gen, token_ids)
         body = GenerateRequestJSON(
-            request_id=request_id,
+            request_id=chat.text.request_id,
             token_ids=token_ids,
             sampling_params=render_sampling_params(params),
             model=req.model,
@@ -161,6 +196,41 @@ class RenderHandlers:
             stream_options=req.stream_options if req.stream else None,
             cache_salt=req.cache_salt,
             priority=req.priority,
+        )
+        return Response(_encode(body))
+
+    async def render_responses(self, request: Request) -> Response:
+        """``POST /v1/responses/render``: the Responses request rendered as ``/v1/responses``
+        renders it, without stored history (vLLM's ``render_responses_request``)."""
+        responses = self.responses
+        assert responses is not None
+        req = responses.parse(request.body)
+        self.ctx.check_model(req.model)
+        chat = responses.render_request(request, req)
+        chat.text.render = True
+        chat.check_tool_choice = False
+        gen = await responses.chat.prepare(chat)
+        token_ids = _plain_prompt(gen.text, 0)
+        params = gen.text.params[0]
+        assert isinstance(params, SamplingParams)
+        if params.extra_args is None:
+            params.extra_args = {}  # vLLM's ResponsesRequest.to_sampling_params
+        parsers = responses.chat.parsers
+        kwargs = None
+        if parsers is not None and parsers.has_reasoning:
+            kwargs = ReasoningParserKwargs(self._effective_kwargs(chat))
+        body = GenerateRequestJSON(
+            request_id=chat.text.request_id,
+            token_ids=token_ids,
+            sampling_params=render_sampling_params(params),
+            model=req.model,
+            reasoning_parser_kwargs=kwargs,
+            stream=bool(req.stream),
+            stream_options=None,
+            cache_salt=req.cache_salt,
+            priority=req.priority,
+            kv_transfer_params=req.kv_transfer_params,
+            ec_transfer_params=req.ec_transfer_params,
         )
         return Response(_encode(body))
 

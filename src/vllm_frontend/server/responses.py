@@ -93,7 +93,8 @@ class ResponsesHandler:
         without ``VLLM_ENABLE_RESPONSES_API_STORE``); ``harmony``: the model is gpt-oss
         (refused until Harmony is wired)."""
         self.ctx = ctx
-        self._parse = parse
+        self.parse = parse
+        """Decodes a ``POST /v1/responses`` body."""
         self.chat = ChatLlm(ctx.text, ctx.chat_renderer, parsers, response_role="assistant")
         """The chat layer's facade."""
         self.store = store
@@ -112,7 +113,7 @@ class ResponsesHandler:
     async def create(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle ``POST /v1/responses`` (errors are raised, the app maps them)."""
         ctx = self.ctx
-        req: ResponsesRequest = self._parse(request.body)
+        req: ResponsesRequest = self.parse(request.body)
         ctx.check_model(req.model)
         if self._harmony:
             raise errors.NotImplementedFeature(
@@ -157,6 +158,22 @@ class ResponsesHandler:
 
             return PushedStreamingResponse(produce, keep_alive_interval=ctx.sse_keep_alive_interval)
         return Response(_encode(await self._full(req, response_id, gen, int(time.time()))))
+
+    def render_request(self, request: Request, req: ResponsesRequest) -> ChatRequest:
+        """``req`` as ``/v1/responses/render`` maps it (vLLM's stateless render: no stored
+        history; ``previous_response_id`` refused), for :attr:`chat`'s ``prepare``."""
+        if self._harmony:
+            raise errors.NotImplementedFeature(
+                "The Responses API is not served for gpt-oss (Harmony) models yet."
+            )
+        if req.previous_response_id is not None:
+            raise InvalidRequest(
+                "previous_response_id is not supported by the stateless render endpoint.",
+                param="previous_response_id",
+            )
+        response_id = req.request_id or new_id("resp")
+        messages = input_messages(req.instructions, req.input, None, None)
+        return self._chat_request(request, req, response_id, messages)
 
     def _chat_request(
         self, request: Request, req: ResponsesRequest, response_id: str, messages: list[Any]
