@@ -154,6 +154,9 @@ def _all_special_tokens(config: Mapping[str, Any]) -> list[str]:
 class Tokenizer:
     """Encode text to token ids and decode ids to text, matching vLLM's HF fast tokenizer."""
 
+    is_mistral = False
+    """A ``mistral_common`` tokenizer (:mod:`vllm_frontend.text.tokenizer_mistral`)."""
+
     def __init__(
         self,
         backend: tokenizers.Tokenizer,
