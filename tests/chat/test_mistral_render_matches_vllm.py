@@ -40,7 +40,9 @@ def _directory(kind: str) -> pathlib.Path:
     if not (target / "config.json").is_file():
         target.mkdir(exist_ok=True)
         data = pathlib.Path(mistral_common.__file__).parent / "data"
-        shutil.copy(data / "mistral_instruct_tokenizer_241114.model.v7", target / "tokenizer.model.v7")
+        shutil.copy(
+            data / "mistral_instruct_tokenizer_241114.model.v7", target / "tokenizer.model.v7"
+        )
         shutil.copy(tiny_mistral_dir("v7") / "config.json", target / "config.json")
     return target
 
@@ -73,7 +75,7 @@ def _vllm(kind: str, body: dict[str, Any]) -> Any:
     model_config, renderer = _vllm_renderer(kind)
     try:
         request = ChatCompletionRequest.model_validate({"model": "m", **copy.deepcopy(body)})
-    except pydantic.ValidationError as exc:
+    except pydantic.ValidationError:
         return ("invalid request", None)
     online = OnlineRenderer(model_config, renderer, request_logger=None, chat_template=None,
                             chat_template_content_format="auto")  # fmt: skip
@@ -127,8 +129,14 @@ CASES: dict[str, dict[str, Any]] = {
     "system": {"messages": [{"role": "system", "content": "Be brief."}, USER]},
     "text_parts": {
         "messages": [
-            {"role": "system", "content": [{"type": "text", "text": "Be"}, {"type": "text", "text": "brief"}]},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "Be"}, {"type": "text", "text": "brief"}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
         ]
     },
     "multi_turn": {
@@ -207,7 +215,12 @@ CASES: dict[str, dict[str, Any]] = {
     "empty_user": {"messages": [{"role": "user", "content": ""}]},
     "developer_role": {"messages": [{"role": "developer", "content": "dev"}, USER]},
     "system_mid": {
-        "messages": [USER, {"role": "assistant", "content": "a"}, {"role": "system", "content": "s"}, USER]
+        "messages": [
+            USER,
+            {"role": "assistant", "content": "a"},
+            {"role": "system", "content": "s"},
+            USER,
+        ]
     },
     "bad_arguments_json": {
         "messages": [

@@ -120,7 +120,9 @@ def build_tiny_mistral(target: pathlib.Path, version: str, *, consolidated: bool
     if consolidated:
         # A safetensors file with no tensors: an 8-byte header length, then "{}" padded.
         header = b"{}      "
-        (target / "consolidated.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+        (target / "consolidated.safetensors").write_bytes(
+            len(header).to_bytes(8, "little") + header
+        )
 
 
 def tiny_mistral_dir(version: str = "v13", *, consolidated: bool = False) -> pathlib.Path:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tests.support.tiny_mistral import VERSIONS, tiny_mistral_dir
+
 from vllm_frontend.text.detokenizer import IncrementalDetokenizer
 from vllm_frontend.text.tokenizer_mistral import MistralTokenizer, is_mistral_repo
 
@@ -41,7 +41,9 @@ def _spm_dir(root: pathlib.Path) -> pathlib.Path:
     source = pathlib.Path(mistral_common.__file__).parent / "data"
     target = root / "spm-v7"
     target.mkdir()
-    shutil.copy(source / "mistral_instruct_tokenizer_241114.model.v7", target / "tokenizer.model.v7")
+    shutil.copy(
+        source / "mistral_instruct_tokenizer_241114.model.v7", target / "tokenizer.model.v7"
+    )
     return target
 
 

@@ -20,6 +20,7 @@ import msgspec
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
+from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.reasoning_request import (
     effective_chat_template_kwargs,
@@ -75,7 +76,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
 class ChatLlm:
     """Chat generation for one model over ``text`` (built once at startup)."""
 
-    __slots__ = ("_parsers", "harmony", "media", "renderer", "response_role", "text")
+    __slots__ = ("_parsers", "harmony", "media", "mistral", "renderer", "response_role", "text")
 
     def __init__(
         self,
@@ -85,16 +86,19 @@ class ChatLlm:
         *,
         response_role: str = "assistant",
         harmony: HarmonyRenderer | None = None,
+        mistral: MistralChatRenderer | None = None,
         media: MultimodalLlm | None = None,
     ) -> None:
         """``parsers`` are the configured reasoning / tool-call parsers; ``harmony`` renders a
         gpt-oss model's chat prompts instead of ``renderer`` (which still serves
-        ``/tokenize``, as in vLLM); ``media`` is the multimodal facade over ``text`` (None for
-        a text-only model)."""
+        ``/tokenize``, as in vLLM); ``mistral`` renders them with mistral_common
+        (``--tokenizer-mode mistral``); ``media`` is the multimodal facade over ``text`` (None
+        for a text-only model)."""
         self.text = text
         self.media = media
         self.renderer = renderer
         self.harmony = harmony
+        self.mistral = mistral
         self.response_role = response_role
         self._parsers = parsers if parsers is not None and parsers.active else None
 
@@ -115,8 +119,9 @@ class ChatLlm:
         if self._parsers is not None:
             # vLLM builds the request's parser before rendering: what it refuses comes first.
             self._parsers.check_request(self._options(request))
-        if self.harmony is None:
-            self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
+        if self.harmony is None and self.mistral is None:
+            # (vLLM: any tool choice goes with Harmony or a mistral tokenizer)
+            self._check_tool_choice(request)
         self.text.prompts.check_max_tokens_param(
             text_request.max_tokens, text_request.max_tokens_param
         )
@@ -129,6 +134,18 @@ class ChatLlm:
                 tools=plain(request.tools),
                 tool_choice=plain(request.tool_choice),
                 reasoning_effort=request.reasoning_effort,
+            )
+        elif self.mistral is not None:
+            rendered = self.mistral.render(
+                plain(request.messages),
+                tools=plain(request.tools),
+                tool_choice=plain(request.tool_choice),
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=bool(request.continue_final_message),
+                chat_template=request.chat_template,
+                chat_template_kwargs=plain(request.chat_template_kwargs),
+                reasoning_effort=request.reasoning_effort,
+                media=parts,
             )
         else:
             rendered = self._render(request, parts)
@@ -390,10 +407,25 @@ class PromptTokenizer(Protocol):
 
 
 def chat_tokenizer(
-    renderer: ChatRenderer, tokenizer: PromptTokenizer
+    renderer: ChatRenderer | MistralChatRenderer, tokenizer: PromptTokenizer
 ) -> Callable[[Any], list[int]]:
     """The ``/tokenize`` messages form: render with the request's template options, then
-    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``)."""
+    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``); a mistral_common
+    renderer gives the ids itself."""
+    if isinstance(renderer, MistralChatRenderer):
+        mistral = renderer
+
+        def tokenize_mistral(req: Any) -> list[int]:
+            return mistral.render_for_tokenize(
+                req.messages,
+                tools=req.tools,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
+                chat_template=req.chat_template,
+                chat_template_kwargs=req.chat_template_kwargs,
+            ).prompt
+
+        return tokenize_mistral
 
     def tokenize(req: Any) -> list[int]:
         rendered = renderer.render(

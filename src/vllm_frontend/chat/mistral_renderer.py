@@ -23,6 +23,7 @@ import msgspec
 
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.messages import normalize_messages, normalize_tools
+from vllm_frontend.chat.sources import UNTRUSTED_TEMPLATE_MESSAGE
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.tokenizer_mistral import MistralTokenizer
 
@@ -52,11 +53,14 @@ class MistralChatRenderer:
         *,
         model_name: str = "",
         exclude_tools_when_none: bool = False,
+        trust_request_chat_template: bool = False,
     ) -> None:
         """``model_name``: the first served model name (vLLM's refusal of media for a text-only
-        model names it); ``exclude_tools_when_none``: ``--exclude-tools-when-tool-choice-none``."""
+        model names it); ``exclude_tools_when_none``: ``--exclude-tools-when-tool-choice-none``;
+        ``trust_request_chat_template``: ``--trust-request-chat-template`` (``/tokenize``)."""
         self.tokenizer = tokenizer
         self._model_name = model_name
+        self._trust_request_chat_template = trust_request_chat_template
         self._exclude_tools_when_none = exclude_tools_when_none
 
     def render(
@@ -85,6 +89,50 @@ class MistralChatRenderer:
                 "chat_template is not supported for Mistral tokenizers.", param="chat_template"
             )
         _check_reasoning_effort(reasoning_effort)
+        return self._render(
+            messages, tools, tool_choice, add_generation_prompt, continue_final_message,
+            reasoning_effort, media,
+        )  # fmt: skip
+
+    def render_for_tokenize(
+        self,
+        messages: Any,
+        *,
+        tools: Any = None,
+        add_generation_prompt: bool | None = None,
+        continue_final_message: bool = False,
+        chat_template: str | None = None,
+        chat_template_kwargs: Any = None,
+    ) -> RenderedMistral:
+        """``/tokenize``'s messages form: vLLM checks only the request template's trust there,
+        and neither shortens tool-call ids nor refuses template options."""
+        if not self._trust_request_chat_template and (
+            chat_template is not None
+            or (
+                isinstance(chat_template_kwargs, dict)
+                and chat_template_kwargs.get("chat_template") is not None
+            )
+        ):
+            raise ChatError(UNTRUSTED_TEMPLATE_MESSAGE)
+        if continue_final_message and add_generation_prompt:
+            raise ChatError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
+        return self._render(
+            copy.deepcopy(messages), tools, None, add_generation_prompt, continue_final_message,
+            None, None,
+        )  # fmt: skip
+
+    def _render(
+        self,
+        messages: Any,
+        tools: Any,
+        tool_choice: Any,
+        add_generation_prompt: bool | None,
+        continue_final_message: bool,
+        reasoning_effort: str | None,
+        media: MediaParts | None,
+    ) -> RenderedMistral:
         tool_dicts = None
         if tools is not None and not (tool_choice == "none" and self._exclude_tools_when_none):
             tool_dicts = normalize_tools(tools)
@@ -177,9 +225,9 @@ def _truncated_tool_call_ids(messages: Any) -> Any:
             calls = message.get("tool_calls")
             calls = [] if calls is None else calls
             for call in calls if isinstance(calls, list) else ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    if len(call["id"]) > _ID_LENGTH:
-                        call["id"] = call["id"][-_ID_LENGTH:]
+                call_id = call.get("id") if isinstance(call, dict) else None
+                if isinstance(call_id, str) and len(call_id) > _ID_LENGTH:
+                    call["id"] = call_id[-_ID_LENGTH:]
             message["tool_calls"] = calls
         elif role in ("tool", "tool_results"):
             call_id = message.get("tool_call_id")

@@ -58,9 +58,7 @@ def is_mistral_repo(directory: Path) -> bool:
         return False
     names = [p.name for p in directory.rglob("*") if p.is_file()]
     consolidated = any(fnmatch.fnmatch(n, "consolidated*.safetensors") for n in names)
-    tokenizer = any(
-        n == "tekken.json" or fnmatch.fnmatch(n, "tokenizer.model.v*") for n in names
-    )
+    tokenizer = any(n == "tekken.json" or fnmatch.fnmatch(n, "tokenizer.model.v*") for n in names)
     return consolidated and tokenizer
 
 
@@ -77,7 +75,7 @@ class MistralTokenizer(Tokenizer):
 
     is_mistral = True
 
-    def __init__(self, mistral: Any) -> None:  # noqa: D107 (the loaded mistral_common tokenizer)
+    def __init__(self, mistral: Any) -> None:
         """Wrap ``mistral``, a ``mistral_common`` ``MistralTokenizer`` in ``test`` mode."""
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
@@ -103,16 +101,16 @@ class MistralTokenizer(Tokenizer):
             i: raw.decode([i], special_token_policy=SpecialTokenPolicy.KEEP)
             for i in self._special_ids
         }
-        kept = set()
+        kept: set[int] = set()
         for text in _KEPT_SPECIALS:
             if text == "[TOOL_CALLS]" or _is_special_text(raw, text):
-                token_id = _special_id(raw, text)
-                if token_id is not None:
-                    kept.add(token_id)
+                kept_id = _special_id(raw, text)
+                if kept_id is not None:
+                    kept.add(kept_id)
         self._kept_specials = frozenset(kept)
 
     @classmethod
-    def from_dir(  # type: ignore[override]
+    def from_dir(
         cls,
         model_dir: str | Path,
         **_: Any,
@@ -262,7 +260,7 @@ class MistralTokenizer(Tokenizer):
             return [raw.id_to_piece(i) for i in ids]
         ids = [i for i in ids if i in self._kept_specials or i not in self._special_id_set]
         pieces: list[str | bytes] = [raw.id_to_piece(i) for i in ids]
-        if self.is_tekken and any("\ufffd" in p for p in pieces):  # type: ignore[operator]
+        if self.is_tekken and any("\ufffd" in p for p in pieces):
             pieces = [
                 raw.decode([i], self._policy_keep)
                 if i in self._special_id_set
