@@ -119,7 +119,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     output_parsers(
         config,
         tokenizer,
-        ModelFacts(tokenizer_config, templates.tokenizer),
+        _facts(tokenizer_config, templates.tokenizer, tokenizer),
         harmony=is_harmony_model(files.config),
     )
     options = ChatTemplateOptions(
@@ -577,7 +577,18 @@ def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[
 
 def model_facts(model: ModelResources) -> ModelFacts:
     """What reasoning parsers may read of the model besides its vocabulary."""
-    return ModelFacts(model.files.tokenizer_config, model.renderer.templates.tokenizer)
+    return _facts(model.files.tokenizer_config, model.renderer.templates.tokenizer, model.tokenizer)
+
+
+def _facts(tokenizer_config: Any, chat_template: Any, tokenizer: Tokenizer) -> ModelFacts:
+    if isinstance(tokenizer, MistralTokenizer):
+        return ModelFacts(
+            tokenizer_config,
+            chat_template,
+            mistral_version=tokenizer.version,
+            mistral_grammar=tokenizer.supports_grammar,
+        )
+    return ModelFacts(tokenizer_config, chat_template)
 
 
 def output_parsers(

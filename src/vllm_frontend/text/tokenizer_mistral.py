@@ -131,6 +131,11 @@ class MistralTokenizer(Tokenizer):
             raise TokenizerError(f"cannot load {path}: {e}") from e
         return cls(mistral)
 
+    @property
+    def supports_grammar(self) -> bool:
+        """mistral_common has grammars for it (a tekken tokenizer of version 11 on)."""
+        return self.is_tekken and self.version >= 11
+
     # -- what the text layer asks of a tokenizer ------------------------------------------------
 
     @property
