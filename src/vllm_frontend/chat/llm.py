@@ -20,6 +20,8 @@ import msgspec
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
+from vllm_frontend.chat.messages import normalize_tools
+from vllm_frontend.chat.mistral_grammar import grammar_applies, mistral_grammar_constraint
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.reasoning_request import (
@@ -149,10 +151,11 @@ class ChatLlm:
             )
         else:
             rendered = self._render(request, parts)
-        self._force_tool_calls(request)
         parsers = self._parsers
-        if parsers is not None and parsers.needs_special_tokens(self._options(request)):
-            text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+        if not self._apply_mistral_grammar(request):
+            self._force_tool_calls(request)
+            if parsers is not None and parsers.needs_special_tokens(self._options(request)):
+                text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
         if media is not None and parts is not None and parts.items:
             generation = await media.generate(
                 text_request,
@@ -253,6 +256,32 @@ class ChatLlm:
             reasoning_effort=request.reasoning_effort,
             media=media,
         )
+
+    def _apply_mistral_grammar(self, request: ChatRequest) -> bool:
+        # vLLM's MistralParser.adjust_request with a grammar-capable mistral_common tokenizer:
+        # the request is constrained by mistral_common's Lark grammar (chat/mistral_grammar.py),
+        # and nothing else of the parsers' adjustments applies.
+        mistral, parsers = self.mistral, self._parsers
+        if mistral is None or parsers is None:
+            return False
+        names = {c.name for c in (parsers.tool_cls, parsers.reasoning_cls) if c is not None}
+        text_request = request.text
+        if "mistral" not in names or not grammar_applies(
+            mistral.tokenizer, text_request.structured_outputs, text_request.response_format
+        ):
+            return False
+        grammar, drop_format = mistral_grammar_constraint(
+            mistral.tokenizer,
+            tools=normalize_tools(plain(request.tools)),
+            tool_choice=plain(request.tool_choice),
+            parallel_tool_calls=request.parallel_tool_calls,
+            structured_outputs=text_request.structured_outputs,
+            response_format=text_request.response_format,
+        )
+        text_request.structured_outputs = {"grammar": grammar}
+        if drop_format:
+            text_request.response_format = None
+        return True
 
     def _force_tool_calls(self, request: ChatRequest) -> None:
         # vLLM's Parser.adjust_request (after rendering): the parser's structural tag

@@ -152,6 +152,13 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     )
 
 
+def mistral_kind(tokenizer: Tokenizer) -> str | None:
+    """``tekken`` or ``spm`` for a mistral_common tokenizer, else None."""
+    if isinstance(tokenizer, MistralTokenizer):
+        return "tekken" if tokenizer.is_tekken else "spm"
+    return None
+
+
 def uses_mistral_tokenizer(mode: str, tokenizer_dir: Path) -> bool:
     """``--tokenizer-mode mistral``, or ``auto`` on a Mistral-format repository (vLLM 0.32's
     rule: consolidated weights and a tekken or versioned SentencePiece file)."""
@@ -264,6 +271,7 @@ def build_frontend_app(
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     ctx = ServingContext(
         multimodal=multimodal_facade(config, model, client),
@@ -415,6 +423,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     no_engine = _NoEngine()
     ctx = ServingContext(

@@ -108,6 +108,7 @@ class MistralTokenizer(Tokenizer):
                 if kept_id is not None:
                     kept.add(kept_id)
         self._kept_specials = frozenset(kept)
+        self._grammar_factory: Any = None
 
     @classmethod
     def from_dir(
@@ -130,6 +131,20 @@ class MistralTokenizer(Tokenizer):
         except Exception as e:  # mistral_common raises assorted errors on bad files
             raise TokenizerError(f"cannot load {path}: {e}") from e
         return cls(mistral)
+
+    def grammar_factory(self) -> Any:
+        """mistral_common's ``GrammarFactory`` for this tokenizer (built on first use),
+        without the llguidance tokenizer it builds to validate grammars: rendering them does
+        not use it."""
+        factory = self._grammar_factory
+        if factory is None:
+            from mistral_common.guidance.grammar_factory import GrammarFactory
+
+            factory = GrammarFactory.__new__(GrammarFactory)
+            factory._tokenizer = self.raw
+            factory._special_token_map = factory._build_special_token_map()
+            self._grammar_factory = factory
+        return factory
 
     @property
     def supports_grammar(self) -> bool:
