@@ -73,6 +73,7 @@ def test_generation_routes_are_served(server: MockServe) -> None:
     status, body = _post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4})
     assert status == 200, body
     assert body["choices"][0]["message"]["role"] == "assistant"
+    assert "Traceback" not in server.log.read_text()
 
 
 def test_request_template_is_refused_as_vllm_refuses_it(server: MockServe) -> None:

@@ -317,7 +317,12 @@ def build_frontend_app(
     completions = CompletionsHandler(ctx, parse_completion_request)
     chat = ChatHandler(ctx, parse_chat_request, parsers, harmony=harmony, mistral=model.mistral)
     responses = ResponsesHandler(
-        ctx, parse_responses_request, parsers, store=store_from_env(), harmony=harmony is not None
+        ctx,
+        parse_responses_request,
+        parsers,
+        store=store_from_env(),
+        harmony=harmony is not None,
+        mistral=model.mistral,
     )
     messages = MessagesHandler(
         ctx, chat.chat, disabled_thinking_effort=config.anthropic_disabled_thinking_effort

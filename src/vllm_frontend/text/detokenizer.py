@@ -408,6 +408,8 @@ _TABLES: weakref.WeakKeyDictionary[Tokenizer, _ByteTables | None] = weakref.Weak
 
 
 def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
+    if tokenizer.is_mistral:
+        return None  # (no tokenizers backend: its detokenizer is _MistralDetokenizer)
     try:
         return _TABLES[tokenizer]
     except KeyError:
