@@ -254,7 +254,7 @@ class Tokenizer:
         directory = Path(model_dir)
         path = directory / "tokenizer.json"
         if not path.is_file():
-            raise TokenizerError(f"no tokenizer.json in {directory}")
+            raise TokenizerError(missing_tokenizer_json(directory))
         cached = cache.lookup(path) if cache is not None else None
         if cache is not None and cached is None:
             cache.start_build(path)
@@ -444,6 +444,32 @@ class Tokenizer:
             base = self._backend.get_vocab_size(with_added_tokens=False)
             self._vocab_stats = (max(stats[0], base - 1), stats[1])
         return self._vocab_stats
+
+
+def missing_tokenizer_json(directory: Path) -> str:
+    """Startup's message for a model directory without ``tokenizer.json``, saying what it has
+    instead (vLLM would load those through transformers, or the model's own code)."""
+    base = f"no tokenizer.json in {directory}"
+    config = _read_json(directory / "tokenizer_config.json") if directory.is_dir() else {}
+    auto_map = config.get("auto_map")
+    if isinstance(auto_map, Mapping) and auto_map.get("AutoTokenizer"):
+        return (
+            f"{base}: the model's tokenizer is its own Python code (tokenizer_config.json "
+            f"auto_map {auto_map['AutoTokenizer']!r}, which vLLM runs with --trust-remote-code); "
+            "vllm-frontend does not run model code: give --tokenizer a directory with a "
+            "tokenizer.json"
+        )
+    names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if "tekken.json" in names or any(n.startswith("tokenizer.model.v") for n in names):
+        return f"{base}: it has a Mistral tokenizer file: use --tokenizer-mode mistral"
+    others = [n for n in names if n.endswith((".tiktoken", ".model")) or n == "tiktoken.model"]
+    if others:
+        return (
+            f"{base}: it has only {', '.join(others)} (tiktoken or SentencePiece files, which "
+            "vLLM converts with transformers); vllm-frontend reads tokenizer.json only: give "
+            "--tokenizer a directory with one"
+        )
+    return base
 
 
 def release_freed_heap() -> None:
