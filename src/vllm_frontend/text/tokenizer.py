@@ -254,7 +254,7 @@ class Tokenizer:
         directory = Path(model_dir)
         path = directory / "tokenizer.json"
         if not path.is_file():
-            raise TokenizerError(missing_tokenizer_json(directory))
+            return cls._from_tiktoken(directory, use_fastokens, start_fast_encoder)
         cached = cache.lookup(path) if cache is not None else None
         if cache is not None and cached is None:
             cache.start_build(path)
@@ -281,6 +281,30 @@ class Tokenizer:
             source=path,
             vocab_summary=cached.vocab if cached is not None else None,
             fast_source=cached.path if cached is not None else None,
+        )
+
+    @classmethod
+    def _from_tiktoken(
+        cls, directory: Path, use_fastokens: bool | None, start_fast_encoder: bool
+    ) -> Tokenizer:
+        # A tiktoken file in place of tokenizer.json, converted as transformers converts it.
+        from vllm_frontend.text.tokenizer_tiktoken import tiktoken_backend, tiktoken_file
+
+        config = _read_json(directory / "tokenizer_config.json") if directory.is_dir() else {}
+        source = tiktoken_file(directory, config)
+        if source is None:
+            raise TokenizerError(missing_tokenizer_json(directory))
+        try:
+            backend = tiktoken_backend(source, config)
+        except (OSError, ValueError) as e:
+            raise TokenizerError(f"cannot read the tiktoken file {source}: {e}") from e
+        _log.info("converted the tiktoken file %s as transformers does", source)
+        return cls(
+            backend,
+            config,
+            _read_json(directory / "special_tokens_map.json"),
+            use_fastokens=use_fastokens,
+            start_fast_encoder=start_fast_encoder,
         )
 
     def _load_fastokens(self, source: Path | None, added: list[AddedToken], explicit: bool) -> None:
@@ -466,8 +490,9 @@ def missing_tokenizer_json(directory: Path) -> str:
     if others:
         return (
             f"{base}: it has only {', '.join(others)} (tiktoken or SentencePiece files, which "
-            "vLLM converts with transformers); vllm-frontend reads tokenizer.json only: give "
-            "--tokenizer a directory with one"
+            "vLLM converts with transformers); vllm-frontend converts only a tiktoken "
+            "tokenizer.model with tokenizer_class PreTrainedTokenizerFast or TokenizersBackend: "
+            "give --tokenizer a directory with a tokenizer.json"
         )
     return base
 
