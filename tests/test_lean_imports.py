@@ -16,3 +16,17 @@ def test_importing_the_frontend_and_its_cli_loads_no_heavy_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_mistral_common_is_imported_only_by_the_mistral_tokenizer_mode() -> None:
+    # `--tokenizer-mode mistral` alone needs it (its import costs ~1 s of CPU): no module of the
+    # frontend imports it at module level.
+    code = (
+        "import sys, importlib, pkgutil, vllm_frontend, vllm_frontend.cli\n"
+        "for m in pkgutil.walk_packages(vllm_frontend.__path__, 'vllm_frontend.'):\n"
+        "    if m.name != 'vllm_frontend.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "print('mistral_common' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout

@@ -53,7 +53,8 @@ def test_options_both_sides_read_reach_the_managed_engines() -> None:
            "--hf-config-path", "h", "--generation-config", "vllm", "--max-model-len", "64",
            "--structured-outputs-config", '{"backend": "guidance"}', "--reasoning-parser",
            "qwen3", "--stream-interval", "2", "--disable-log-stats", "--shutdown-timeout", "3",
-           "--data-parallel-size", "2", "--headless", "--model", "m"]  # fmt: skip
+           "--tokenizer-mode", "mistral", "--data-parallel-size", "2", "--headless", "--model",
+           "m"]  # fmt: skip
     args = parse_serve_args(_parser(), cmd)
     assert args.engine_args == cmd[1:-5]
     assert args.ns.revision == "r1" and args.ns.data_parallel_size == 2
@@ -64,7 +65,7 @@ def test_options_both_sides_read_reach_the_managed_engines() -> None:
     [
         (["--middleware", "m.w"], "--middleware"),
         (["--enable-tower-connector-lora"], "--enable-tower-connector-lora"),
-        (["--tokenizer-mode=mistral"], "--tokenizer-mode"),
+        (["--tokenizer-mode=deepseek_v32"], "--tokenizer-mode"),
         (["--tokens-only"], "--tokens-only"),
         (["--no-such-option", "1"], "--no-such-option"),
         (["--", "--api-key", "k"], "--api-key"),
@@ -83,7 +84,7 @@ def test_an_option_that_cannot_be_honoured_stops_startup_naming_it(
 def test_refused_options_at_their_default_and_ignored_options_go_nowhere() -> None:
     args = parse_serve_args(
         _parser(),
-        ["m", "--tokenizer-mode", "auto", "--no-enable-scale-out", "--ssl-cert-reqs", "0",
+        ["m", "--no-enable-scale-out", "--ssl-cert-reqs", "0",
          "--uvicorn-log-level", "debug", "--disable-fastapi-docs", "-q", "fp8"],
     )  # fmt: skip
     assert args.engine_args == ["--quantization", "fp8"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,24 @@ def test_a_local_directory_is_used_as_is(tmp_path: Path) -> None:
     assert resolve_model_dir(str(tmp_path)) == tmp_path
     with pytest.raises(ModelFilesError):
         resolve_model_dir(str(tmp_path / "missing" / "deeper"))
+
+
+def test_a_model_without_tokenizer_json_says_what_it_has(tmp_path: Path) -> None:
+    """Startup names what stands in for tokenizer.json: the model's own tokenizer code, a
+    Mistral file (then --tokenizer-mode mistral), or tiktoken / SentencePiece files."""
+    from vllm_frontend.text.tokenizer import Tokenizer, TokenizerError
+
+    remote = json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}})
+    cases = {
+        "remote": ({"tokenizer_config.json": remote}, "own Python code"),
+        "mistral": ({"tekken.json": "{}"}, "--tokenizer-mode mistral"),
+        "tiktoken": ({"tiktoken.model": "x"}, "only tiktoken.model"),
+        "nothing": ({}, "no tokenizer.json in"),
+    }
+    for name, (files, expected) in cases.items():
+        directory = tmp_path / name
+        directory.mkdir()
+        for file, text in files.items():
+            (directory / file).write_text(text)
+        with pytest.raises(TokenizerError, match=re.escape(expected)):
+            Tokenizer.from_dir(directory)

@@ -20,6 +20,9 @@ import msgspec
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
+from vllm_frontend.chat.messages import normalize_tools
+from vllm_frontend.chat.mistral_grammar import grammar_applies, mistral_grammar_constraint
+from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
 from vllm_frontend.chat.reasoning_request import (
     effective_chat_template_kwargs,
@@ -78,7 +81,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
 class ChatLlm:
     """Chat generation for one model over ``text`` (built once at startup)."""
 
-    __slots__ = ("_parsers", "harmony", "media", "renderer", "response_role", "text")
+    __slots__ = ("_parsers", "harmony", "media", "mistral", "renderer", "response_role", "text")
 
     def __init__(
         self,
@@ -88,16 +91,19 @@ class ChatLlm:
         *,
         response_role: str = "assistant",
         harmony: HarmonyRenderer | None = None,
+        mistral: MistralChatRenderer | None = None,
         media: MultimodalLlm | None = None,
     ) -> None:
         """``parsers`` are the configured reasoning / tool-call parsers; ``harmony`` renders a
         gpt-oss model's chat prompts instead of ``renderer`` (which still serves
-        ``/tokenize``, as in vLLM); ``media`` is the multimodal facade over ``text`` (None for
-        a text-only model)."""
+        ``/tokenize``, as in vLLM); ``mistral`` renders them with mistral_common
+        (``--tokenizer-mode mistral``); ``media`` is the multimodal facade over ``text`` (None
+        for a text-only model)."""
         self.text = text
         self.media = media
         self.renderer = renderer
         self.harmony = harmony
+        self.mistral = mistral
         self.response_role = response_role
         self._parsers = parsers if parsers is not None and parsers.active else None
 
@@ -118,8 +124,9 @@ class ChatLlm:
         if self._parsers is not None:
             # vLLM builds the request's parser before rendering: what it refuses comes first.
             self._parsers.check_request(self._options(request))
-        if self.harmony is None and request.check_tool_choice:
-            self._check_tool_choice(request)  # (vLLM: any tool choice goes with Harmony)
+        if self.harmony is None and self.mistral is None and request.check_tool_choice:
+            # (vLLM: any tool choice goes with Harmony or a mistral tokenizer)
+            self._check_tool_choice(request)
         self.text.prompts.check_max_tokens_param(
             text_request.max_tokens, text_request.max_tokens_param
         )
@@ -133,12 +140,25 @@ class ChatLlm:
                 tool_choice=plain(request.tool_choice),
                 reasoning_effort=request.reasoning_effort,
             )
+        elif self.mistral is not None:
+            rendered = self.mistral.render(
+                plain(request.messages),
+                tools=plain(request.tools),
+                tool_choice=plain(request.tool_choice),
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=bool(request.continue_final_message),
+                chat_template=request.chat_template,
+                chat_template_kwargs=plain(request.chat_template_kwargs),
+                reasoning_effort=request.reasoning_effort,
+                media=parts,
+            )
         else:
             rendered = self._render(request, parts)
-        self._force_tool_calls(request)
         parsers = self._parsers
-        if parsers is not None and parsers.needs_special_tokens(self._options(request)):
-            text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+        if not self._apply_mistral_grammar(request):
+            self._force_tool_calls(request)
+            if parsers is not None and parsers.needs_special_tokens(self._options(request)):
+                text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
         if media is not None and parts is not None and parts.items:
             generation = await media.generate(
                 text_request,
@@ -239,6 +259,32 @@ class ChatLlm:
             reasoning_effort=request.reasoning_effort,
             media=media,
         )
+
+    def _apply_mistral_grammar(self, request: ChatRequest) -> bool:
+        # vLLM's MistralParser.adjust_request with a grammar-capable mistral_common tokenizer:
+        # the request is constrained by mistral_common's Lark grammar (chat/mistral_grammar.py),
+        # and nothing else of the parsers' adjustments applies.
+        mistral, parsers = self.mistral, self._parsers
+        if mistral is None or parsers is None:
+            return False
+        names = {c.name for c in (parsers.tool_cls, parsers.reasoning_cls) if c is not None}
+        text_request = request.text
+        if "mistral" not in names or not grammar_applies(
+            mistral.tokenizer, text_request.structured_outputs, text_request.response_format
+        ):
+            return False
+        grammar, drop_format = mistral_grammar_constraint(
+            mistral.tokenizer,
+            tools=normalize_tools(plain(request.tools)),
+            tool_choice=plain(request.tool_choice),
+            parallel_tool_calls=request.parallel_tool_calls,
+            structured_outputs=text_request.structured_outputs,
+            response_format=text_request.response_format,
+        )
+        text_request.structured_outputs = {"grammar": grammar}
+        if drop_format:
+            text_request.response_format = None
+        return True
 
     def _force_tool_calls(self, request: ChatRequest) -> None:
         # vLLM's Parser.adjust_request (after rendering): the parser's structural tag
@@ -399,10 +445,25 @@ class PromptTokenizer(Protocol):
 
 
 def chat_tokenizer(
-    renderer: ChatRenderer, tokenizer: PromptTokenizer
+    renderer: ChatRenderer | MistralChatRenderer, tokenizer: PromptTokenizer
 ) -> Callable[[Any], list[int]]:
     """The ``/tokenize`` messages form: render with the request's template options, then
-    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``)."""
+    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``); a mistral_common
+    renderer gives the ids itself."""
+    if isinstance(renderer, MistralChatRenderer):
+        mistral = renderer
+
+        def tokenize_mistral(req: Any) -> list[int]:
+            return mistral.render_for_tokenize(
+                req.messages,
+                tools=req.tools,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
+                chat_template=req.chat_template,
+                chat_template_kwargs=req.chat_template_kwargs,
+            ).prompt
+
+        return tokenize_mistral
 
     def tokenize(req: Any) -> list[int]:
         rendered = renderer.render(

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -18,6 +19,7 @@ from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_
 from vllm_frontend.chat.harmony_encoding import is_harmony_model
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import ChatLlm, chat_tokenizer
+from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.reasoning_parsers import ModelFacts
 from vllm_frontend.chat.renderer import ChatTemplateOptions
@@ -70,6 +72,7 @@ from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
+from vllm_frontend.text.tokenizer_mistral import MistralTokenizer, is_mistral_repo
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
@@ -85,6 +88,8 @@ class ModelResources(msgspec.Struct):
     renderer: ChatRenderer
     tokenizer_dir: str = ""
     """The directory the tokenizer was loaded from (the model's, or ``--tokenizer``'s)."""
+    mistral: MistralChatRenderer | None = None
+    """Renders chat prompts with mistral_common (``--tokenizer-mode mistral``)."""
 
 
 def load_model_resources(config: FrontendConfig) -> ModelResources:
@@ -100,17 +105,22 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         if config.tokenizer
         else files.path
     )
-    # fastokens loads once the server is up (`start_fast_encoder`): not on startup's time.
-    tokenizer = Tokenizer.from_dir(
-        tokenizer_dir, cache=TokenizerCache.from_env(), start_fast_encoder=False
-    )
+    tokenizer: Tokenizer
+    if uses_mistral_tokenizer(config.tokenizer_mode, Path(tokenizer_dir)):
+        # (vllm_frontend.text.tokenizer_mistral imports mistral_common only when it loads one)
+        tokenizer = MistralTokenizer.from_dir(tokenizer_dir)
+    else:
+        # fastokens loads once the server is up (`start_fast_encoder`): not on startup's time.
+        tokenizer = Tokenizer.from_dir(
+            tokenizer_dir, cache=TokenizerCache.from_env(), start_fast_encoder=False
+        )
     tokenizer_config: dict[str, Any] = dict(files.tokenizer_config)
     templates = ModelChatTemplates.from_model_dir(tokenizer_dir, tokenizer_config)
     # An unservable parser fails before engines start.
     output_parsers(
         config,
         tokenizer,
-        ModelFacts(tokenizer_config, templates.tokenizer),
+        _facts(tokenizer_config, templates.tokenizer, tokenizer),
         harmony=is_harmony_model(files.config),
     )
     options = ChatTemplateOptions(
@@ -126,9 +136,34 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         options,
         code_cache=TemplateCodeCache.from_env(TEMPLATE_ENVIRONMENT),
     )
+    mistral = None
+    if isinstance(tokenizer, MistralTokenizer):
+        mistral = MistralChatRenderer(
+            tokenizer,
+            model_name=config.served_model_names[0],
+            exclude_tools_when_none=config.exclude_tools_when_tool_choice_none,
+            trust_request_chat_template=config.trust_request_chat_template,
+        )
     return ModelResources(
-        files=files, tokenizer=tokenizer, renderer=renderer, tokenizer_dir=str(tokenizer_dir)
+        files=files,
+        tokenizer=tokenizer,
+        renderer=renderer,
+        tokenizer_dir=str(tokenizer_dir),
+        mistral=mistral,
     )
+
+
+def mistral_kind(tokenizer: Tokenizer) -> str | None:
+    """``tekken`` or ``spm`` for a mistral_common tokenizer, else None."""
+    if isinstance(tokenizer, MistralTokenizer):
+        return "tekken" if tokenizer.is_tekken else "spm"
+    return None
+
+
+def uses_mistral_tokenizer(mode: str, tokenizer_dir: Path) -> bool:
+    """``--tokenizer-mode mistral``, or ``auto`` on a Mistral-format repository (vLLM 0.32's
+    rule: consolidated weights and a tekken or versioned SentencePiece file)."""
+    return mode == "mistral" or (mode == "auto" and is_mistral_repo(tokenizer_dir))
 
 
 def default_chat_template_kwargs(config: FrontendConfig) -> dict[str, Any]:
@@ -237,6 +272,7 @@ def build_frontend_app(
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     ctx = ServingContext(
         multimodal=multimodal_facade(config, model, client),
@@ -269,7 +305,7 @@ def build_frontend_app(
     services = Services(
         engine=client,
         tokenizer=model.tokenizer,
-        chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
+        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer),
         model_root=config.model,
         metrics_registry=registry,
         media_policy=media_policy(config),
@@ -280,9 +316,14 @@ def build_frontend_app(
         config, model.tokenizer, model_facts(model), harmony=harmony is not None
     )
     completions = CompletionsHandler(ctx, parse_completion_request)
-    chat = ChatHandler(ctx, parse_chat_request, parsers, harmony=harmony)
+    chat = ChatHandler(ctx, parse_chat_request, parsers, harmony=harmony, mistral=model.mistral)
     responses = ResponsesHandler(
-        ctx, parse_responses_request, parsers, store=store_from_env(), harmony=harmony is not None
+        ctx,
+        parse_responses_request,
+        parsers,
+        store=store_from_env(),
+        harmony=harmony is not None,
+        mistral=model.mistral,
     )
     messages = MessagesHandler(
         ctx, chat.chat, disabled_thinking_effort=config.anthropic_disabled_thinking_effort
@@ -388,6 +429,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     no_engine = _NoEngine()
     ctx = ServingContext(
@@ -415,6 +457,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         parsers,
         response_role=config.response_role,
         harmony=harmony,
+        mistral=model.mistral,
     )
     messages = MessagesHandler(ctx, chat)
     responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony is not None)
@@ -425,7 +468,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     services = Services(
         engine=no_engine,
         tokenizer=model.tokenizer,
-        chat_tokenizer=chat_tokenizer(model.renderer, model.tokenizer),
+        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer),
         model_root=config.model,
     )
     routes = render.routes() | derender.routes()
@@ -558,7 +601,18 @@ def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[
 
 def model_facts(model: ModelResources) -> ModelFacts:
     """What reasoning parsers may read of the model besides its vocabulary."""
-    return ModelFacts(model.files.tokenizer_config, model.renderer.templates.tokenizer)
+    return _facts(model.files.tokenizer_config, model.renderer.templates.tokenizer, model.tokenizer)
+
+
+def _facts(tokenizer_config: Any, chat_template: Any, tokenizer: Tokenizer) -> ModelFacts:
+    if isinstance(tokenizer, MistralTokenizer):
+        return ModelFacts(
+            tokenizer_config,
+            chat_template,
+            mistral_version=tokenizer.version,
+            mistral_grammar=tokenizer.supports_grammar,
+        )
+    return ModelFacts(tokenizer_config, chat_template)
 
 
 def output_parsers(

@@ -78,6 +78,9 @@ class FrontendConfig(msgspec.Struct):
     tokenizer: str | None = None
     revision: str | None = None
     tokenizer_revision: str | None = None
+    tokenizer_mode: str = "auto"
+    """``auto`` (mistral for a Mistral-format repository, as vLLM decides), ``hf`` or
+    ``mistral``."""
     hf_config_path: str | None = None
     generation_config: str = "auto"
     """``auto`` (model's generation_config.json), ``vllm`` (neutral defaults) or a folder."""
@@ -314,7 +317,15 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
     return config
 
 
+_TOKENIZER_MODES = ("auto", "hf", "mistral")
+
+
 def _validate(config: FrontendConfig) -> None:
+    if config.tokenizer_mode not in _TOKENIZER_MODES:
+        raise ConfigError(
+            f"--tokenizer-mode {config.tokenizer_mode} is not supported by vllm-frontend "
+            "(auto, hf and mistral are)"
+        )
     if config.chat_template_content_format not in ("auto", "string", "openai"):
         raise ConfigError(
             "chat_template_content_format must be one of auto, string, openai; got "

@@ -49,6 +49,7 @@ data_parallel_size_local data_parallel_address data_parallel_rpc_port tensor_par
 pipeline_parallel_size prefill_context_parallel_size profiler_config kv_transfer_config
 limit_mm_per_prompt mm_processor_kwargs mm_processor_cache_gb mm_processor_cache_type
 mm_hasher_algorithm mm_device_do_normalize enable_mm_embeds otlp_traces_endpoint
+tokenizer_mode
 """
 
 _REFUSED: dict[str, str] = {
@@ -67,7 +68,6 @@ _REFUSED: dict[str, str] = {
     "fingerprint_value": "only vLLM's default system_fingerprint",
     "middleware": "ASGI middleware cannot run on this HTTP server",
     "skip_tokenizer_init": "the frontend always tokenizes",
-    "tokenizer_mode": "only the `tokenizers` (HF fast) tokenizer is loaded",
     "hf_overrides": "the frontend reads config.json as it is",
     "enable_prompt_embeds": "prompt embeddings are not served",
     "io_processor_plugin": "IO processor plugins are not loaded",
@@ -107,6 +107,7 @@ _NOTES: dict[str, str] = {
     "collect_detailed_traces": "vLLM 0.32 collects nothing more with it; the engines check it",
     "speculative_config": "the vllm:spec_decode_* metrics are not exported",
     "enable_flash_late_interaction": "no pooling routes; the engines apply it",
+    "tokenizer_mode": "`auto`, `hf`, `mistral` (needs the `mistral` extra); others stop startup",
 }
 
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -124,7 +125,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "fingerprint_value": (None,),
     "middleware": ([],),
     "skip_tokenizer_init": (False,),
-    "tokenizer_mode": ("auto", "hf"),
     "hf_overrides": (None, {}),
     "enable_prompt_embeds": (False,),
     "reasoning_parser_plugin": ("",),

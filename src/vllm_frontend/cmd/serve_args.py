@@ -163,6 +163,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--revision", default=None)
     p.add_argument("--tokenizer-revision", default=None)
+    p.add_argument(
+        "--tokenizer-mode", default="auto", choices=("auto", "hf", "mistral"),
+        help="auto, hf, or mistral (read the model's tekken.json with mistral_common)",
+    )  # fmt: skip
     p.add_argument("--hf-config-path", default=None)
     p.add_argument("--generation-config", default="auto")
     p.add_argument("--override-generation-config", type=_json_object, default=None)

@@ -19,6 +19,7 @@ import msgspec
 
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
+from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
 from vllm_frontend.text.errors import InvalidInput
@@ -330,10 +331,11 @@ class ChatHandler:
         parsers: OutputParsers | None = None,
         *,
         harmony: HarmonyRenderer | None = None,
+        mistral: MistralChatRenderer | None = None,
     ) -> None:
         """``parse(body: bytes)`` returns the decoded ``ChatCompletionRequest``; ``parsers``
         are the configured reasoning / tool-call parsers; ``harmony`` renders a gpt-oss
-        model's prompts."""
+        model's prompts, ``mistral`` a model's with ``--tokenizer-mode mistral``."""
         self.ctx = ctx
         self._parse = parse
         self.chat = ChatLlm(
@@ -342,6 +344,7 @@ class ChatHandler:
             parsers,
             response_role=ctx.response_role,
             harmony=harmony,
+            mistral=mistral,
             media=ctx.media,
         )
         """The chat layer's facade."""

@@ -24,6 +24,7 @@ import msgspec
 
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
+from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.text.llm import TextRequest
@@ -88,14 +89,18 @@ class ResponsesHandler:
         *,
         store: ResponseStore | None = None,
         harmony: bool = False,
+        mistral: MistralChatRenderer | None = None,
     ) -> None:
         """``parse(body)`` decodes the request; ``store`` (None: store disabled, as vLLM
         without ``VLLM_ENABLE_RESPONSES_API_STORE``); ``harmony``: the model is gpt-oss
-        (refused until Harmony is wired)."""
+        (refused until Harmony is wired); ``mistral`` renders prompts with mistral_common
+        (``--tokenizer-mode mistral``)."""
         self.ctx = ctx
         self.parse = parse
         """Decodes a ``POST /v1/responses`` body."""
-        self.chat = ChatLlm(ctx.text, ctx.chat_renderer, parsers, response_role="assistant")
+        self.chat = ChatLlm(
+            ctx.text, ctx.chat_renderer, parsers, response_role="assistant", mistral=mistral
+        )
         """The chat layer's facade."""
         self.store = store
         self._harmony = harmony

@@ -71,7 +71,9 @@ class IncrementalDetokenizer:
         request_id: str = "",
     ) -> IncrementalDetokenizer:
         if cls is IncrementalDetokenizer:
-            if _byte_tables(tokenizer) is None:
+            if tokenizer.is_mistral:
+                cls = _MistralDetokenizer
+            elif _byte_tables(tokenizer) is None:
                 cls = _StreamDetokenizer
             elif _suppresses_spaces(tokenizer, skip_special_tokens, spaces_between_special_tokens):
                 cls = _SpacingByteLevelDetokenizer
@@ -164,6 +166,61 @@ class _StreamDetokenizer(IncrementalDetokenizer):
                 text = content
             self._last_added = content is not None
         return text or ""
+
+
+# -- mistral_common tokenizers ------------------------------------------------------------------
+
+_PROMPT_WINDOW = 5
+"""Prompt tokens before the first generated one that its text is read against (vLLM's
+``INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET``)."""
+
+
+class _MistralDetokenizer(IncrementalDetokenizer):
+    """A ``mistral_common`` tokenizer, detokenized as vLLM's ``SlowIncrementalDetokenizer``
+    does it: pieces are kept per token, and each step decodes the pieces from a prefix offset
+    twice (up to the read offset, and to the end); the difference is the new text, held back
+    while the decoding ends with U+FFFD (a character not complete yet)."""
+
+    __slots__ = ("_pieces", "_prefix", "_read", "_skip", "_tokenizer")
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        request_id: str = "",
+    ) -> None:
+        from vllm_frontend.text.tokenizer_mistral import MistralTokenizer
+
+        assert isinstance(tokenizer, MistralTokenizer)
+        self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
+        tail = list(prompt_token_ids[-_PROMPT_WINDOW - 2 :])
+        self._pieces: list[str | bytes] = tokenizer.pieces_for_detokenizer(
+            tail, skip_special_tokens
+        )
+        self._read = len(self._pieces)
+        self._prefix = max(self._read - _PROMPT_WINDOW, 0)
+
+    def decode_next(self, token_id: int) -> str:
+        """The text this token adds (possibly empty while a character is incomplete)."""
+        tokenizer = self._tokenizer
+        if type(token_id) is int and 0 <= token_id < tokenizer.vocab_size:
+            new = tokenizer.pieces_for_detokenizer([token_id], self._skip)
+        else:
+            new = [""]
+        pieces = self._pieces
+        pieces.extend(new)
+        prefix, read = self._prefix, self._read
+        to_text = tokenizer.pieces_to_text
+        prefix_text = to_text(pieces[prefix:read])
+        full_text = to_text(pieces[prefix:])
+        if len(full_text) <= len(prefix_text) or full_text.endswith(_REPLACEMENT):
+            return ""
+        self._prefix, self._read = read, len(pieces)
+        return full_text[len(prefix_text) :]
 
 
 # -- byte-level BPE ------------------------------------------------------------------------------
@@ -351,6 +408,8 @@ _TABLES: weakref.WeakKeyDictionary[Tokenizer, _ByteTables | None] = weakref.Weak
 
 
 def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
+    if tokenizer.is_mistral:
+        return None  # (no tokenizers backend: its detokenizer is _MistralDetokenizer)
     try:
         return _TABLES[tokenizer]
     except KeyError:

@@ -115,6 +115,8 @@ class TokenStrings:
 
 def _leading_space_marker(tokenizer: Tokenizer) -> str | None:
     # Only a Metaspace pre-tokenizer has a marker whose leading instance decode() strips.
+    if tokenizer.is_mistral:
+        return None  # (vLLM finds no backend_tokenizer on a mistral_common tokenizer)
     pre = tokenizer.backend.pre_tokenizer
     if isinstance(pre, pre_tokenizers.Metaspace):
         return str(pre.replacement)

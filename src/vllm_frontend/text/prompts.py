@@ -123,6 +123,10 @@ class PromptPreparer:
         if truncate is not None and truncation_side is None:
             # vLLM lets the HF tokenizer truncate (max_length counts the special tokens, which
             # stay): encode bare, truncate the content, then add the special tokens.
+            if self.tokenizer.is_mistral:
+                ids = _mistral_truncated(self.tokenizer, prompt, truncate, side, add_special_tokens)
+                self.check_prompt_length(len(ids), from_text=True)
+                return PreparedPrompt(ids, prompt)
             backend = self.tokenizer.backend
             encoding = backend.encode(prompt, add_special_tokens=False)
             special = backend.num_special_tokens_to_add(False) if add_special_tokens else 0
@@ -288,3 +292,16 @@ async def encode_prompt(tokenizer: PromptEncoder, text: str, add_special_tokens:
         return tokenizer.encode(text, add_special_tokens=add_special_tokens)
     [ids] = await encode_off_loop(tokenizer, [text], add_special_tokens)
     return ids
+
+
+def _mistral_truncated(
+    tokenizer: Tokenizer, text: str, truncate: int, side: str, add_special_tokens: bool
+) -> list[int]:
+    # transformers' MistralCommonBackend truncation: the text's ids cut to leave room for the
+    # BOS, then the BOS.
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    bos = tokenizer.encode("", add_special_tokens=True) if add_special_tokens else []
+    keep = max(truncate - len(bos), 0)
+    if len(ids) + len(bos) > truncate:
+        ids = (ids[len(ids) - keep :] if keep else []) if side == "left" else ids[:keep]
+    return bos + ids

@@ -143,6 +143,9 @@ class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Vocabulary size / max_logprobs for the model-dependent checks."""
     structured_outputs_backend: str = "auto"
     """`--structured-outputs-config.backend`: the grammar backend named to the engine."""
+    mistral_tokenizer: str | None = None
+    """``tekken`` or ``spm`` for a mistral_common tokenizer (``--tokenizer-mode mistral``:
+    vLLM sends its Lark grammars to guidance, and refuses lm-format-enforcer)."""
 
 
 def check_prompt_length(num_tokens: int, max_model_len: int, *, from_text: bool) -> None:
@@ -280,7 +283,11 @@ def lower_sampling_params(
     if req.structured_outputs is not None:
         # Checked after the other parameters, as vLLM's SamplingParams.verify does.
         params.structured_outputs = (
-            resolve_structured_outputs(req.structured_outputs, model.structured_outputs_backend)
+            resolve_structured_outputs(
+                req.structured_outputs,
+                model.structured_outputs_backend,
+                mistral_tokenizer=model.mistral_tokenizer,
+            )
             if engine_side
             else req.structured_outputs
         )

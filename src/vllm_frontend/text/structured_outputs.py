@@ -19,6 +19,7 @@ need them (regex / grammar / schema compilation, structural tags) are not done h
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,9 +89,10 @@ def merge_response_format(
 
 
 def resolve_structured_outputs(
-    so: StructuredOutputsParams, backend: str = "auto"
+    so: StructuredOutputsParams, backend: str = "auto", *, mistral_tokenizer: str | None = None
 ) -> StructuredOutputsParams:
-    """A copy of `so` as vLLM's input processor sends it to the engine with `backend`.
+    """A copy of `so` as vLLM's input processor sends it to the engine with `backend`
+    (``mistral_tokenizer``: ``tekken`` or ``spm`` with ``--tokenizer-mode mistral``).
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
@@ -120,6 +122,24 @@ def resolve_structured_outputs(
         raise InvalidRequestError(
             "structured_outputs.regex must not contain a NUL character ('\\x00')"
         )
+    if backend == "lm-format-enforcer" and mistral_tokenizer is not None:
+        raise InvalidRequestError(
+            "Mistral tokenizer is not supported for the 'lm-format-enforcer' structured output "
+            "backend. Please use ['xgrammar', 'outlines'] backends or tokenizer_mode='hf' "
+            "instead."
+        )
+    if (
+        backend == "auto"
+        and mistral_tokenizer == "tekken"
+        and isinstance(out.grammar, str)
+        and grammar_is_likely_lark(out.grammar)
+    ):
+        # vLLM sends Lark grammars for tekken tokenizers (its Mistral tool parser's included)
+        # to guidance, which never lets a rule match a special token.
+        out.backend = "guidance"
+        out.backend_was_auto = True
+        _check_one_constraint(out)
+        return out
     if backend.startswith("xgrammar") or backend == "auto":
         # vLLM's validate_xgrammar_grammar, minus what needs xgrammar itself (compiling the
         # regex, grammar or schema: the engine's compiler reports those).
@@ -148,6 +168,17 @@ def resolve_structured_outputs(
             out.backend_was_auto = True
     _check_one_constraint(out)
     return out
+
+
+def grammar_is_likely_lark(grammar: str) -> bool:
+    """vLLM's guess that a grammar is Lark, not EBNF: no line (comments dropped) has ``::=``."""
+    if not grammar:
+        return False
+    for line in grammar.split("\n"):
+        line = re.sub(r"(#|//).*$", "", line).strip()
+        if "::=" in line:
+            return False
+    return True
 
 
 # String formats xgrammar can constrain (vllm/v1/structured_output/backend_xgrammar.py).

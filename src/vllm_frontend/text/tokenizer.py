@@ -154,6 +154,9 @@ def _all_special_tokens(config: Mapping[str, Any]) -> list[str]:
 class Tokenizer:
     """Encode text to token ids and decode ids to text, matching vLLM's HF fast tokenizer."""
 
+    is_mistral = False
+    """A ``mistral_common`` tokenizer (:mod:`vllm_frontend.text.tokenizer_mistral`)."""
+
     def __init__(
         self,
         backend: tokenizers.Tokenizer,
@@ -251,7 +254,7 @@ class Tokenizer:
         directory = Path(model_dir)
         path = directory / "tokenizer.json"
         if not path.is_file():
-            raise TokenizerError(f"no tokenizer.json in {directory}")
+            return cls._from_tiktoken(directory, use_fastokens, start_fast_encoder)
         cached = cache.lookup(path) if cache is not None else None
         if cache is not None and cached is None:
             cache.start_build(path)
@@ -278,6 +281,30 @@ class Tokenizer:
             source=path,
             vocab_summary=cached.vocab if cached is not None else None,
             fast_source=cached.path if cached is not None else None,
+        )
+
+    @classmethod
+    def _from_tiktoken(
+        cls, directory: Path, use_fastokens: bool | None, start_fast_encoder: bool
+    ) -> Tokenizer:
+        # A tiktoken file in place of tokenizer.json, converted as transformers converts it.
+        from vllm_frontend.text.tokenizer_tiktoken import tiktoken_backend, tiktoken_file
+
+        config = _read_json(directory / "tokenizer_config.json") if directory.is_dir() else {}
+        source = tiktoken_file(directory, config)
+        if source is None:
+            raise TokenizerError(missing_tokenizer_json(directory))
+        try:
+            backend = tiktoken_backend(source, config)
+        except (OSError, ValueError) as e:
+            raise TokenizerError(f"cannot read the tiktoken file {source}: {e}") from e
+        _log.info("converted the tiktoken file %s as transformers does", source)
+        return cls(
+            backend,
+            config,
+            _read_json(directory / "special_tokens_map.json"),
+            use_fastokens=use_fastokens,
+            start_fast_encoder=start_fast_encoder,
         )
 
     def _load_fastokens(self, source: Path | None, added: list[AddedToken], explicit: bool) -> None:
@@ -441,6 +468,33 @@ class Tokenizer:
             base = self._backend.get_vocab_size(with_added_tokens=False)
             self._vocab_stats = (max(stats[0], base - 1), stats[1])
         return self._vocab_stats
+
+
+def missing_tokenizer_json(directory: Path) -> str:
+    """Startup's message for a model directory without ``tokenizer.json``, saying what it has
+    instead (vLLM would load those through transformers, or the model's own code)."""
+    base = f"no tokenizer.json in {directory}"
+    config = _read_json(directory / "tokenizer_config.json") if directory.is_dir() else {}
+    auto_map = config.get("auto_map")
+    if isinstance(auto_map, Mapping) and auto_map.get("AutoTokenizer"):
+        return (
+            f"{base}: the model's tokenizer is its own Python code (tokenizer_config.json "
+            f"auto_map {auto_map['AutoTokenizer']!r}, which vLLM runs with --trust-remote-code); "
+            "vllm-frontend does not run model code: give --tokenizer a directory with a "
+            "tokenizer.json"
+        )
+    names = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if "tekken.json" in names or any(n.startswith("tokenizer.model.v") for n in names):
+        return f"{base}: it has a Mistral tokenizer file: use --tokenizer-mode mistral"
+    others = [n for n in names if n.endswith((".tiktoken", ".model")) or n == "tiktoken.model"]
+    if others:
+        return (
+            f"{base}: it has only {', '.join(others)} (tiktoken or SentencePiece files, which "
+            "vLLM converts with transformers); vllm-frontend converts only a tiktoken "
+            "tokenizer.model with tokenizer_class PreTrainedTokenizerFast or TokenizersBackend: "
+            "give --tokenizer a directory with a tokenizer.json"
+        )
+    return base
 
 
 def release_freed_heap() -> None:

@@ -19,6 +19,11 @@ class ModelFacts(msgspec.Struct, frozen=True):
     """``tokenizer_config.json`` (the HF tokenizer's ``init_kwargs``)."""
     chat_template: str | Mapping[str, str] | None = None
     """The tokenizer's ``chat_template``: one template, named templates, or none."""
+    mistral_version: int | None = None
+    """The version of a ``mistral_common`` tokenizer (``--tokenizer-mode mistral``); None
+    for a Hugging Face one."""
+    mistral_grammar: bool = False
+    """The mistral_common tokenizer has mistral_common's grammars (tekken, version 11 on)."""
 
 
 class ReasoningParser:

@@ -29,7 +29,7 @@ from vllm_frontend.chat.tools.inkling import END_MESSAGE as INK_END
 from vllm_frontend.chat.tools.inkling import END_SAMPLING as INK_END_SAMPLING
 from vllm_frontend.chat.tools.inkling import INKLING_TOKENS, InklingToolParser
 from vllm_frontend.chat.tools.inkling import MESSAGE_MODEL as INK_MODEL
-from vllm_frontend.chat.tools.mistral import THINK, TOOL_CALLS, MistralToolParser
+from vllm_frontend.chat.tools.mistral import TOOL_CALLS, MistralToolParser
 from vllm_frontend.chat.tools.qwen3_xml import Qwen3XmlToolParser, qwen3_grammar
 
 __all__ = [
@@ -225,18 +225,41 @@ class GrammarReasoningParser(ReasoningParser):
 
 
 class MistralReasoningParser(GrammarReasoningParser):
-    """``mistral``: ``[THINK]``/``[/THINK]`` when the vocabulary has ``[THINK]``; else no
+    """``mistral``: ``[THINK]``/``[/THINK]`` when the vocabulary has ``[THINK]`` (``<think>``
+    text markers for a grammar-capable mistral_common tokenizer without it); else no
     reasoning at all (the output is content as it is)."""
 
     name = "mistral"
     TOOL_CLS = MistralToolParser
     required_tokens = (TOOL_CALLS,)
 
+    @classmethod
+    def for_model(cls, model: Any) -> type[ReasoningParser]:
+        """With a mistral_common tokenizer, read with the tool parser's class for it."""
+        tool_cls = MistralToolParser.for_model(model)
+        if tool_cls is MistralToolParser:
+            return cls
+        return _mistral_reasoning_class(cls, tool_cls)
+
     def extract(self, text: str) -> tuple[str | None, str | None]:
         """See :class:`GrammarReasoningParser`."""
-        if THINK not in self.vocab:
+        tool_cls = self.TOOL_CLS
+        assert issubclass(tool_cls, MistralToolParser)
+        if tool_cls.reasoning_encoding(self.vocab) == "none":
             return None, text
         return super().extract(text)
+
+
+_MISTRAL_CLASSES: dict[type[EngineToolParser], type[ReasoningParser]] = {}
+
+
+def _mistral_reasoning_class(
+    base: type[MistralReasoningParser], tool_cls: type[EngineToolParser]
+) -> type[ReasoningParser]:
+    made = _MISTRAL_CLASSES.get(tool_cls)
+    if made is None:
+        made = _MISTRAL_CLASSES[tool_cls] = type(base.__name__, (base,), {"TOOL_CLS": tool_cls})
+    return made
 
 
 class Gemma4ReasoningParser(GrammarReasoningParser):

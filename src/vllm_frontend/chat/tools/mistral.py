@@ -3,9 +3,11 @@
 Tokenizers of version 11 and later (their vocabulary has ``[ARGS]``) write calls as
 ``[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}`` (or ``[TOOL_CALLS]get_weather{...}``), read
 by the parser engine; older ones write ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]``, read
-by :class:`PreV11Calls`. Reasoning between ``[THINK]`` and ``[/THINK]`` is read only when the
-vocabulary has ``[THINK]`` (vLLM reads ``<think>`` text markers only for the ``mistral``
-tokenizer mode, which this frontend does not have). Call ids are 9 random letters and digits.
+by :class:`PreV11Calls`. Reasoning between ``[THINK]`` and ``[/THINK]`` is read when the
+vocabulary has ``[THINK]``. With ``--tokenizer-mode mistral`` (:meth:`MistralToolParser.
+for_model`), as in vLLM, the tokenizer's version decides the pre-v11 form (below 11), and a
+tekken tokenizer of version 11 on without ``[THINK]`` reads reasoning between ``<think>`` and
+``</think>`` text markers. Call ids are 9 random letters and digits.
 """
 
 from __future__ import annotations
@@ -40,11 +42,18 @@ def mistral_id() -> str:
     return "".join(random.choices(_ID_CHARS, k=9))
 
 
+THINK_TEXT = "<think>"
+END_THINK_TEXT = "</think>"
+
+
 @functools.cache
-def mistral_grammar(thinking: bool) -> Grammar:
-    """The v11+ grammar, with ``[THINK]``/``[/THINK]`` reasoning or without."""
+def mistral_grammar(thinking: bool, text_markers: bool = False) -> Grammar:
+    """The v11+ grammar, with ``[THINK]``/``[/THINK]`` reasoning (``text_markers``: the
+    ``<think>``/``</think>`` text instead, which are no tokens) or without."""
     C, R, N, A = State.CONTENT, State.REASONING, State.TOOL_NAME, State.TOOL_ARGS
     think = {"THINK_START": THINK, "THINK_END": END_THINK} if thinking else {}
+    if thinking and text_markers:
+        think = {"THINK_START": THINK_TEXT, "THINK_END": END_THINK_TEXT}
     steps: dict[tuple[State, str], Step] = {}
     if thinking:
         steps |= {
@@ -63,12 +72,14 @@ def mistral_grammar(thinking: bool) -> Grammar:
         (A, "TOOL_CALLS"): Step(N, (Kind.CALL_END, Kind.CALL_START)),
     }
     markers = {**think, "TOOL_CALLS": TOOL_CALLS, "ARGS": ARGS}
+    # Text markers are matched in the text only (they are no tokens).
+    token_markers = {"TOOL_CALLS": TOOL_CALLS, "ARGS": ARGS} if text_markers else markers
     return Grammar(
         name="mistral",
         initial=C,
         wait_for_reasoning=thinking,
         terminals={**markers, "OPEN_BRACE": "{"},
-        token_terminals=markers,
+        token_terminals=token_markers,
         steps=steps,
     )
 
@@ -92,6 +103,28 @@ class MistralToolParser(EngineToolParser):
     required_tokens = (TOOL_CALLS,)
     supports_required_and_named = False
     GRAMMAR = mistral_grammar(True)
+    MISTRAL_VERSION: int | None = None
+    """The mistral_common tokenizer's version (``--tokenizer-mode mistral``; see
+    :meth:`for_model`), None for a Hugging Face tokenizer."""
+    MISTRAL_GRAMMAR: bool = False
+    """The mistral_common tokenizer has grammars (tekken, version 11 on)."""
+
+    @classmethod
+    def for_model(cls, model: Any) -> type[MistralToolParser]:
+        """For a mistral_common tokenizer, the class that reads as vLLM's parser reads with
+        vLLM's ``MistralTokenizer``."""
+        version = getattr(model, "mistral_version", None)
+        if version is None:
+            return cls
+        return _mistral_mode_class(cls, version, bool(getattr(model, "mistral_grammar", False)))
+
+    @classmethod
+    def reasoning_encoding(cls, vocab: Mapping[str, int]) -> str:
+        """vLLM's choice: ``special_token`` with ``[THINK]`` in the vocabulary, else ``text``
+        for a grammar-capable mistral_common tokenizer, else ``none``."""
+        if THINK in vocab:
+            return "special_token"
+        return "text" if cls.MISTRAL_GRAMMAR else "none"
 
     def __init__(
         self,
@@ -102,7 +135,8 @@ class MistralToolParser(EngineToolParser):
         """See :class:`EngineToolParser`; a vocabulary without ``[ARGS]`` is pre-v11's."""
         super().__init__(vocab, tools, **kwargs)
         self.pre_v11: PreV11Calls | None = None
-        if ARGS not in vocab:
+        version = self.MISTRAL_VERSION
+        if (version < 11) if version is not None else ARGS not in vocab:
             self.pre_v11 = PreV11Calls(vocab.get(TOOL_CALLS), tools, self.tool_choice)
 
     @classmethod
@@ -138,8 +172,10 @@ class MistralToolParser(EngineToolParser):
     def grammar_with(
         self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any]
     ) -> Grammar:
-        """With reasoning when the vocabulary has ``[THINK]``."""
-        return mistral_grammar(THINK in vocab)
+        """With ``[THINK]`` reasoning when the vocabulary has ``[THINK]``, with ``<think>``
+        text markers for a grammar-capable mistral_common tokenizer without it."""
+        encoding = self.reasoning_encoding(vocab)
+        return mistral_grammar(encoding != "none", text_markers=encoding == "text")
 
     # -- the pre-v11 form --------------------------------------------------------------------
 
@@ -199,6 +235,20 @@ class MistralToolParser(EngineToolParser):
         super().on_args(event, calls)
         if event.value and not before and self.slots[index].name_sent:
             calls.append(ToolCallDelta(index, arguments=event.value))
+
+
+_MODE_CLASSES: dict[tuple[str, int, bool], type[MistralToolParser]] = {}
+
+
+def _mistral_mode_class(
+    base: type[MistralToolParser], version: int, grammar: bool
+) -> type[MistralToolParser]:
+    key = (base.__qualname__, version, grammar)
+    made = _MODE_CLASSES.get(key)
+    if made is None:
+        attrs = {"MISTRAL_VERSION": version, "MISTRAL_GRAMMAR": grammar}
+        made = _MODE_CLASSES[key] = type(base.__name__, (base,), attrs)
+    return made
 
 
 # -- pre-v11: [TOOL_CALLS] and a JSON array --------------------------------------------------
