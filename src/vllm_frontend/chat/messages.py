@@ -179,32 +179,15 @@ def _normalize_message(
     if name is not None and not isinstance(name, str):
         raise ChatError(f"{where}.name must be a string.", param=f"{where}.name")
 
-    if content is None:
-        parts: list[Any] = []
-    elif isinstance(content, str):
-        parts = [{"type": "text", "text": content}]
-    elif isinstance(content, list):
-        parts = content
-    else:
-        raise ChatError(
-            f"{where}.content must be a string, a list of content parts or null.",
-            param=f"{where}.content",
-        )
-    if role == "system":
-        parts = _strip_billing_header(parts)
-
-    placeholders: list[str] = []
-    texts = [
-        _parse_part(f"{where}.content.{i}", part, media, placeholders, content_format)
-        for i, part in enumerate(parts)
-    ]
-    kept = [p for p in texts if p is not None]
     result: dict[str, Any] = {"role": role}
-    if content_format == "openai":
-        result["content"] = kept
+    if isinstance(content, str) and role != "system":
+        # The common case: the one text part a string stands for, as the general path below
+        # would make it (a system prompt may lose a billing header there).
+        result["content"] = (
+            [{"type": "text", "text": content}] if content_format == "openai" else content
+        )
     else:
-        text = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
-        result["content"] = _with_placeholders(text, placeholders) if placeholders else text
+        result["content"] = _content(where, role, content, content_format, media)
 
     if role == "assistant":
         tool_calls = message.get("tool_calls")
@@ -235,6 +218,36 @@ def _normalize_message(
     if role == "developer":
         result["tools"] = _developer_tools(where, message.get("tools"))
     return result
+
+
+def _content(
+    where: str, role: str, content: Any, content_format: ContentFormat, media: MediaParts | None
+) -> Any:
+    # A message's content as the template gets it: its parts ("openai") or their text.
+    if content is None:
+        parts: list[Any] = []
+    elif isinstance(content, str):
+        parts = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        parts = content
+    else:
+        raise ChatError(
+            f"{where}.content must be a string, a list of content parts or null.",
+            param=f"{where}.content",
+        )
+    if role == "system":
+        parts = _strip_billing_header(parts)
+
+    placeholders: list[str] = []
+    texts = [
+        _parse_part(f"{where}.content.{i}", part, media, placeholders, content_format)
+        for i, part in enumerate(parts)
+    ]
+    kept = [p for p in texts if p is not None]
+    if content_format == "openai":
+        return kept
+    text = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
+    return _with_placeholders(text, placeholders) if placeholders else text
 
 
 def _with_placeholders(text: str, placeholders: list[str]) -> str:

@@ -293,12 +293,19 @@ class ChatRenderer:
         # merge_kwargs, which skips override values that are None or "auto".
         if fields["reasoning_effort"] is not None and "enable_thinking" not in request_kwargs:
             fields["enable_thinking"] = fields["reasoning_effort"] != "none"
-        per_request = _merge(request_kwargs, fields)
-        defaults = _merge(
-            dict(self.options.default_chat_template_kwargs),
-            {"tools": tool_dicts, "tokenize": False},
-        )
-        return _merge(defaults, per_request)
+        # defaults < tools and tokenize < the request's kwargs < its fields, each level's unset
+        # values skipped (what merging them pairwise gives, in one pass)
+        out = dict(self.options.default_chat_template_kwargs)
+        if tool_dicts is not None:
+            out["tools"] = tool_dicts
+        out["tokenize"] = False
+        for key, value in request_kwargs.items():
+            if not _is_unset(value) and _is_unset(fields.get(key)):
+                out[key] = value
+        for key, value in fields.items():
+            if not _is_unset(value):
+                out[key] = value
+        return out
 
     def _content_format(self, requested: str | None, has_tools: bool) -> ContentFormat:
         option = self.options.content_format
@@ -319,12 +326,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(defaults)
-    out.update((k, v) for k, v in overrides.items() if not _is_unset(v))
-    return out
 
 
 def _is_unset(value: Any) -> bool:

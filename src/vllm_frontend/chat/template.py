@@ -163,7 +163,10 @@ class CompiledTemplate:
 def _template_of(code: CodeType) -> jinja2.Template:
     # What Environment.from_string does with the code it compiles.
     env = _envs().env
-    return env.template_class.from_code(env, code, env.make_globals(None), None)
+    # Its globals as one flat dict rather than Jinja's ChainMap over the environment's (which
+    # never change once it is made): each render copies them into its context and lists their
+    # names, a ChainMap walk twice per render otherwise (~3 us of ~15).
+    return env.template_class.from_code(env, code, dict(env.make_globals(None)), None)
 
 
 ENVIRONMENT = "transformers-chat-template-env/1"

@@ -10,7 +10,6 @@ per sample. With ``--reasoning-parser`` / ``--tool-call-parser`` the chat layer'
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from vllm_frontend.text.errors import InvalidInput
 from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
-from vllm_frontend.text.sequence_stream import Update
+from vllm_frontend.text.sequence_stream import Update, collect_finals
 
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
@@ -395,16 +394,9 @@ class ChatHandler:
         n = req.n or 1
         role, echo_text = gen.role, gen.echo_text
         [prompt] = gen.text.prompts
+        got = await collect_finals(gen.text.source(0))
         # The finished choices by index (beam search may return fewer than n).
-        finals: dict[int, SequenceOutput] = {}
-        cached: int | None = None
-        async with contextlib.aclosing(gen.text.source(0)) as outputs:
-            async for idx, seq, num_cached in outputs:
-                if num_cached is not None:
-                    cached = num_cached
-                if seq.finished:
-                    finals[idx] = seq
-            kv_transfer_params = outputs.kv_transfer_params
+        finals, cached, kv_transfer_params = got.outputs, got.cached, got.kv_transfer_params
         return_ids = bool(getattr(req, "return_token_ids", False))
         choices: list[ChatChoice] = []
         prompt_lps = None

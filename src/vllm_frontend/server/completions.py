@@ -10,7 +10,6 @@ unset); stream chunks dump only the fields vLLM sets explicitly, which are the o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from vllm_frontend.text.llm import TextGeneration, TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 from vllm_frontend.text.prompts import PreparedPrompt
-from vllm_frontend.text.sequence_stream import Update
+from vllm_frontend.text.sequence_stream import Update, collect_finals
 
 from . import errors
 from .generation import (
@@ -254,13 +253,10 @@ class CompletionsHandler:
         kv_params: list[dict[str, Any] | None] = [None] * len(prompts)
 
         async def run(i: int) -> None:
-            async with contextlib.aclosing(gen.source(i)) as outputs:
-                async for idx, seq, num_cached in outputs:
-                    if num_cached is not None:
-                        cached[i] = num_cached
-                    if seq.finished:
-                        finals[i][idx] = seq
-                kv_params[i] = outputs.kv_transfer_params
+            got = await collect_finals(gen.source(i))
+            finals[i] = got.outputs
+            cached[i] = got.cached
+            kv_params[i] = got.kv_transfer_params
 
         if len(prompts) == 1:
             await run(0)

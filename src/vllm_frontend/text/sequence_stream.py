@@ -15,7 +15,7 @@ from vllm_frontend.text.prompts import PreparedPrompt
 from vllm_frontend.text.sampling import ModelSamplingInfo
 from vllm_frontend.text.tokenizer import Tokenizer
 
-__all__ = ["SequenceStream", "TextContext", "Update", "UpdateSource"]
+__all__ = ["Finals", "SequenceStream", "TextContext", "Update", "UpdateSource", "collect_finals"]
 
 
 class TextContext(Protocol):
@@ -256,3 +256,54 @@ def _concat(blocks: list[Any]) -> tuple[Any, Any, Any]:
 
 def _rows(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
+
+
+class Finals:
+    """What a non-streaming response needs of a source: each choice's last update by index,
+    the prompt's cached-token count (the latest reported) and the KV-transfer parameters."""
+
+    __slots__ = ("cached", "done", "kv_transfer_params", "outputs", "source")
+
+    def __init__(self, source: UpdateSource, done: asyncio.Future[None]) -> None:
+        self.source = source
+        self.done = done
+        self.outputs: dict[int, SequenceOutput] = {}
+        """The finished choices by index (a beam search may return fewer than ``n``)."""
+        self.cached: int | None = None
+        """``num_cached_tokens`` as last reported (None: never)."""
+        self.kv_transfer_params: dict[str, Any] | None = None
+        """The source's KV-transfer parameters once it has finished."""
+
+    def __call__(self) -> None:
+        # The source's notification: its updates taken here, in the engine client's read
+        # callback, so that the waiting handler resumes once, at the end, not per engine step.
+        done = self.done
+        if done.done():
+            return
+        source = self.source
+        try:
+            for idx, seq, num_cached in source.take():
+                if num_cached is not None:
+                    self.cached = num_cached
+                if seq.finished:
+                    self.outputs[idx] = seq
+            if source.finished:
+                done.set_result(None)
+        except Exception as e:
+            done.set_exception(e)
+
+
+async def collect_finals(source: UpdateSource) -> Finals:
+    """Run ``source`` to its end push-style and return its :class:`Finals` (what ``async for``
+    over it then keeping the finished updates gives, without a task wake-up per engine step).
+    The source is closed on the way out, aborting what still runs (a disconnect cancels the
+    wait); its failure (e.g. EngineDeadError) is raised."""
+    finals = Finals(source, asyncio.get_running_loop().create_future())
+    try:
+        source.on_ready(finals)
+        finals()
+        await finals.done
+    finally:
+        await source.aclose()
+    finals.kv_transfer_params = source.kv_transfer_params
+    return finals
