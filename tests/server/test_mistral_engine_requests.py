@@ -128,9 +128,6 @@ def _post(side: Side, path: str, body: dict[str, Any]) -> tuple[int, Any]:
 
 def _engine_view(request: Any) -> dict[str, Any]:
     params = msgspec.to_builtins(request.sampling_params)
-    # vLLM's input processor resolves `watermarking` (False without a watermark config); this
-    # frontend leaves it None for every tokenizer mode (not a Mistral matter: left out here).
-    params.pop("watermarking", None)
     return {"prompt_token_ids": request.prompt_token_ids, "sampling_params": params}
 
 

@@ -71,6 +71,15 @@ def vllm_lowering(req: SamplingRequest, max_tokens: int, model: ModelSamplingInf
         {"eos_token_id": model.generation_eos_token_ids}, model.eos_token_id
     )
     sp.update_from_tokenizer(hf)
+    # The input processor's watermark resolution, on an engine without a watermark config.
+    from types import SimpleNamespace
+
+    from vllm.config import VllmConfig
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    config = SimpleNamespace(watermark_config=None, speculative_config=None)
+    resolved = VllmConfig._check_supports_watermarking(config, sp)  # type: ignore[arg-type]
+    InputProcessor.apply_watermarking(SimpleNamespace(vllm_config=config), sp, resolved)  # type: ignore[arg-type]
     return sp
 
 

@@ -272,6 +272,7 @@ def build_frontend_app(
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        watermarking=config.watermark_configured,
         mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     ctx = ServingContext(
@@ -429,6 +430,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         sampling_defaults=dict(model.files.sampling_defaults),
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
+        watermarking=config.watermark_configured,
         mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     no_engine = _NoEngine()

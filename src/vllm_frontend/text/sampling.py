@@ -143,6 +143,9 @@ class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Vocabulary size / max_logprobs for the model-dependent checks."""
     structured_outputs_backend: str = "auto"
     """`--structured-outputs-config.backend`: the grammar backend named to the engine."""
+    watermarking: bool = False
+    """The engines run with a watermark config: vLLM's input processor then resolves a
+    request's ``watermarking`` to True unless it opts out (without one, always False)."""
     mistral_tokenizer: str | None = None
     """``tekken`` or ``spm`` for a mistral_common tokenizer (``--tokenizer-mode mistral``:
     vLLM sends its Lark grammars to guidance, and refuses lm-format-enforcer)."""
@@ -231,6 +234,12 @@ def lower_sampling_params(
     stop_token_ids = list(dict.fromkeys(req.stop_token_ids or []))
     bad_words = list(dict.fromkeys(req.bad_words or []))
     prompt_logprobs = req.prompt_logprobs
+    watermarking = req.watermarking
+    watermarking_skipped = False
+    if engine_side:  # vLLM's input processor resolves it (apply_watermarking)
+        asked = watermarking is not False
+        watermarking = model.watermarking and asked and temperature != 0
+        watermarking_skipped = model.watermarking and asked and not watermarking
     skip_reading = req.skip_reading_prefix_cache
     if skip_reading is None:
         skip_reading = prompt_logprobs is not None
@@ -240,7 +249,8 @@ def lower_sampling_params(
         frequency_penalty=values["frequency_penalty"],
         repetition_penalty=values["repetition_penalty"],
         temperature=temperature,
-        watermarking=req.watermarking,
+        watermarking=watermarking,
+        watermarking_skipped=watermarking_skipped,
         top_p=values["top_p"],
         top_k=values["top_k"],
         min_p=values["min_p"],
