@@ -163,7 +163,7 @@ class FrontendConfig(msgspec.Struct):
     api_server_count: int = 1
     structured_outputs_backend: str = "auto"
     watermark_configured: bool = False
-    """The engines watermark (``--watermark`` / ``--watermark-config``, theirs to apply)."""
+    """The engines watermark their output (``--watermark-config``, theirs to apply)."""
     seed: int | None = None
     stream_interval: int = 1
     """Stream every N tokens (the first and last always go out); a request may ask for more."""
@@ -292,9 +292,8 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             ):
                 kwargs["reasoning_parser"] = str(reasoning)
             continue
-        if key in ("watermark", "watermark_config"):
-            if value not in (False, "", {}):
-                kwargs["watermark_configured"] = True
+        if key == "watermark_config":  # (``--watermark`` is the KV cache's, not this)
+            kwargs["watermark_configured"] = True
             continue
         if key not in _FIELD_NAMES:
             continue
