@@ -322,7 +322,7 @@ def build_frontend_app(
         parse_responses_request,
         parsers,
         store=store_from_env(),
-        harmony=harmony is not None,
+        harmony=harmony,
         mistral=model.mistral,
     )
     messages = MessagesHandler(
