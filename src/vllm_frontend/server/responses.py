@@ -292,8 +292,9 @@ class ResponsesHandler:
             raise InvalidRequest(str(e), param="input") from None
         chat_request.harmony_messages = messages
         gen = await self.chat.generate(chat_request)
-        if chat_request.text.structured_outputs is not constraint:
-            req.text = None  # vLLM's parser moved text.format into a structural tag
+        engine_constraint = chat_request.text.structured_outputs
+        if engine_constraint is not constraint:
+            req.text = _echoed_text(engine_constraint)
         turn = HarmonyTurn(self._harmony_parser(gen), function_tool_names(req.tools), messages)
         if req.store and store is not None:
             store.put_messages(response_id, messages)  # the output messages join it
@@ -763,6 +764,18 @@ class ResponsesHandler:
         stored["status"] = "cancelled"
         await store.cancel_task(response_id)
         return Response(_encode(stored))
+
+
+def _echoed_text(constraint: dict[str, Any] | None) -> dict[str, Any] | None:
+    # What vLLM's parser left in ``request.text`` (the response echoes it) after replacing the
+    # request's constraint: a forced tool call's JSON schema as a text format; else (a
+    # structural tag) nothing.
+    if constraint is not None and set(constraint) == {"json"}:
+        schema = constraint["json"]
+        fmt = {"type": "json_schema", "name": "tool_calling_response", "schema": schema,
+               "strict": True}  # fmt: skip
+        return {"format": fmt}
+    return None
 
 
 def _query_bool(query: dict[str, list[str]], name: str) -> bool:
