@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import msgspec
@@ -766,7 +766,7 @@ class ResponsesHandler:
         return Response(_encode(stored))
 
 
-def _echoed_text(constraint: dict[str, Any] | None) -> dict[str, Any] | None:
+def _echoed_text(constraint: Mapping[str, Any] | None) -> dict[str, Any] | None:
     # What vLLM's parser left in ``request.text`` (the response echoes it) after replacing the
     # request's constraint: a forced tool call's JSON schema as a text format; else (a
     # structural tag) nothing.
