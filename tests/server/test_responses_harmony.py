@@ -233,8 +233,9 @@ def vllm_parser_cls(server: str) -> Any:
     )  # fmt: skip
 
 
-def vllm_render(request: Any, server: str, previous: Any = None) -> tuple[list[Any], list[int]]:
-    """vLLM's ``_render_responses_with_harmony`` on the request: messages and prompt ids."""
+def vllm_render(request: Any, server: str, previous: Any = None) -> Any:
+    """vLLM's ``_render_responses_with_harmony`` on the request: messages and prompt ids (or
+    its ``ErrorResponse``)."""
     from vllm.entrypoints.openai.parser.harmony_utils import render_for_completion
     from vllm.renderers.online_renderer import OnlineRenderer
 
@@ -254,6 +255,8 @@ def vllm_render(request: Any, server: str, previous: Any = None) -> tuple[list[A
         owner, request, previous_messages=prev_messages, previous_response_outputs=prev_outputs,
         tool_server=None,
     )  # fmt: skip
+    if not hasattr(result, "engine_input"):
+        return result  # type: ignore[no-any-return]  # an ErrorResponse
     return result.messages, list(result.engine_input)
 
 
@@ -314,17 +317,24 @@ async def theirs(
     meta = RequestResponseMetadata(request_id=request.request_id)
     constraint = _constraint(params.structured_outputs)
     if request.stream:
-        events = [
-            json.loads(e.model_dump_json(by_alias=True))
+        raw = [
+            e
             async for e in serving.responses_stream_generator(
                 request, params, generate(), context, "m", hf, meta, created_time=1
             )
         ]
+        events = [json.loads(e.model_dump_json(by_alias=True)) for e in raw]
+        LAST_TURN[:] = [messages, raw[-1].response]
         return prompt, constraint, events
     response = await serving.responses_full_generator(
         request, params, generate(), context, "m", hf, meta, created_time=1
     )
+    LAST_TURN[:] = [messages, response]
     return prompt, constraint, json.loads(response.model_dump_json(by_alias=True))
+
+
+LAST_TURN: list[Any] = []
+"""vLLM's last conversation (its Harmony messages, output included) and response object."""
 
 
 # -- comparison ------------------------------------------------------------------------------
@@ -426,3 +436,116 @@ def test_constraints_match_vllm(
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", strict)
     body = {"input": "Weather?", **fields}
     compare(body, OUTPUTS["call"], steps_of(OUTPUTS["call"], 5), "stop", server)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_previous_response_id_matches_vllm(stream: bool) -> None:
+    # The second turn continues the first's Harmony conversation (its output messages
+    # included) with the call's output; the call's name is found in the first response.
+    first = {"model": "m", "input": "Weather?", "instructions": "Be brief.",
+             "tools": [WEATHER], "stream": stream}  # fmt: skip
+    call_steps = steps_of(OUTPUTS["call"], 4)
+    answer_steps = steps_of(OUTPUTS["answer"], 4)
+
+    async def ours_two_turns() -> tuple[EngineCoreRequest, Any, Any]:
+        store = ResponseStore()
+        engine = ScriptedEngine(call_steps, "stop")
+        status, out = await call(our_app(engine, "both", store), copy.deepcopy(first))
+        assert status == 200, out
+        response = out[-1]["response"] if stream else out
+        second = _second_turn(response)
+        engine2 = ScriptedEngine(answer_steps, "stop")
+        status, out2 = await call(our_app(engine2, "both", store), second)
+        assert status == 200, out2
+        return engine2.requests[0], response, out2
+
+    sent, our_first, our_second = asyncio.run(ours_two_turns())
+    asyncio.run(theirs(copy.deepcopy(first), call_steps, "stop", "both"))
+    messages, their_first = LAST_TURN
+    their_first_json = json.loads(their_first.model_dump_json(by_alias=True))
+    assert masked(our_first) == masked(their_first_json)
+    previous = (list(messages), list(their_first.output))
+    second = _second_turn(their_first_json)
+    prompt, _, their_second = asyncio.run(theirs(second, answer_steps, "stop", "both", previous))
+    assert list(sent.prompt_token_ids) == prompt
+    assert masked(our_second) == masked(their_second)
+
+
+def _second_turn(first: dict[str, Any]) -> dict[str, Any]:
+    [call_item] = [i for i in first["output"] if i["type"] == "function_call"]
+    return {
+        "model": "m",
+        "previous_response_id": first["id"],
+        "instructions": "Not used with a previous response.",
+        "input": [{"type": "function_call_output", "call_id": call_item["call_id"],
+                   "output": "sunny"}],
+        "tools": [WEATHER],
+    }  # fmt: skip
+
+
+def test_response_messages_match_vllm() -> None:
+    body = {"input": "Hi", "enable_response_messages": True}
+    out = compare(body, OUTPUTS["answer"], steps_of(OUTPUTS["answer"], 4), "stop")
+    assert [m["channel"] for m in out["output_messages"]] == ["analysis", "final"]
+    assert [m["role"] for m in out["input_messages"]] == ["system", "user"]
+
+
+ERRORS: list[dict[str, Any]] = [
+    {"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
+    {"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed",
+                "action": {"type": "search", "query": "q"}}]},
+    {"input": "x", "reasoning": {"effort": "minimal"}},
+    {"input": "x", "reasoning": {"effort": "none"}},
+    {"input": "x", "tools": [WEATHER, {"type": "mcp", "server_label": "s"}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", ERRORS)
+def test_bad_input_is_refused_as_vllm_refuses_it(fields: dict[str, Any]) -> None:
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+    from vllm.exceptions import VLLMValidationError
+
+    body = {"model": "m", **fields}
+    try:
+        rendered = vllm_render(ResponsesRequest.model_validate(copy.deepcopy(body)), "both")
+    except VLLMValidationError as e:
+        expected = {"message": str(e), "type": "BadRequestError", "param": e.parameter}
+    else:
+        error = rendered.error  # an ErrorResponse
+        expected = {"message": error.message, "type": error.type, "param": error.param}
+    engine = ScriptedEngine([[1]], "stop")
+    status, out = asyncio.run(call(our_app(engine, "both"), body))
+    assert status == 400
+    assert {k: out["error"][k] for k in expected} == expected
+    assert not engine.requests
+
+
+def test_logprobs_are_refused_as_vllm_refuses_them() -> None:
+    engine = ScriptedEngine([[1]], "stop")
+    body = {"model": "m", "input": "x", "include": ["message.output_text.logprobs"]}
+    status, out = asyncio.run(call(our_app(engine, "both"), body))
+    assert status == 400
+    assert out["error"]["message"] == "logprobs are not supported with gpt-oss models"
+    assert out["error"]["param"] == "logprobs"
+
+
+def test_background_runs_through_harmony_and_is_stored() -> None:
+    async def main() -> tuple[Any, Any, Any]:
+        store = ResponseStore()
+        app = our_app(ScriptedEngine(steps_of(OUTPUTS["call"], 3), "stop"), "both", store)
+        body = {"model": "m", "input": "Hi", "tools": [WEATHER], "background": True}
+        _, queued = await call(app, body)
+        for _ in range(100):
+            stored = store.get(queued["id"])
+            if stored is not None and stored["status"] == "completed":
+                break
+            await asyncio.sleep(0.01)
+        _, streamed = await call(app, {**body, "stream": True})
+        return queued, store.get(queued["id"]), streamed
+
+    queued, done, streamed = asyncio.run(main())
+    assert queued["status"] == "queued" and queued["output"] == []
+    assert done is not None and done["status"] == "completed"
+    assert [i["type"] for i in done["output"]] == ["reasoning", "function_call"]
+    assert streamed[-1]["type"] == "response.completed"
+    assert [i["type"] for i in streamed[-1]["response"]["output"]] == ["reasoning", "function_call"]
