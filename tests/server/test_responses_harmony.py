@@ -38,7 +38,7 @@ from tests.support.tiny_gptoss import tiny_gptoss_dir
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
-from vllm_frontend.engine.protocol import EngineCoreRequest
+from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, PrefillStats
 from vllm_frontend.llm import LLM
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.generation import ServingContext
@@ -144,6 +144,24 @@ def _pinned_date(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+CACHED = 64
+"""The engine's prefix-cache hits for every prompt (on its first output, as the engine sends)."""
+
+
+class CachingEngine(ScriptedEngine):
+    """A scripted engine whose first output reports :data:`CACHED` cached prompt tokens."""
+
+    async def _run(self, request: EngineCoreRequest) -> AsyncIterator[EngineCoreOutput]:
+        first = True
+        async for output in super()._run(request):
+            if first:
+                output.prefill_stats = PrefillStats(
+                    num_prompt_tokens=len(request.prompt_token_ids), num_cached_tokens=CACHED
+                )
+                first = False
+            yield output
+
+
 def steps_of(text: str, size: int) -> list[list[int]]:
     ids = tokenizer().encode(text, add_special_tokens=False)
     return [ids[i : i + size] for i in range(0, len(ids), size)] or [[]]
@@ -213,7 +231,7 @@ async def call(app: App, body: dict[str, Any]) -> tuple[int, Any]:
 async def ours(
     body: dict[str, Any], steps: list[list[int]], finish: str, server: str
 ) -> tuple[EngineCoreRequest, Any]:
-    engine = ScriptedEngine(steps, finish)
+    engine = CachingEngine(steps, finish)
     status, out = await call(our_app(engine, server), body)
     assert status == 200, out
     [sent] = engine.requests
@@ -304,7 +322,9 @@ async def theirs(
 
     def output(ids: list[int], last: bool) -> Any:
         done = CompletionOutput(0, "", ids, None, None, finish_reason=finish if last else None)
-        return RequestOutput("r", None, prompt, None, [done], finished=last)
+        return RequestOutput(
+            "r", None, prompt, None, [done], finished=last, num_cached_tokens=CACHED
+        )
 
     all_ids = [t for step in steps for t in step]
     parts = steps if request.stream else [all_ids]
@@ -449,12 +469,12 @@ def test_previous_response_id_matches_vllm(stream: bool) -> None:
 
     async def ours_two_turns() -> tuple[EngineCoreRequest, Any, Any]:
         store = ResponseStore()
-        engine = ScriptedEngine(call_steps, "stop")
+        engine = CachingEngine(call_steps, "stop")
         status, out = await call(our_app(engine, "both", store), copy.deepcopy(first))
         assert status == 200, out
         response = out[-1]["response"] if stream else out
         second = _second_turn(response)
-        engine2 = ScriptedEngine(answer_steps, "stop")
+        engine2 = CachingEngine(answer_steps, "stop")
         status, out2 = await call(our_app(engine2, "both", store), second)
         assert status == 200, out2
         return engine2.requests[0], response, out2
