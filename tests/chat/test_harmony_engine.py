@@ -199,7 +199,7 @@ def test_previous_response_id_matches_vllm(sdk: dict[str, openai.OpenAI]) -> Non
         second = responses_e2e.create(
             sdk[name], **{**args, "input": "And in Rome?", "previous_response_id": first["id"]}
         )
-        bodies[name] = (first, second)
+        bodies[name] = [first, second]
     responses_e2e.assert_same(bodies["ours"], bodies["vllm"])
     # the second prompt holds the first turn, its output included
     assert bodies["vllm"][1]["usage"]["input_tokens"] > bodies["vllm"][0]["usage"]["input_tokens"]
