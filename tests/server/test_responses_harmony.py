@@ -442,6 +442,8 @@ CONSTRAINED: list[dict[str, Any]] = [
     {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
     {"tools": [WEATHER], "tool_choice": "none"},
     {"tools": [WEATHER, LOOKUP], "parallel_tool_calls": False},
+    {"tools": [{"type": "web_search_preview"}, WEATHER], "tool_choice": "required"},
+    {"tools": [{"type": "web_search_preview"}, WEATHER]},
     {"tools": [WEATHER], "text": {"format": {"type": "json_schema", "name": "w",
                                              "schema": SCHEMA}}},
 ]  # fmt: skip
