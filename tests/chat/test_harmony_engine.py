@@ -10,6 +10,9 @@ Harmony renderings) were the same token for token: the prompt ids are compared t
 servers pin the Harmony date (``VLLM_SYSTEM_START_DATE``); vLLM runs with
 ``VLLM_ENFORCE_STRICT_TOOL_CALLING=0`` (forced tool calls constrained with JSON; the engine
 requests of the structural-tag mode are compared in tests/chat/test_harmony_serving.py).
+
+The Responses API (``client.responses``) is compared on the same servers, both with the
+response store on (``VLLM_ENABLE_RESPONSES_API_STORE=1``), ids and timestamps aside.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e import test_responses as responses_e2e
 from tests.e2e.test_differential import assert_same, assert_same_stream, both
 from tests.support.engines import (
     engine_env,
@@ -43,7 +47,7 @@ JSON_TOOLS = {"VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
 FLAGS = ("--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
          "--enable-auto-tool-choice")  # fmt: skip
 ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1")
-DATE = {"VLLM_SYSTEM_START_DATE": "2025-06-30"}
+DATE = {"VLLM_SYSTEM_START_DATE": "2025-06-30", "VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 # Two gpt-oss engines starting on a busy shared 2-core machine took more than 10 minutes.
 READY_TIMEOUT = 1800
 WEATHER = {
@@ -142,3 +146,60 @@ def test_streamed_chat_matches_vllm(sdk: dict[str, openai.OpenAI]) -> None:
 def test_request_options_match_vllm(sdk: dict[str, openai.OpenAI], fields: dict[str, Any]) -> None:
     ours, ref = both(sdk, lambda c: _create(c, **dict(fields)))
     assert_same(ours, ref)
+
+
+RESPONSES_TOOL = {"type": "function", **WEATHER["function"]}
+RESPONSES_SCHEMA = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 6}},
+                    "required": ["a"], "additionalProperties": False}  # fmt: skip
+RESPONSES_CASES: list[dict[str, Any]] = [
+    {"input": "What is the weather in Paris?", "instructions": "Answer briefly.",
+     "tools": [RESPONSES_TOOL], "reasoning": {"effort": "low"}},
+    {"input": [{"role": "user", "content": "Weather?"},
+               {"type": "function_call", "call_id": "c1", "name": "get_weather",
+                "arguments": '{"city": "Paris"}'},
+               {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+     "tools": [RESPONSES_TOOL]},
+    {"input": "Say a word.", "text": {"format": {"type": "json_schema", "name": "w",
+                                                 "schema": RESPONSES_SCHEMA}}},
+    {"input": "Weather in Oslo?", "tools": [RESPONSES_TOOL], "tool_choice": "required"},
+]  # fmt: skip
+
+
+def _responses_args(sdk: dict[str, openai.OpenAI], fields: dict[str, Any]) -> dict[str, Any]:
+    return {"model": str(sdk["vllm"].models.list().data[0].id), "temperature": 0,
+            "max_output_tokens": 24, **fields}  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", RESPONSES_CASES)
+def test_responses_match_vllm(sdk: dict[str, openai.OpenAI], fields: dict[str, Any]) -> None:
+    args = _responses_args(sdk, fields)
+    ours = responses_e2e.create(sdk["ours"], **args)
+    ref = responses_e2e.create(sdk["vllm"], **args)
+    responses_e2e.assert_same(ours, ref)
+    assert ref["output"] and ref["usage"]["input_tokens"] > 0
+
+
+@pytest.mark.parametrize("fields", [RESPONSES_CASES[0], RESPONSES_CASES[2]])
+def test_streamed_responses_match_vllm(
+    sdk: dict[str, openai.OpenAI], fields: dict[str, Any]
+) -> None:
+    args = _responses_args(sdk, fields)
+    model = args.pop("model")
+    ours = responses_e2e.stream_events(sdk["ours"], model, **args)
+    ref = responses_e2e.stream_events(sdk["vllm"], model, **args)
+    responses_e2e.assert_same_stream(ours, ref)
+    assert ref[-1]["type"] == "response.completed"
+
+
+def test_previous_response_id_matches_vllm(sdk: dict[str, openai.OpenAI]) -> None:
+    args = _responses_args(sdk, RESPONSES_CASES[0])
+    bodies = {}
+    for name in ("ours", "vllm"):
+        first = responses_e2e.create(sdk[name], **args)
+        second = responses_e2e.create(
+            sdk[name], **{**args, "input": "And in Rome?", "previous_response_id": first["id"]}
+        )
+        bodies[name] = [first, second]
+    responses_e2e.assert_same(bodies["ours"], bodies["vllm"])
+    # the second prompt holds the first turn, its output included
+    assert bodies["vllm"][1]["usage"]["input_tokens"] > bodies["vllm"][0]["usage"]["input_tokens"]

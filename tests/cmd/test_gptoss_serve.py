@@ -1,8 +1,8 @@
 """``serve`` a gpt-oss model (``model_type`` ``gpt_oss``) in front of the mock engine: with the
 gpt-oss parsers it starts, renders chat prompts through Harmony (the library is loaded, the
-prompt is Harmony's) and answers chat completions whole and streamed, structured outputs
-included; other parsers are refused at startup for gpt-oss models, and the gpt-oss ones for
-other models, with a reason."""
+prompt is Harmony's) and answers chat completions (structured outputs included) and Responses
+requests, whole and streamed; other parsers are refused at startup for gpt-oss models, and the
+gpt-oss ones for other models, with a reason."""
 
 from __future__ import annotations
 
@@ -59,6 +59,17 @@ def test_serve_answers_gpt_oss_chat_through_harmony(tmp_path: pathlib.Path) -> N
             json.dumps({**chat, "structured_outputs": {"grammar": 'start: "a"'}}),
         )
         assert status == 501, body
+        # The Responses API goes through Harmony too (tests/server/test_responses_harmony.py
+        # compares it with vLLM's).
+        responses = {"model": str(model), "input": "Hi", "max_output_tokens": 4,
+                     "tools": [{"type": "function", "name": "f"}]}  # fmt: skip
+        status, body = serve.request("POST", "/v1/responses", json.dumps(responses))
+        assert status == 200, body
+        assert json.loads(body)["usage"]["input_tokens_details"]["input_tokens_per_turn"]
+        status, body = serve.request(
+            "POST", "/v1/responses", json.dumps({**responses, "stream": True})
+        )
+        assert status == 200 and b"event: response.completed" in body, body
 
 
 def test_gpt_oss_models_take_only_the_gpt_oss_parsers() -> None:

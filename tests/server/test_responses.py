@@ -26,7 +26,6 @@ from vllm_frontend.text.tokenizer import Tokenizer
 def _app(
     model: pathlib.Path,
     store: ResponseStore | None,
-    harmony: bool = False,
     text: str | None = None,
     tool_parser: str | None = None,
 ) -> App:
@@ -39,7 +38,7 @@ def _app(
     parsers = OutputParsers.for_tokenizer(
         tokenizer.token_to_id, tool_call_parser=tool_parser, enable_auto_tool_choice=True
     )
-    handler = ResponsesHandler(ctx, parse_responses_request, parsers, store=store, harmony=harmony)
+    handler = ResponsesHandler(ctx, parse_responses_request, parsers, store=store)
     for (method, path), route in handler.routes().items():
         app.route(method, path, route, json_body=path == "/v1/responses")
     return app
@@ -181,13 +180,6 @@ def test_background_stream_replays_from_a_sequence_number(tiny_model: pathlib.Pa
         assert tail == events[3:]
 
     asyncio.run(main())
-
-
-def test_gpt_oss_is_refused_until_harmony_is_wired(tiny_model: pathlib.Path) -> None:
-    app = _app(tiny_model, None, harmony=True)
-    status, error = asyncio.run(_call(app, "POST", "/v1/responses", {"model": "m", "input": "x"}))
-    assert status == 501
-    assert error["error"]["type"] == "NotImplementedError"
 
 
 @pytest.mark.parametrize(

@@ -37,22 +37,27 @@ from vllm_frontend.chat.parsed import (
 )
 from vllm_frontend.chat.tool_choice import ForcedToolChoice, forced_tool_choice
 
-__all__ = ["HarmonyOutputParser", "is_function_recipient"]
+__all__ = ["HarmonyOutputParser", "HarmonySegment", "is_function_recipient"]
 
 _BUILTIN_TOOLS = frozenset({"python", "browser", "container"})
 _TOOL, _REASONING, _CONTENT, _IGNORE = range(4)
 
 
-def is_function_recipient(recipient: str | None) -> bool:
-    """Whether a message to ``recipient`` is a function call (vLLM's chat-completions rule:
-    ``functions.NAME``, or any bare name but ``assistant`` and the built-in tools)."""
+def is_function_recipient(
+    recipient: str | None, function_names: frozenset[str] | None = None
+) -> bool:
+    """Whether a message to ``recipient`` is a function call (vLLM's rule: ``functions.NAME``,
+    or a bare name but ``assistant`` and the built-in tools; with ``function_names``, as the
+    Responses API asks, a bare name only when it is one of them)."""
     if not recipient or recipient.startswith("<|"):
         return False
     if recipient.startswith("functions."):
         return len(recipient) > len("functions.")
     if recipient == "assistant" or recipient in _BUILTIN_TOOLS:
         return False
-    return recipient.split(".", 1)[0] not in _BUILTIN_TOOLS
+    if recipient.split(".", 1)[0] in _BUILTIN_TOOLS:
+        return False
+    return function_names is None or recipient in function_names
 
 
 def _kind(channel: str | None, recipient: str | None) -> int:
@@ -75,11 +80,21 @@ def _normalize_recipient(recipient: str | None) -> str | None:
     return recipient[:cut].rstrip() or None
 
 
-class _Segment(NamedTuple):
+class HarmonySegment(NamedTuple):
+    """What one output token id did: the channel and recipient after it, the content text it
+    added, and the message it completed (a Harmony ``Message``, or None)."""
+
     channel: str | None
+    """The current message's channel."""
     recipient: str | None
+    """The current message's recipient (normalised)."""
     delta: str
-    completed: Any  # a Harmony Message, or None
+    """Content text this token added."""
+    completed: Any
+    """The message this token completed, or None."""
+
+
+_Segment = HarmonySegment
 
 
 class _Reader:
@@ -149,6 +164,8 @@ class HarmonyOutputParser:
         self._reasoning_tokens = 0
         self._message_ids: list[int] = []
         self._is_special = harmony_encoding().is_special_token
+        self.flushed = False
+        """Whether the last :meth:`segments` call with ``finished`` flushed a segment."""
         self.tool_calls_streamed = False
         """Whether any tool-call piece has been streamed (finish reason ``tool_calls``)."""
         self.forced: ForcedToolChoice | None = forced_tool_choice(tool_choice)
@@ -208,6 +225,17 @@ class HarmonyOutputParser:
         self._message_ids.clear()
         if message is not None:
             segments.append(_Segment(message.channel, message.recipient, "", message))
+        return segments
+
+    def segments(self, token_ids: Sequence[int], *, finished: bool) -> list[HarmonySegment]:
+        """vLLM's ``process_chunk`` (then ``flush`` when ``finished``): one segment per token
+        id read, the flushed ones after (:attr:`flushed` tells whether there were any)."""
+        segments = self._read(token_ids)
+        self.flushed = False
+        if finished:
+            flushed = self._flush()
+            self.flushed = bool(flushed)
+            segments += flushed
         return segments
 
     # -- streaming ---------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_encoding import harmony, harmony_encoding
 from vllm_frontend.text.errors import InvalidInput
 
-__all__ = ["HarmonyRenderer", "RenderedHarmony"]
+__all__ = ["HarmonyRenderer", "RenderedHarmony", "flatten_text"]
 
 _EFFORTS = ("high", "medium", "low")
 _BUILTIN_TOOL_TYPES = ("web_search_preview", "code_interpreter", "container")
@@ -108,7 +108,7 @@ class HarmonyRenderer:
         chat = list(messages)
         instructions: str | None = None
         if chat and isinstance(chat[0], Mapping) and chat[0].get("role") in ("system", "developer"):
-            instructions = _flatten_text(chat[0].get("content"))
+            instructions = flatten_text(chat[0].get("content"))
             chat = chat[1:]
         try:
             prompt = self._preamble(
@@ -121,6 +121,23 @@ class HarmonyRenderer:
         except (ValueError, TypeError, AttributeError, KeyError) as e:
             raise ChatError(str(e)) from None
         return RenderedHarmony(prompt=ids, conversation=[])
+
+    def render_messages(self, messages: list[Any]) -> RenderedHarmony:
+        """The prompt token ids of Harmony messages built elsewhere (the Responses API's)."""
+        return RenderedHarmony(prompt=self._render_ids(messages), conversation=[])
+
+    def preamble(
+        self, instructions: str | None, tools: Any, reasoning_effort: str | None
+    ) -> list[Any]:
+        """vLLM's ``build_harmony_preamble``: the system message, and the developer message
+        when there are instructions or tools (chat-shaped; built-in tool types skipped)."""
+        return self._preamble(instructions, tools, reasoning_effort)
+
+    def instructions_message(self, role: str, text: str) -> Any:
+        """vLLM's ``get_system_or_developer_message``: a later system or developer message."""
+        if role == "system" and self.system_instructions:
+            return self._system_message(text, None)
+        return self._developer_message(text, None)
 
     # -- the preamble ------------------------------------------------------------------------
 
@@ -191,7 +208,7 @@ class HarmonyRenderer:
         calls = message.get("tool_calls", []) or []
         out: list[Any] = []
         if role == "assistant" and calls:
-            text = _flatten_text(message.get("content"))
+            text = flatten_text(message.get("content"))
             if text:
                 out.append(
                     h.Message.from_role_and_content(h.Role.ASSISTANT, text).with_channel(
@@ -217,7 +234,7 @@ class HarmonyRenderer:
             return out
         if role == "tool":
             name = names.get(message.get("tool_call_id", ""), "")
-            text = _flatten_text(message.get("content")) or ""
+            text = flatten_text(message.get("content")) or ""
             author = h.Author.new(h.Role.TOOL, f"functions.{name}")
             return [
                 h.Message.from_author_and_content(author, text)
@@ -239,7 +256,7 @@ class HarmonyRenderer:
             if contents and contents[0].text:
                 out.append(h.Message.from_role_and_contents(role, contents).with_channel("final"))
         elif role in ("system", "developer"):
-            text = _flatten_text(message.get("content"))
+            text = flatten_text(message.get("content"))
             if text is not None:
                 if role == "system" and self.system_instructions:
                     out.append(self._system_message(text, None))
@@ -313,8 +330,8 @@ class HarmonyRenderer:
         return ids
 
 
-def _flatten_text(content: Any) -> str | None:
-    # vLLM's flatten_input_text_content: a string as it is; a list's text parts joined.
+def flatten_text(content: Any) -> str | None:
+    """vLLM's ``flatten_input_text_content``: a string as it is; a list's text parts joined."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):

@@ -70,6 +70,9 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     media_io_kwargs: Any = None
     logprobs: bool = False
     """The request asks for logprobs (one tool parser's streaming reads it)."""
+    harmony_messages: Any = None
+    """gpt-oss only: the prompt as Harmony messages built by the caller (the Responses API's
+    :mod:`vllm_frontend.chat.harmony_responses`), rendered instead of ``messages``."""
     resolve_reasoning_ended: bool = True
     """Send the engine ``reasoning_ended`` (vLLM's chat route does; its Responses route leaves
     it to the engine)."""
@@ -134,12 +137,15 @@ class ChatLlm:
         parts = media.new_parts() if media is not None else None
         if self.harmony is not None:
             self._wrap_harmony_constraint(request)
-            rendered: Any = self.harmony.render(
-                plain(request.messages),
-                tools=plain(request.tools),
-                tool_choice=plain(request.tool_choice),
-                reasoning_effort=request.reasoning_effort,
-            )
+            if request.harmony_messages is not None:
+                rendered: Any = self.harmony.render_messages(request.harmony_messages)
+            else:
+                rendered = self.harmony.render(
+                    plain(request.messages),
+                    tools=plain(request.tools),
+                    tool_choice=plain(request.tool_choice),
+                    reasoning_effort=request.reasoning_effort,
+                )
         elif self.mistral is not None:
             rendered = self.mistral.render(
                 plain(request.messages),

@@ -323,7 +323,7 @@ def build_frontend_app(
         parse_responses_request,
         parsers,
         store=store_from_env(),
-        harmony=harmony is not None,
+        harmony=harmony,
         mistral=model.mistral,
     )
     messages = MessagesHandler(
@@ -462,7 +462,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         mistral=model.mistral,
     )
     messages = MessagesHandler(ctx, chat)
-    responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony is not None)
+    responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony)
     render = RenderHandlers(
         ctx, chat, parse_chat_request, parse_completion_request, messages, responses
     )

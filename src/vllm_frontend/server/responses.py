@@ -17,12 +17,19 @@ import asyncio
 import contextlib
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import msgspec
 
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
+from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
+from vllm_frontend.chat.harmony_responses import (
+    HarmonyInputError,
+    function_tool_names,
+    message_dicts,
+    responses_conversation,
+)
 from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParser, OutputParsers
@@ -39,6 +46,7 @@ from .generation import (
     sampling_request,
     trace_headers,
 )
+from .responses_harmony import HarmonyStream, HarmonyTurn
 from .responses_input import chat_tool_choice, chat_tools, input_messages
 from .responses_output import (
     function_call_item,
@@ -88,18 +96,23 @@ class ResponsesHandler:
         parsers: OutputParsers | None = None,
         *,
         store: ResponseStore | None = None,
-        harmony: bool = False,
+        harmony: HarmonyRenderer | None = None,
         mistral: MistralChatRenderer | None = None,
     ) -> None:
         """``parse(body)`` decodes the request; ``store`` (None: store disabled, as vLLM
-        without ``VLLM_ENABLE_RESPONSES_API_STORE``); ``harmony``: the model is gpt-oss
-        (refused until Harmony is wired); ``mistral`` renders prompts with mistral_common
-        (``--tokenizer-mode mistral``)."""
+        without ``VLLM_ENABLE_RESPONSES_API_STORE``); ``harmony``: the model is gpt-oss, its
+        prompts are rendered through Harmony (:mod:`.responses_harmony`); ``mistral`` renders
+        prompts with mistral_common (``--tokenizer-mode mistral``)."""
         self.ctx = ctx
         self.parse = parse
         """Decodes a ``POST /v1/responses`` body."""
         self.chat = ChatLlm(
-            ctx.text, ctx.chat_renderer, parsers, response_role="assistant", mistral=mistral
+            ctx.text,
+            ctx.chat_renderer,
+            parsers,
+            response_role="assistant",
+            harmony=harmony,
+            mistral=mistral,
         )
         """The chat layer's facade."""
         self.store = store
@@ -120,10 +133,8 @@ class ResponsesHandler:
         ctx = self.ctx
         req: ResponsesRequest = self.parse(request.body)
         ctx.check_model(req.model)
-        if self._harmony:
-            raise errors.NotImplementedFeature(
-                "The Responses API is not served for gpt-oss (Harmony) models yet."
-            )
+        if self._harmony is not None and req.include_logprobs():
+            raise InvalidRequest("logprobs are not supported with gpt-oss models", param="logprobs")
         store = self.store
         if req.store and store is None and req.background:
             raise InvalidRequest(
@@ -145,6 +156,8 @@ class ResponsesHandler:
             if previous is None:
                 raise _not_found(req.previous_response_id)
         response_id = req.request_id or new_id("resp")
+        if self._harmony is not None:
+            return await self._create_harmony(request, req, response_id, previous)
         messages = input_messages(
             req.instructions,
             req.input,
@@ -167,9 +180,9 @@ class ResponsesHandler:
     def render_request(self, request: Request, req: ResponsesRequest) -> ChatRequest:
         """``req`` as ``/v1/responses/render`` maps it (vLLM's stateless render: no stored
         history; ``previous_response_id`` refused), for :attr:`chat`'s ``prepare``."""
-        if self._harmony:
+        if self._harmony is not None:
             raise errors.NotImplementedFeature(
-                "The Responses API is not served for gpt-oss (Harmony) models yet."
+                "/v1/responses/render is not served for gpt-oss (Harmony) models yet."
             )
         if req.previous_response_id is not None:
             raise InvalidRequest(
@@ -181,7 +194,12 @@ class ResponsesHandler:
         return self._chat_request(request, req, response_id, messages)
 
     def _chat_request(
-        self, request: Request, req: ResponsesRequest, response_id: str, messages: list[Any]
+        self,
+        request: Request,
+        req: ResponsesRequest,
+        response_id: str,
+        messages: list[Any],
+        harmony_messages: list[Any] | None = None,
     ) -> ChatRequest:
         sampling = sampling_request(_SamplingView(req), chat=True)
         structured = req.structured_outputs
@@ -198,9 +216,13 @@ class ResponsesHandler:
                 structured = {"json": fmt["schema"]}
         effort = (req.reasoning or {}).get("effort")
         last = req.input[-1] if isinstance(req.input, list) and req.input else None
-        continue_final = isinstance(last, dict) and (
-            last.get("type", "message") in ("message", "reasoning")
-            and last.get("status") in ("in_progress", "incomplete")
+        continue_final = (
+            harmony_messages is None
+            and isinstance(last, dict)
+            and (
+                last.get("type", "message") in ("message", "reasoning")
+                and last.get("status") in ("in_progress", "incomplete")
+            )
         )
         return ChatRequest(
             messages=messages,
@@ -228,13 +250,209 @@ class ResponsesHandler:
             logprobs=bool(req.include_logprobs()),
             parallel_tool_calls=req.parallel_tool_calls,
             resolve_reasoning_ended=False,  # vLLM's Responses route leaves it to the engine
+            harmony_messages=harmony_messages,
         )
+
+    # --- gpt-oss (Harmony) ----------------------------------------------------------------
+
+    async def _create_harmony(
+        self,
+        request: Request,
+        req: ResponsesRequest,
+        response_id: str,
+        previous: dict[str, Any] | None,
+    ) -> Response | PushedStreamingResponse:
+        # vLLM's _render_responses_with_harmony, then one generation read by a HarmonyContext.
+        renderer = self._harmony
+        assert renderer is not None
+        store = self.store
+        previous_messages = None
+        previous_calls: list[tuple[str, str]] = []
+        if previous is not None and store is not None:
+            previous_messages = store.messages(previous["id"]) or []
+            previous_calls = [
+                (item["call_id"], item["name"])
+                for item in previous["output"]
+                if item.get("type") == "function_call"
+            ]
+        chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
+        constraint = chat_request.text.structured_outputs
+        try:
+            messages = responses_conversation(
+                renderer,
+                instructions=req.instructions,
+                request_input=req.input,
+                tools=req.tools,
+                reasoning_effort=(req.reasoning or {}).get("effort"),
+                previous_messages=previous_messages,
+                previous_calls=previous_calls,
+                previous_input_messages=req.previous_input_messages,
+            )
+        except HarmonyInputError as e:
+            raise InvalidRequest(str(e), param="input") from None
+        chat_request.harmony_messages = messages
+        gen = await self.chat.generate(chat_request)
+        engine_constraint = chat_request.text.structured_outputs
+        if engine_constraint is not constraint:
+            req.text = _echoed_text(engine_constraint)
+        turn = HarmonyTurn(self._harmony_parser(gen), function_tool_names(req.tools), messages)
+        if req.store and store is not None:
+            store.put_messages(response_id, messages)  # the output messages join it
+        if req.background and store is not None:
+            return self._background(req, response_id, gen, store, turn)
+        if req.stream:
+
+            def produce(sink: StreamSink) -> Awaitable[None]:
+                events = self._events(req, response_id, gen, int(time.time()), turn)
+                return self._push(sink, events)
+
+            return PushedStreamingResponse(
+                produce, keep_alive_interval=self.ctx.sse_keep_alive_interval
+            )
+        return Response(_encode(await self._full(req, response_id, gen, int(time.time()), turn)))
+
+    def _harmony_parser(self, gen: ChatGeneration) -> HarmonyOutputParser:
+        parser = gen.new_parser()
+        if isinstance(parser, HarmonyOutputParser):
+            return parser
+        # Without --reasoning-parser / --tool-call-parser vLLM's HarmonyContext fails (500);
+        # ours reads the channels all the same.
+        decode = self.ctx.text.tokenizer.decode
+        return HarmonyOutputParser(
+            reasoning=False,
+            tools=False,
+            tool_choice=None,
+            include_reasoning=True,
+            request_has_tools=False,
+            enable_auto_tools=False,
+            decode=lambda ids: decode(ids, skip_special_tokens=False),
+        )
+
+    async def _harmony_full(
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn,
+    ) -> dict[str, Any]:
+        final: SequenceOutput | None = None
+        cached = 0
+        async with contextlib.aclosing(gen.text.source(0)) as outputs:
+            async for _idx, seq, num_cached in outputs:
+                if num_cached is not None:
+                    cached = num_cached
+                if seq.finished:
+                    final = seq
+            kv_transfer_params = outputs.kv_transfer_params
+        assert final is not None
+        turn.append(final.token_ids, final.finish_reason, True)
+        return self._harmony_finish(req, response_id, gen, created, turn, cached,
+                                    kv_transfer_params)  # fmt: skip
+
+    async def _harmony_event_dicts(
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn,
+    ) -> AsyncIterator[dict[str, Any]]:
+        seq_no = 0
+
+        def numbered(event: dict[str, Any]) -> dict[str, Any]:
+            nonlocal seq_no
+            event["sequence_number"] = seq_no
+            seq_no += 1
+            return event
+
+        initial = response_json(
+            req,
+            response_id=response_id,
+            created_at=created,
+            model=self.ctx.model_name_for(req.model),
+            params=gen.text.params[0],
+            output=[],
+            status="in_progress",
+            usage=None,
+        )
+        yield numbered({"response": initial, "sequence_number": 0, "type": "response.created"})
+        yield numbered({"response": initial, "sequence_number": 1, "type": "response.in_progress"})
+        stream = HarmonyStream(turn.function_names)
+        cached = 0
+        try:
+            async with contextlib.aclosing(gen.text.source(0)) as outputs:
+                async for _idx, seq, num_cached in outputs:
+                    if num_cached is not None:
+                        cached = num_cached
+                    if seq.finish_reason == "error":
+                        raise GenerationFailed()
+                    for segment in turn.append(seq.token_ids, seq.finish_reason, seq.finished):
+                        for event in stream.feed(segment):
+                            yield numbered(event)
+                kv_transfer_params = outputs.kv_transfer_params
+            response = self._harmony_finish(
+                req, response_id, gen, created, turn, cached, kv_transfer_params, stream.streamed
+            )
+        except GenerationFailed as exc:
+            yield numbered(_error_event(exc))
+            return
+        yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
+
+    def _harmony_finish(
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn,
+        cached: int,
+        kv_transfer_params: dict[str, Any] | None,
+        streamed: Any = (),
+    ) -> dict[str, Any]:
+        # vLLM's responses_full_generator, HarmonyContext branch.
+        output = turn.items(streamed)
+        if not output:
+            status = "incomplete"
+        elif turn.finish_reason == "error":
+            raise GenerationFailed()
+        else:
+            status = {"length": "incomplete", "abort": "cancelled"}.get(
+                turn.finish_reason or "", "completed"
+            )
+        [prompt] = gen.text.prompts
+        turn.prompt_tokens = len(prompt.token_ids)
+        turn.cached_tokens = cached
+        response = response_json(
+            req,
+            response_id=response_id,
+            created_at=created,
+            model=self.ctx.model_name_for(req.model),
+            params=gen.text.params[0],
+            output=output,
+            status=status,
+            usage=turn.usage(),
+        )
+        if req.enable_response_messages:
+            response["input_messages"] = message_dicts(turn.conversation[: turn.start])
+            response["output_messages"] = message_dicts(turn.messages)
+        response["kv_transfer_params"] = kv_transfer_params
+        if req.store and self.store is not None:
+            self.store.put_final(response)
+        return response
 
     # --- full responses -------------------------------------------------------------------
 
     async def _full(
-        self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, created: int
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn | None = None,
     ) -> dict[str, Any]:
+        if turn is not None:
+            return await self._harmony_full(req, response_id, gen, created, turn)
         final: SequenceOutput | None = None
         cached = 0
         async with contextlib.aclosing(gen.text.source(0)) as outputs:
@@ -361,14 +579,28 @@ class ResponsesHandler:
             await events.aclose()  # type: ignore[attr-defined]
 
     async def _events(
-        self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, created: int
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn | None = None,
     ) -> AsyncIterator[bytes]:
-        async for event in self._event_dicts(req, response_id, gen, created):
+        async for event in self._event_dicts(req, response_id, gen, created, turn):
             yield _event(event)
 
     async def _event_dicts(
-        self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, created: int
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
+        if turn is not None:
+            async for event in self._harmony_event_dicts(req, response_id, gen, created, turn):
+                yield event
+            return
         seq_no = 0
 
         def numbered(event: dict[str, Any]) -> dict[str, Any]:
@@ -439,7 +671,12 @@ class ResponsesHandler:
     # --- background -------------------------------------------------------------------------
 
     def _background(
-        self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, store: ResponseStore
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        store: ResponseStore,
+        turn: HarmonyTurn | None = None,
     ) -> Response | PushedStreamingResponse:
         created = int(time.time())
         queued = response_json(
@@ -458,7 +695,7 @@ class ResponsesHandler:
 
             async def run_stream() -> None:
                 try:
-                    async for event in self._event_dicts(req, response_id, gen, created):
+                    async for event in self._event_dicts(req, response_id, gen, created, turn):
                         stream.append(event)
                 finally:
                     stream.close()
@@ -468,7 +705,7 @@ class ResponsesHandler:
 
         async def run() -> None:
             try:
-                await self._full(req, response_id, gen, created)
+                await self._full(req, response_id, gen, created, turn)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -527,6 +764,18 @@ class ResponsesHandler:
         stored["status"] = "cancelled"
         await store.cancel_task(response_id)
         return Response(_encode(stored))
+
+
+def _echoed_text(constraint: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    # What vLLM's parser left in ``request.text`` (the response echoes it) after replacing the
+    # request's constraint: a forced tool call's JSON schema as a text format; else (a
+    # structural tag) nothing.
+    if constraint is not None and set(constraint) == {"json"}:
+        schema = constraint["json"]
+        fmt = {"type": "json_schema", "name": "tool_calling_response", "schema": schema,
+               "strict": True}  # fmt: skip
+        return {"format": fmt}
+    return None
 
 
 def _query_bool(query: dict[str, list[str]], name: str) -> bool:

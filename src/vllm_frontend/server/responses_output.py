@@ -90,11 +90,34 @@ _FUNCTION_TOOL_FIELDS = (
 _REASONING_FIELDS = ("context", "effort", "generate_summary", "mode", "summary")
 
 
+_BUILTIN_TOOL_FIELDS = {
+    "web_search_preview": ("type", "search_content_types", "search_context_size", "user_location"),
+    "code_interpreter": ("container", "type", "allowed_callers"),
+    "mcp": ("server_label", "type", "allowed_callers", "allowed_tools", "authorization",
+            "connector_id", "defer_loading", "headers", "require_approval",
+            "server_description", "server_url", "tunnel_id"),
+}  # fmt: skip
+_LOCATION_FIELDS = ("type", "city", "country", "region", "timezone")
+_AUTO_CONTAINER_FIELDS = ("type", "file_ids", "memory_limit", "network_policy")
+
+
 def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
-    """A request tool as the response echoes it (a function tool with every SDK field)."""
-    if tool.get("type") != "function":
+    """A request tool as the response echoes it (every SDK field of a function, web search
+    preview, code interpreter or MCP tool)."""
+    kind = tool.get("type")
+    if kind == "function":
+        return {k: tool.get(k) for k in _FUNCTION_TOOL_FIELDS}
+    fields = _BUILTIN_TOOL_FIELDS.get(kind) if isinstance(kind, str) else None
+    if fields is None:
         return tool
-    return {k: tool.get(k) for k in _FUNCTION_TOOL_FIELDS}
+    out = {k: tool.get(k) for k in fields}
+    location = out.get("user_location")
+    if isinstance(location, dict):
+        out["user_location"] = {k: location.get(k) for k in _LOCATION_FIELDS}
+    container = out.get("container") if kind == "code_interpreter" else None
+    if isinstance(container, dict):
+        out["container"] = {k: container.get(k) for k in _AUTO_CONTAINER_FIELDS}
+    return out
 
 
 def _tool_choice_json(choice: Any) -> Any:

@@ -84,9 +84,12 @@ class ResponseStore:
             self.put(response)
 
     def messages(self, response_id: str) -> list[dict[str, Any]] | None:
-        """The conversation a stored response answered (its input messages)."""
+        """The conversation a stored response answered (its input messages: chat messages,
+        copied; for gpt-oss its Harmony messages, the output's included)."""
         messages = self._messages.get(response_id)
-        return None if messages is None else [dict(m) for m in messages]
+        if messages is None:
+            return None
+        return [dict(m) if isinstance(m, dict) else m for m in messages]
 
     def put_messages(self, response_id: str, messages: list[dict[str, Any]]) -> None:
         """Keep the conversation of a stored response."""

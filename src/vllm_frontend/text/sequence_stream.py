@@ -80,7 +80,7 @@ class SequenceStream:
     (no task wakes up per engine step). Closing early (disconnect) aborts what still runs.
     """
 
-    __slots__ = ("_gen", "_kv_transfer_params", "_procs")
+    __slots__ = ("_gen", "_kv_transfer_params", "_pending_cached", "_procs")
 
     def __init__(
         self,
@@ -112,6 +112,9 @@ class SequenceStream:
             for _ in range(n)
         ]
         self._kv_transfer_params: dict[str, Any] | None = None
+        self._pending_cached: dict[int, int] = {}
+        """A sample's cached-token count from an engine output that made no update (a
+        FINAL_ONLY request's first output, held-back text), for its next update."""
         self._gen = text.llm.generate(
             GenerateRequest(
                 request_id=request_id,
@@ -189,10 +192,15 @@ class SequenceStream:
                     new_prompt_logprobs=None if plp is None else _triple(plp),
                 )
             if seq is None:
+                if out.num_cached_tokens is not None:
+                    self._pending_cached[out.index] = out.num_cached_tokens
                 continue
             if seq.abort_engine:
                 self._gen.finish_sample_nowait(out.index, "stop")
-            updates.append((out.index, seq, out.num_cached_tokens))
+            cached = out.num_cached_tokens
+            if cached is None and self._pending_cached:
+                cached = self._pending_cached.pop(out.index, None)
+            updates.append((out.index, seq, cached))
         return updates
 
     def on_tokens(self, consumer: TokenConsumer) -> SequenceProcessor | None:
