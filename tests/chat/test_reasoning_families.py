@@ -278,6 +278,29 @@ FAMILIES: dict[str, Family] = {
             "<mm:<mm:think>x",
         ),
     ),
+    # Kimi K3: XTML markers of three tokens each; the response channel is unwrapped.
+    "kimi_k3": Family(
+        "<|open|>think<|sep|>",
+        "<|close|>think<|sep|>",
+        (),
+        ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"),
+        "<|open|>user<|sep|>What is the weather?<|close|>user<|sep|><|open|>assistant<|sep|>",
+        (
+            {},
+            {"thinking": False},
+            {"enable_thinking": False},
+            {"thinking": True, "enable_thinking": False},
+        ),
+        extra=(
+            "<|open|>think<|sep|>plan<|close|>think<|sep|><|open|>response<|sep|>Sunny."
+            "<|close|>response<|sep|><|close|>message<|sep|>",
+            "<|open|>response<|sep|>no thinking<|close|>response<|sep|>",
+            "plan<|close|>think<|sep|>answer <|close|>message<|sep|>",
+            "<|open|>think<|sep|>x<|close|>think<|sep|><|open|>response<|sep|>cut <|clo",
+            "<|open|>thi",
+            "a<|close|>think<|sep|>b<|open|>think<|sep|>c<|close|>think<|sep|>d",
+        ),
+    ),
     # MuseGlimmer: reasoning in to=self channels, the answer in to=user, tools in the others.
     "muse_glimmer": Family(
         "to=self<|message|>",

@@ -80,6 +80,8 @@ KINDS = {"type": "function", "function": {"name": "set_kinds", "parameters": {
         "any": {"description": "untyped"}, "tags": {"type": "array", "items": {"type": "string"}},
         "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}},
         "note": {"type": "string", "default": None, "description": "quotes \" and <tags>"},
+        "code": {"type": "string", "maxLength": 8, "minLength": 2},
+        "fixed": {"type": "string", "const": "x"},
     }}}}  # fmt: skip
 # Schemas GLM's tag leaves free (combinators, open objects, no or empty properties), a name
 # with a dot and unicode, and a strict tool with no parameters at all.
@@ -392,3 +394,40 @@ def test_forcing_with_json_keeps_a_structured_outputs_tag_as_vllm_does(
             assert _our_structured_outputs(engine) == expected, body
             kept += expected is not None and "structural_tag" in expected
     assert kept == len(FORCED_CHOICES) * len(KEPT_TAGS)
+
+
+@pytest.mark.parametrize("enforce", ["0", "1"])
+def test_kimi_k3_forced_choices_as_vllm(
+    monkeypatch: pytest.MonkeyPatch, enforce: str, tokenizer_dir: str
+) -> None:
+    # Kimi K3 forces calls with its XTML tag only: without strict tool calling a named choice is
+    # refused (unless the request brings a structural tag), "required" goes unconstrained, and
+    # every request it adjusts keeps its special tokens, unspaced.
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", enforce)
+    app, engine = _ours("kimi_k3", "auto", tokenizer_dir)
+    parser = _vllm_parser("kimi_k3", "auto")
+    if enforce == "0":
+        parser.tool_parser.structural_tag_model = None  # (vLLM reads the variable at import)
+    user_tag = {"structural_tag": json.dumps(KEPT_TAGS[0])}
+    for choice, fields in itertools.product(
+        [*FORCED_CHOICES, "auto", "none"], [{}, {"structured_outputs": user_tag}]
+    ):
+        body: dict[str, Any] = {
+            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [WEATHER, STRICT_TIME], "tool_choice": choice, **fields,
+        }  # fmt: skip
+        status, raw = _post(app, body)
+        try:
+            expected = _vllm_structured_outputs(parser, body)
+        except Exception as exc:
+            error = create_error_response(exc).model_dump()["error"]
+            assert (status, json.loads(raw)["error"]) == (error["code"], error), body
+            continue
+        assert status == 200, raw
+        assert _our_structured_outputs(engine) == expected, body
+        sent = engine.requests[-1].sampling_params
+        assert (sent.skip_special_tokens, sent.spaces_between_special_tokens) == (
+            (True, True) if choice == "none" else (False, False)
+        )

@@ -134,8 +134,12 @@ class ChatLlm:
             rendered = self._render(request, parts)
         self._force_tool_calls(request)
         parsers = self._parsers
-        if parsers is not None and parsers.needs_special_tokens(self._options(request)):
-            text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+        if parsers is not None:
+            options = self._options(request)
+            if parsers.needs_special_tokens(options):
+                text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+            if parsers.joins_special_tokens(options):
+                text_request.sampling.spaces_between_special_tokens = False
         if media is not None and parts is not None and parts.items:
             generation = await media.generate(
                 text_request,
@@ -247,6 +251,7 @@ class ChatLlm:
             return
         if parsers.structural_tag_model is not None and self._apply_tool_tag(request, parsers):
             return
+        self._check_named_without_tag(request, parsers)
         if not parsers.forces_with_json:
             # The parser reads forced choices in the model's own format; a few constrain them.
             self._force_parser_schema(request, parsers)
@@ -261,6 +266,23 @@ class ChatLlm:
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
+
+    def _check_named_without_tag(self, request: ChatRequest, parsers: OutputParsers) -> None:
+        # (vLLM's KimiK3ToolParser.adjust_request): a named choice no structural tag forces.
+        tool_cls = parsers.tool_cls
+        message = tool_cls.named_choice_needs_tag if tool_cls is not None else None
+        choice = plain(request.tool_choice)
+        if message is None or not isinstance(choice, dict):
+            return
+        so = request.text.structured_outputs
+        if so is not None and so.get("structural_tag") is not None:
+            return
+        name = (choice.get("function") or {}).get("name")
+        raise ChatError(
+            message,
+            param="tool_choice",
+            value=f"function=ChatCompletionNamedFunction(name={name!r}) type='function'",
+        )
 
     def _force_parser_schema(self, request: ChatRequest, parsers: OutputParsers) -> None:
         # (vLLM's MistralParser.adjust_request without a mistral tokenizer): only while the

@@ -33,6 +33,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
 from vllm_frontend.chat.reasoning.k2_horizon import K2HorizonReasoningParser
+from vllm_frontend.chat.reasoning.kimi_k3 import KimiK3ReasoningParser
 from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
 from vllm_frontend.chat.reasoning.muse_glimmer import MuseGlimmerReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
@@ -79,6 +80,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         K2HorizonReasoningParser,
         InklingReasoningParser,
         KimiK2ReasoningParser,
+        KimiK3ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
         MiniMaxM2ReasoningParser,

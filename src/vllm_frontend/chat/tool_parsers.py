@@ -39,6 +39,7 @@ from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.kimi_k3 import KimiK3ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
@@ -341,6 +342,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "jamba": JambaToolParser,
     "k2_horizon": K2HorizonToolParser,
     "kimi_k2": KimiK2ToolParser,
+    "kimi_k3": KimiK3ToolParser,
     "lfm2": Lfm2ToolParser,
     "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,

@@ -19,7 +19,6 @@ _UNIFIED = (
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
-    "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
     "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
