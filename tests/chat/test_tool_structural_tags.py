@@ -431,3 +431,89 @@ def test_kimi_k3_forced_choices_as_vllm(
         assert (sent.skip_special_tokens, sent.spaces_between_special_tokens) == (
             (True, True) if choice == "none" else (False, False)
         )
+
+
+COHERE_BODIES: list[dict[str, Any]] = [
+    {"tools": [WEATHER]},
+    {"tools": [WEATHER, STRICT_TIME], "tool_choice": "required"},
+    {"tools": [WEATHER], "tool_choice": "none"},
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "integer"}}}}}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "schema": {"type": "string"}}}}},
+    {"structured_outputs": {"json": {"type": "array"}}},
+    {"structured_outputs": {"json": '{"type": "object", "required": ["k"]}'}},
+    {"structured_outputs": {"json": "[1]"}},
+    {"structured_outputs": {"json_object": True}},
+    {"structured_outputs": {"regex": "[a-z]+"}},
+    {"structured_outputs": {"structural_tag": json.dumps(KEPT_TAGS[0])}, "tools": [WEATHER]},
+    {"response_format": KEPT_TAGS[0]},
+    {"response_format": {"type": "text"}},
+    {},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arch", [None, "Cohere2ForCausalLM", "Cohere2MoeForCausalLM", "LlamaForCausalLM"]
+)
+@pytest.mark.parametrize(
+    ("tool", "reasoning"),
+    [("cohere_command3", None), ("cohere_command4", "cohere_command4"), (None, "cohere_command3")],
+)
+def test_cohere_command_request_constraints_as_vllm(
+    arch: str | None, tool: str | None, reasoning: str | None, tokenizer_dir: str
+) -> None:
+    # vLLM's Cohere parser folds the request's JSON schema and tools into a structural tag for
+    # Command A architectures (400 for others); its tool grammar is xgrammar's (501 here).
+    from types import SimpleNamespace
+
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+    from vllm.parser import ParserManager
+
+    from tests.chat.test_tool_parsers import _chat_app
+    from vllm_frontend.chat.reasoning_parsers import ModelFacts
+
+    tok = _our_tokenizer(tokenizer_dir)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser=tool, reasoning_parser=reasoning,
+        enable_auto_tool_choice=tool is not None, model=ModelFacts(architecture=arch),
+    )  # fmt: skip
+    engine = _ScriptedEngine([tok.encode("ok", add_special_tokens=False)[0]])
+    app = _chat_app(engine, parsers, tokenizer_dir, tok=tok)
+    cls = ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning,
+        enable_auto_tools=tool is not None, tokenizer=tokenizer(),
+    )  # fmt: skip
+    parser = cls(tokenizer(), None, model_config=SimpleNamespace(architecture=arch))
+    for fields in COHERE_BODIES:
+        if tool is None and "tools" in fields:
+            continue
+        body: dict[str, Any] = {"model": "m", "max_tokens": 2,
+                                "messages": [{"role": "user", "content": "x"}],
+                                **copy.deepcopy(fields)}  # fmt: skip
+        status, raw = _post(app, body)
+        rest = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("tools", "model")}
+        req = vllm_request(copy.deepcopy(body.get("tools")), **rest)
+        if reasoning is None and req.tool_choice == "none":
+            adjusted = req  # (vLLM's serving does not adjust the request then)
+        else:
+            try:
+                adjusted = parser.adjust_request(req)
+            except Exception as exc:
+                error = create_error_response(exc).model_dump()["error"]
+                assert (status, json.loads(raw)["error"]) == (error["code"], error), body
+                continue
+        so = adjusted.extract_structured_outputs()
+        tag = so.structural_tag if so is not None else None
+        if tag is not None and '"grammar"' in tag:
+            assert status == 501, (body, raw)
+            continue
+        assert status == 200, (body, raw)
+        expected = None
+        if so is not None:
+            fields = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+            expected = {k: v for k in fields if (v := getattr(so, k)) is not None}
+        assert (_our_structured_outputs(engine) or None) == (expected or None), body
+        sent = engine.requests[-1].sampling_params
+        assert sent.skip_special_tokens == adjusted.skip_special_tokens, body

@@ -254,3 +254,128 @@ def test_kimi_k3_keeps_special_tokens_unspaced_as_vllm(
     options = options_of(req)
     assert ours.needs_special_tokens(options) == (not expected.skip_special_tokens)
     assert ours.joins_special_tokens(options) == (not expected.spaces_between_special_tokens)
+
+
+# -- cohere_command3 / cohere_command4 ---------------------------------------------------------
+
+COHERE_SPECIAL = (
+    "<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TEXT|>", "<|END_TEXT|>",
+    "<|CHATBOT_TOKEN|>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>",
+)  # fmt: skip
+
+
+def action(*calls: tuple[str, str, str]) -> str:
+    """An action block of ``(id, name, parameters JSON)`` calls."""
+    body = ", ".join(
+        f'{{"tool_call_id": "{i}", "tool_name": "{n}", "parameters": {p}}}' for i, n, p in calls
+    )
+    return f"<|START_ACTION|>[{body}]<|END_ACTION|>"
+
+
+COHERE_OUTPUTS = [
+    "<|START_THINKING|>I should look it up.<|END_THINKING|>"
+    + action(("0", "get_weather", '{"city": "Paris"}')),
+    "<|START_THINKING|>two calls<|END_THINKING|>"
+    + action(("0", "get_weather", '{"city": "Zürich 日本"}'), ("1", "get_time", "{}")),
+    "<|START_RESPONSE|>It is <co>sunny</co: 0:[0]> in Paris.<|END_RESPONSE|>",
+    "<|START_THINKING|>think <co>a</co: 0:[1]><|END_THINKING|><|START_RESPONSE|>Answer "
+    'with a quote: "x" and {braces}.<|END_RESPONSE|>',
+    "<|START_THINKING|>truncated reasoning",
+    "<|START_RESPONSE|>truncated answer",
+    action(("0", "plan_trip", '{"days": 3, "stops": [1, 2], "opts": {"n": null}}')),
+    action(("0", "get_weather", '{"city": "Pa'))[:-20],
+    "<|START_ACTION|>[not json]<|END_ACTION|>",
+    "plain text without any markers",
+    '<|START_ACTION|>[{"tool_name": "get_time", "parameters": {}}]<|END_ACTION|>',
+    "<|START_RESPONSE|><|END_RESPONSE|>",
+]
+COHERE_FAMILIES = [
+    Family(name, (), reasoning, COHERE_SPECIAL)
+    for name in ("cohere_command3", "cohere_command4")
+    for reasoning in (name, None)
+] + [Family(None, (), "cohere_command4", COHERE_SPECIAL)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "family", COHERE_FAMILIES, ids=["c3", "c3-tools", "c4", "c4-tools", "c4-r"]
+)
+@pytest.mark.parametrize("text", COHERE_OUTPUTS)
+def test_cohere_command_matches_vllm(family: Family, text: str) -> None:
+    for req in _shapes(family):
+        family.check(text, req, [2, 5, 9])
+
+
+def _citations_stream(family: Family, text: str, cuts: list[int], req: Any) -> tuple[Any, Any]:
+    from tests.chat.tool_family_harness import options_of
+
+    deltas = family.deltas(text, cuts)
+    vllm_parser, ours = family.vllm_parser(req), family.ours.for_request(options_of(req))
+    theirs, mine = [], []
+    for k, (chunk, ids) in enumerate(deltas):
+        done = k == len(deltas) - 1
+        msg = vllm_parser.parse_delta(chunk, list(ids), req, prompt_token_ids=[1], finished=done)
+        if msg is not None and getattr(msg, "citations", None):
+            theirs.append([c.model_dump(exclude_unset=True) for c in msg.citations])
+        got = ours.feed(chunk, ids, [1], finished=done)
+        if got is not None and got.citations:
+            mine.append(got.citations)
+    return mine, theirs
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(COHERE_FAMILIES))),
+    st.sampled_from(COHERE_OUTPUTS),
+    st.lists(st.integers(0, 80), max_size=14),
+    st.integers(0, 7),
+)
+def test_cohere_command_streaming_matches_vllm_for_any_cut(
+    family: int, text: str, cuts: list[int], which: int
+) -> None:
+    fam = COHERE_FAMILIES[family]
+    shapes = _shapes(fam)
+    req = shapes[which % len(shapes)]
+    fam.check_stream(text, cuts, req)
+    mine, theirs = _citations_stream(fam, text, cuts, req)
+    assert mine == theirs
+
+
+def test_cohere_command_streams_vllms_citations() -> None:
+    for text in (COHERE_OUTPUTS[2], COHERE_OUTPUTS[3]):
+        for cuts in ([], [3, 4, 5, 6, 7, 8, 9, 10]):
+            mine, theirs = _citations_stream(COHERE_FAMILIES[0], text, cuts, vllm_request(TOOLS))
+            assert mine == theirs and mine, (text, cuts)
+
+
+def test_cohere_command_delta_json_is_vllms() -> None:
+    # A streamed delta with citations and tool-call pieces, as vLLM's chat stream writes it.
+    import json
+
+    import msgspec
+
+    from tests.chat.tool_family_harness import options_of
+    from vllm_frontend.server.chat import _delta_json
+
+    family, req = COHERE_FAMILIES[0], vllm_request(TOOLS)
+    text = COHERE_OUTPUTS[3] + COHERE_OUTPUTS[1] + COHERE_OUTPUTS[2]
+    deltas = family.deltas(text, list(range(0, 80, 3)))
+    theirs = family.vllm_parser(req)
+    ours = family.ours.for_request(options_of(req))
+    for k, (chunk, ids) in enumerate(deltas):
+        done = k == len(deltas) - 1
+        expected = theirs.parse_delta(chunk, list(ids), req, prompt_token_ids=[1], finished=done)
+        got = ours.feed(chunk, ids, [1], finished=done)
+        if expected is None:
+            assert got is None
+            continue
+        assert got is not None
+        dumped = json.loads(expected.model_dump_json(exclude_unset=True))
+        for call in dumped.get("tool_calls", []):
+            if "id" in call:
+                call["id"] = "#"
+        mine = json.loads(msgspec.json.encode(_delta_json(got)))
+        for call in mine.get("tool_calls", []):
+            if "id" in call:
+                call["id"] = "#"
+        assert mine == dumped, chunk

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from vllm_frontend.chat.cohere_output import CohereOutputParser, cohere_structural_tag
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
@@ -132,6 +133,8 @@ class ChatLlm:
             )
         else:
             rendered = self._render(request, parts)
+        if self._parsers is not None and self._parsers.unified == "cohere":
+            self._apply_cohere_tag(request)
         self._force_tool_calls(request)
         parsers = self._parsers
         if parsers is not None:
@@ -267,6 +270,27 @@ class ChatLlm:
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
 
+    def _apply_cohere_tag(self, request: ChatRequest) -> None:
+        # vLLM's CohereCommandParser.adjust_request (run with a reasoning parser or a tool
+        # choice other than none): the JSON schema and the tools go into a structural tag.
+        parsers = self._parsers
+        assert parsers is not None
+        if parsers.reasoning_cls is None and plain(request.tool_choice) == "none":
+            return
+        text_request = request.text
+        tag = cohere_structural_tag(
+            parsers.architecture,
+            plain(request.tools),
+            plain(text_request.response_format),
+            plain(text_request.structured_outputs),
+        )
+        if tag is None:
+            return
+        text_request.structured_outputs = {"structural_tag": tag}
+        rf = text_request.response_format
+        if rf is not None and rf.get("type") in ("json_schema", "json_object"):
+            text_request.response_format = None
+
     def _check_named_without_tag(self, request: ChatRequest, parsers: OutputParsers) -> None:
         # (vLLM's KimiK3ToolParser.adjust_request): a named choice no structural tag forces.
         tool_cls = parsers.tool_cls
@@ -396,7 +420,7 @@ class ChatGeneration:
         parsers = self._chat._parsers
         return parsers is not None and parsers.has_reasoning
 
-    def new_parser(self) -> OutputParser | HarmonyOutputParser | None:
+    def new_parser(self) -> OutputParser | HarmonyOutputParser | CohereOutputParser | None:
         """A parser for one choice's output (None without configured parsers)."""
         chat = self._chat
         parsers = chat._parsers

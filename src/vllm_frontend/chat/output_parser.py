@@ -15,6 +15,12 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.cohere_output import (
+    END_THINKING,
+    START_THINKING,
+    CohereOutputParser,
+    melody,
+)
 from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
@@ -91,6 +97,8 @@ class OutputParsers:
         the output. ``encode`` (no special tokens added) and ``decode`` are given to the
         reasoning parsers that tokenize text themselves (``uses_codec``)."""
         self.vocab = vocab
+        self.architecture = model.architecture if model is not None else None
+        """The model's architecture (the Cohere Command parser's tags depend on it)."""
         self._encode = encode
         self.special_tokens = dict(special_tokens or {})
         self.enable_auto_tools = enable_auto_tool_choice
@@ -136,6 +144,27 @@ class OutputParsers:
                 + " token(s)"
             )
         self._check_harmony(flags)
+        self._check_cohere(flags)
+
+    def _check_cohere(self, flags: list[str]) -> None:
+        # vLLM's Cohere Command parser takes its melody preset from the reasoning parser when
+        # there is one (a non-Cohere one fails vLLM's startup), else from the tool parser.
+        if self.unified != "cohere":
+            return
+        shim = self.reasoning_cls or self.tool_cls
+        if shim is None:
+            return
+        if shim.unified != "cohere" or (
+            self.tool_cls is not None and self.tool_cls.unified != "cohere"
+        ):
+            raise ParserConfigError(
+                f"{' and '.join(flags)}: vllm-frontend serves the Cohere Command parsers "
+                "(cohere_command3, cohere_command4) only with each other"
+            )
+        try:
+            melody()
+        except ImportError as e:
+            raise ParserConfigError(str(e)) from e
 
     def _check_harmony(self, flags: list[str]) -> None:
         # vLLM's HarmonyParser refuses other parsers at startup (validate_parser_tokenizer);
@@ -268,7 +297,9 @@ class OutputParsers:
         ):
             self.tool_cls.check_request(options.request_chat_template_kwargs or {})
 
-    def for_request(self, options: RequestToolOptions) -> OutputParser | HarmonyOutputParser:
+    def for_request(
+        self, options: RequestToolOptions
+    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser:
         """A fresh parser for one choice of a request."""
         if self.harmony:
             decode = self._decode
@@ -283,6 +314,8 @@ class OutputParsers:
                 enable_auto_tools=self.enable_auto_tools,
                 decode=decode,
             )
+        if self.unified == "cohere" and (self.reasoning_cls or self.tool_cls) is not None:
+            return self._cohere(options)
         reasoning = None
         if self.reasoning_cls is not None:
             if getattr(self.reasoning_cls, "reads_special_tokens", False):
@@ -319,6 +352,17 @@ class OutputParsers:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010
         return OutputParser(reasoning, tool, options, self.enable_auto_tools, self.unified)
+
+    def _cohere(self, options: RequestToolOptions) -> CohereOutputParser:
+        shim = self.reasoning_cls or self.tool_cls
+        return CohereOutputParser(
+            getattr(shim, "preset"),  # noqa: B009
+            tools_allowed=self.tool_cls is not None and options.tool_choice != "none",
+            tool_choice=options.tool_choice,
+            request_tools=options.tools,
+            include_reasoning=options.include_reasoning,
+            thinking_ids=(self.vocab.get(START_THINKING), self.vocab.get(END_THINKING)),
+        )
 
 
 def resolve_tool_parser(name: str) -> type[ToolParser]:

@@ -10,6 +10,10 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
+from vllm_frontend.chat.reasoning.cohere import (
+    CohereCommand3ReasoningParser,
+    CohereCommand4ReasoningParser,
+)
 from vllm_frontend.chat.reasoning.engine_grammar import (
     DeepSeekV4ReasoningParser,
     DeepSeekV41ReasoningParser,
@@ -62,6 +66,8 @@ __all__ = [
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     cls.name: cls
     for cls in (
+        CohereCommand3ReasoningParser,
+        CohereCommand4ReasoningParser,
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
         DeepSeekV4ReasoningParser,

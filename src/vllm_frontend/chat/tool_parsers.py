@@ -17,6 +17,7 @@ from vllm_frontend.chat.partial_json import partial_json_loads
 from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
+from vllm_frontend.chat.tools.cohere import CohereCommand3ToolParser, CohereCommand4ToolParser
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.dots import DotsToolParser
 from vllm_frontend.chat.tools.dsml import (
@@ -318,6 +319,8 @@ def _common_prefix(a: str, b: str) -> str:
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "apertus": ApertusToolParser,
+    "cohere_command3": CohereCommand3ToolParser,
+    "cohere_command4": CohereCommand4ToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
     "deepseek_v32": DeepSeekV32ToolParser,

@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -109,7 +109,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     output_parsers(
         config,
         tokenizer,
-        ModelFacts(tokenizer_config, templates.tokenizer),
+        ModelFacts(tokenizer_config, templates.tokenizer, _architecture(files.config)),
         harmony=is_harmony_model(files.config),
     )
     options = ChatTemplateOptions(
@@ -548,7 +548,19 @@ def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[
 
 def model_facts(model: ModelResources) -> ModelFacts:
     """What reasoning parsers may read of the model besides its vocabulary."""
-    return ModelFacts(model.files.tokenizer_config, model.renderer.templates.tokenizer)
+    return ModelFacts(
+        model.files.tokenizer_config,
+        model.renderer.templates.tokenizer,
+        _architecture(model.files.config),
+    )
+
+
+def _architecture(model_config: Mapping[str, Any]) -> str | None:
+    # vLLM's ModelConfig.architecture: the config's first architecture
+    architectures = model_config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return None
 
 
 def output_parsers(

@@ -19,6 +19,8 @@ class ModelFacts(msgspec.Struct, frozen=True):
     """``tokenizer_config.json`` (the HF tokenizer's ``init_kwargs``)."""
     chat_template: str | Mapping[str, str] | None = None
     """The tokenizer's ``chat_template``: one template, named templates, or none."""
+    architecture: str | None = None
+    """The model's architecture (``config.json``'s first ``architectures`` entry)."""
 
 
 class ReasoningParser:

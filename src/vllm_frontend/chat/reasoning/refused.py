@@ -19,8 +19,6 @@ _UNIFIED = (
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
-    "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
-    "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
 }
