@@ -379,3 +379,60 @@ def test_cohere_command_delta_json_is_vllms() -> None:
             if "id" in call:
                 call["id"] = "#"
         assert mine == dumped, chunk
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_kimi_k3_chat_route_reads_the_detokenized_output_as_vllm(
+    stream: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The whole path: engine token ids through our detokenizer (special tokens kept, unspaced)
+    # and the parsers, with the engine request's reasoning fields as vLLM sets them.
+    import json
+
+    from tests.chat.test_tool_parsers import _chat_app, _post, _ScriptedEngine
+    from vllm_frontend.chat.output_parser import OutputParsers
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    path = tmp_path_factory.mktemp("k3-tokenizer")
+    K3.tok.save_pretrained(path)
+    tok = Tokenizer.from_dir(str(path), use_fastokens=False)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id,
+        tool_call_parser="kimi_k3",
+        reasoning_parser="kimi_k3",
+        enable_auto_tool_choice=True,
+        decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
+        encode=lambda text: tok.encode(text, add_special_tokens=False),
+    )
+    text = K3_OUTPUTS[0]
+    engine = _ScriptedEngine(tok.encode(text, add_special_tokens=False))
+    app = _chat_app(engine, parsers, str(path), tok=tok)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS,
+            "stream": stream}  # fmt: skip
+    status, raw = _post(app, body)
+    assert status == 200, raw
+    sent = engine.requests[-1]
+    assert not sent.sampling_params.skip_special_tokens
+    assert not sent.sampling_params.spaces_between_special_tokens
+    theirs = K3.vllm_parser(vllm_request(TOOLS))
+    assert sent.reasoning_ended == theirs.is_reasoning_end(list(sent.prompt_token_ids))
+    reasoning, content, calls = K3.vllm_parser(vllm_request(TOOLS)).parse(
+        text, vllm_request(TOOLS), enable_auto_tools=True
+    )
+    if stream:
+        got_r, got_c, got_calls = "", "", []
+        for line in raw.decode().splitlines():
+            if not line.startswith("data: {"):
+                continue
+            delta = json.loads(line[6:])["choices"][0]["delta"]
+            got_r += delta.get("reasoning") or ""
+            got_c += delta.get("content") or ""
+            got_calls += [(c["function"]["name"], c["function"]["arguments"])
+                          for c in delta.get("tool_calls") or []]  # fmt: skip
+        assert (got_r, got_c or None) == (reasoning, content)
+    else:
+        message = json.loads(raw)["choices"][0]["message"]
+        assert (message["reasoning"], message["content"]) == (reasoning, content)
+        got_calls = [(c["function"]["name"], c["function"]["arguments"])
+                     for c in message["tool_calls"]]  # fmt: skip
+    assert got_calls == [(c.name, c.arguments) for c in calls or ()]

@@ -186,6 +186,8 @@ class ChatLlm:
             vocab=parsers.vocab if parsers is not None else {},
             chat_template_kwargs=kwargs,
             prompt_token_ids=generation.prompts[0].token_ids,
+            encode=parsers.codec[0] if parsers is not None else None,
+            decode=parsers.codec[1] if parsers is not None else None,
         )
         text_request = request.text
         text_request.reasoning_ended = ended if request.resolve_reasoning_ended else None

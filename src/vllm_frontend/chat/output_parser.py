@@ -228,6 +228,14 @@ class OutputParsers:
         )
 
     @property
+    def codec(
+        self,
+    ) -> tuple[Callable[[str], list[int]] | None, Callable[[Sequence[int]], str] | None]:
+        """The tokenizer's ``(encode, decode)`` given at startup (for ``uses_codec``
+        reasoning parsers)."""
+        return self._encode, self._decode
+
+    @property
     def active(self) -> bool:
         """Whether any parser is configured (else output is plain content)."""
         return self.reasoning_cls is not None or self.tool_cls is not None
