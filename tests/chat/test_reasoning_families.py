@@ -307,6 +307,26 @@ FAMILIES: dict[str, Family] = {
         )
         for name in ("cohere_command3", "cohere_command4")
     },
+    # MiniCPM-V: the Qwen3 grammar, <|im_end|> and reserved markers dropped, escaped newlines
+    # ("\\n" written as two characters) recovered outside code and LaTeX.
+    "minicpmv": Family(
+        "<think>",
+        "</think>",
+        (*_THINK, *(f"<reserved_{i}>" for i in range(12, 16))),
+        (*_CHATML, *(f"<|reserved_{i}|>" for i in range(12, 16))),
+        _CHATML_PROMPT,
+        _ON_OFF,
+        extra=(
+            "<think>plan\\nstep 2</think>Answer:\\nline two<|im_end|>",
+            "<think>a\\r\\nb</think>`code\\n` and $x\\n$ and \\(y\\n\\) and ```\\n``` ok\\n",
+            "plan<|reserved_12|> more<reserved_13></think>tail \\\\n double \\x\\",
+            "no think at all\\n<think>hidden</think>shown<|im_end|>",
+            "<think>x</think>a<|reserved_15|>b</think>c <think>d",
+            "<think>x\\",
+            "text $$ open\\n",
+            "<think>r</think><tool_call>\\n<function=f>\\n</function>\\n</tool_call>",
+        ),
+    ),
     # Kimi K3: XTML markers of three tokens each; the response channel is unwrapped.
     "kimi_k3": Family(
         "<|open|>think<|sep|>",

@@ -436,3 +436,42 @@ def test_kimi_k3_chat_route_reads_the_detokenized_output_as_vllm(
         got_calls = [(c["function"]["name"], c["function"]["arguments"])
                      for c in message["tool_calls"]]  # fmt: skip
     assert got_calls == [(c.name, c.arguments) for c in calls or ()]
+
+
+# -- minicpmv ----------------------------------------------------------------------------------
+
+MINICPMV_OUTPUTS = [
+    "<think>plan\\nstep</think>Let me check.\\n<tool_call>\n<function=get_weather>\n"
+    "<parameter=city>\nPa\\nris\n</parameter>\n</function>\n</tool_call><|im_end|>",
+    "<think>a</think>`x\\n` then $y\\n$ and \\\\n kept, \\r\\n\\n done\\",
+    "answer\\n<|reserved_12|>more\\n<reserved_13>",
+    "<think>only reasoning\\n with a tail \\",
+]
+MINICPMV_MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<reserved_13>")
+MINICPMV_SPECIAL = ("<|im_start|>", "<|im_end|>", "<|reserved_12|>")
+MINICPMV = [
+    Family("qwen3_coder", MINICPMV_MARKERS, "minicpmv", MINICPMV_SPECIAL),
+    Family(None, MINICPMV_MARKERS, "minicpmv", MINICPMV_SPECIAL),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("family", MINICPMV, ids=["qwen3_coder", "alone"])
+@pytest.mark.parametrize("text", MINICPMV_OUTPUTS)
+def test_minicpmv_recovers_newlines_as_vllm(family: Family, text: str) -> None:
+    for req in _shapes(family):
+        family.check(text, req, [2, 5, 9])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(MINICPMV))),
+    st.sampled_from(MINICPMV_OUTPUTS),
+    st.lists(st.integers(0, 70), max_size=14),
+    st.integers(0, 7),
+)
+def test_minicpmv_streaming_matches_vllm_for_any_cut(
+    family: int, text: str, cuts: list[int], which: int
+) -> None:
+    fam = MINICPMV[family]
+    shapes = _shapes(fam)
+    fam.check_stream(text, cuts, shapes[which % len(shapes)])

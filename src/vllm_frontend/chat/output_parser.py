@@ -23,6 +23,7 @@ from vllm_frontend.chat.cohere_output import (
 )
 from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
+from vllm_frontend.chat.newlines import DeltaNewlines, recover_newlines
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import (
     REASONING_PARSERS,
@@ -418,6 +419,8 @@ class OutputParser:
         self.options = options
         self.enable_auto_tools = enable_auto_tools
         self._kimi_k3 = unified == "kimi_k3"
+        self._newlines = DeltaNewlines() if unified == "minicpmv" else None
+        """vLLM's MiniCPM-V parser: escaped newlines recovered in reasoning and content."""
         # vLLM's KimiK3Parser: without a tool parser, its reasoning parser unwraps the content.
         self._strip_content = (
             self._kimi_k3
@@ -529,6 +532,8 @@ class OutputParser:
             msg.reasoning = None
             if not msg.content and not msg.tool_calls:
                 msg = None
+        if self._newlines is not None:
+            return self._newlines.apply(msg, finished=finished)
         if self._strip_content and self._reasoning_ended and msg is not None:
             assert self.reasoning is not None
             msg.content = self.reasoning.strip_content(previous_content, self._prev_text)
@@ -607,6 +612,13 @@ class OutputParser:
     def parse(self, text: str, token_ids: Sequence[int] = ()) -> ParsedOutput:
         """Split a finished output into reasoning, content and tool calls (from the text;
         ``token_ids`` are for the Harmony parser's interface)."""
+        out = self._parse(text)
+        if self._newlines is not None:
+            out.reasoning = recover_newlines(out.reasoning)
+            out.content = recover_newlines(out.content)
+        return out
+
+    def _parse(self, text: str) -> ParsedOutput:
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(text)
         else:
