@@ -278,6 +278,78 @@ FAMILIES: dict[str, Family] = {
             "<mm:<mm:think>x",
         ),
     ),
+    # Cohere Command: the whole output goes through cohere_melody's filter.
+    **{
+        name: Family(
+            "<|START_THINKING|>",
+            "<|END_THINKING|>",
+            (),
+            (
+                "<|START_THINKING|>",
+                "<|END_THINKING|>",
+                "<|START_RESPONSE|>",
+                "<|END_RESPONSE|>",
+                "<|START_ACTION|>",
+                "<|END_ACTION|>",
+                "<|CHATBOT_TOKEN|>",
+                "<|START_OF_TURN_TOKEN|>",
+                "<|END_OF_TURN_TOKEN|>",
+            ),
+            "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is the weather?<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+            extra=(
+                "<|START_THINKING|>plan<|END_THINKING|><|START_RESPONSE|>Sunny with a "
+                "<co>quote</co: 0:[0]>.<|END_RESPONSE|>",
+                "<|START_RESPONSE|>no thinking<|END_RESPONSE|>",
+                "<|START_THINKING|>x<|END_THINKING|><|START_ACTION|>[]<|END_ACTION|>",
+                "<|START_THI",
+            ),
+        )
+        for name in ("cohere_command3", "cohere_command4")
+    },
+    # MiniCPM-V: the Qwen3 grammar, <|im_end|> and reserved markers dropped, escaped newlines
+    # ("\\n" written as two characters) recovered outside code and LaTeX.
+    "minicpmv": Family(
+        "<think>",
+        "</think>",
+        (*_THINK, *(f"<reserved_{i}>" for i in range(12, 16))),
+        (*_CHATML, *(f"<|reserved_{i}|>" for i in range(12, 16))),
+        _CHATML_PROMPT,
+        _ON_OFF,
+        extra=(
+            "<think>plan\\nstep 2</think>Answer:\\nline two<|im_end|>",
+            "<think>a\\r\\nb</think>`code\\n` and $x\\n$ and \\(y\\n\\) and ```\\n``` ok\\n",
+            "plan<|reserved_12|> more<reserved_13></think>tail \\\\n double \\x\\",
+            "no think at all\\n<think>hidden</think>shown<|im_end|>",
+            "<think>x</think>a<|reserved_15|>b</think>c <think>d",
+            "<think>x\\",
+            "text $$ open\\n",
+            "<think>r</think><tool_call>\\n<function=f>\\n</function>\\n</tool_call>",
+        ),
+    ),
+    # Kimi K3: XTML markers of three tokens each; the response channel is unwrapped.
+    "kimi_k3": Family(
+        "<|open|>think<|sep|>",
+        "<|close|>think<|sep|>",
+        (),
+        ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"),
+        "<|open|>user<|sep|>What is the weather?<|close|>user<|sep|><|open|>assistant<|sep|>",
+        (
+            {},
+            {"thinking": False},
+            {"enable_thinking": False},
+            {"thinking": True, "enable_thinking": False},
+        ),
+        extra=(
+            "<|open|>think<|sep|>plan<|close|>think<|sep|><|open|>response<|sep|>Sunny."
+            "<|close|>response<|sep|><|close|>message<|sep|>",
+            "<|open|>response<|sep|>no thinking<|close|>response<|sep|>",
+            "plan<|close|>think<|sep|>answer <|close|>message<|sep|>",
+            "<|open|>think<|sep|>x<|close|>think<|sep|><|open|>response<|sep|>cut <|clo",
+            "<|open|>thi",
+            "a<|close|>think<|sep|>b<|open|>think<|sep|>c<|close|>think<|sep|>d",
+        ),
+    ),
     # MuseGlimmer: reasoning in to=self channels, the answer in to=user, tools in the others.
     "muse_glimmer": Family(
         "to=self<|message|>",
@@ -589,7 +661,12 @@ def test_prompt_decides_whether_output_starts_in_reasoning_like_vllm(name: str) 
     for kwargs in FAMILIES[name].kwargs:
         for prompt in _prompts(name):
             ids = list(_ids(name, prompt))
-            mine = ours_parser(name, kwargs).reasoning
+            parser = ours_parser(name, kwargs)
+            if hasattr(parser, "reasoning"):
+                mine = parser.reasoning
+            else:  # a unified parser's (Cohere's): the reasoning class answers it
+                configured = ours(name)
+                mine = configured.reasoning_cls(configured.vocab, kwargs)
             # (granite's test answers None, which vLLM reads as not ended)
             theirs = bool(vllm_parser(name, kwargs).is_reasoning_end(ids))
             assert mine.prompt_ends_reasoning(ids) == theirs, (kwargs, prompt)

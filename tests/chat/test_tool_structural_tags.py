@@ -80,6 +80,8 @@ KINDS = {"type": "function", "function": {"name": "set_kinds", "parameters": {
         "any": {"description": "untyped"}, "tags": {"type": "array", "items": {"type": "string"}},
         "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}},
         "note": {"type": "string", "default": None, "description": "quotes \" and <tags>"},
+        "code": {"type": "string", "maxLength": 8, "minLength": 2},
+        "fixed": {"type": "string", "const": "x"},
     }}}}  # fmt: skip
 # Schemas GLM's tag leaves free (combinators, open objects, no or empty properties), a name
 # with a dot and unicode, and a strict tool with no parameters at all.
@@ -392,3 +394,126 @@ def test_forcing_with_json_keeps_a_structured_outputs_tag_as_vllm_does(
             assert _our_structured_outputs(engine) == expected, body
             kept += expected is not None and "structural_tag" in expected
     assert kept == len(FORCED_CHOICES) * len(KEPT_TAGS)
+
+
+@pytest.mark.parametrize("enforce", ["0", "1"])
+def test_kimi_k3_forced_choices_as_vllm(
+    monkeypatch: pytest.MonkeyPatch, enforce: str, tokenizer_dir: str
+) -> None:
+    # Kimi K3 forces calls with its XTML tag only: without strict tool calling a named choice is
+    # refused (unless the request brings a structural tag), "required" goes unconstrained, and
+    # every request it adjusts keeps its special tokens, unspaced.
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", enforce)
+    app, engine = _ours("kimi_k3", "auto", tokenizer_dir)
+    parser = _vllm_parser("kimi_k3", "auto")
+    if enforce == "0":
+        parser.tool_parser.structural_tag_model = None  # (vLLM reads the variable at import)
+    user_tag = {"structural_tag": json.dumps(KEPT_TAGS[0])}
+    for choice, fields in itertools.product(
+        [*FORCED_CHOICES, "auto", "none"], [{}, {"structured_outputs": user_tag}]
+    ):
+        body: dict[str, Any] = {
+            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [WEATHER, STRICT_TIME], "tool_choice": choice, **fields,
+        }  # fmt: skip
+        status, raw = _post(app, body)
+        try:
+            expected = _vllm_structured_outputs(parser, body)
+        except Exception as exc:
+            error = create_error_response(exc).model_dump()["error"]
+            assert (status, json.loads(raw)["error"]) == (error["code"], error), body
+            continue
+        assert status == 200, raw
+        assert _our_structured_outputs(engine) == expected, body
+        sent = engine.requests[-1].sampling_params
+        assert (sent.skip_special_tokens, sent.spaces_between_special_tokens) == (
+            (True, True) if choice == "none" else (False, False)
+        )
+
+
+COHERE_BODIES: list[dict[str, Any]] = [
+    {"tools": [WEATHER]},
+    {"tools": [WEATHER, STRICT_TIME], "tool_choice": "required"},
+    {"tools": [WEATHER], "tool_choice": "none"},
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "integer"}}}}}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "schema": {"type": "string"}}}}},
+    {"structured_outputs": {"json": {"type": "array"}}},
+    {"structured_outputs": {"json": '{"type": "object", "required": ["k"]}'}},
+    {"structured_outputs": {"json": "[1]"}},
+    {"structured_outputs": {"json_object": True}},
+    {"structured_outputs": {"regex": "[a-z]+"}},
+    {"structured_outputs": {"structural_tag": json.dumps(KEPT_TAGS[0])}, "tools": [WEATHER]},
+    {"response_format": KEPT_TAGS[0]},
+    {"response_format": {"type": "text"}},
+    {},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arch", [None, "Cohere2ForCausalLM", "Cohere2MoeForCausalLM", "LlamaForCausalLM"]
+)
+@pytest.mark.parametrize(
+    ("tool", "reasoning"),
+    [("cohere_command3", None), ("cohere_command4", "cohere_command4"), (None, "cohere_command3")],
+)
+def test_cohere_command_request_constraints_as_vllm(
+    arch: str | None, tool: str | None, reasoning: str | None, tokenizer_dir: str
+) -> None:
+    # vLLM's Cohere parser folds the request's JSON schema and tools into a structural tag for
+    # Command A architectures (400 for others); its tool grammar is xgrammar's (501 here).
+    from types import SimpleNamespace
+
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+    from vllm.parser import ParserManager
+
+    from tests.chat.test_tool_parsers import _chat_app
+    from vllm_frontend.chat.reasoning_parsers import ModelFacts
+
+    tok = _our_tokenizer(tokenizer_dir)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id, tool_call_parser=tool, reasoning_parser=reasoning,
+        enable_auto_tool_choice=tool is not None, model=ModelFacts(architecture=arch),
+    )  # fmt: skip
+    engine = _ScriptedEngine([tok.encode("ok", add_special_tokens=False)[0]])
+    app = _chat_app(engine, parsers, tokenizer_dir, tok=tok)
+    cls = ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning,
+        enable_auto_tools=tool is not None, tokenizer=tokenizer(),
+    )  # fmt: skip
+    parser = cls(tokenizer(), None, model_config=SimpleNamespace(architecture=arch))
+    for fields in COHERE_BODIES:
+        if tool is None and "tools" in fields:
+            continue
+        body: dict[str, Any] = {"model": "m", "max_tokens": 2,
+                                "messages": [{"role": "user", "content": "x"}],
+                                **copy.deepcopy(fields)}  # fmt: skip
+        status, raw = _post(app, body)
+        rest = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("tools", "model")}
+        req = vllm_request(copy.deepcopy(body.get("tools")), **rest)
+        if reasoning is None and req.tool_choice == "none":
+            adjusted = req  # (vLLM's serving does not adjust the request then)
+        else:
+            try:
+                adjusted = parser.adjust_request(req)
+            except Exception as exc:
+                error = create_error_response(exc).model_dump()["error"]
+                assert (status, json.loads(raw)["error"]) == (error["code"], error), body
+                continue
+        so = adjusted.extract_structured_outputs()
+        tag = so.structural_tag if so is not None else None
+        if tag is not None and '"grammar"' in tag:
+            assert status == 501, (body, raw)
+            continue
+        assert status == 200, (body, raw)
+        expected = None
+        if so is not None:
+            fields = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+            expected = {k: v for k in fields if (v := getattr(so, k)) is not None}
+        assert (_our_structured_outputs(engine) or None) == (expected or None), body
+        sent = engine.requests[-1].sampling_params
+        assert sent.skip_special_tokens == adjusted.skip_special_tokens, body

@@ -22,8 +22,8 @@ from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}|call_[0-9a-f]{32}")
 MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 """Mistral's ids: 9 random letters and digits."""
-MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+")
-"""Ids the model writes itself (Kimi K2), compared as they are."""
+MODEL_ID = re.compile(r"functions\.[^:]*:[0-9]+|[0-9]+")
+"""Ids the model writes itself (Kimi K2's, Cohere's ``tool_call_id``), compared as they are."""
 """Tool-call id formats (random ids are compared by format; xlam, hunyuan and minicpm5 make
 their own)."""
 

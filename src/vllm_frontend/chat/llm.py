@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from vllm_frontend.chat.cohere_output import CohereOutputParser, cohere_structural_tag
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
@@ -161,10 +162,16 @@ class ChatLlm:
         else:
             rendered = self._render(request, parts)
         parsers = self._parsers
+        if parsers is not None and parsers.unified == "cohere":
+            self._apply_cohere_tag(request)
         if not self._apply_mistral_grammar(request):
             self._force_tool_calls(request)
-            if parsers is not None and parsers.needs_special_tokens(self._options(request)):
-                text_request.sampling.skip_special_tokens = False  # the parsers' adjust_request
+            if parsers is not None:
+                options = self._options(request)
+                if parsers.needs_special_tokens(options):
+                    text_request.sampling.skip_special_tokens = False  # parsers' adjust_request
+                if parsers.joins_special_tokens(options):
+                    text_request.sampling.spaces_between_special_tokens = False
         if media is not None and parts is not None and parts.items:
             generation = await media.generate(
                 text_request,
@@ -208,6 +215,8 @@ class ChatLlm:
             vocab=parsers.vocab if parsers is not None else {},
             chat_template_kwargs=kwargs,
             prompt_token_ids=generation.prompts[0].token_ids,
+            encode=parsers.codec[0] if parsers is not None else None,
+            decode=parsers.codec[1] if parsers is not None else None,
         )
         text_request = request.text
         text_request.reasoning_ended = ended if request.resolve_reasoning_ended else None
@@ -302,6 +311,7 @@ class ChatLlm:
             return
         if parsers.structural_tag_model is not None and self._apply_tool_tag(request, parsers):
             return
+        self._check_named_without_tag(request, parsers)
         if not parsers.forces_with_json:
             # The parser reads forced choices in the model's own format; a few constrain them.
             self._force_parser_schema(request, parsers)
@@ -316,6 +326,44 @@ class ChatLlm:
         schema = forced_tool_schema(plain(request.tools), forced, request.parallel_tool_calls)
         text_request.structured_outputs = {"json": schema}
         text_request.response_format = None
+
+    def _apply_cohere_tag(self, request: ChatRequest) -> None:
+        # vLLM's CohereCommandParser.adjust_request (run with a reasoning parser or a tool
+        # choice other than none): the JSON schema and the tools go into a structural tag.
+        parsers = self._parsers
+        assert parsers is not None
+        if parsers.reasoning_cls is None and plain(request.tool_choice) == "none":
+            return
+        text_request = request.text
+        tag = cohere_structural_tag(
+            parsers.architecture,
+            plain(request.tools),
+            plain(text_request.response_format),
+            plain(text_request.structured_outputs),
+        )
+        if tag is None:
+            return
+        text_request.structured_outputs = {"structural_tag": tag}
+        rf = text_request.response_format
+        if rf is not None and rf.get("type") in ("json_schema", "json_object"):
+            text_request.response_format = None
+
+    def _check_named_without_tag(self, request: ChatRequest, parsers: OutputParsers) -> None:
+        # (vLLM's KimiK3ToolParser.adjust_request): a named choice no structural tag forces.
+        tool_cls = parsers.tool_cls
+        message = tool_cls.named_choice_needs_tag if tool_cls is not None else None
+        choice = plain(request.tool_choice)
+        if message is None or not isinstance(choice, dict):
+            return
+        so = request.text.structured_outputs
+        if so is not None and so.get("structural_tag") is not None:
+            return
+        name = (choice.get("function") or {}).get("name")
+        raise ChatError(
+            message,
+            param="tool_choice",
+            value=f"function=ChatCompletionNamedFunction(name={name!r}) type='function'",
+        )
 
     def _force_parser_schema(self, request: ChatRequest, parsers: OutputParsers) -> None:
         # (vLLM's MistralParser.adjust_request without a mistral tokenizer): only while the
@@ -358,7 +406,9 @@ class ChatLlm:
         text_request.response_format = None
         return True
 
-    def parser_for(self, request: ChatRequest) -> OutputParser | HarmonyOutputParser | None:
+    def parser_for(
+        self, request: ChatRequest
+    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser | None:
         """A fresh output parser for one choice of ``request`` (None without parsers), as
         :meth:`ChatGeneration.new_parser` gives it, for output that was generated elsewhere."""
         parsers = self._parsers
@@ -435,7 +485,7 @@ class ChatGeneration:
         parsers = self._chat._parsers
         return parsers is not None and parsers.has_reasoning
 
-    def new_parser(self) -> OutputParser | HarmonyOutputParser | None:
+    def new_parser(self) -> OutputParser | HarmonyOutputParser | CohereOutputParser | None:
         """A parser for one choice's output (None without configured parsers)."""
         chat = self._chat
         parsers = chat._parsers

@@ -15,8 +15,15 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.cohere_output import (
+    END_THINKING,
+    START_THINKING,
+    CohereOutputParser,
+    melody,
+)
 from vllm_frontend.chat.engine.calls import EngineToolParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
+from vllm_frontend.chat.newlines import DeltaNewlines, recover_newlines
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
 from vllm_frontend.chat.reasoning_parsers import (
     REASONING_PARSERS,
@@ -91,6 +98,8 @@ class OutputParsers:
         the output. ``encode`` (no special tokens added) and ``decode`` are given to the
         reasoning parsers that tokenize text themselves (``uses_codec``)."""
         self.vocab = vocab
+        self.architecture = model.architecture if model is not None else None
+        """The model's architecture (the Cohere Command parser's tags depend on it)."""
         self._encode = encode
         self.special_tokens = dict(special_tokens or {})
         self.enable_auto_tools = enable_auto_tool_choice
@@ -107,8 +116,11 @@ class OutputParsers:
         forced and strict tool calls are then constrained in the model's own syntax)."""
         self.tool_strict_level = strict_level_value(tool_strict_level)
         """``--tool-strict-level``, or the parser's default while it is ``auto``."""
+        self.unified: str | None = self.reasoning_cls.unified if self.reasoning_cls else None
+        """The vLLM unified parser the names compose (``vllm/parser/``), if any."""
         if tool_call_parser:
             cls = resolve_tool_parser(tool_call_parser)
+            self.unified = self.unified or cls.unified
             # vLLM only builds the tool parser with --enable-auto-tool-choice.
             if enable_auto_tool_choice:
                 self.tool_cls = cls.for_model(model or ModelFacts())
@@ -133,6 +145,27 @@ class OutputParsers:
                 + " token(s)"
             )
         self._check_harmony(flags)
+        self._check_cohere(flags)
+
+    def _check_cohere(self, flags: list[str]) -> None:
+        # vLLM's Cohere Command parser takes its melody preset from the reasoning parser when
+        # there is one (a non-Cohere one fails vLLM's startup), else from the tool parser.
+        if self.unified != "cohere":
+            return
+        shim = self.reasoning_cls or self.tool_cls
+        if shim is None:
+            return
+        if shim.unified != "cohere" or (
+            self.tool_cls is not None and self.tool_cls.unified != "cohere"
+        ):
+            raise ParserConfigError(
+                f"{' and '.join(flags)}: vllm-frontend serves the Cohere Command parsers "
+                "(cohere_command3, cohere_command4) only with each other"
+            )
+        try:
+            melody()
+        except ImportError as e:
+            raise ParserConfigError(str(e)) from e
 
     def _check_harmony(self, flags: list[str]) -> None:
         # vLLM's HarmonyParser refuses other parsers at startup (validate_parser_tokenizer);
@@ -196,6 +229,14 @@ class OutputParsers:
         )
 
     @property
+    def codec(
+        self,
+    ) -> tuple[Callable[[str], list[int]] | None, Callable[[Sequence[int]], str] | None]:
+        """The tokenizer's ``(encode, decode)`` given at startup (for ``uses_codec``
+        reasoning parsers)."""
+        return self._encode, self._decode
+
+    @property
     def active(self) -> bool:
         """Whether any parser is configured (else output is plain content)."""
         return self.reasoning_cls is not None or self.tool_cls is not None
@@ -240,6 +281,19 @@ class OutputParsers:
             and options.tool_choice != "none"
         )
 
+    def joins_special_tokens(self, options: RequestToolOptions) -> bool:
+        """Whether the parsers' ``adjust_request`` also turns ``spaces_between_special_tokens``
+        off for the request (the tool parser's runs with a reasoning parser or a tool choice
+        other than none)."""
+        if self.reasoning_cls is not None and self.reasoning_cls.joins_special_tokens:
+            return True
+        tool = self.tool_cls
+        return (
+            tool is not None
+            and tool.joins_special_tokens
+            and (self.reasoning_cls is not None or options.tool_choice != "none")
+        )
+
     def check_request(self, options: RequestToolOptions) -> None:
         """Refuse request settings a configured parser refuses (:class:`ValueError`), before
         the request is rendered, as vLLM does when it builds the request's parser."""
@@ -252,7 +306,9 @@ class OutputParsers:
         ):
             self.tool_cls.check_request(options.request_chat_template_kwargs or {})
 
-    def for_request(self, options: RequestToolOptions) -> OutputParser | HarmonyOutputParser:
+    def for_request(
+        self, options: RequestToolOptions
+    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser:
         """A fresh parser for one choice of a request."""
         if self.harmony:
             decode = self._decode
@@ -267,6 +323,8 @@ class OutputParsers:
                 enable_auto_tools=self.enable_auto_tools,
                 decode=decode,
             )
+        if self.unified == "cohere" and (self.reasoning_cls or self.tool_cls) is not None:
+            return self._cohere(options)
         reasoning = None
         if self.reasoning_cls is not None:
             if getattr(self.reasoning_cls, "reads_special_tokens", False):
@@ -278,6 +336,7 @@ class OutputParsers:
             else:
                 reasoning = self.reasoning_cls(self.vocab, options.chat_template_kwargs)
             reasoning.request_kwargs = options.request_chat_template_kwargs or {}
+            reasoning.keeps_tool_markup = options.tools and options.tool_choice != "none"
             if reasoning.uses_codec:
                 reasoning.encode, reasoning.decode = self._encode, self._decode
         tool: ToolParser | None = None
@@ -301,7 +360,18 @@ class OutputParsers:
         if tool is not None and self.structural_tag_model is not None:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010
-        return OutputParser(reasoning, tool, options, self.enable_auto_tools)
+        return OutputParser(reasoning, tool, options, self.enable_auto_tools, self.unified)
+
+    def _cohere(self, options: RequestToolOptions) -> CohereOutputParser:
+        shim = self.reasoning_cls or self.tool_cls
+        return CohereOutputParser(
+            getattr(shim, "preset"),  # noqa: B009
+            tools_allowed=self.tool_cls is not None and options.tool_choice != "none",
+            tool_choice=options.tool_choice,
+            request_tools=options.tools,
+            include_reasoning=options.include_reasoning,
+            thinking_ids=(self.vocab.get(START_THINKING), self.vocab.get(END_THINKING)),
+        )
 
 
 def resolve_tool_parser(name: str) -> type[ToolParser]:
@@ -341,12 +411,23 @@ class OutputParser:
         tool: ToolParser | None,
         options: RequestToolOptions,
         enable_auto_tools: bool,
+        unified: str | None = None,
     ) -> None:
         """Use :meth:`OutputParsers.for_request`."""
         self.reasoning = reasoning
         self.tool = tool
         self.options = options
         self.enable_auto_tools = enable_auto_tools
+        self._kimi_k3 = unified == "kimi_k3"
+        self._newlines = DeltaNewlines() if unified == "minicpmv" else None
+        """vLLM's MiniCPM-V parser: escaped newlines recovered in reasoning and content."""
+        # vLLM's KimiK3Parser: without a tool parser, its reasoning parser unwraps the content.
+        self._strip_content = (
+            self._kimi_k3
+            and tool is None
+            and reasoning is not None
+            and reasoning.unified == "kimi_k3"
+        )
         # vLLM's "engine based" mode: no legacy parser in the pair, texts are not accumulated.
         self._engine_based = (tool is None or tool.engine_based) and (
             reasoning is None or reasoning.engine_based
@@ -383,6 +464,7 @@ class OutputParser:
     ) -> OutputDelta | None:
         """What one engine update adds; ``None`` when there is nothing to send yet."""
         delta_ids = list(delta_token_ids)
+        previous_content = self._prev_text if self._reasoning_ended else ""
         if not self._prompt_checked and prompt_token_ids is not None:
             self._prompt_checked = True
             if self.reasoning is None or self.reasoning.prompt_ends_reasoning(prompt_token_ids):
@@ -450,6 +532,13 @@ class OutputParser:
             msg.reasoning = None
             if not msg.content and not msg.tool_calls:
                 msg = None
+        if self._newlines is not None:
+            return self._newlines.apply(msg, finished=finished)
+        if self._strip_content and self._reasoning_ended and msg is not None:
+            assert self.reasoning is not None
+            msg.content = self.reasoning.strip_content(previous_content, self._prev_text)
+            if msg.content is None and msg.reasoning is None and not msg.tool_calls:
+                return None
         return msg
 
     def _stream_tools(
@@ -458,7 +547,7 @@ class OutputParser:
         assert self.tool is not None
         choice = self.options.tool_choice
         if choice == "none":
-            if not self._engine_based:
+            if not self._engine_based and not self._kimi_k3:
                 return OutputDelta(content=delta_text) if delta_text else None
             msg = self.tool.stream(
                 self._prev_text, current_text, delta_text, self._prev_ids, current_ids, delta_ids
@@ -523,11 +612,20 @@ class OutputParser:
     def parse(self, text: str, token_ids: Sequence[int] = ()) -> ParsedOutput:
         """Split a finished output into reasoning, content and tool calls (from the text;
         ``token_ids`` are for the Harmony parser's interface)."""
+        out = self._parse(text)
+        if self._newlines is not None:
+            out.reasoning = recover_newlines(out.reasoning)
+            out.content = recover_newlines(out.content)
+        return out
+
+    def _parse(self, text: str) -> ParsedOutput:
         if self.reasoning is not None:
             reasoning, content = self.reasoning.extract(text)
         else:
             reasoning, content = None, text
         out = ParsedOutput(reasoning=reasoning, content=content)
+        if self._kimi_k3 and self.tool is not None and self.enable_auto_tools:
+            return self._parse_kimi_k3(out, content)
         if self.forced is not None:
             # vLLM's JSON branches of Parser._extract_tool_calls: the content is consumed.
             out.content = None
@@ -567,6 +665,26 @@ class OutputParser:
             return out
         ids = found.ids or [new_tool_call_id() for _ in found.calls]
         out.tool_calls = [ToolCall(i, n, a) for i, (n, a) in zip(ids, found.calls, strict=True)]
+        out.tools_called = bool(out.tool_calls) and not forced_as_auto
+        return out
+
+    def _parse_kimi_k3(self, out: ParsedOutput, content: str | None) -> ParsedOutput:
+        # vLLM's KimiK3Parser._extract_tool_calls: the tool parser reads every output, its
+        # content kept; its calls count unless the choice is none.
+        assert self.tool is not None
+        choice = self.options.tool_choice
+        found = self.tool.extract(content or "")
+        out.content = found.content
+        if choice == "none" or not found.tools_called:
+            return out
+        out.content = _blank_to_none(found.content)
+        if choice is None:
+            return out  # as for the other parsers: parsed, then the message has no calls
+        ids = found.ids or [new_tool_call_id() for _ in found.calls]
+        out.tool_calls = [ToolCall(i, n, a) for i, (n, a) in zip(ids, found.calls, strict=True)]
+        forced_as_auto = (
+            not self.tool.supports_required_and_named and forced_tool_choice(choice) is not None
+        )
         out.tools_called = bool(out.tool_calls) and not forced_as_auto
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import msgspec
 
@@ -26,6 +27,8 @@ class ToolCallDelta(msgspec.Struct, gc=False):
     id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    typed: bool = False
+    """The piece says ``"type": "function"`` even without an id (Cohere's unnamed-id calls)."""
 
     @property
     def starts_call(self) -> bool:
@@ -42,6 +45,8 @@ class OutputDelta(msgspec.Struct):
     reasoning_hidden: bool = False
     """``reasoning`` was cleared for ``include_reasoning: false`` the way vLLM's Harmony parser
     clears it: the chunk then says ``"reasoning": null``."""
+    citations: list[dict[str, Any]] | None = None
+    """Grounding citations of the delta (Cohere Command), as vLLM's chat stream writes them."""
 
 
 class ToolCall(msgspec.Struct, gc=False):

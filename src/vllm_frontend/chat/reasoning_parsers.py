@@ -10,6 +10,10 @@ not reproduce exactly are in :data:`REFUSED_REASONING_PARSERS`, refused at start
 from __future__ import annotations
 
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
+from vllm_frontend.chat.reasoning.cohere import (
+    CohereCommand3ReasoningParser,
+    CohereCommand4ReasoningParser,
+)
 from vllm_frontend.chat.reasoning.engine_grammar import (
     DeepSeekV4ReasoningParser,
     DeepSeekV41ReasoningParser,
@@ -24,6 +28,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
     KimiK2ReasoningParser,
     Ling3ReasoningParser,
     MiMoReasoningParser,
+    MiniCPMVReasoningParser,
     MiniMaxM2ReasoningParser,
     NemotronV3ReasoningParser,
     Qwen3ReasoningParser,
@@ -33,6 +38,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
 from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
 from vllm_frontend.chat.reasoning.k2_horizon import K2HorizonReasoningParser
+from vllm_frontend.chat.reasoning.kimi_k3 import KimiK3ReasoningParser
 from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
 from vllm_frontend.chat.reasoning.muse_glimmer import MuseGlimmerReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
@@ -61,6 +67,8 @@ __all__ = [
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     cls.name: cls
     for cls in (
+        CohereCommand3ReasoningParser,
+        CohereCommand4ReasoningParser,
         DeepSeekR1ReasoningParser,
         DeepSeekV3ReasoningParser,
         DeepSeekV4ReasoningParser,
@@ -79,8 +87,10 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         K2HorizonReasoningParser,
         InklingReasoningParser,
         KimiK2ReasoningParser,
+        KimiK3ReasoningParser,
         Ling3ReasoningParser,
         MiMoReasoningParser,
+        MiniCPMVReasoningParser,
         MiniMaxM2ReasoningParser,
         MiniMaxM3ReasoningParser,
         MuseGlimmerReasoningParser,

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vllm_frontend.chat.reasoning.base import ReasoningParser
@@ -66,11 +66,14 @@ def engine_reasoning_fields(
     vocab: Mapping[str, int],
     chat_template_kwargs: dict[str, Any],
     prompt_token_ids: Sequence[int],
+    encode: Callable[[str], list[int]] | None = None,
+    decode: Callable[[Sequence[int]], str] | None = None,
 ) -> tuple[bool | None, dict[str, Any] | None]:
     """``(reasoning_ended, reasoning_parser_kwargs)`` of one chat prompt's engine requests.
 
     ``has_parser``: vLLM builds a parser for the request (a tool or reasoning parser is
-    configured); ``reasoning_cls`` the configured reasoning parser."""
+    configured); ``reasoning_cls`` the configured reasoning parser; ``encode`` / ``decode``:
+    the tokenizer's, for parsers that tokenize text themselves."""
     kwargs = None
     if has_parser and reasoning_cls is not None:
         kwargs = {"chat_template_kwargs": chat_template_kwargs}
@@ -78,5 +81,7 @@ def engine_reasoning_fields(
         return True, kwargs
     if has_parser and reasoning_cls is not None:
         parser = reasoning_cls(vocab, chat_template_kwargs)
+        if parser.uses_codec:
+            parser.encode, parser.decode = encode, decode
         return parser.prompt_ends_reasoning(prompt_token_ids), kwargs
     return None, kwargs

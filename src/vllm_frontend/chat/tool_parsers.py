@@ -17,6 +17,7 @@ from vllm_frontend.chat.partial_json import partial_json_loads
 from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
+from vllm_frontend.chat.tools.cohere import CohereCommand3ToolParser, CohereCommand4ToolParser
 from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
 from vllm_frontend.chat.tools.dots import DotsToolParser
 from vllm_frontend.chat.tools.dsml import (
@@ -39,6 +40,7 @@ from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
 from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
 from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
 from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
+from vllm_frontend.chat.tools.kimi_k3 import KimiK3ToolParser
 from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
 from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
 from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
@@ -317,6 +319,8 @@ def _common_prefix(a: str, b: str) -> str:
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "apertus": ApertusToolParser,
+    "cohere_command3": CohereCommand3ToolParser,
+    "cohere_command4": CohereCommand4ToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
     "deepseek_v32": DeepSeekV32ToolParser,
@@ -341,6 +345,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "jamba": JambaToolParser,
     "k2_horizon": K2HorizonToolParser,
     "kimi_k2": KimiK2ToolParser,
+    "kimi_k3": KimiK3ToolParser,
     "lfm2": Lfm2ToolParser,
     "ling3": Ling3ToolParser,
     "llama3_json": Llama3JsonToolParser,

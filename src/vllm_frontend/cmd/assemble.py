@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +120,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     output_parsers(
         config,
         tokenizer,
-        _facts(tokenizer_config, templates.tokenizer, tokenizer),
+        _facts(tokenizer_config, templates.tokenizer, tokenizer, _architecture(files.config)),
         harmony=is_harmony_model(files.config),
     )
     options = ChatTemplateOptions(
@@ -603,18 +603,34 @@ def model_tokenizer_info(config: FrontendConfig, model: ModelResources) -> dict[
 
 def model_facts(model: ModelResources) -> ModelFacts:
     """What reasoning parsers may read of the model besides its vocabulary."""
-    return _facts(model.files.tokenizer_config, model.renderer.templates.tokenizer, model.tokenizer)
+    return _facts(
+        model.files.tokenizer_config,
+        model.renderer.templates.tokenizer,
+        model.tokenizer,
+        _architecture(model.files.config),
+    )
 
 
-def _facts(tokenizer_config: Any, chat_template: Any, tokenizer: Tokenizer) -> ModelFacts:
+def _facts(
+    tokenizer_config: Any, chat_template: Any, tokenizer: Tokenizer, architecture: str | None
+) -> ModelFacts:
     if isinstance(tokenizer, MistralTokenizer):
         return ModelFacts(
             tokenizer_config,
             chat_template,
             mistral_version=tokenizer.version,
             mistral_grammar=tokenizer.supports_grammar,
+            architecture=architecture,
         )
-    return ModelFacts(tokenizer_config, chat_template)
+    return ModelFacts(tokenizer_config, chat_template, architecture=architecture)
+
+
+def _architecture(model_config: Mapping[str, Any]) -> str | None:
+    # vLLM's ModelConfig.architecture: the config's first architecture
+    architectures = model_config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    return None
 
 
 def output_parsers(

@@ -196,6 +196,7 @@ class ContentDelta(msgspec.Struct, omit_defaults=True):
     content: str | None = None
     reasoning: str | None = None
     tool_calls: list[DeltaToolCallJSON] | None = None
+    citations: list[dict[str, Any]] | None = None
 
 
 class HiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -750,14 +751,14 @@ def _delta_json(
         calls.append(
             DeltaToolCallJSON(
                 id=tc.id,
-                type="function" if tc.id is not None else None,
+                type="function" if tc.id is not None or tc.typed else None,
                 index=tc.index,
                 function=function,
             )
         )
     if delta.reasoning_hidden:
         return HiddenReasoningDelta(content=delta.content, reasoning=None, tool_calls=calls or None)
-    return ContentDelta(delta.content, delta.reasoning, calls or None)
+    return ContentDelta(delta.content, delta.reasoning, calls or None, delta.citations)
 
 
 def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:

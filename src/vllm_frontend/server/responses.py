@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.chat.cohere_output import CohereOutputParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.harmony_responses import (
@@ -536,7 +537,7 @@ class ResponsesHandler:
         req: ResponsesRequest,
         gen: ChatGeneration,
         final: SequenceOutput,
-        parser: OutputParser | HarmonyOutputParser | None,
+        parser: OutputParser | HarmonyOutputParser | CohereOutputParser | None,
     ) -> list[Any]:
         logprobs = self._logprobs(req, gen, final)
         if parser is None:

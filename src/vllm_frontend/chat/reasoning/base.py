@@ -24,6 +24,8 @@ class ModelFacts(msgspec.Struct, frozen=True):
     for a Hugging Face one."""
     mistral_grammar: bool = False
     """The mistral_common tokenizer has mistral_common's grammars (tekken, version 11 on)."""
+    architecture: str | None = None
+    """The model's architecture (``config.json``'s first ``architectures`` entry)."""
 
 
 class ReasoningParser:
@@ -52,6 +54,12 @@ class ReasoningParser:
     """The tokenizer's decoder (special tokens kept), for ``uses_codec`` parsers."""
     request_kwargs: Mapping[str, Any] = {}
     """The request's own ``chat_template_kwargs`` (set per choice; see ``fallback_content``)."""
+    joins_special_tokens: ClassVar[bool] = False
+    """Whether its ``adjust_request`` also turns ``spaces_between_special_tokens`` off."""
+    unified: ClassVar[str | None] = None
+    """The vLLM unified parser (vllm/parser/) composed whenever this name is configured."""
+    keeps_tool_markup: bool = False
+    """The request has tools and a tool choice other than ``none`` (set per choice)."""
 
     def __init__(
         self, vocab: Mapping[str, int], chat_template_kwargs: Mapping[str, Any] | None = None
@@ -117,6 +125,12 @@ class ReasoningParser:
     def finish(self) -> OutputDelta | None:
         """Text held back at the end of the stream (engine-based parsers only)."""
         return None
+
+    def strip_content(self, previous_text: str, current_text: str) -> str | None:
+        """The content a delta after the reasoning adds, for unified parsers that rewrite it
+        when no tool parser follows (``previous_text``, ``current_text``: the text so far
+        before and with the delta); ``None``: nothing."""
+        raise NotImplementedError
 
     def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
         """Reasoning tokens among the generated ``token_ids`` (``usage`` reporting)."""

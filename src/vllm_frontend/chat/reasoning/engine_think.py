@@ -10,6 +10,7 @@ their marker strings, turn-boundary tokens and thinking switch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ __all__ = [
     "KimiK2ReasoningParser",
     "Ling3ReasoningParser",
     "MiMoReasoningParser",
+    "MiniCPMVReasoningParser",
     "MiniMaxM2ReasoningParser",
     "NemotronV3ReasoningParser",
     "Qwen3ReasoningParser",
@@ -42,6 +44,8 @@ class EngineThinkReasoningParser(ReasoningParser):
     REENTER_ON_START: ClassVar[bool] = False
     """Whether a start marker after the end opens reasoning again (whole outputs; a stream is
     not parsed for reasoning once it has ended)."""
+    DROPPED: ClassVar[tuple[str, ...]] = ()
+    """Markers the grammar reads and drops wherever they appear."""
     needs_special_tokens = True
     engine_based = True
 
@@ -59,7 +63,9 @@ class EngineThinkReasoningParser(ReasoningParser):
         if (tool_id := vocab.get(self.TOOL_START)) is not None:
             self.end_ids.add(tool_id)
         self.boundary_ids = {vocab[t] for t in self.BOUNDARIES if t in vocab}
-        self._markers = (self.THINK_START, self.THINK_END, self.TOOL_START)
+        self._markers = (self.THINK_START, self.THINK_END, self.TOOL_START, *self.DROPPED)
+        self._dropped_ids = {vocab[t] for t in self.DROPPED if t in vocab}
+        self._dropped = re.compile("|".join(re.escape(m) for m in (self.THINK_END, *self.DROPPED)))
         self._reasoning = self.thinking
         self._ended = not self.thinking
         self._held = ""
@@ -120,7 +126,7 @@ class EngineThinkReasoningParser(ReasoningParser):
                 break
             pos, marker = min(hits)
             out.append(text[i:pos])
-            if marker == think_start:
+            if marker == think_start or marker in self.DROPPED:
                 i = pos + len(marker)
                 continue
             self._reasoning = False
@@ -128,7 +134,7 @@ class EngineThinkReasoningParser(ReasoningParser):
             rest = text[pos + len(marker) :] if marker == think_end else text[pos:]
             # The engine reads the rest of this text in its content state, where a stray
             # end marker is dropped; later deltas bypass it.
-            return "".join(out), rest if raw else rest.replace(think_end, "")
+            return "".join(out), rest if raw else self._content_state(rest)
         tail = text[i:]
         if not final:
             keep = partial_overlap(tail, self._markers)
@@ -137,6 +143,12 @@ class EngineThinkReasoningParser(ReasoningParser):
                 tail = tail[:-keep]
         out.append(tail)
         return "".join(out), None
+
+    def _content_state(self, text: str) -> str:
+        """Text read in the content state: end markers (and the dropped ones) are dropped."""
+        if not self.DROPPED:
+            return text.replace(self.THINK_END, "")
+        return self._dropped.sub("", text)
 
     def extract(self, text: str) -> tuple[str | None, str | None]:
         """Whole output: reasoning until the end marker, the rest content."""
@@ -211,7 +223,7 @@ class EngineThinkReasoningParser(ReasoningParser):
                     if not reenter:
                         break
                     reasoning = False
-                elif tid != self.start_id:
+                elif tid != self.start_id and tid not in self._dropped_ids:
                     n += 1
             elif tid == self.start_id:
                 reasoning = True
@@ -442,3 +454,92 @@ class KimiK2ReasoningParser(EngineThinkReasoningParser):
     @property
     def _section_id(self) -> int | None:
         return self.vocab.get(self.TOOL_START)
+
+
+class MiniCPMVReasoningParser(EngineThinkReasoningParser):
+    """``minicpmv``: the Qwen3 grammar as MiniCPM-V's parser extends it
+    (``vllm/parser/minicpmv.py``): ``<|im_end|>`` and the reserved markers are dropped
+    wherever they appear, there are no turn boundaries, and with ``enable_thinking: false`` a
+    ``<think>`` block in the answer is dropped (whole outputs; a stream is read only when the
+    prompt leaves a block open, and then only its first delta). The escaped newlines its
+    tokenizer writes are recovered by the output parser (chat/newlines.py)."""
+
+    name = "minicpmv"
+    unified = "minicpmv"
+    required_tokens = ("<think>", "</think>")
+    BOUNDARIES = ()
+    DROPPED = (
+        "<|im_end|>",
+        *(f"<reserved_{i}>" for i in range(12, 16)),
+        *(f"<|reserved_{i}|>" for i in range(12, 16)),
+    )
+    optional_tokens = DROPPED
+
+    def prompt_ends_reasoning(self, prompt_token_ids: Sequence[int]) -> bool:
+        """From the end: an end marker closes reasoning, a start marker opens it (thinking or
+        not); with neither, reasoning is open exactly when thinking is enabled."""
+        for tid in reversed(prompt_token_ids):
+            if tid in self.end_ids:
+                return True
+            if tid == self.start_id:
+                return False
+        return not self.thinking
+
+    def _answer(self, text: str) -> str:
+        """Non-thinking: the text read from the content state, ``<think>`` blocks dropped (a
+        tool-call start in one ends it and is kept)."""
+        out: list[str] = []
+        i, reasoning = 0, False
+        while True:
+            hits = [(pos, m) for m in self._markers if (pos := text.find(m, i)) >= 0]
+            if not hits:
+                break
+            pos, marker = min(hits)
+            if not reasoning:
+                out.append(text[i:pos])
+            i = pos + len(marker)
+            if marker == self.THINK_START:
+                reasoning = True
+            elif marker == self.THINK_END:
+                reasoning = False
+            elif marker == self.TOOL_START:
+                out.append(marker)
+                reasoning = False
+        if not reasoning:
+            out.append(text[i:])
+        return "".join(out)
+
+    def extract(self, text: str) -> tuple[str | None, str | None]:
+        """See :class:`EngineThinkReasoningParser`; not thinking: no reasoning."""
+        if self.thinking:
+            return super().extract(text)
+        return None, self._answer(text) or None
+
+    def stream(
+        self,
+        previous_token_ids: Sequence[int],
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """See :class:`EngineThinkReasoningParser`; not thinking (the prompt left a block
+        open): the first delta's answer, then the reasoning phase is over."""
+        if self.thinking:
+            return super().stream(previous_token_ids, delta_text, delta_token_ids)
+        self._ended = self._streamed = True  # (vLLM's engine counts no reasoning tokens then)
+        content = self._answer(delta_text)
+        return OutputDelta(content=content) if content else None
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
+        """See :class:`EngineThinkReasoningParser`; not thinking: the tokens inside ``<think>``
+        blocks of the answer."""
+        if self.thinking or (streamed and self._streamed):
+            return super().count_reasoning_tokens(token_ids, streamed)
+        n, reasoning = 0, False
+        for tid in token_ids:
+            if tid == self.start_id:
+                reasoning = True
+            elif tid in self.end_ids:
+                reasoning = False
+            elif reasoning and tid not in self._dropped_ids:
+                n += 1
+        return n

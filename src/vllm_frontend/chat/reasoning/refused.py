@@ -11,18 +11,10 @@ _ENGINE = (
     "vLLM parses it with the {grammar} grammar of its parser engine (vllm/parser/), which "
     "vllm-frontend does not reproduce"
 )
-_UNIFIED = (
-    "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
-    "does not reproduce"
-)
 
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
-    "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
-    "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
-    "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
-    "minicpmv": _UNIFIED.format(where="vllm/parser/minicpmv.py"),
     "plamo3": _ENGINE.format(grammar="PLaMo 3"),
 }
 """Name -> why it is refused."""

@@ -16,6 +16,7 @@ __all__ = [
     "const",
     "json_schema",
     "optional",
+    "plus",
     "regex",
     "sequence",
     "star",
@@ -90,6 +91,11 @@ def optional(content: Format) -> Format:
 def star(content: Format) -> Format:
     """``StarFormat``."""
     return {"type": "star", "content": content}
+
+
+def plus(content: Format) -> Format:
+    """``PlusFormat``."""
+    return {"type": "plus", "content": content}
 
 
 def arguments_schema(function: Mapping[str, Any]) -> Any:

@@ -42,6 +42,14 @@ class ToolParser:
     supports_required_and_named: ClassVar[bool] = True
     """Whether ``required`` / named tool choices are forced with JSON (else they are parsed
     from the model's own format, as ``auto``)."""
+    joins_special_tokens: ClassVar[bool] = False
+    """Whether its ``adjust_request`` also turns ``spaces_between_special_tokens`` off (with
+    the special tokens it keeps)."""
+    unified: ClassVar[str | None] = None
+    """The vLLM unified parser (vllm/parser/) composed whenever this name is configured."""
+    named_choice_needs_tag: ClassVar[str | None] = None
+    """The error a named tool choice gets when no structural tag constrains the request (its
+    ``adjust_request`` refuses it then)."""
 
     reads_request: ClassVar[bool] = False
     """Whether the parser reads :attr:`tool_choice` and :attr:`request_kwargs` (set per

@@ -11,16 +11,9 @@ _ENGINE = (
     "vLLM parses it with the {grammar} grammar of its parser engine ({where}), which "
     "vllm-frontend does not reproduce yet"
 )
-_UNIFIED = (
-    "vLLM composes a model-specific unified parser for it ({where}), which vllm-frontend "
-    "does not reproduce yet"
-)
 
 REFUSED_TOOL_PARSERS: dict[str, str] = {
     "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
-    "kimi_k3": _UNIFIED.format(where="vllm/parser/kimi_k3.py"),
-    "cohere_command3": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
-    "cohere_command4": _UNIFIED.format(where="vllm/parser/cohere_command.py"),
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
 }
