@@ -20,6 +20,7 @@ import pytest
 from tests.support.tiny_mistral import VERSIONS, tiny_mistral_dir
 from vllm_frontend.chat import ChatError
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
+from vllm_frontend.server.errors import sanitize_message
 from vllm_frontend.text.tokenizer_mistral import MistralTokenizer
 
 pytestmark = pytest.mark.oracle
@@ -104,7 +105,8 @@ def _ours(kind: str, body: dict[str, Any]) -> Any:
             reasoning_effort=body.get("reasoning_effort"),
         )
     except ChatError as exc:
-        return ("error", str(exc))
+        # The server sanitizes error messages (file paths) as vLLM's error responses do.
+        return ("error", sanitize_message(str(exc)))
     return ("ok", rendered.prompt)
 
 

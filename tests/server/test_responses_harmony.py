@@ -137,10 +137,33 @@ INPUTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def _strict_tool_calling(monkeypatch: pytest.MonkeyPatch, strict: str) -> None:
+    """Set ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` for both sides. vLLM's tool parser classes read
+    it once, when they are defined (``ToolParser.__init_subclass__``): classes some earlier
+    test imported keep that test's value, so theirs are set as the variable would have made
+    them (restored after the test). vLLM's app, built in process by other server tests,
+    caches its environment variables: the cache is turned off so its runtime reads see it."""
+    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", strict)
+    import vllm.envs
+    from vllm.tool_parsers.abstract_tool_parser import ToolParser
+
+    vllm.envs.disable_envs_cache()
+
+    on = strict.lower() in ("true", "1")
+    pending = list(ToolParser.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.structural_tag_model is None:
+            continue
+        inherited = getattr(cls.__mro__[1], "supports_required_and_named", True)
+        monkeypatch.setattr(cls, "supports_required_and_named", False if on else inherited)
+
+
 @pytest.fixture(autouse=True)
 def _pinned_date(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("VLLM_SYSTEM_START_DATE", START_DATE)
-    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", "0")
+    _strict_tool_calling(monkeypatch, "0")
     yield
 
 
@@ -464,7 +487,7 @@ def test_constraints_match_vllm(
         # vLLM's harmony tag for a request with built-in tools (any recipient, any text) is
         # not built: ours constrains the function tools only (a known difference).
         request.applymarker(pytest.mark.xfail(strict=True, reason="built-in tools' tag"))
-    monkeypatch.setenv("VLLM_ENFORCE_STRICT_TOOL_CALLING", strict)
+    _strict_tool_calling(monkeypatch, strict)
     body = {"input": "Weather?", **fields}
     compare(body, OUTPUTS["call"], steps_of(OUTPUTS["call"], 5), "stop", server)
 
