@@ -83,67 +83,65 @@ def load_family(
     ``encode``: the tokenizer, without special tokens added (families whose placeholders
     stand for text)."""
     model_type = config.get("model_type")
+    path = pathlib.Path(model_dir)
+
+    def read(name: str) -> dict[str, Any] | None:
+        return _read_json(path / name)
+
+    def text_encoder(family: str) -> Callable[[str], list[int]]:
+        if encode is None:
+            raise ValueError(f"the {family} family needs the tokenizer's encode")
+        return encode
+
     if model_type == "idefics3":
         from vllm_frontend.multimodal.idefics3 import Idefics3Family
 
-        if encode is None:
-            raise ValueError("the Idefics3 family needs the tokenizer's encode")
-        path = pathlib.Path(model_dir)
         return Idefics3Family(
             config,
-            _read_json(path / "preprocessor_config.json") or {},
-            _read_json(path / "processor_config.json") or {},
+            read("preprocessor_config.json") or {},
+            read("processor_config.json") or {},
             token_to_id,
-            encode,
+            text_encoder("Idefics3"),
             options.mm_processor_kwargs,
         )
     if model_type == "gemma3":
         from vllm_frontend.multimodal.gemma3 import Gemma3Family
 
-        if encode is None:
-            raise ValueError("the Gemma 3 family needs the tokenizer's encode")
-        path = pathlib.Path(model_dir)
         return Gemma3Family(
             config,
-            _read_json(path / "preprocessor_config.json") or {},
-            _read_json(path / "processor_config.json") or {},
+            read("preprocessor_config.json") or {},
+            read("processor_config.json") or {},
             token_to_id,
-            encode,
+            text_encoder("Gemma 3"),
             options.mm_processor_kwargs,
         )
     if model_type in ("qwen3_vl", "qwen3_vl_moe"):
         from vllm_frontend.multimodal.qwen3_vl import Qwen3VLFamily
 
-        if encode is None:
-            raise ValueError("the Qwen3-VL family needs the tokenizer's encode")
-        path = pathlib.Path(model_dir)
         return Qwen3VLFamily(
             config,
-            _read_json(path / "preprocessor_config.json") or {},
+            read("preprocessor_config.json") or {},
             token_to_id,
-            encode,
+            text_encoder("Qwen3-VL"),
             options.mm_processor_kwargs,
             options.mm_device_do_normalize,
-            _read_json(path / "video_preprocessor_config.json"),
+            read("video_preprocessor_config.json"),
         )
     if model_type in ("qwen2_vl", "qwen2_5_vl"):
         from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
 
-        preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")
-        video = _read_json(pathlib.Path(model_dir) / "video_preprocessor_config.json")
         return Qwen2VLFamily(
             config,
-            preprocessor or {},
+            read("preprocessor_config.json") or {},
             token_to_id,
             options.mm_processor_kwargs,
             options.mm_device_do_normalize,
-            video,
+            read("video_preprocessor_config.json"),
         )
     if model_type == "qwen2_audio":
         from vllm_frontend.multimodal.qwen2_audio import Qwen2AudioFamily
 
-        preprocessor = _read_json(pathlib.Path(model_dir) / "preprocessor_config.json")
-        return Qwen2AudioFamily(config, preprocessor or {}, token_to_id)
+        return Qwen2AudioFamily(config, read("preprocessor_config.json") or {}, token_to_id)
     return None
 
 
