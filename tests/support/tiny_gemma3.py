@@ -15,12 +15,11 @@ SigLIP-style tower, and the image processor is Gemma 3's (bilinear to 64 x 64, m
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pathlib
 
 from tests.support import tiny_vlm
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, tiny_model_dir
 
 BUILDER_VERSION = 1
 """Bump when the output changes in a way the hashed inputs do not capture."""
@@ -36,14 +35,11 @@ IMAGE_SIZE = 64
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_gemma3_dir() -> pathlib.Path:

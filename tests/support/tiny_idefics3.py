@@ -19,15 +19,13 @@ and transformers), once; the checkpoint is cached under ``$VLLM_FRONTEND_TEST_CA
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 from tests.support.fixtures import CHAT_TEMPLATES
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, run_builder, tiny_model_dir
 from tests.support.tiny_vlm import randomize, write_json
 
 CHAT_TEMPLATE_PATH = CHAT_TEMPLATES / "idefics3.jinja"
@@ -57,16 +55,13 @@ BUILDER_VERSION = 1
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         (pathlib.Path(__file__).parent / "tiny_vlm.py").read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         CHAT_TEMPLATE_PATH.read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_idefics3_dir() -> pathlib.Path:
@@ -74,14 +69,7 @@ def tiny_idefics3_dir() -> pathlib.Path:
     llama = tiny_model_dir()
 
     def build(staging: pathlib.Path) -> None:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        subprocess.run(
-            [sys.executable, "-m", "tests.support.tiny_idefics3", "--build", str(staging),
-             str(llama)],
-            check=True,
-            env=env,
-            cwd=pathlib.Path(__file__).resolve().parents[2],
-        )  # fmt: skip
+        run_builder("tests.support.tiny_idefics3", staging, str(llama))
 
     return cached_build(f"tiny-idefics3-{_input_hash(llama)}", build)
 

@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -105,17 +106,34 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(configured) if configured else REPO_ROOT / ".cache"
 
 
-def _input_hash() -> str:
+def inputs_hash(*parts: bytes) -> str:
+    """The 16-hex-digit key of a cached build made from ``parts`` (each hashed on its own)."""
     digest = hashlib.sha256()
-    for part in (
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def run_builder(module: str, staging: pathlib.Path, *args: str) -> None:
+    """Run ``python -m <module> --build <staging> <args>`` offline from the repository root
+    (builders that import torch and transformers run apart from the tests)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    subprocess.run(
+        [sys.executable, "-m", module, "--build", str(staging), *args],
+        check=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+
+
+def _input_hash() -> str:
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         llama3_tiktoken_path().read_bytes(),
         CHAT_TEMPLATE_PATH.read_bytes(),
         f"numpy={np.__version__}".encode(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_model_dir() -> pathlib.Path:

@@ -12,30 +12,25 @@ vLLM's Qwen2.5-VL code imports torchvision as Qwen2-VL's does: run vLLM on
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
-import subprocess
 import sys
 
 from tests.support import tiny_vlm
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, run_builder, tiny_model_dir
 
 BUILDER_VERSION = 1
 """Bump when the output changes in a way the hashed inputs do not capture."""
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         pathlib.Path(tiny_vlm.__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         tiny_vlm.CHAT_TEMPLATE_PATH.read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_qwen25_vl_dir() -> pathlib.Path:
@@ -43,14 +38,7 @@ def tiny_qwen25_vl_dir() -> pathlib.Path:
     llama = tiny_model_dir()
 
     def build(staging: pathlib.Path) -> None:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        module = "tests.support.tiny_qwen25_vl"
-        subprocess.run(
-            [sys.executable, "-m", module, "--build", str(staging), str(llama)],
-            check=True,
-            env=env,
-            cwd=pathlib.Path(__file__).resolve().parents[2],
-        )
+        run_builder("tests.support.tiny_qwen25_vl", staging, str(llama))
 
     return cached_build(f"tiny-qwen2.5-vl-{_input_hash(llama)}", build)
 

@@ -16,16 +16,14 @@ cached under ``$VLLM_FRONTEND_TEST_CACHE`` like the tiny Llama.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 from tests.support import tiny_vlm
 from tests.support.fixtures import CHAT_TEMPLATES
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, run_builder, tiny_model_dir
 
 CHAT_TEMPLATE_PATH = CHAT_TEMPLATES / "qwen2_audio.jinja"
 SPECIALS = ("<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>")
@@ -42,15 +40,12 @@ BUILDER_VERSION = 1
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         CHAT_TEMPLATE_PATH.read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_qwen2_audio_dir() -> pathlib.Path:
@@ -58,14 +53,7 @@ def tiny_qwen2_audio_dir() -> pathlib.Path:
     llama = tiny_model_dir()
 
     def build(staging: pathlib.Path) -> None:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        module = "tests.support.tiny_qwen2_audio"
-        subprocess.run(
-            [sys.executable, "-m", module, "--build", str(staging), str(llama)],
-            check=True,
-            env=env,
-            cwd=pathlib.Path(__file__).resolve().parents[2],
-        )
+        run_builder("tests.support.tiny_qwen2_audio", staging, str(llama))
 
     return cached_build(f"tiny-qwen2-audio-{_input_hash(llama)}", build)
 

@@ -9,12 +9,11 @@ merge, mean and std 0.5) with a small pixel budget.
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 import shutil
 
 from tests.support import tiny_vlm
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, tiny_model_dir
 
 BUILDER_VERSION = 1
 """Bump when the output changes in a way the hashed inputs do not capture."""
@@ -25,16 +24,13 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         pathlib.Path(tiny_vlm.__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         tiny_vlm.CHAT_TEMPLATE_PATH.read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_qwen3_vl_dir() -> pathlib.Path:

@@ -20,18 +20,16 @@ checkpoint is cached under ``$VLLM_FRONTEND_TEST_CACHE`` like the tiny Llama.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 from tests.support.fixtures import CHAT_TEMPLATES, FIXTURES
-from tests.support.tiny_model import cached_build, tiny_model_dir
+from tests.support.tiny_model import cached_build, inputs_hash, run_builder, tiny_model_dir
 
 TORCHVISION_SHIM = FIXTURES / "torchvision_shim"
 """Directory to put on ``PYTHONPATH`` of processes that import vLLM's Qwen2-VL code."""
@@ -85,15 +83,12 @@ def shim_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _input_hash(llama: pathlib.Path) -> str:
-    digest = hashlib.sha256()
-    for part in (
+    return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
         CHAT_TEMPLATE_PATH.read_bytes(),
         f"builder={BUILDER_VERSION}".encode(),
-    ):
-        digest.update(hashlib.sha256(part).digest())
-    return digest.hexdigest()[:16]
+    )
 
 
 def tiny_vlm_dir() -> pathlib.Path:
@@ -101,13 +96,7 @@ def tiny_vlm_dir() -> pathlib.Path:
     llama = tiny_model_dir()
 
     def build(staging: pathlib.Path) -> None:
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        subprocess.run(
-            [sys.executable, "-m", "tests.support.tiny_vlm", "--build", str(staging), str(llama)],
-            check=True,
-            env=env,
-            cwd=pathlib.Path(__file__).resolve().parents[2],
-        )
+        run_builder("tests.support.tiny_vlm", staging, str(llama))
 
     return cached_build(f"tiny-qwen2-vl-{_input_hash(llama)}", build)
 
