@@ -371,24 +371,31 @@ def test_killing_an_engine_fails_every_stream_and_refuses_new_requests(
                     f"doomed-{i}",
                     PROMPTS[i % 4],
                     temperature=0.0,
-                    max_tokens=1500,
+                    max_tokens=1900,
                     ignore_eos=True,
                     data_parallel_rank=i % 2,
                 )
             )
             for i in range(4)
         ]
-        for stream in streams:
-            await anext(stream)
+        # The tiny model can write 1900 tokens in about a second, so a loaded machine could let
+        # engine 1 finish before a plain kill. Freeze it as soon as it has started, let the
+        # outputs it already sent arrive, and only then kill it: whatever is unfinished by then
+        # can only end by the death.
+        await anext(streams[1])
+        deployment.engines.kill_engine(1, signal.SIGSTOP)
+        await asyncio.sleep(0.5)
+        doomed = [s for s in streams if s.engine_index == 1 and not s.finished]
+        assert doomed, "engine 1 finished both requests before it could be stopped"
         deployment.engines.kill_engine(1, signal.SIGKILL)
         for stream in streams:
-            if stream.engine_index == 1:
+            if stream in doomed:
                 with pytest.raises(EngineDeadError):
                     await collect(stream)
             else:
                 # The shared launcher reacts to the kill by shutting engine 0 down, which
                 # aborts its requests; that ABORT may arrive before the death is noticed, and
-                # on a fast run engine 0 may even finish its 1500 tokens first.
+                # on a fast run a request may even finish its 1900 tokens first.
                 try:
                     outputs = await collect(stream)
                 except EngineDeadError:
