@@ -105,6 +105,9 @@ _FRAGMENTS = [
     "< |eot_id|>",
     "<|EOT_ID|>",
     "<tool",
+    "<0x0A>",
+    "<0x41>",
+    "<0xFF",
     "!!!",
     "...",
     "```",
@@ -180,6 +183,19 @@ def test_fastokens_gives_the_ids_tokenizers_gives_for_long_runs(
     for add_special in (False, True):
         expected = tokenizer.backend.encode(text, add_special_tokens=add_special).ids
         assert tokenizer.encode(text, add_special_tokens=add_special) == expected
+
+
+def test_byte_token_names_in_the_text_get_the_ids_tokenizers_gives(
+    tokenizer_dirs: dict[str, Path],
+) -> None:
+    # fastokens alone reads "<0x0A>" as the byte-fallback token of that name.
+    tokenizer = _fast_tokenizer(_dir(tokenizer_dirs, "byte_fallback"))
+    texts = ["<0x00>", "a<0x41>b", "line<0x0A>break <0xFF> y", "<0x", "no byte names"]
+    for add_special in (False, True):
+        expected = [tokenizer.backend.encode(t, add_special_tokens=add_special).ids for t in texts]
+        assert [tokenizer.encode(t, add_special_tokens=add_special) for t in texts] == expected
+        assert tokenizer.encode_batch(texts, add_special_tokens=add_special) == expected
+        assert tokenizer.encode_batch(texts[-1:], add_special_tokens=add_special) == expected[-1:]
 
 
 def test_special_tokens_added_from_the_config_are_added_to_fastokens_too(

@@ -9,7 +9,10 @@ Unigram, WordPiece or WordLevel models; Bert or Roberta post-processors): those 
 ``tokenizers``. It ignores one setting that loads: ``tokenizers``' ``encode_special_tokens``
 (special tokens encoded as text), so such a backend stays with ``tokenizers`` too. A loaded
 encoder is checked against ``tokenizers`` (sizes, every added token's id, and probe texts) before
-any prompt uses it; ``tokenizers`` wins on any difference.
+any prompt uses it; ``tokenizers`` wins on any difference. One difference passes those checks:
+with a byte-fallback BPE (Llama 2, Mistral), fastokens reads literal text such as ``<0x0A>`` as
+the byte token of that name where ``tokenizers`` spells it out character by character; prompts
+containing ``<0x`` therefore go to ``tokenizers`` for such models (:func:`literal_blind_spot`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_VAR", "fastokens_enabled", "load_fastokens"]
+__all__ = ["ENV_VAR", "fastokens_enabled", "literal_blind_spot", "load_fastokens"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +57,14 @@ def fastokens_enabled(environ: Mapping[str, str] | None = None) -> bool:
         return bool(int(value))
     except ValueError:
         raise ValueError(f"{ENV_VAR} must be an integer (0 or 1), not {value!r}") from None
+
+
+def literal_blind_spot(backend: Any) -> str | None:
+    """A substring whose texts fastokens encodes differently from ``backend`` (encode those with
+    ``tokenizers``), or None: ``"<0x"`` for a byte-fallback BPE, whose ``<0xNN>`` byte tokens
+    fastokens matches in the text itself."""
+    model = getattr(backend, "model", None)
+    return "<0x" if getattr(model, "byte_fallback", False) else None
 
 
 def _log_once(level: int, key: str, message: str, *args: Any) -> None:
