@@ -351,22 +351,10 @@ class ResponsesHandler:
         return self._harmony_finish(req, response_id, gen, created, turn, cached,
                                     kv_transfer_params)  # fmt: skip
 
-    async def _harmony_event_dicts(
-        self,
-        req: ResponsesRequest,
-        response_id: str,
-        gen: ChatGeneration,
-        created: int,
-        turn: HarmonyTurn,
-    ) -> AsyncIterator[dict[str, Any]]:
-        seq_no = 0
-
-        def numbered(event: dict[str, Any]) -> dict[str, Any]:
-            nonlocal seq_no
-            event["sequence_number"] = seq_no
-            seq_no += 1
-            return event
-
+    def _opening_events(
+        self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, created: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``response.created`` and ``response.in_progress`` of a streamed response."""
         initial = response_json(
             req,
             response_id=response_id,
@@ -377,8 +365,22 @@ class ResponsesHandler:
             status="in_progress",
             usage=None,
         )
-        yield numbered({"response": initial, "sequence_number": 0, "type": "response.created"})
-        yield numbered({"response": initial, "sequence_number": 1, "type": "response.in_progress"})
+        return (
+            {"response": initial, "sequence_number": 0, "type": "response.created"},
+            {"response": initial, "sequence_number": 1, "type": "response.in_progress"},
+        )
+
+    async def _harmony_event_dicts(
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        gen: ChatGeneration,
+        created: int,
+        turn: HarmonyTurn,
+    ) -> AsyncIterator[dict[str, Any]]:
+        numbered = _Numbering()
+        for event in self._opening_events(req, response_id, gen, created):
+            yield numbered(event)
         stream = HarmonyStream(turn.function_names)
         cached = 0
         try:
@@ -602,26 +604,9 @@ class ResponsesHandler:
             async for event in self._harmony_event_dicts(req, response_id, gen, created, turn):
                 yield event
             return
-        seq_no = 0
-
-        def numbered(event: dict[str, Any]) -> dict[str, Any]:
-            nonlocal seq_no
-            event["sequence_number"] = seq_no
-            seq_no += 1
-            return event
-
-        initial = response_json(
-            req,
-            response_id=response_id,
-            created_at=created,
-            model=self.ctx.model_name_for(req.model),
-            params=gen.text.params[0],
-            output=[],
-            status="in_progress",
-            usage=None,
-        )
-        yield numbered({"response": initial, "sequence_number": 0, "type": "response.created"})
-        yield numbered({"response": initial, "sequence_number": 1, "type": "response.in_progress"})
+        numbered = _Numbering()
+        for event in self._opening_events(req, response_id, gen, created):
+            yield numbered(event)
         parser = gen.new_parser()
         [prompt] = gen.text.prompts
         state = _StreamState()
@@ -815,6 +800,20 @@ def _query_error(name: str, value: str, kind: str, msg: str) -> Exception:
     from .validation import validation_error
 
     return validation_error([{"type": kind, "loc": ("query", name), "msg": msg, "input": value}])
+
+
+class _Numbering:
+    """Gives each streamed event the next ``sequence_number`` (0, 1, 2, ...)."""
+
+    __slots__ = ("next",)
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self.next
+        self.next += 1
+        return event
 
 
 def _error_event(exc: errors.ApiError) -> dict[str, Any]:
