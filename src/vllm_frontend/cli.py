@@ -75,7 +75,8 @@ def _server_imports() -> Iterator[None]:
     The imports allocate ~70k long-lived objects: collecting among them is wasted, and so is
     rescanning them later, so GC is paused and they are frozen (~30 ms less; ~0.2 MB of import
     garbage stays). numpy's OpenBLAS would start a thread per core as it loads (15-60 ms, more
-    on a busy host) for linear algebra the frontend never does. Only this process is affected:
+    on a busy host); the frontend's few matrix products (torch-style resizes) run on its media
+    threads, one BLAS thread each. Only this process is affected:
     the environment is restored for children (a managed engine keeps its BLAS threads)."""
     blas = "OPENBLAS_NUM_THREADS"
     set_blas = blas not in os.environ and "numpy" not in sys.modules

@@ -8,7 +8,9 @@ output sample),
 turns them into int16 at the largest precision under which the axis's largest weight fits,
 and resamples width first then height, each output sample an integer dot product plus half an
 LSB, shifted down and clamped to ``[0, 255]`` after each pass. Integer sums do not depend on
-their order, so the result is exact whatever the vectorization.
+their order, so the result is exact whatever the vectorization: here each band of outputs is one
+float64 matrix product (every partial sum is an integer below 2^31, so float64 holds it exactly),
+about twice as fast as a numpy pass per tap.
 
 torchvision resizes ``uint8`` bilinearly on these bytes only where torch's CPU capability is
 "AVX2"; elsewhere (an "AVX512" torch build, for one) it resizes a float32 copy and rounds, which
@@ -87,24 +89,58 @@ def _axis(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.ndarra
     return indices, weights, precision
 
 
+# Outputs per band: each band's taps form a small dense matrix over the input rows it reads.
+_BAND = 8
+# float64 elements of input converted at a time (32 MB).
+_BLOCK = 1 << 22
+
+
+@lru_cache(maxsize=64)
+def _bands(
+    in_size: int, out_size: int, mode: str
+) -> tuple[tuple[tuple[int, int, int, int, np.ndarray], ...], int]:
+    """One axis's taps as dense float64 matrices, one per band of ``_BAND`` outputs:
+    ``(first output, end output, first input, end input, weights[outputs, inputs])``."""
+    indices, weights, precision = _axis(in_size, out_size, mode)
+    bands = []
+    for o0 in range(0, out_size, _BAND):
+        o1 = min(o0 + _BAND, out_size)
+        rows, cols = indices[o0:o1], weights[o0:o1]
+        used = cols != 0
+        lo = int(rows[used].min()) if used.any() else 0
+        hi = int(rows[used].max()) + 1 if used.any() else 1
+        dense = np.zeros((o1 - o0, hi - lo), dtype=np.float64)
+        out_at, tap_at = np.nonzero(used)
+        np.add.at(dense, (out_at, rows[out_at, tap_at] - lo), cols[out_at, tap_at])
+        bands.append((o0, o1, lo, hi, dense))
+    return tuple(bands), precision
+
+
 def _pass(pixels: np.ndarray, axis: int, out_size: int, mode: str) -> np.ndarray:
-    indices, weights, precision = _axis(pixels.shape[axis], out_size, mode)
-    shape = [1] * pixels.ndim
-    shape[axis] = out_size
-    acc = np.full(
-        (*pixels.shape[:axis], out_size, *pixels.shape[axis + 1 :]),
-        1 << (precision - 1) if precision else 0,
-        dtype=np.int32,
-    )
-    for j in range(weights.shape[1]):
-        column = weights[:, j]
-        if not column.any():
-            continue
-        taps = np.take(pixels, indices[:, j], axis=axis).astype(np.int32)
-        taps *= column.reshape(shape)
-        acc += taps
-    acc >>= precision
-    return np.clip(acc, 0, 255).astype(np.uint8)
+    # Each output sample is an integer dot product of int16 weights and bytes; float64 holds
+    # every partial sum exactly (|sum| < 2^31), so a BLAS product per band gives torch's integers
+    # whatever its summation order.
+    bands, precision = _bands(pixels.shape[axis], out_size, mode)
+    moved = np.moveaxis(pixels, axis, 0)
+    rest = moved.shape[1:]
+    flat = moved.reshape(moved.shape[0], -1)
+    out = np.empty((out_size, flat.shape[1]), dtype=np.uint8)
+    half = float(1 << (precision - 1)) if precision else 0.0
+    scale = 1.0 / (1 << precision)
+    step = max(1, _BLOCK // max(1, flat.shape[0]))
+    acc = np.empty((out_size, min(step, flat.shape[1])), dtype=np.float64)
+    for c0 in range(0, flat.shape[1], step):
+        block = flat[:, c0 : c0 + step].astype(np.float64)
+        width = block.shape[1]
+        part = acc[:, :width]
+        for o0, o1, lo, hi, dense in bands:
+            np.matmul(dense, block[lo:hi], out=part[o0:o1])
+        part += half
+        part *= scale  # exact: a power of two
+        np.floor(part, out=part)
+        np.clip(part, 0, 255, out=part)
+        out[:, c0 : c0 + width] = part
+    return np.moveaxis(out.reshape(out_size, *rest), 0, axis)
 
 
 def _resize(pixels: np.ndarray, height: int, width: int, mode: str) -> np.ndarray:
@@ -116,7 +152,7 @@ def _resize(pixels: np.ndarray, height: int, width: int, mode: str) -> np.ndarra
         out = _pass(out, w_axis, width, mode)
     if out.shape[h_axis] != height:
         out = _pass(out, h_axis, height, mode)
-    return out
+    return np.ascontiguousarray(out)
 
 
 def resize_bicubic_u8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
