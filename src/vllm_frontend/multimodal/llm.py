@@ -104,6 +104,17 @@ def load_family(
             text_encoder("Idefics3"),
             options.mm_processor_kwargs,
         )
+    if model_type == "internvl":
+        from vllm_frontend.multimodal.internvl import InternVLFamily
+
+        return InternVLFamily(
+            config,
+            read("preprocessor_config.json") or {},
+            read("processor_config.json") or {},
+            token_to_id,
+            text_encoder("InternVL"),
+            options.mm_processor_kwargs,
+        )
     if model_type == "gemma3":
         from vllm_frontend.multimodal.gemma3 import Gemma3Family
 
@@ -436,6 +447,13 @@ class MultimodalLlm:
         if part.modality not in ("image", "video", "audio"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
+            )
+        processed = getattr(self.family, "processed_modalities", None)
+        if processed is not None and part.modality not in processed:
+            # The model takes them (vLLM serves them); this frontend's family does not yet.
+            raise MediaError.bad_request(
+                f"{part.modality} inputs are not supported by this frontend for model type "
+                f"{self.model_type!r} yet"
             )
         if part.url is None:
             raise MediaError.bad_request(

@@ -1,0 +1,193 @@
+"""InternVL in Hugging Face format (``model_type`` ``internvl``,
+``InternVLForConditionalGeneration``) as vLLM 0.32's ``InternS1MultiModalProcessor`` serves it:
+each image processed on its own by GOT-OCR 2's image processor under ``InternVLProcessor``'s
+defaults (:mod:`.processors.internvl`: tiles of the grid closest to its aspect ratio, and a
+thumbnail when there is more than one), its tiles as ``pixel_values`` (a "flat" field sliced by
+the tiles of every image of the request), their count as ``image_num_patches`` (a "batched" field
+kept on the CPU) and the ``<IMG_CONTEXT>`` token id as ``image_token_id`` (a "shared" field kept
+on the CPU); each ``<IMG_CONTEXT>`` of the rendered prompt replaced by ``<img>``,
+``image_seq_length`` ``<IMG_CONTEXT>`` per tile and ``</img>``, tokenized, whose
+``<IMG_CONTEXT>`` positions take embeddings.
+
+vLLM serves this family's videos too; this frontend does not yet (a video part is refused naming
+the model type)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from vllm_frontend.engine.protocol import MultiModalFieldElem
+from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
+from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.media import ImageItem, MediaError
+from vllm_frontend.multimodal.processors.internvl import (
+    INTERNVL_DEFAULTS,
+    GotOcr2ImageProcessor,
+    image_replacement,
+)
+
+__all__ = ["InternVLFamily"]
+
+CONTEXT_TOKEN = "<IMG_CONTEXT>"
+START_TOKEN = "<img>"
+END_TOKEN = "</img>"
+DEFAULT_IMAGE_SEQ_LENGTH = 256
+"""transformers' ``InternVLProcessor`` default when ``processor_config.json`` names none."""
+
+
+def _pixels(values: np.ndarray, dtype: str) -> Tensor:
+    """Float32 pixels in the model ``dtype``, as vLLM casts floating fields."""
+    if dtype == "bfloat16":
+        return Tensor.from_numpy(to_bfloat16_words(values), dtype="bfloat16")
+    if dtype == "float16":
+        return Tensor.from_numpy(values.astype(np.float16))
+    if dtype == "float32":
+        return Tensor.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+    raise ValueError(f"unsupported pixel dtype {dtype!r}")
+
+
+class _Replacement:
+    """One tile count's placeholder token ids and which of them take embeddings."""
+
+    __slots__ = ("ids", "is_embed")
+
+    def __init__(self, ids: list[int], context_id: int) -> None:
+        self.ids = ids
+        mask = np.asarray(ids) == context_id
+        mask.flags.writeable = False
+        self.is_embed = mask
+
+
+class InternVLFamily:
+    """InternVL, Hugging Face format (``model_type`` ``internvl``): images."""
+
+    __slots__ = (
+        "_encode",
+        "_replacements",
+        "_server_kwargs",
+        "image_seq_length",
+        "model_type",
+        "processor",
+        "token_ids",
+    )
+
+    placeholders: Mapping[str, str] = {"image": CONTEXT_TOKEN}
+    """vLLM's ``get_placeholder_str`` for an image."""
+    supported_limits: Mapping[str, int | None] = {"image": None, "video": None}
+    """Items per prompt vLLM's processor takes by modality (None: any number)."""
+    processed_modalities: tuple[str, ...] = ("image",)
+    """The modalities this frontend processes for the family (videos are refused)."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        preprocessor_config: Mapping[str, Any],
+        processor_config: Mapping[str, Any],
+        token_to_id: Callable[[str], int | None],
+        encode: Callable[[str], list[int]],
+        processor_kwargs: Mapping[str, Any],
+    ) -> None:
+        """``processor_config``: the model's ``processor_config.json`` (``image_seq_length``);
+        ``encode``: the tokenizer without special tokens added; ``processor_kwargs``: the
+        server's ``--mm-processor-kwargs`` (the image processor's options among them)."""
+        self.model_type = str(config.get("model_type"))
+        self.processor = GotOcr2ImageProcessor(preprocessor_config, INTERNVL_DEFAULTS)
+        self._server_kwargs = self._known(processor_kwargs)
+        seq_length = processor_config.get("image_seq_length")
+        self.image_seq_length = (
+            int(seq_length) if seq_length is not None else DEFAULT_IMAGE_SEQ_LENGTH
+        )
+        for token in (START_TOKEN, END_TOKEN):
+            if token_to_id(token) is None:
+                raise ValueError(f"the tokenizer has no {token} token")
+        context_id = token_to_id(CONTEXT_TOKEN)
+        if context_id is None:
+            raise ValueError(f"the tokenizer has no {CONTEXT_TOKEN} token")
+        self.token_ids: dict[str, int] = {"image": context_id}
+        self._encode = encode
+        self._replacements: dict[int, _Replacement] = {}
+
+    def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The image processor's options among processor keyword arguments (the image-scoped
+        ``images_kwargs`` over the flat ones; others dropped)."""
+        flat = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
+        scoped = kwargs.get("images_kwargs")
+        if isinstance(scoped, Mapping):
+            flat.update(scoped)
+        names = self.processor.options.names
+        return {k: v for k, v in flat.items() if k in names}
+
+    def _replacement(self, num_patches: int) -> _Replacement:
+        found = self._replacements.get(num_patches)
+        if found is None:
+            text = image_replacement(
+                num_patches, self.image_seq_length, START_TOKEN, CONTEXT_TOKEN, END_TOKEN
+            )
+            found = _Replacement(self._encode(text), self.token_ids["image"])
+            self._replacements[num_patches] = found
+        return found
+
+    def _placeholder(self, num_patches: int) -> ProcessedItem:
+        repl = self._replacement(num_patches)
+        return ProcessedItem("image", len(repl.ids), {}, repl.ids, repl.is_embed)
+
+    def held_item(self, modality: str, item: Any, kwargs: Mapping[str, Any]) -> ProcessedItem:
+        """The placeholder of an image the engine's cache holds, from its size alone (not
+        processed: it goes without data)."""
+        self._check(modality)
+        image: ImageItem = item
+        merged = {**self._server_kwargs, **self._known(kwargs)}
+        try:
+            count = self.processor.number_of_image_patches(
+                image.image.height, image.image.width, **merged
+            )
+        except ValueError as e:
+            raise MediaError.bad_request(str(e)) from None
+        return self._placeholder(count)
+
+    def _check(self, modality: str) -> None:
+        if modality != "image":
+            raise MediaError.bad_request(
+                f"{modality} inputs are not supported by this frontend for model type "
+                f"{self.model_type!r} yet"
+            )
+
+    def process(
+        self, modality: str, items: list[Any], kwargs: Mapping[str, Any], dtype: str
+    ) -> list[ProcessedItem]:
+        """Process the request's images, each on its own as vLLM's processor calls
+        transformers' for each; the pixels are cast to the model ``dtype``."""
+        self._check(modality)
+        images: list[ImageItem] = items
+        merged = {**self._server_kwargs, **self._known(kwargs)}
+        outputs = []
+        try:
+            for image in images:
+                out = self.processor.preprocess([image.image], **merged)
+                outputs.append((_pixels(out["pixel_values"], dtype), int(out["num_patches"][0])))
+        except ValueError as e:
+            raise MediaError.bad_request(str(e)) from None
+        slices: list[Any] = []
+        start = 0
+        for _, count in outputs:
+            slices.append([[start, start + count, None]])
+            start += count
+        flat = ("flat", {"keep_on_cpu": False, "slices": slices, "dim": 0})
+        batched = ("batched", {"keep_on_cpu": True})
+        shared = ("shared", {"keep_on_cpu": True, "batch_size": len(outputs)})
+        token_id = Tensor.from_numpy(np.array(self.token_ids["image"], dtype=np.int64))
+        processed = []
+        for pixels, count in outputs:
+            item = self._placeholder(count)
+            item.fields.update(
+                pixel_values=MultiModalFieldElem(pixels, flat),
+                image_num_patches=MultiModalFieldElem(
+                    Tensor.from_numpy(np.array(count, dtype=np.int64)), batched
+                ),
+                image_token_id=MultiModalFieldElem(token_id, shared),
+            )
+            processed.append(item)
+        return processed
