@@ -58,6 +58,13 @@ CASES: dict[str, tuple[str, list[tuple[int, int, str]], list[str | None] | None]
     "exact tiles": (f"{C}{C}{C}", [(28, 28, "PNG"), (56, 28, "PNG"), (84, 56, "PNG")], None),
     "repeated": (f"a {C} b {C}", [(150, 100, "JPEG"), (150, 100, "JPEG")], None),
     "uuids": (f"{C} and {C}", [(40, 120, "PNG"), (130, 60, "PNG")], ["my-image", None]),
+    # What the tiny model's chat template renders of CHAT_MESSAGES.
+    "chat": (
+        f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{C}\nDescribe{C}\n"
+        "<|im_end|>\n<|im_start|>assistant\n",
+        [(120, 90, "JPEG"), (33, 250, "PNG")],
+        None,
+    ),
 }
 
 
@@ -170,7 +177,9 @@ def _model() -> tuple[Any, dict[str, Any]]:
     return Tokenizer.from_dir(model), json.loads((model / "config.json").read_text())
 
 
-def _facade(server_kwargs: dict[str, Any], dtype: str, client: _Client) -> Any:
+def _facade(
+    server_kwargs: dict[str, Any], dtype: str, client: _Client, mirror: bool = False
+) -> Any:
     from vllm_frontend.engine.protocol import EngineCoreRequest
     from vllm_frontend.llm import LLM
     from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
@@ -190,7 +199,7 @@ def _facade(server_kwargs: dict[str, Any], dtype: str, client: _Client) -> Any:
     text = TextLlm(LLM(client, EngineCoreRequest), tokenizer, 8192, sampling)
     loader = MediaLoader(MediaPolicy())
     return MultimodalLlm(text, family, loader, model_id=str(model), config=config, dtype=dtype,
-                         options=options)  # fmt: skip
+                         options=options, mirror_engine_cache=mirror)  # fmt: skip
 
 
 def _url(data: bytes) -> str:
@@ -198,30 +207,34 @@ def _url(data: bytes) -> str:
     return f"data:image/{kind};base64," + base64.b64encode(data).decode()
 
 
+def _send(media: Any, client: _Client, name: str, request_kwargs: dict[str, Any]) -> Any:
+    """Send case ``name``'s prompt and images through ``media``; what ``client`` got so far."""
+    from vllm_frontend.multimodal.parts import MediaPart
+    from vllm_frontend.text.llm import TextRequest
+    from vllm_frontend.text.sampling import SamplingRequest
+
+    text, _, uuids = CASES[name]
+    parts = media.new_parts()
+    for i, data in enumerate(_bytes(name)):
+        parts.add(MediaPart("image", _url(data), uuids[i] if uuids else None))
+    request = TextRequest(request_id=f"r{len(client.sent)}", max_tokens=4,
+                          sampling=SamplingRequest(), add_special_tokens=False)  # fmt: skip
+    generation = asyncio.run(
+        media.generate(request, text, parts, mm_processor_kwargs=request_kwargs or None)
+    )
+    generation.source(0).start()
+    return client.sent
+
+
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_engine_request_equals_vllms_processor(
     reference: dict[tuple[str, str], Any], setting: str, name: str
 ) -> None:
-    from vllm_frontend.multimodal.parts import MediaPart
-    from vllm_frontend.text.llm import TextRequest
-    from vllm_frontend.text.sampling import SamplingRequest
-
     server, request_kwargs, dtype = SETTINGS[setting]
-    text, _, uuids = CASES[name]
     want = reference[setting, name]
     client = _Client()
-    media = _facade(server, dtype, client)
-    parts = media.new_parts()
-    for i, data in enumerate(_bytes(name)):
-        parts.add(MediaPart("image", _url(data), uuids[i] if uuids else None))
-    request = TextRequest(request_id="r", max_tokens=4, sampling=SamplingRequest(),
-                          add_special_tokens=False)  # fmt: skip
-    generation = asyncio.run(
-        media.generate(request, text, parts, mm_processor_kwargs=request_kwargs or None)
-    )
-    generation.source(0).start()
-    [(ids, features)] = client.sent
+    [(ids, features)] = _send(_facade(server, dtype, client), client, name, request_kwargs)
     assert ids == want["ids"]
     got = [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
            for f in features]  # fmt: skip
@@ -241,6 +254,26 @@ def test_engine_request_equals_vllms_processor(
             assert np.array_equal(elem.data.numpy().astype(np.float32), values), key
 
 
+@pytest.mark.parametrize("setting", ["defaults bfloat16", "request max 3 tiles"])
+def test_items_the_engine_holds_go_without_data(
+    reference: dict[tuple[str, str], Any], setting: str
+) -> None:
+    # As vLLM's sender cache does: the second time, every item is held (the first sending put
+    # it in the mirror), its placeholder taken from the image size, its data None.
+    server, request_kwargs, dtype = SETTINGS[setting]
+    want = reference[setting, "sizes"]
+    client = _Client()
+    media = _facade(server, dtype, client, mirror=True)
+    _send(media, client, "sizes", request_kwargs)
+    [_, (ids, features)] = _send(media, client, "sizes", request_kwargs)
+    assert ids == want["ids"]
+    assert [f.mm_hash for f in features] == want["hashes"]
+    assert [f.data for f in features] == [None] * 4
+    ranges = [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
+              for f in features]  # fmt: skip
+    assert ranges == want["ranges"]
+
+
 def test_the_cases_tile_and_differ() -> None:
     # Not vacuous: a 300x200 image under the defaults is 3x2 tiles and a thumbnail (7 tiles of
     # IMAGE_SEQ_LENGTH context tokens between <img> and </img>); without tiling it is 1 tile.
@@ -254,6 +287,122 @@ def test_the_cases_tile_and_differ() -> None:
         assert len(item.replacement) == tiles * IMAGE_SEQ_LENGTH + 2
         assert int(np.sum(item.is_embed)) == tiles * IMAGE_SEQ_LENGTH
         assert item.replacement.count(IMG_CONTEXT) == tiles * IMAGE_SEQ_LENGTH
+
+
+def _part(data: bytes) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": _url(data)}}
+
+
+CHAT_MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {
+        "role": "user",
+        "content": [
+            _part(_bytes("chat")[0]),
+            {"type": "text", "text": "Describe"},
+            _part(_bytes("chat")[1]),
+        ],
+    },
+]
+
+
+class _GeneratingClient(_Client):
+    """Records the engine requests and answers each with two tokens."""
+
+    async def _outputs(self, request_id: str) -> Any:
+        from vllm_frontend.engine.protocol import EngineCoreOutput, FinishReason
+
+        yield EngineCoreOutput(request_id, [100])
+        yield EngineCoreOutput(request_id, [101], finish_reason=FinishReason.LENGTH)
+
+    def add_request(self, request: Any) -> Any:  # type: ignore[override]
+        super().add_request(request)
+        return self._outputs(request.request_id)
+
+
+def _chat(body: dict[str, Any], max_model_len: int = 8192, limits: Any = None) -> Any:
+    """POST ``body`` to ``/v1/chat/completions`` of the tiny InternVL served in process:
+    (status, JSON body, what the engine got)."""
+    from tests.support.generation_app import generation_app
+    from tests.support.responses import body as body_of
+    from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
+    from vllm_frontend.multimodal.media import MediaLoader, MediaPolicy
+    from vllm_frontend.server.transport import Request
+
+    model = tiny_internvl_dir()
+    tokenizer, config = _model()
+    client = _GeneratingClient()
+    options = MultimodalOptions(limit_mm_per_prompt=limits or {})
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    family = load_family(model, config, tokenizer.token_to_id, options, encode)
+
+    def make(text: Any) -> MultimodalLlm:
+        loader = MediaLoader(MediaPolicy())
+        return MultimodalLlm(text, family, loader, model_id=str(model), config=config,
+                             options=options)  # fmt: skip
+
+    app = generation_app(
+        model, client, max_model_len=max_model_len, tokenizer=tokenizer, multimodal=make
+    )
+    raw = json.dumps({"model": "m", "max_tokens": 2, **body}).encode()
+    request = Request("POST", "/v1/chat/completions", b"", {b"content-type": b"application/json"},
+                      raw)  # fmt: skip
+
+    async def run() -> tuple[int, Any]:
+        response = await app(request)
+        return response.status, json.loads(await body_of(response))
+
+    status, answer = asyncio.run(run())
+    return status, answer, client.sent
+
+
+def test_chat_with_data_urls_sends_vllms_engine_request(
+    reference: dict[tuple[str, str], Any],
+) -> None:
+    status, answer, sent = _chat({"messages": CHAT_MESSAGES})
+    assert status == 200, answer
+    want = reference["defaults bfloat16", "chat"]
+    [(ids, features)] = sent
+    assert ids == want["ids"]
+    assert [f.mm_hash for f in features] == want["hashes"]
+    ranges = [(f.mm_position.offset, f.mm_position.length) for f in features]
+    assert ranges == [(offset, length) for offset, length, _ in want["ranges"]]
+    assert answer["usage"]["prompt_tokens"] == len(want["ids"])
+
+
+def _error(body: dict[str, Any], **kwargs: Any) -> tuple[int, str]:
+    status, answer, sent = _chat(body, **kwargs)
+    assert sent == []  # the engine is never asked
+    return status, answer["error"]["message"]
+
+
+def test_bad_input_gets_vllms_400s() -> None:
+    image = _part(_bytes("chat")[0])
+    three = {"messages": [{"role": "user", "content": [image, image, image]}]}
+    status, message = _error(three, limits={"image": 2})
+    assert status == 400
+    assert message.startswith("At most 2 image(s) may be provided in one prompt."), message
+    truncated = _url(_bytes("chat")[1][:200])
+    bad = {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": truncated}}]}]}  # fmt: skip
+    status, message = _error(bad)
+    assert status == 400 and message.startswith("Failed to load image"), message
+    # The rendered text fits in 40 tokens; with the images' tiles expanded it does not.
+    status, message = _error({"messages": CHAT_MESSAGES}, max_model_len=40)
+    assert status == 400 and message.startswith("The decoder prompt (length"), message
+
+
+def test_video_parts_are_refused_naming_the_model_type() -> None:
+    # vLLM serves InternVL's videos; this frontend does not yet, and says so.
+    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
+    status, message = _error({"messages": [{"role": "user", "content": [video]}]})
+    assert status == 400
+    assert message == (
+        "video inputs are not supported by this frontend for model type 'internvl' yet"
+    )
 
 
 if __name__ == "__main__":
