@@ -202,3 +202,52 @@ def test_idefics3_is_served_and_unimplemented_families_are_not(tmp_path: Any) ->
     assert family.token_ids == {"image": 7} and family.placeholders == {"image": "<image>"}
     llava = {"model_type": "llava", "vision_config": {}}
     assert load_family(tmp_path, llava, ids.get, MultimodalOptions(), encode) is None
+
+
+# Shapes of the released checkpoints' config.json (the keys that matter here).
+REFUSED_CONFIGS = {
+    # InternVL2/2.5/3 in their remote-code format: vLLM 0.32 runs its own processor for them
+    # (model_executor/models/internvl.py), not implemented here.
+    "internvl_chat": {
+        "architectures": ["InternVLChatModel"],
+        "vision_config": {},
+        "llm_config": {},
+    },
+    # Phi-4-multimodal-instruct: vLLM 0.32 runs the checkpoint's own (remote-code) processor.
+    "phi4mm": {
+        "architectures": ["Phi4MMForCausalLM"],
+        "audio_processor": {},
+        "embd_layer": {"embedding_cls": "image"},
+    },
+    # Phi-3-vision: likewise.
+    "phi3_v": {
+        "architectures": ["Phi3VForCausalLM"],
+        "img_processor": {},
+        "embd_layer": {"embedding_cls": "image"},
+    },
+    # Phi-4-multimodal in transformers' format: vLLM 0.32 no longer serves it at all.
+    "phi4_multimodal": {
+        "architectures": ["Phi4MultimodalForCausalLM"],
+        "vision_config": {},
+        "audio_config": {},
+    },
+}
+
+
+@pytest.mark.parametrize("model_type", list(REFUSED_CONFIGS))
+def test_multimodal_families_not_served_refuse_media_naming_their_type(
+    model_type: str, tmp_path: Any
+) -> None:
+    from vllm_frontend.multimodal.family import is_multimodal_config
+    from vllm_frontend.multimodal.llm import MultimodalLlm
+    from vllm_frontend.multimodal.parts import UnsupportedMedia
+
+    config = {"model_type": model_type, **REFUSED_CONFIGS[model_type]}
+    assert is_multimodal_config(config)  # not taken for a text-only model
+    assert load_family(tmp_path, config, {}.get, MultimodalOptions(), lambda t: []) is None
+    media = MultimodalLlm(None, None, None, model_id="m", config=config)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedMedia) as refused:
+        media.new_parts().add(MediaPart("image", "data:,"))
+    assert str(refused.value).startswith(
+        f"Multimodal inputs are not supported by this frontend for model type {model_type!r}"
+    )

@@ -561,6 +561,12 @@ def multimodal_facade(
         return tokenizer.encode(text, add_special_tokens=False)
 
     family = load_family(files.path, files.config, tokenizer.token_to_id, options, encode)
+    if family is None:
+        logger.warning(
+            "Media content parts are refused (400) for model type %r: this frontend does not "
+            "process its multimodal inputs yet; text requests are served.",
+            files.config.get("model_type"),
+        )
     loader = MediaLoader(media_policy(config))
     dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")

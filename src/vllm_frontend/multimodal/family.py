@@ -65,7 +65,10 @@ def multimodal_model_type(config: Mapping[str, Any]) -> str | None:
 
 def is_multimodal_config(config: Mapping[str, Any]) -> bool:
     """Whether the model takes media (it has a vision or audio tower's config)."""
-    keys = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower")
+    # Phi-3-vision's and Phi-4-multimodal's remote-code configs (phi3_v, phi4mm) name their
+    # towers under "embd_layer" / "img_processor" / "audio_processor".
+    keys = ("vision_config", "audio_config", "vision_tower", "mm_vision_tower", "embd_layer",
+            "img_processor", "audio_processor")  # fmt: skip
     if any(config.get(k) is not None for k in keys):
         return True
     architectures = config.get("architectures") or []
