@@ -46,6 +46,13 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "no tiling": ({"crop_to_patches": False}, {}, "bfloat16"),
     "3 to 4 tiles": ({"min_patches": 3, "max_patches": 4}, {}, "bfloat16"),
     "request max 3 tiles": ({}, {"max_patches": 3}, "bfloat16"),
+    "request images_kwargs": (
+        {"max_patches": 4},
+        {"images_kwargs": {"min_patches": 2}},
+        "bfloat16",
+    ),
+    # internvl_chat's option name: transformers' InternVL processor has no such option.
+    "max_dynamic_patch": ({"max_dynamic_patch": 2}, {}, "bfloat16"),
 }
 # name: (prompt text, images as (width, height, format), uuids)
 CASES: dict[str, tuple[str, list[tuple[int, int, str]], list[str | None] | None]] = {
