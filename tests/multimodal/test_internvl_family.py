@@ -54,7 +54,7 @@ SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # internvl_chat's option name: transformers' InternVL processor has no such option.
     "max_dynamic_patch": ({"max_dynamic_patch": 2}, {}, "bfloat16"),
 }
-# name: (prompt text, images as (width, height, format), uuids)
+# name: (prompt text, images as (width, height, "format[ mode]"), uuids)
 CASES: dict[str, tuple[str, list[tuple[int, int, str]], list[str | None] | None]] = {
     "one image": (f"<|im_start|>user\n{C}\nWhat is it?<|im_end|>\n", [(64, 48, "PNG")], None),
     "sizes": (
@@ -65,6 +65,8 @@ CASES: dict[str, tuple[str, list[tuple[int, int, str]], list[str | None] | None]
     "exact tiles": (f"{C}{C}{C}", [(28, 28, "PNG"), (56, 28, "PNG"), (84, 56, "PNG")], None),
     "repeated": (f"a {C} b {C}", [(150, 100, "JPEG"), (150, 100, "JPEG")], None),
     "uuids": (f"{C} and {C}", [(40, 120, "PNG"), (130, 60, "PNG")], ["my-image", None]),
+    # Converted to RGB on loading (RGBA on a white background), as vLLM's ImageMediaIO does.
+    "modes": (f"{C}{C}", [(70, 30, "PNG RGBA"), (45, 45, "PNG L")], None),
     # What the tiny model's chat template renders of CHAT_MESSAGES.
     "chat": (
         f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{C}\nDescribe{C}\n"
@@ -78,9 +80,11 @@ CASES: dict[str, tuple[str, list[tuple[int, int, str]], list[str | None] | None]
 def _bytes(name: str) -> list[bytes]:
     """The case's images, encoded (a repeated size is the same image)."""
     out = []
-    for width, height, fmt in CASES[name][1]:
+    for width, height, kind in CASES[name][1]:
+        fmt, _, mode = kind.partition(" ")
         rng = np.random.default_rng(zlib.crc32(f"{name}{width}x{height}".encode()))
-        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 4), dtype=np.uint8))
+        image = image.convert(mode or "RGB")
         buf = io.BytesIO()
         image.save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
         out.append(buf.getvalue())
