@@ -40,9 +40,11 @@ class Side:
 
 
 def _mock_engine(name: str, rpc: int, record: pathlib.Path) -> VllmProcess:
+    # The tests compare what the engine receives, not what it makes: 64 tokens a step finish a
+    # request asking for the whole context (~1900 tokens) in 30 steps, not 1900 (10 s each).
     args = ["-m", "vllm_frontend", "mock-engine", "--handshake-address",
             f"tcp://127.0.0.1:{rpc}", "--max-model-len", "2048", "--vocab-size", "1000",
-            "--record-requests", str(record)]  # fmt: skip
+            "--tokens-per-step", "64", "--record-requests", str(record)]  # fmt: skip
     return start_vllm(name, args, program=sys.executable)
 
 

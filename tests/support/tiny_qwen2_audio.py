@@ -17,7 +17,6 @@ cached under ``$VLLM_FRONTEND_TEST_CACHE`` like the tiny Llama.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
 
@@ -35,7 +34,7 @@ AUDIO_BOS = LLAMA3_VOCAB + SPECIALS.index("<|audio_bos|>")
 AUDIO_EOS = LLAMA3_VOCAB + SPECIALS.index("<|audio_eos|>")
 SAMPLING_RATE = 16000
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 """Bump when the output changes in a way the hashed inputs do not capture."""
 
 
@@ -106,8 +105,22 @@ def _build_tokenizer(llama: pathlib.Path, out: pathlib.Path, template: str) -> N
 
 
 def _checkpoint_name(name: str) -> str:
-    # transformers 5 parameter names -> the names save_pretrained writes.
+    # transformers 5 parameter names -> the names that seed each tensor's generator.
     for new, old in (("model.language_model.", "language_model.model."),):
+        if name.startswith(new):
+            return old + name[len(new) :]
+    return name
+
+
+def _saved_name(name: str) -> str:
+    # transformers 5 parameter names -> the original checkpoint's names, which vLLM loads.
+    # (transformers 5.19's save_pretrained writes ``language_model.model.model.*``, which vLLM
+    # 0.32's Qwen2-Audio refuses: "no module or parameter named 'model' in Qwen2Model".)
+    for new, old in (
+        ("model.language_model.", "language_model.model."),
+        ("model.", ""),
+        ("lm_head.", "language_model.lm_head."),
+    ):
         if name.startswith(new):
             return old + name[len(new) :]
     return name
@@ -116,6 +129,7 @@ def _checkpoint_name(name: str) -> str:
 def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
     """Write the checkpoint (runs in a subprocess: imports torch and transformers)."""
     import torch
+    from safetensors.torch import save_file
     from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
 
     out.mkdir(parents=True, exist_ok=True)
@@ -150,8 +164,13 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
     torch.manual_seed(tiny_vlm.SEED)
     model = Qwen2AudioForConditionalGeneration(config)
     tiny_vlm.randomize(model, _checkpoint_name)
-    model.to(torch.bfloat16).save_pretrained(str(out))
-    os.chmod(out / "model.safetensors", 0o644)
+    config.architectures = ["Qwen2AudioForConditionalGeneration"]
+    config.save_pretrained(str(out))
+    tensors = {
+        _saved_name(name): param.detach().to(torch.bfloat16).contiguous()
+        for name, param in model.named_parameters()
+    }
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     tiny_vlm.write_json(
         out / "generation_config.json",
         {
