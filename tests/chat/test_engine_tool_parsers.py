@@ -579,3 +579,86 @@ def test_startup_looks_up_every_token_a_grammar_reads_by_id(kwargs: dict[str, An
     for cls in engine:
         wanted = set(cls.grammar_for(kwargs).token_terminals.values())
         assert wanted <= set(cls.optional_tokens), cls.name
+
+
+# -- plamo3 ------------------------------------------------------------------------------------
+# PLaMo 3's markers are three tokens each: "<|plamo:begin_" / "<|plamo:end_" (special), the
+# word in ordinary pieces, ":plamo|>" (special); only the end of turn is one token.
+
+PLAMO_SPECIAL = ("<|plamo:begin_", "<|plamo:end_", ":plamo|>", "<|plamo:tag|>", "<|plamo:bos|>")
+PLAMO_MARKERS = ("<|plamo:constrain|>", "<|plamo:msg|>")
+_P_THINK = ("<|plamo:begin_think:plamo|>", "<|plamo:end_think:plamo|>")
+_P_CALLS = ("<|plamo:begin_tool_requests:plamo|>", "<|plamo:end_tool_requests:plamo|>")
+_P_ARGS_END = "<|plamo:end_tool_arguments:plamo|>"
+_P_EOT = "<|plamo:tag|>"
+
+
+def _plamo_head(name: str) -> str:
+    return (
+        "<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:plamo|>"
+        f"{name}<|plamo:end_tool_name:plamo|><|plamo:begin_tool_arguments:plamo|>"
+        "<|plamo:constrain|>json<|plamo:msg|>"
+    )
+
+
+def _plamo(name: str, args: str) -> str:
+    return _plamo_head(name) + args + _P_ARGS_END + "<|plamo:end_tool_request:plamo|>"
+
+
+def _plamo_block(*calls: str) -> str:
+    return _P_CALLS[0] + "".join(calls) + _P_CALLS[1]
+
+
+PLAMO_OUTPUTS = [
+    _P_THINK[0] + "Reasoning." + _P_THINK[1] + "Answer.",
+    "Plain answer without markers.",
+    _P_THINK[1] + "Before tools. " + _plamo_block(_plamo("get_weather", '{"city": "東京"}')),
+    _P_THINK[1]
+    + _plamo_block(_plamo("get_weather", '{"city":"Paris"}'), _plamo("get_time", "{}"))
+    + _P_EOT,
+    "reasoning" + _plamo_block(_plamo("get_time", "{}")),
+    _P_THINK[1] + _P_CALLS[0] + _plamo_head("get_weather") + '{"city":"東京"}',
+    _P_THINK[1] + _P_CALLS[0] + _plamo_head("get_weather") + '{"city":"東京"}<|plamo:end_tool_',
+    _P_THINK[1] + _P_CALLS[0] + _plamo_head("get_weather") + '{"city":"東京"}<|plamo:end_',
+    _P_THINK[1] + _P_CALLS[0] + _plamo_head("get_weather") + '{"text":"literal <|plamo:end_',
+    _P_THINK[1]
+    + _P_CALLS[0]
+    + _plamo("get_weather", '{"city":"x"}')
+    + "<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:plamo|>get_ti",
+    _P_THINK[1] + _P_CALLS[0] + "<|plamo:begin_tool_request:plamo|><|plamo:begin_tool_name:pla",
+    _P_THINK[1]
+    + _P_CALLS[0]
+    + _plamo_head("plan_trip")
+    + '{"city": "Rome", "days": "3", "stops": [1, 2], "opts": {"n": 4}, "q": "say \\"hi\\""}',
+    _P_THINK[1] + _plamo_block(_plamo("get_weather", "")),
+    _P_THINK[1] + "a < b and literal <|plamo:unknown" + _P_EOT,
+    "visible<|plamo:end_",
+    "visible<|plamo:end_think",
+    _P_THINK[0] + "x" + _P_THINK[1] + "  \n" + _plamo_block(_plamo("get_time", "{ }")) + " after",
+    _P_THINK[1] + "text" + _P_EOT + "after the turn" + _P_CALLS[0],
+    _P_THINK[1] + _plamo_block(_plamo("unknown_tool", '{"name":"Alice","arguments":{"x":1}}')),
+]
+PLAMO = Family("plamo3", PLAMO_MARKERS, "plamo3", PLAMO_SPECIAL)
+PLAMO_FAMILIES = [PLAMO, Family("plamo3", PLAMO_MARKERS, None, PLAMO_SPECIAL)]
+
+
+def plamo_requests() -> list[Any]:
+    """:func:`requests` and thinking switched off."""
+    return [*requests(), vllm_request(TOOLS, chat_template_kwargs={"enable_thinking": False})]
+
+
+@pytest.mark.parametrize("family", PLAMO_FAMILIES, ids=lambda f: f"reasoning={f.reasoning}")
+@pytest.mark.parametrize("text", PLAMO_OUTPUTS)
+def test_plamo3_matches_vllm(family: Family, text: str) -> None:
+    for req in plamo_requests():
+        family.check(text, req)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(PLAMO_OUTPUTS),
+    st.lists(st.integers(0, 90), max_size=14),
+    st.sampled_from(range(7)),
+)
+def test_plamo3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
+    PLAMO.check_stream(text, cuts, plamo_requests()[which])

@@ -401,6 +401,25 @@ FAMILIES: dict[str, Family] = {
             "  leading <ifm|think>inner</ifm|think>",
         ),
     ),
+    # PLaMo 3: markers of three tokens each ("<|plamo:begin_", the word, ":plamo|>").
+    "plamo3": Family(
+        "<|plamo:begin_think:plamo|>",
+        "<|plamo:end_think:plamo|>",
+        ("<|plamo:constrain|>", "<|plamo:msg|>"),
+        ("<|plamo:begin_", "<|plamo:end_", ":plamo|>", "<|plamo:tag|>", "<|plamo:bos|>"),
+        "<|plamo:bos|>user\nWhat is the weather?<|plamo:tag|>assistant\n",
+        _ON_OFF,
+        extra=(
+            "visible<|plamo:end_",
+            "visible<|plamo:end_think",
+            "visible<|plamo:end_thi",
+            "plan<|plamo:end_think:plamo|>answer<|plamo:begin_",
+            "plan<|plamo:tag|>after the turn",
+            "plan<|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>"
+            "<|plamo:begin_tool_name:plamo|>get_time<|plamo:end_tool_name:plamo|>",
+            "a <|plamo:unknown b<|plamo:end_think:plamo|> literal <|plamo:",
+        ),
+    ),
     "seed_oss": Family(
         "<seed:think>",
         "</seed:think>",
@@ -453,6 +472,9 @@ def corpus(name: str) -> list[str]:
         if name == "kimi_k2":
             text = text.replace("<tool_call>", "<|tool_calls_section_begin|>")
             text = text.replace("</tool_call>", "<|tool_calls_section_end|>")
+        if name == "plamo3":
+            text = text.replace("<tool_call>", "<|plamo:begin_tool_requests:plamo|>")
+            text = text.replace("</tool_call>", "<|plamo:end_tool_requests:plamo|>")
         if name in ("seed_oss", "minimax_m2", "minimax_m3"):
             prefix = "seed" if name == "seed_oss" else "minimax"
             text = text.replace("<tool_call>", f"<{prefix}:tool_call>")

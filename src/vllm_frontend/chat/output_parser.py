@@ -352,6 +352,8 @@ class OutputParsers:
         elif self.tool_cls is not None:
             tool = self.tool_cls(self.vocab, options.tool_definitions)
         if tool is not None:
+            if tool.uses_codec:
+                tool.encode = self._encode
             if options.logprobs:
                 tool.wants_logprobs = True
             if tool.reads_request:

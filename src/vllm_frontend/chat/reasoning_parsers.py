@@ -41,6 +41,7 @@ from vllm_frontend.chat.reasoning.k2_horizon import K2HorizonReasoningParser
 from vllm_frontend.chat.reasoning.kimi_k3 import KimiK3ReasoningParser
 from vllm_frontend.chat.reasoning.minimax_m3 import MiniMaxM3ReasoningParser
 from vllm_frontend.chat.reasoning.muse_glimmer import MuseGlimmerReasoningParser
+from vllm_frontend.chat.reasoning.plamo3 import Plamo3ReasoningParser
 from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.reasoning.text_markers import GraniteReasoningParser, Olmo3ReasoningParser
 from vllm_frontend.chat.reasoning.think_tags import (
@@ -97,6 +98,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         MistralReasoningParser,
         NemotronV3ReasoningParser,
         Olmo3ReasoningParser,
+        Plamo3ReasoningParser,
         MiniMaxM2AppendThinkReasoningParser,
         PoolsideV1ReasoningParser,
         Qwen3ReasoningParser,

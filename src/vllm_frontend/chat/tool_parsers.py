@@ -47,6 +47,7 @@ from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
 from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
 from vllm_frontend.chat.tools.mistral import MistralToolParser
 from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
+from vllm_frontend.chat.tools.plamo3 import Plamo3ToolParser
 from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
 from vllm_frontend.chat.tools.pythonic import (
     Llama4PythonicToolParser,
@@ -361,6 +362,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "olmo3": Olmo3ToolParser,
     "openai": GptOssToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
+    "plamo3": Plamo3ToolParser,
     "poolside_v1": PoolsideV1ToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_coder": Qwen3XmlToolParser,

@@ -7,14 +7,8 @@ from __future__ import annotations
 
 __all__ = ["REFUSED_REASONING_PARSERS"]
 
-_ENGINE = (
-    "vLLM parses it with the {grammar} grammar of its parser engine (vllm/parser/), which "
-    "vllm-frontend does not reproduce"
-)
-
 REFUSED_REASONING_PARSERS: dict[str, str] = {
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce",
-    "plamo3": _ENGINE.format(grammar="PLaMo 3"),
 }
 """Name -> why it is refused."""

@@ -16,6 +16,7 @@ from vllm_frontend.chat.tags.json_calls import (
     llama,
 )
 from vllm_frontend.chat.tags.kimi_k3 import kimi_k3
+from vllm_frontend.chat.tags.plamo3 import plamo3
 from vllm_frontend.chat.tags.xml_calls import deepseek_dsml, mimo, minimax, qwen_3_coder
 
 __all__ = ["BUILDERS", "Builder", "Tools"]
@@ -45,6 +46,7 @@ BUILDERS: dict[str, Builder] = {
     "glm_4_7": glm_4_7,
     "harmony": harmony,
     "kimi_k3": kimi_k3,
+    "plamo3": plamo3,
 }
-"""The structural-tag models built here; vLLM's others: ``hy_v4`` (its forced and strict requests
-answer 501) and ``plamo3`` (a parser refused at startup)."""
+"""The structural-tag models built here; vLLM's other: ``hy_v4`` (its forced requests answer
+501)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import msgspec
@@ -61,6 +61,10 @@ class ToolParser:
     wants_logprobs: bool = False
     """The request asks for logprobs (set per choice; one vLLM parser then sends an empty
     content delta where it would send nothing)."""
+    uses_codec: ClassVar[bool] = False
+    """Whether the parser tokenizes text itself (:attr:`encode` is then set per choice)."""
+    encode: Callable[[str], list[int]] | None = None
+    """The tokenizer's encoder (no special tokens added), for ``uses_codec`` parsers."""
 
     def __init__(self, vocab: Mapping[str, int], tools: Sequence[Mapping[str, Any]] = ()) -> None:
         """Build the parser for one choice of a request with ``tools`` (OpenAI tool objects)."""

@@ -7,13 +7,7 @@ from __future__ import annotations
 
 __all__ = ["REFUSED_TOOL_PARSERS"]
 
-_ENGINE = (
-    "vLLM parses it with the {grammar} grammar of its parser engine ({where}), which "
-    "vllm-frontend does not reproduce yet"
-)
-
 REFUSED_TOOL_PARSERS: dict[str, str] = {
-    "plamo3": _ENGINE.format(grammar="PLaMo 3", where="vllm/parser/plamo3.py"),
     "hf": "it parses with the response template of the tokenizer's chat template "
     "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
 }
