@@ -9,6 +9,7 @@ into engine updates every which way, and through vLLM's composed parser and ours
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -185,6 +186,61 @@ def test_hy_streaming_matches_vllm_for_any_cut(
 ) -> None:
     family, texts = HY_CASES[case]
     family.check_stream(texts[which_text % len(texts)], cuts, requests()[which])
+
+
+def _char_deltas(family: Family, text: str, cuts: list[int]) -> list[tuple[str, list[int]]]:
+    """``text`` cut at character positions, each piece with its own token ids: under a
+    structural tag the model may write a marker in pieces."""
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(text)}), len(text)]
+    pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    return [(p, family.tok.encode(p, add_special_tokens=False)) for p in pieces]
+
+
+GUIDED_TAG = '{"type": "structural_tag", "format": {"type": "any_text"}}'
+
+
+def guided_requests() -> list[Any]:
+    """Request shapes whose ``structured_outputs`` hold a structural tag (vLLM's hy_v4 parser
+    then looks for its markers in the text)."""
+    so = {"structural_tag": GUIDED_TAG}
+    return [
+        vllm_request(TOOLS, tool_choice="required", structured_outputs=so),
+        vllm_request(
+            TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            structured_outputs=so,
+        ),
+        vllm_request(TOOLS, structured_outputs=so),
+    ]
+
+
+@pytest.mark.parametrize("text", hy_outputs(""))
+def test_hy_v4_under_a_structural_tag_matches_vllm(text: str) -> None:
+    # Whole outputs, then streamed: per token, per character, and at a few characters.
+    n = len(text)
+    for req in guided_requests():
+        assert options_of(req).guided
+        assert HY_V4.ours_full(text, req) == HY_V4.vllm_full(text, req), text
+        for cuts in ([], list(range(n)), [1, 5, 11, 12, 13, 20, 31, n - 3]):
+            deltas = _char_deltas(HY_V4, text, cuts)
+            assert HY_V4.ours_stream(deltas, req) == HY_V4.vllm_stream(deltas, req), cuts
+        HY_V4.check_stream(text, list(range(n)), req)
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(hy_outputs("")),
+    st.lists(st.integers(0, 200), max_size=16),
+    st.sampled_from(range(3)),
+    st.sampled_from(["", "Let me see <tool", "x <tool_calls", "<"]),
+)
+def test_hy_v4_under_a_structural_tag_for_any_cut(
+    text: str, cuts: list[int], which: int, before: str
+) -> None:
+    text = before + text
+    deltas = _char_deltas(HY_V4, text, cuts)
+    req = guided_requests()[which]
+    assert HY_V4.ours_stream(deltas, req) == HY_V4.vllm_stream(deltas, req), cuts
 
 
 @pytest.mark.parametrize("reasoning", ["hy_v3", "hy_v4"])

@@ -87,6 +87,8 @@ def options_of(req: Any) -> RequestToolOptions:
         tool_definitions=[t.model_dump() for t in req.tools or ()],
         request_chat_template_kwargs=req.chat_template_kwargs,
         logprobs=bool(req.logprobs),
+        guided=req.structured_outputs is not None
+        and req.structured_outputs.structural_tag is not None,
     )
 
 

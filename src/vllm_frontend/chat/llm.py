@@ -399,6 +399,7 @@ class ChatLlm:
             structured_outputs=constraint,
             strict_level=parsers.tool_strict_level,
             xgrammar_accepts=lambda: _xgrammar_accepts(so),
+            token_suffix=parsers.tag_token_suffix,
         )
         if tag is None:
             return False
@@ -423,7 +424,9 @@ class ChatLlm:
         kwargs.update(user)
         if request.reasoning_effort is not None:
             kwargs["reasoning_effort"] = request.reasoning_effort  # vLLM passes it on too
+        so = request.text.structured_outputs
         return RequestToolOptions(
+            guided=so is not None and so.get("structural_tag") is not None,
             tools=bool(request.tools),
             tool_choice=plain(request.tool_choice),
             include_reasoning=bool(request.include_reasoning),

@@ -70,6 +70,9 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     """The request's own ``chat_template_kwargs``, which a few vLLM parsers read instead."""
     logprobs: bool = False
     """The request asks for logprobs (``poolside_v1`` reads it)."""
+    guided: bool = False
+    """The request's ``structured_outputs`` (as the parsers adjusted it) hold a structural tag
+    (``hy_v4`` then finds its markers in the text: they may come in pieces)."""
 
 
 class OutputParsers:
@@ -259,6 +262,13 @@ class OutputParsers:
         )
 
     @property
+    def tag_token_suffix(self) -> str:
+        """The marker suffix of the checkpoint the tool parser reads (``hy_v4``), which its
+        structural tag carries too."""
+        suffix = getattr(self.tool_cls, "suffix", "")
+        return suffix if isinstance(suffix, str) else ""
+
+    @property
     def has_tools(self) -> bool:
         """Whether tool calls are parsed (``--enable-auto-tool-choice`` with a parser)."""
         return self.tool_cls is not None
@@ -354,6 +364,7 @@ class OutputParsers:
         if tool is not None:
             if tool.uses_codec:
                 tool.encode = self._encode
+            tool.guided = options.guided
             if options.logprobs:
                 tool.wants_logprobs = True
             if tool.reads_request:

@@ -34,6 +34,7 @@ from vllm_frontend.chat.tags.constraints import constraint_format
 __all__ = [
     "CONSTRAINT_FIELDS",
     "DEFAULT_STRICT_LEVELS",
+    "FORCED_ONLY_MODELS",
     "STRICT_LEVELS",
     "STRUCTURAL_TAG_MODELS",
     "enforce_strict_tool_calling",
@@ -55,6 +56,11 @@ STRUCTURAL_TAG_MODELS: dict[str, str] = {
     "step3p5": "qwen_3_coder",
 }  # fmt: skip
 """Each ``--tool-call-parser``'s ``structural_tag_model`` in vLLM 0.32 (the others have none)."""
+
+FORCED_ONLY_MODELS = frozenset(("hy_v4",))
+"""Models whose parser builds no tag for "auto" (unless a structured-output constraint joins
+the calls, which asks it for a "required" one), and none (the request left as it is) where the
+tag cannot be built (vLLM's ``HYV4ToolParser.get_structural_tag``)."""
 
 DEFAULT_STRICT_LEVELS: dict[str, int] = {"glm45": 1, "glm47": 1}
 """The parsers whose ``default_tool_strict_level`` applies while the level is ``auto``."""
@@ -113,22 +119,25 @@ def tool_structural_tag(
     structured_outputs: Mapping[str, Any] | None,
     strict_level: int,
     xgrammar_accepts: Callable[[], bool] = lambda: True,
+    token_suffix: str = "",
 ) -> str | None:
     """The ``structural_tag`` vLLM sends for a request to a parser whose structural-tag model
     is ``model`` (``tools`` and ``tool_choice`` as plain JSON; ``structured_outputs`` the
     request's constraint, ``response_format`` merged in; ``strict_level`` the server's, parser
-    default applied; ``xgrammar_accepts``: whether that constraint passes xgrammar's checks).
+    default applied; ``xgrammar_accepts``: whether that constraint passes xgrammar's checks;
+    ``token_suffix``: the checkpoint's marker suffix, for the models that take one).
     ``None``: vLLM leaves the request as it is."""
     named = isinstance(tool_choice, Mapping)
     is_auto = tool_choice == "auto"
     if not tools or not (is_auto or tool_choice == "required" or named):
         return None
+    forced_only = model in FORCED_ONLY_MODELS
     single_call = parallel_tool_calls is False
     if single_call and not (is_auto and structured_outputs is not None):
         strict_level = max(strict_level, 1)
     functions = [_function(t) for t in tools if t.get("type", "function") == "function"]
     if not functions:
-        if is_auto:
+        if is_auto or forced_only:
             return None
         raise ChatError(
             "tool_choice requires a function call, but tools contains no function tool the "
@@ -151,13 +160,18 @@ def tool_structural_tag(
         output = constraint_format(structured_outputs)
     pinned = [{**f, "strict": strict_level >= 2 or f.get("strict") is True} for f in functions]
     choice = "required" if output is not None else "auto" if is_auto else "required"
+    if forced_only and choice == "auto":
+        return None
     if named:
         name = (tool_choice.get("function") or {}).get("name")
         pinned = [f for f in pinned if f.get("name") == name]
         if len(pinned) != 1:
+            if forced_only:
+                return None
             raise ChatError("Forced tool choice must resolve to exactly one tool.")
         choice = "forced"
-    fmt = BUILDERS[model](pinned, choice)
+    builder = BUILDERS[model]
+    fmt = builder(pinned, choice, token_suffix) if token_suffix else builder(pinned, choice)
     if single_call:
         _limit_to_one_call(fmt)
     if output is not None:

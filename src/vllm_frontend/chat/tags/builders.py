@@ -8,6 +8,7 @@ from typing import Any
 from vllm_frontend.chat.tags.formats import Format
 from vllm_frontend.chat.tags.glm import glm_4_7
 from vllm_frontend.chat.tags.harmony import harmony
+from vllm_frontend.chat.tags.hy import hy_v4
 from vllm_frontend.chat.tags.json_calls import (
     deepseek_r1,
     deepseek_v3_1,
@@ -24,9 +25,10 @@ __all__ = ["BUILDERS", "Builder", "Tools"]
 Tools = list[dict[str, Any]]
 """Each callable tool's ``function`` object (``name``, ``parameters``, ``strict`` pinned)."""
 
-Builder = Callable[[Tools, str], Format]
+Builder = Callable[..., Format]
 """``(tools, choice)`` -> the tag's format; ``choice`` is ``"auto"``, ``"required"`` or
-``"forced"`` (then ``tools`` is the named one alone)."""
+``"forced"`` (then ``tools`` is the named one alone); a model whose markers carry the
+checkpoint's suffix also takes ``suffix``."""
 
 BUILDERS: dict[str, Builder] = {
     "hermes": hermes_style("<tool_call>", "</tool_call>"),
@@ -47,6 +49,7 @@ BUILDERS: dict[str, Builder] = {
     "harmony": harmony,
     "kimi_k3": kimi_k3,
     "plamo3": plamo3,
+    "hy_v4": hy_v4,
 }
-"""The structural-tag models built here; vLLM's other: ``hy_v4`` (its forced requests answer
-501)."""
+"""Every structural-tag model of vLLM 0.32 (``hy_v4`` takes the checkpoint's marker suffix as a
+third argument)."""

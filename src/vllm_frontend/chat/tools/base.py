@@ -61,6 +61,9 @@ class ToolParser:
     wants_logprobs: bool = False
     """The request asks for logprobs (set per choice; one vLLM parser then sends an empty
     content delta where it would send nothing)."""
+    guided: bool = False
+    """A structural tag constrains the request (set per choice; ``hy_v4`` then reads its
+    markers in the text, where the constrained model may write them in pieces)."""
     uses_codec: ClassVar[bool] = False
     """Whether the parser tokenizes text itself (:attr:`encode` is then set per choice)."""
     encode: Callable[[str], list[int]] | None = None

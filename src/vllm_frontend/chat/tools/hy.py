@@ -382,6 +382,20 @@ class HYV4ToolParser(_HYToolParser):
         # A value's end marker may be on its way: hold back its beginning.
         return raw[: len(raw) - tag_overlap(raw, self.value_end)]
 
+    def _enter_guided(self, previous_text: str, current_text: str) -> str | None:
+        """The content this delta adds before the block's start (a possible start at the end
+        held back), and the block text it adds, buffered (vLLM's guided path: text held back
+        that turns out not to start the block is not sent)."""
+        marker = self.calls_start
+        at = current_text.find(marker)
+        if at == -1:
+            safe = len(current_text) - tag_overlap(current_text, marker)
+            return current_text[len(previous_text) : safe] or None
+        content = current_text[len(previous_text) : at] or None
+        body = at + len(marker)
+        self._buffer += current_text[body + max(len(previous_text) - body, 0) :]
+        return content
+
     def _strict_calls(self, text: str) -> list[tuple[str, str]]:
         start, end = text.find(self.calls_start), text.find(self.calls_end)
         if start == -1 or end == -1 or end < start:
@@ -429,10 +443,16 @@ class HYV4ToolParser(_HYToolParser):
         current_ids: Sequence[int],
         delta_ids: Sequence[int],
     ) -> OutputDelta | None:
-        """One step of the buffered state machine; one delta may carry several calls."""
-        if self.calls_start_id not in current_ids:
+        """One step of the buffered state machine; one delta may carry several calls. Under a
+        structural tag (:attr:`guided`) the block's start is found in the text."""
+        if self.guided:
+            content = self._enter_guided(previous_text, current_text)
+            if self.calls_start not in current_text:
+                return OutputDelta(content=content) if content else None
+        elif self.calls_start_id not in current_ids:
             return OutputDelta(content=delta_text)
-        content = self._enter_calls(delta_text)
+        else:
+            content = self._enter_calls(delta_text)
         self._close_if_done(current_text)
         calls: list[ToolCallDelta] = []
         while True:
