@@ -7,6 +7,7 @@ the update's first character), counted when that character is reasoning text."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -118,7 +119,7 @@ def _place_tokens(
         return
     pos = placed = 0
     for tid in token_ids:
-        piece = decode([tid])
+        piece = _token_text(decode, tid)
         if not piece:
             continue
         found = text.find(piece, pos)
@@ -129,6 +130,12 @@ def _place_tokens(
         pos = found + len(piece)
     if missing := len(token_ids) - placed:
         token_at[offset] = token_at.get(offset, 0) + missing
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_text(decode: Callable[[Sequence[int]], str], token_id: int) -> str:
+    """One token's text (decoded alone, as vLLM's engine decodes it; cached as there)."""
+    return decode([token_id])
 
 
 def reasoning_spans(text: str, grammar: Grammar) -> list[tuple[int, int]]:
