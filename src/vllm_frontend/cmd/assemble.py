@@ -560,7 +560,13 @@ def multimodal_facade(
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
 
-    family = load_family(files.path, files.config, tokenizer.token_to_id, options, encode)
+    # With a mistral_common tokenizer (--tokenizer-mode mistral) media stay refused: the
+    # chat prompt is ids rendered by mistral_common, which this frontend does not expand.
+    family = (
+        None
+        if model.mistral is not None
+        else load_family(files.path, files.config, tokenizer.token_to_id, options, encode)
+    )
     if family is None:
         logger.warning(
             "Media content parts are refused (400) for model type %r: this frontend does not "

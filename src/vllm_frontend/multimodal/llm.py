@@ -126,6 +126,20 @@ def load_family(
             text_encoder("Gemma 3"),
             options.mm_processor_kwargs,
         )
+    vision = config.get("vision_config")
+    if model_type == "mistral3" or (
+        model_type == "llava" and isinstance(vision, Mapping) and vision.get("model_type") == "pixtral"
+    ):
+        from vllm_frontend.multimodal.pixtral import PixtralFamily
+
+        return PixtralFamily(
+            config,
+            read("preprocessor_config.json") or {},
+            read("processor_config.json") or {},
+            token_to_id,
+            options.mm_processor_kwargs,
+            options.mm_device_do_normalize,
+        )
     if model_type in ("qwen3_vl", "qwen3_vl_moe"):
         from vllm_frontend.multimodal.qwen3_vl import Qwen3VLFamily
 
