@@ -25,6 +25,7 @@ import pathlib
 import pickle
 import subprocess
 import sys
+import types
 import zlib
 from typing import Any
 
@@ -40,6 +41,10 @@ from tests.support.tiny_mistral3 import (
     tiny_pixtral_hf_dir,
 )
 from tests.support.tiny_vlm import VLM_PYTHONPATH
+from vllm_frontend.multimodal.parts import MediaPart
+from vllm_frontend.multimodal.processors.pixtral import PixtralImageProcessor
+from vllm_frontend.multimodal.sender_cache import SenderCache
+from vllm_frontend.text.errors import BadInput, InvalidInput
 
 pytestmark = pytest.mark.oracle
 
@@ -264,6 +269,90 @@ def test_reference_covers_the_layout(reference: dict[tuple[str, str], Any]) -> N
         assert tokens[-1] == IMG_END and IMG_BREAK in tokens
         assert is_embed == [t == IMG for t in tokens]
     assert "error" in reference["mistral3 bf16", "thin"]
+
+
+@pytest.mark.parametrize("kind", ["mistral3", "llava"])
+def test_held_image_keeps_its_placeholder_and_goes_without_data(kind: str) -> None:
+    # An image the engine's cache holds is not processed again: its placeholder run comes from
+    # its size alone and equals the processed one's; it goes as data=None.
+    media = facade(kind, "bfloat16", {}, None)
+    media.sender_cache = SenderCache(1)
+    pngs = _pngs("odd") + _pngs("beyond the edge")
+    prompt = " ".join([I] * len(pngs))
+    first = generate(media, prompt, pngs, {})
+    runs = [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
+            for f in first.mm_features]  # fmt: skip
+    first.mm_cache.apply(first.mm_features)  # as when the request is sent
+    calls: list[Any] = []
+    original = PixtralImageProcessor.preprocess
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PixtralImageProcessor, "preprocess", counted)
+        second = generate(media, prompt, pngs, {})
+    assert not calls
+    assert second.token_ids == first.token_ids
+    assert [f.data for f in second.mm_features] == [None] * len(pngs)
+    assert [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
+            for f in second.mm_features] == runs  # fmt: skip
+
+
+def test_limit_per_prompt_is_vllms() -> None:
+    from vllm.multimodal.processing.context import BaseProcessingInfo
+
+    info = types.SimpleNamespace(supported_mm_limits={"image": None},
+                                 allowed_mm_limits={"image": 2})  # fmt: skip
+    with pytest.raises(Exception) as theirs:
+        BaseProcessingInfo.validate_num_items(info, "image", 3)  # type: ignore[arg-type]
+    media = facade("mistral3", "bfloat16", {}, None, limits={"image": 2})
+    parts = media.new_parts()
+    parts.add(MediaPart("image", "data:,"))
+    parts.add(MediaPart("image", "data:,"))
+    with pytest.raises(InvalidInput) as ours:
+        parts.add(MediaPart("image", "data:,"))
+    assert str(ours.value) == str(theirs.value)
+    assert ours.value.parameter == "image"
+
+
+def test_expanded_prompt_longer_than_the_context_is_refused() -> None:
+    # 6 text tokens and 3 images of 8x6 (with breaks: 54), 1x8 (16) and 8x8 (72) merged patches
+    media = facade("mistral3", "bfloat16", {}, None, max_model_len=100)
+    with pytest.raises(BadInput) as caught:
+        generate(media, f"a {I} b {I} c {I}", _pngs("several"), {})
+    assert "The decoder prompt (length 148) is longer than the maximum model length of 100" in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize("mistral_mode", [False, True])
+def test_served_family_and_mistral_tokenizer_mode(mistral_mode: bool) -> None:
+    # The server wires the family for a Mistral 3 checkpoint; with --tokenizer-mode mistral
+    # (prompts rendered to ids by mistral_common) media parts stay refused naming the type.
+    import msgspec
+
+    from vllm_frontend.cmd.assemble import load_model_resources, multimodal_facade
+    from vllm_frontend.cmd.config import config_from_args
+    from vllm_frontend.multimodal.parts import UnsupportedMedia
+    from vllm_frontend.multimodal.pixtral import PixtralFamily
+
+    config = config_from_args({"model_tag": str(tiny_mistral3_dir())})
+    model = load_model_resources(config)
+    if mistral_mode:
+        model = msgspec.structs.replace(model, mistral=object())
+    client = types.SimpleNamespace(registrations={}, engine_indices=[0])
+    make = multimodal_facade(config, model, client)  # type: ignore[arg-type]
+    assert make is not None
+    media = make(None)  # type: ignore[arg-type]
+    if not mistral_mode:
+        assert isinstance(media.family, PixtralFamily)
+        assert media.new_parts().add(MediaPart("image", "data:,")) is None  # no placeholder
+        return
+    assert media.family is None
+    with pytest.raises(UnsupportedMedia, match="for model type 'mistral3' yet"):
+        media.new_parts().add(MediaPart("image", "data:,"))
 
 
 if __name__ == "__main__":

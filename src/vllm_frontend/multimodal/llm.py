@@ -128,7 +128,9 @@ def load_family(
         )
     vision = config.get("vision_config")
     if model_type == "mistral3" or (
-        model_type == "llava" and isinstance(vision, Mapping) and vision.get("model_type") == "pixtral"
+        model_type == "llava"
+        and isinstance(vision, Mapping)
+        and vision.get("model_type") == "pixtral"
     ):
         from vllm_frontend.multimodal.pixtral import PixtralFamily
 

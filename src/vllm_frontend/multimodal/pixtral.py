@@ -120,7 +120,10 @@ class PixtralFamily:
         image_id = int(config.get("image_token_index", default_image_token))
         self.token_ids: dict[str, int] = {"image": image_id}
         ids = []
-        for key, default in (("image_break_token", "[IMG_BREAK]"), ("image_end_token", "[IMG_END]")):
+        for key, default in (
+            ("image_break_token", "[IMG_BREAK]"),
+            ("image_end_token", "[IMG_END]"),
+        ):
             token = str(processor_config.get(key) or default)
             token_id = token_to_id(token)
             if token_id is None:
@@ -148,7 +151,9 @@ class PixtralFamily:
                 raise MediaError.bad_request("size must contain 'longest_edge'")
             edge = int(size["longest_edge"])
         patch = self._grid_patch
-        height, width = resized_size(image.image.height, image.image.width, edge, edge, patch, patch)
+        height, width = resized_size(
+            image.image.height, image.image.width, edge, edge, patch, patch
+        )
         return height // patch, width // patch
 
     def _placeholder(self, image: ImageItem, merged: Mapping[str, Any]) -> ProcessedItem:
