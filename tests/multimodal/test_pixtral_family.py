@@ -15,24 +15,22 @@ run as a script), where transformers' image processors stay the PIL ones."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import functools
-import io
-import json
-import os
 import pathlib
-import pickle
-import subprocess
 import sys
 import types
-import zlib
 from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
 
+from tests.multimodal.family_oracle import (
+    assert_request_equals,
+    facade,
+    generate,
+    pngs,
+    run_reference,
+    vllm_requests,
+    write_reference,
+)
 from tests.support.tiny_mistral3 import (
     IMG,
     IMG_BREAK,
@@ -40,7 +38,6 @@ from tests.support.tiny_mistral3 import (
     tiny_mistral3_dir,
     tiny_pixtral_hf_dir,
 )
-from tests.support.tiny_vlm import VLM_PYTHONPATH
 from vllm_frontend.multimodal.parts import MediaPart
 from vllm_frontend.multimodal.processors.pixtral import PixtralImageProcessor
 from vllm_frontend.multimodal.sender_cache import SenderCache
@@ -48,7 +45,6 @@ from vllm_frontend.text.errors import BadInput, InvalidInput
 
 pytestmark = pytest.mark.oracle
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 I = "[IMG]"  # noqa: E741
 # name: (prompt text, image sizes (w, h)).
 CASES: dict[str, tuple[str, list[tuple[int, int]]]] = {
@@ -80,206 +76,85 @@ def _model(kind: str) -> pathlib.Path:
 
 
 def _pngs(name: str) -> list[bytes]:
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    out = []
-    for w, h in CASES[name][1]:
-        buffer = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buffer, "PNG")
-        out.append(buffer.getvalue())
-    return out
+    return pngs(name, CASES[name][1])
 
 
-def _entry(elem: Any) -> tuple[Any, ...]:
-    data = elem.data
-    return (str(data.dtype).removeprefix("torch."), tuple(data.shape), data.float().numpy(),
-            type(elem.field).__name__, getattr(elem.field, "keep_on_cpu", None))  # fmt: skip
-
-
-def _reference(models: dict[str, str]) -> dict[tuple[str, str], Any]:
-    """vLLM's processor outputs per (setting, case) (run in the subprocess)."""
-    from vllm.config import ModelConfig
-    from vllm.multimodal import MULTIMODAL_REGISTRY
-    from vllm.multimodal.media.image import ImageMediaIO
-    from vllm.multimodal.processing.context import TimingContext
-    from vllm.multimodal.processing.inputs import ProcessorInputs
-
-    results: dict[tuple[str, str], Any] = {}
-    for setting, (kind, dtype, kwargs, normalize, request) in SETTINGS.items():
-        model = models[kind]
-        config = ModelConfig(model=model, tokenizer=model, max_model_len=8192, dtype=dtype,
-                             mm_processor_kwargs=kwargs or None,
-                             mm_device_do_normalize=normalize)  # fmt: skip
-        processor = MULTIMODAL_REGISTRY.create_processor(config)
-        tokenizer = processor.info.get_tokenizer()
-        for name, (text, _) in CASES.items():
-            prompt = tokenizer.encode(text, add_special_tokens=False)
-            images = [ImageMediaIO().load_bytes(png) for png in _pngs(name)]
-            items = processor.info.parse_mm_data({"image": images})
-            try:
-                out = processor.apply(
-                    ProcessorInputs(prompt, items, hf_processor_mm_kwargs=request),
-                    TimingContext(enabled=False),
-                )
-            except ValueError as e:  # vLLM's server answers 400
-                results[setting, name] = {"prompt": prompt, "error": str(e)}
-                continue
-            results[setting, name] = {
-                "prompt": prompt,
-                "ids": list(out["prompt_token_ids"]),
-                "hashes": list(out["mm_hashes"]["image"]),
-                "ranges": [
-                    (r.offset, r.length, r.is_embed.tolist())
-                    for r in out["mm_placeholders"]["image"]
-                ],
-                "fields": [
-                    {k: _entry(e) for k, e in item.items()} for item in out["mm_kwargs"]["image"]
-                ],
-            }
-    return results
+def _reference(models: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """vLLM's processor outputs per setting and case (run in the subprocess)."""
+    return {
+        setting: vllm_requests(
+            models[kind],
+            {
+                "dtype": dtype,
+                "mm_processor_kwargs": kwargs or None,
+                "mm_device_do_normalize": normalize,
+            },
+            CASES,
+            request,
+        )
+        for setting, (kind, dtype, kwargs, normalize, request) in SETTINGS.items()
+    }
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
-    models = {kind: str(_model(kind)) for kind in ("mistral3", "llava")}
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    models = [str(_model(kind)) for kind in ("mistral3", "llava")]
     target = tmp_path_factory.mktemp("pixtral") / "reference.pkl"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([VLM_PYTHONPATH, str(ROOT)]))
-    env.pop("VLLM_USE_RUST_FRONTEND", None)
-    subprocess.run([sys.executable, __file__, models["mistral3"], models["llava"], str(target)],
-                   check=True, env=env, cwd=ROOT, timeout=900)  # fmt: skip
-    out: dict[tuple[str, str], Any] = pickle.loads(target.read_bytes())
+    out: dict[str, dict[str, Any]] = run_reference(__name__, models, target)
     return out
-
-
-class _Stream:
-    def take(self) -> list[Any]:
-        return []
-
-    def on_ready(self, callback: Any) -> None:
-        pass
-
-
-class _Client:
-    def add_request(self, request: Any) -> _Stream:
-        return _Stream()
-
-    def abort_requests(self, ids: Any) -> None:
-        pass
 
 
 _FACADES: dict[str, Any] = {}
 """One facade per setting (they keep no state between requests without the cache mirror)."""
 
 
-@functools.cache
-def _tokenizer(kind: str) -> Any:
-    from vllm_frontend.text.tokenizer import Tokenizer
-
-    return Tokenizer.from_dir(_model(kind))
-
-
-def facade(kind: str, dtype: str, kwargs: dict[str, Any], normalize: bool | None,
-           max_model_len: int = 8192, limits: dict[str, Any] | None = None) -> Any:  # fmt: skip
-    """Our multimodal facade over the tiny model, in front of a client that sends nowhere."""
-    from vllm_frontend.engine.protocol import EngineCoreRequest
-    from vllm_frontend.llm import LLM
-    from vllm_frontend.multimodal.llm import MultimodalLlm, MultimodalOptions, load_family
-    from vllm_frontend.multimodal.media import MediaLoader, MediaPolicy
-    from vllm_frontend.text.llm import TextLlm
-    from vllm_frontend.text.sampling import ModelSamplingInfo
-
-    model = _model(kind)
-    tokenizer = _tokenizer(kind)
-    config = json.loads((model / "config.json").read_text())
-    options = MultimodalOptions(
-        mm_processor_kwargs=kwargs, mm_device_do_normalize=normalize,
-        limit_mm_per_prompt=limits or {},
-    )  # fmt: skip
-    family = load_family(model, config, tokenizer.token_to_id, options)
-    assert family is not None
-    sampling = ModelSamplingInfo(max_model_len=max_model_len, eos_token_id=tokenizer.eos_token_id)
-    text = TextLlm(LLM(_Client(), EngineCoreRequest), tokenizer, max_model_len, sampling)
-    return MultimodalLlm(text, family, MediaLoader(MediaPolicy()), model_id=str(model),
-                         config=config, dtype=dtype, options=options)  # fmt: skip
-
-
-def generate(media: Any, prompt: str, pngs: list[bytes], request_kwargs: dict[str, Any]) -> Any:
-    """The prepared prompt our facade sends for ``prompt`` with ``pngs`` as data: URLs."""
-    from vllm_frontend.multimodal.parts import MediaPart
-    from vllm_frontend.text.llm import TextRequest
-    from vllm_frontend.text.sampling import SamplingRequest
-
-    parts = media.new_parts()
-    for png in pngs:
-        parts.add(MediaPart("image", "data:image/png;base64," + base64.b64encode(png).decode()))
-    request = TextRequest(request_id="r", max_tokens=4, sampling=SamplingRequest(),
-                          add_special_tokens=False)  # fmt: skip
-    generation = asyncio.run(
-        media.generate(request, prompt, parts, mm_processor_kwargs=request_kwargs or None)
-    )
-    [prepared] = generation.prompts
-    return prepared
+def _facade(kind: str, dtype: str, kwargs: dict[str, Any], normalize: bool | None,
+            **options: Any) -> Any:  # fmt: skip
+    return facade(_model(kind), dtype, mm_processor_kwargs=kwargs,
+                  mm_device_do_normalize=normalize, **options)  # fmt: skip
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("name", list(CASES))
 def test_engine_request_equals_vllms_processor(
-    reference: dict[tuple[str, str], Any], name: str, setting: str
+    reference: dict[str, dict[str, Any]], name: str, setting: str
 ) -> None:
     from vllm_frontend.multimodal.media import MediaError
 
     kind, dtype, kwargs, normalize, request_kwargs = SETTINGS[setting]
-    want = reference[setting, name]
+    want = reference[setting][name]
     media = _FACADES.get(setting)
     if media is None:
-        media = _FACADES[setting] = facade(kind, dtype, kwargs, normalize)
+        media = _FACADES[setting] = _facade(kind, dtype, kwargs, normalize)
     assert media.text.tokenizer.encode(CASES[name][0], add_special_tokens=False) == want["prompt"]
     if "error" in want:
         with pytest.raises(MediaError) as caught:
             generate(media, CASES[name][0], _pngs(name), request_kwargs)
         assert caught.value.status == 400
         return
-    prepared = generate(media, CASES[name][0], _pngs(name), request_kwargs)
-    assert prepared.token_ids == want["ids"]
-    features = prepared.mm_features
-    assert [f.modality for f in features] == ["image"] * len(want["hashes"])
-    assert [f.mm_hash for f in features] == want["hashes"]
-    assert [f.identifier for f in features] == want["hashes"]
-    got = [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
-           for f in features]  # fmt: skip
-    assert got == want["ranges"]
-    for feature, theirs in zip(features, want["fields"], strict=True):
-        mine = feature.data or {}
-        assert set(mine) == set(theirs)
-        for key, (tdtype, shape, values, kind_name, keep_on_cpu) in theirs.items():
-            elem = mine[key]
-            factory, options_ = elem.field
-            assert kind_name.lower() == f"multimodal{factory}field", key
-            assert options_.get("keep_on_cpu") == keep_on_cpu, key
-            assert elem.data.dtype == tdtype, key
-            assert elem.data.shape == shape, key
-            assert np.array_equal(elem.data.numpy().astype(np.float32), values), key
+    assert_request_equals(generate(media, CASES[name][0], _pngs(name), request_kwargs), want)
 
 
-def test_reference_covers_the_layout(reference: dict[tuple[str, str], Any]) -> None:
+def test_reference_covers_the_layout(reference: dict[str, dict[str, Any]]) -> None:
     # The reference itself has the Pixtral layout (so the comparison above is not vacuous):
     # rows of [IMG] closed by [IMG_BREAK], the last by [IMG_END]; only [IMG] takes embeddings.
-    want = reference["mistral3 bf16", "several"]
+    want = reference["mistral3 bf16"]["several"]
     for offset, length, is_embed in want["ranges"]:
         tokens = want["ids"][offset : offset + length]
         assert tokens[-1] == IMG_END and IMG_BREAK in tokens
         assert is_embed == [t == IMG for t in tokens]
-    assert "error" in reference["mistral3 bf16", "thin"]
+    assert "error" in reference["mistral3 bf16"]["thin"]
 
 
 @pytest.mark.parametrize("kind", ["mistral3", "llava"])
 def test_held_image_keeps_its_placeholder_and_goes_without_data(kind: str) -> None:
     # An image the engine's cache holds is not processed again: its placeholder run comes from
     # its size alone and equals the processed one's; it goes as data=None.
-    media = facade(kind, "bfloat16", {}, None)
+    media = _facade(kind, "bfloat16", {}, None)
     media.sender_cache = SenderCache(1)
-    pngs = _pngs("odd") + _pngs("beyond the edge")
-    prompt = " ".join([I] * len(pngs))
-    first = generate(media, prompt, pngs, {})
+    images = _pngs("odd") + _pngs("beyond the edge")
+    prompt = " ".join([I] * len(images))
+    first = generate(media, prompt, images)
     runs = [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
             for f in first.mm_features]  # fmt: skip
     first.mm_cache.apply(first.mm_features)  # as when the request is sent
@@ -292,10 +167,10 @@ def test_held_image_keeps_its_placeholder_and_goes_without_data(kind: str) -> No
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(PixtralImageProcessor, "preprocess", counted)
-        second = generate(media, prompt, pngs, {})
+        second = generate(media, prompt, images)
     assert not calls
     assert second.token_ids == first.token_ids
-    assert [f.data for f in second.mm_features] == [None] * len(pngs)
+    assert [f.data for f in second.mm_features] == [None] * len(images)
     assert [(f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed.numpy().tolist())
             for f in second.mm_features] == runs  # fmt: skip
 
@@ -307,7 +182,7 @@ def test_limit_per_prompt_is_vllms() -> None:
                                  allowed_mm_limits={"image": 2})  # fmt: skip
     with pytest.raises(Exception) as theirs:
         BaseProcessingInfo.validate_num_items(info, "image", 3)  # type: ignore[arg-type]
-    media = facade("mistral3", "bfloat16", {}, None, limits={"image": 2})
+    media = _facade("mistral3", "bfloat16", {}, None, limit_mm_per_prompt={"image": 2})
     parts = media.new_parts()
     parts.add(MediaPart("image", "data:,"))
     parts.add(MediaPart("image", "data:,"))
@@ -319,9 +194,9 @@ def test_limit_per_prompt_is_vllms() -> None:
 
 def test_expanded_prompt_longer_than_the_context_is_refused() -> None:
     # 6 text tokens and 3 images of 8x6 (with breaks: 54), 1x8 (16) and 8x8 (72) merged patches
-    media = facade("mistral3", "bfloat16", {}, None, max_model_len=100)
+    media = facade(_model("mistral3"), "bfloat16", max_model_len=100)
     with pytest.raises(BadInput) as caught:
-        generate(media, f"a {I} b {I} c {I}", _pngs("several"), {})
+        generate(media, f"a {I} b {I} c {I}", _pngs("several"))
     assert "The decoder prompt (length 148) is longer than the maximum model length of 100" in str(
         caught.value
     )
@@ -356,5 +231,4 @@ def test_served_family_and_mistral_tokenizer_mode(mistral_mode: bool) -> None:
 
 
 if __name__ == "__main__":
-    result = _reference({"mistral3": sys.argv[1], "llava": sys.argv[2]})
-    pathlib.Path(sys.argv[3]).write_bytes(pickle.dumps(result))
+    write_reference(_reference({"mistral3": sys.argv[1], "llava": sys.argv[2]}))
