@@ -126,6 +126,17 @@ def load_family(
             text_encoder("Gemma 3"),
             options.mm_processor_kwargs,
         )
+    if model_type == "llama4":
+        from vllm_frontend.multimodal.llama4 import Llama4Family
+
+        return Llama4Family(
+            config,
+            read("preprocessor_config.json") or {},
+            read("processor_config.json") or {},
+            token_to_id,
+            text_encoder("Llama 4"),
+            options.mm_processor_kwargs,
+        )
     vision = config.get("vision_config")
     if model_type == "mistral3" or (
         model_type == "llava"
