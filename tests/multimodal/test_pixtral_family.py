@@ -68,6 +68,8 @@ SETTINGS: dict[str, tuple[str, str, dict[str, Any], bool | None, dict[str, Any]]
     "mistral3 request size": ("mistral3", "bfloat16", {}, False, {"size": {"longest_edge": 80}}),
     "pixtral-hf bf16": ("llava", "bfloat16", {}, None, {}),
     "pixtral-hf f32": ("llava", "float32", {}, None, {}),
+    # vLLM sizes Pixtral-HF's grid on the vision tower's image_size whatever the size option
+    "pixtral-hf size": ("llava", "float32", {"size": {"longest_edge": 48}}, None, {}),
 }  # fmt: skip
 
 
