@@ -66,7 +66,8 @@ SETTINGS: dict[str, tuple[str, str, dict[str, Any], bool | None, dict[str, Any]]
         "mistral3", "float32", {"images_kwargs": {"size": {"longest_edge": 48}}}, None, {}
     ),
     "mistral3 request size": ("mistral3", "bfloat16", {}, False, {"size": {"longest_edge": 80}}),
-    "pixtral-hf bf16": ("llava", "bfloat16", {}, None, {}),
+    # (vLLM turns mm_device_do_normalize off for a model that cannot take raw pixels)
+    "pixtral-hf bf16": ("llava", "bfloat16", {}, True, {}),
     "pixtral-hf f32": ("llava", "float32", {}, None, {}),
     # vLLM sizes Pixtral-HF's grid on the vision tower's image_size whatever the size option
     "pixtral-hf size": ("llava", "float32", {"size": {"longest_edge": 48}}, None, {}),
@@ -202,6 +203,22 @@ def test_expanded_prompt_longer_than_the_context_is_refused() -> None:
     assert "The decoder prompt (length 148) is longer than the maximum model length of 100" in str(
         caught.value
     )
+
+
+def test_padding_and_patch_size_options_do_not_change_the_items() -> None:
+    # PixtralProcessor sets the patch size itself and vLLM cuts each image out of the padded
+    # batch: such request options leave the prompt and pixels as they were.
+    media = _facade("mistral3", "bfloat16", {}, False)
+    images = _pngs("several")
+    prompt = CASES["several"][0]
+    plain = generate(media, prompt, images)
+    other = generate(media, prompt, images, {"do_pad": False, "patch_size": 5})
+    assert other.token_ids == plain.token_ids
+    for mine, theirs in zip(other.mm_features, plain.mm_features, strict=True):
+        assert mine.mm_hash != theirs.mm_hash  # the request's options are hashed
+        assert (
+            mine.data["pixel_values"].data.numpy() == theirs.data["pixel_values"].data.numpy()
+        ).all()
 
 
 @pytest.mark.parametrize("mistral_mode", [False, True])

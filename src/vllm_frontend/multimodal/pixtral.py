@@ -178,12 +178,12 @@ class PixtralFamily:
         if modality != "image":
             raise MediaError.bad_request(f"{modality} inputs are not supported for this model")
         merged = self._merged(kwargs)
+        # Alone, an image needs no padding (vLLM cuts each back out of the padded batch).
+        options = {**merged, "patch_size": self.patch_size, "do_pad": False}
         processed = []
         for image in items:
             try:
-                out = self.processor.preprocess(
-                    [image.image], **merged, patch_size=self.patch_size, do_pad=False
-                )
+                out = self.processor.preprocess([image.image], **options)
             except (ValueError, ZeroDivisionError) as e:
                 raise MediaError.bad_request(f"Failed to process the image: {e}") from None
             item = self._placeholder(image, merged)
