@@ -15,6 +15,8 @@ run as a script), where transformers' image processors stay the PIL ones."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import pathlib
 import sys
 import types
@@ -219,6 +221,55 @@ def test_padding_and_patch_size_options_do_not_change_the_items() -> None:
         assert (
             mine.data["pixel_values"].data.numpy() == theirs.data["pixel_values"].data.numpy()
         ).all()
+
+
+# A Mistral 3-style template: image parts become [IMG] (vLLM detects the "openai" format).
+TEMPLATE = (
+    "{% for message in messages %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}[IMG]{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endfor %}"
+)
+
+
+def test_chat_request_with_data_urls_equals_vllms_processor(
+    reference: dict[str, dict[str, Any]],
+) -> None:
+    # Through the chat facade as the server wires it: content parts with data: URLs, rendered by
+    # the template (no placeholder text for Mistral 3), to the engine request vLLM's processor
+    # gives for the same prompt and images (the engine normalizes: vLLM's default).
+    from vllm_frontend.chat.llm import ChatLlm, ChatRequest
+    from vllm_frontend.cmd.assemble import load_model_resources, multimodal_facade
+    from vllm_frontend.cmd.config import config_from_args
+    from vllm_frontend.engine.protocol import EngineCoreRequest
+    from vllm_frontend.llm import LLM
+    from vllm_frontend.text.llm import TextLlm, TextRequest
+    from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
+
+    config = config_from_args({"model_tag": str(tiny_mistral3_dir()), "chat_template": TEMPLATE})
+    model = load_model_resources(config)
+    tokenizer = model.tokenizer
+    sampling = ModelSamplingInfo(max_model_len=8192, eos_token_id=tokenizer.eos_token_id)
+    text = TextLlm(LLM(types.SimpleNamespace(), EngineCoreRequest), tokenizer, 8192, sampling)
+    client = types.SimpleNamespace(registrations={}, engine_indices=[0, 1])  # no cache mirror
+    make = multimodal_facade(config, model, client)  # type: ignore[arg-type]
+    assert make is not None
+    chat = ChatLlm(text, model.renderer, media=make(text))
+    urls = ["data:image/png;base64," + base64.b64encode(png).decode() for png in _pngs("several")]
+    content: list[dict[str, Any]] = []
+    for piece, url in zip(["a ", " b ", " c "], urls, strict=True):
+        content += [
+            {"type": "text", "text": piece},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]
+    request = ChatRequest(
+        messages=[{"role": "user", "content": content}],
+        text=TextRequest(request_id="r", max_tokens=4, sampling=SamplingRequest(),
+                         add_special_tokens=False),
+    )  # fmt: skip
+    generation = asyncio.run(chat.prepare(request))
+    [prepared] = generation.text.prompts
+    assert prepared.text == CASES["several"][0]
+    assert_request_equals(prepared, reference["mistral3 bf16 device-normalized"]["several"])
 
 
 @pytest.mark.parametrize("mistral_mode", [False, True])
