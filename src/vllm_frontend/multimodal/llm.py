@@ -176,6 +176,12 @@ def load_family(
             options.mm_device_do_normalize,
             read("video_preprocessor_config.json"),
         )
+    if model_type in ("llava", "llava_next"):
+        from vllm_frontend.multimodal.llava import llava_family
+
+        return llava_family(
+            config, read("preprocessor_config.json") or {}, options.mm_processor_kwargs
+        )
     if model_type == "qwen2_audio":
         from vllm_frontend.multimodal.qwen2_audio import Qwen2AudioFamily
 
@@ -333,6 +339,11 @@ class MultimodalLlm:
                 ids, features, truncate, side, request.truncate_prompt_tokens
             )
         limit = text.max_model_len
+        if len(ids) > limit and request.truncate_prompt_tokens is None:
+            # vLLM's get_max_tokens, on the expanded prompt, before its input processor's check
+            raise BadInput(
+                f"Input length ({len(ids)}) exceeds model's maximum context length ({limit})."
+            )
         if len(ids) > limit:
             raise BadInput(
                 f"The decoder prompt (length {len(ids)}) is longer than the maximum model "

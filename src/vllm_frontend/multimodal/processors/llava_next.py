@@ -180,12 +180,14 @@ def num_image_tokens(
     vision_image_size: int,
     vision_patch_size: int,
     select_strategy: str = "default",
+    class_token: bool = True,
 ) -> int:
-    """How many image tokens vLLM gives a ``height`` x ``width`` image on a LLaVA-NeXT model with
-    a CLIP-style tower: the base image's features (its CLS token dropped by the "default"
-    strategy), then the best-fit grid's features with the padding cut off, one newline per row."""
+    """How many image tokens vLLM gives a ``height`` x ``width`` image on a LLaVA-NeXT model: the
+    base image's features (one fewer with the "default" strategy: a CLIP-style tower's CLS token,
+    and, as vLLM counts, one patch of a tower without one, ``class_token`` False, as SigLIP),
+    then the best-fit grid's features with the padding cut off, one newline per row."""
     grid = vision_image_size // vision_patch_size
-    base = grid * grid + 1
+    base = grid * grid + (1 if class_token else 0)
     if select_strategy == "default":
         base -= 1
     elif select_strategy == "class":
