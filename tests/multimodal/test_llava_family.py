@@ -362,3 +362,89 @@ def test_the_cases_are_not_vacuous(reference: dict[tuple[str, str], Any]) -> Non
 
 if __name__ == "__main__":
     _reference(pathlib.Path(sys.argv[1]))
+
+
+@pytest.mark.parametrize("app_name", ["llava", "llava_next", "llava_next siglip"])
+def test_items_the_engine_holds_go_without_data(
+    reference: dict[tuple[str, str], Any], app_name: str
+) -> None:
+    # With the engine's cache mirrored, a repeated image goes as data=None with the hash and
+    # placeholder vLLM gives it, its length told from its size alone (not processed again).
+    variant, dtype, kwargs = APPS[app_name]
+    app, client = _ours(variant, dtype, kwargs, cache_gb=4)
+    for name in ("one png", "random sizes", "sizes and interleaved text"):
+        want = reference[app_name, name]
+        for repeat in (False, True):
+            assert _post(app, REQUESTS[name])[0] == 200
+            assert client.sent[-1].prompt_token_ids == want["ids"]
+            got = [(f.mm_hash, f.mm_position.offset, f.mm_position.length, f.data is None)
+                   for f in client.features[-1]]  # fmt: skip
+            assert got == [(h, o, n, repeat) for h, o, n, _ in want["items"]]
+
+
+def _model_with(tmp: pathlib.Path, variant: str, **changes: Any) -> pathlib.Path:
+    """A copy of the tiny ``variant`` with ``changes`` to its config files (file stem -> keys
+    to set)."""
+    source = tiny_llava_dir(variant)
+    target = tmp / variant
+    shutil.copytree(source, target)
+    for stem, values in changes.items():
+        path = target / f"{stem}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+    return target
+
+
+PIXTRAL_TOWER = {"model_type": "pixtral", "image_size": 56, "patch_size": 14, "hidden_size": 64,
+                 "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "head_dim": 32}  # fmt: skip
+NOT_SERVED = {
+    "pixtral tower": ("llava", {"config": {"vision_config": PIXTRAL_TOWER}}),
+    "another architecture": (
+        "llava",
+        {"config": {"architectures": ["MantisForConditionalGeneration"]}},
+    ),
+    "an image processor we lack": (
+        "llava",
+        {"preprocessor_config": {"image_processor_type": "LlavaImageProcessor"}},
+    ),
+    "siglip2 tower": (
+        "llava_next",
+        {"config": {"vision_config": {**PIXTRAL_TOWER, "model_type": "siglip2_vision_model"}}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_SERVED))
+def test_models_not_served_have_no_family(tmp_path: pathlib.Path, name: str) -> None:
+    from vllm_frontend.multimodal.llm import MultimodalOptions, load_family
+
+    variant, changes = NOT_SERVED[name]
+    model = _model_with(tmp_path, variant, **changes)
+    config = json.loads((model / "config.json").read_text())
+    assert load_family(model, config, lambda _: None, MultimodalOptions()) is None
+    served = tiny_llava_dir(variant)
+    assert load_family(
+        served, json.loads((served / "config.json").read_text()), lambda _: None,
+        MultimodalOptions(),
+    ) is not None  # fmt: skip
+
+
+def test_a_model_not_served_refuses_media_naming_its_type(tmp_path: pathlib.Path) -> None:
+    from tests.support.generation_app import generation_app
+    from vllm_frontend.cmd.assemble import load_model_resources, multimodal_facade
+    from vllm_frontend.cmd.config import config_from_args
+
+    variant, changes = NOT_SERVED["pixtral tower"]
+    model = _model_with(tmp_path, variant, **changes)
+    config = config_from_args({"model_tag": str(model), "served_model_name": ["m"]})
+    client = _Client("bfloat16")
+    make = multimodal_facade(config, load_model_resources(config), client)  # type: ignore[arg-type]
+    assert make is not None
+    app = generation_app(model, client, max_model_len=MAX_MODEL_LEN, multimodal=make)
+    status, body = _post(app, REQUESTS["one png"])
+    assert (status, body["error"]["message"]) == (400, (
+        "Multimodal inputs are not supported by this frontend for model type 'llava' yet. "
+        "(parameter=messages)"
+    ))  # fmt: skip
+    assert client.sent == []
+    assert _post(app, REQUESTS["string content"])[0] == 200  # text is served
