@@ -13,6 +13,7 @@ import vllm
 from transformers import LlavaNextImageProcessorPil, LlavaOnevisionImageProcessorPil
 from transformers.models.llava_next.modeling_llava_next import get_anyres_image_grid_shape
 from vllm.model_executor.models.clip import CLIPEncoderInfo
+from vllm.model_executor.models.siglip import SiglipEncoderInfo
 from vllm.model_executor.models.vision import get_num_selected_vision_tokens
 
 from tests.multimodal.processor_oracle import assert_same_or_both_fail, source_function
@@ -114,11 +115,17 @@ vllm_num_unpadded_features = source_function(
 
 
 @pytest.mark.parametrize(
-    ("pinpoints", "image_size", "patch_size", "strategy"),
-    [(PINPOINTS, 336, 14, "default"), ([[224, 448], [448, 224], [448, 448]], 224, 16, "full")],
+    ("pinpoints", "image_size", "patch_size", "strategy", "tower"),
+    [
+        (PINPOINTS, 336, 14, "default", "clip"),
+        ([[224, 448], [448, 224], [448, 448]], 224, 16, "full", "clip"),
+        # A SigLIP tower has no CLS token; "default" still drops one feature in vLLM's count.
+        (PINPOINTS, 336, 14, "default", "siglip"),
+        ([[224, 448], [448, 224], [448, 448]], 224, 16, "full", "siglip"),
+    ],
 )
 def test_image_token_counts_equal_vllms(
-    pinpoints: list[list[int]], image_size: int, patch_size: int, strategy: str
+    pinpoints: list[list[int]], image_size: int, patch_size: int, strategy: str, tower: str
 ) -> None:
     hf_config = types.SimpleNamespace(
         vision_feature_select_strategy=strategy,
@@ -127,11 +134,15 @@ def test_image_token_counts_equal_vllms(
     )
     info = types.SimpleNamespace(
         get_hf_config=lambda: hf_config,
-        get_vision_encoder_info=lambda: CLIPEncoderInfo(hf_config),
+        get_vision_encoder_info=lambda: (CLIPEncoderInfo if tower == "clip" else SiglipEncoderInfo)(
+            hf_config
+        ),
     )
     info._get_num_unpadded_features = lambda **kw: vllm_num_unpadded_features(info, **kw)
     for width in (1, 7, 100, 335, 336, 337, 500, 672, 999, 1008, 1500, 4000):
         for height in (1, 3, 100, 336, 480, 672, 1000, 2000, 3000):
             want = vllm_num_image_tokens(info, image_width=width, image_height=height)
-            got = num_image_tokens(height, width, pinpoints, image_size, patch_size, strategy)
+            got = num_image_tokens(
+                height, width, pinpoints, image_size, patch_size, strategy, tower == "clip"
+            )
             assert got == want, (width, height)
