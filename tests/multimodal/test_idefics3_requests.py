@@ -161,3 +161,17 @@ def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
         [ours] = sides["ours"].new_requests()
         assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
         compare_requests(vllm, ours, _SENT)
+
+
+def test_prompt_over_the_context_once_expanded_answers_as_vllm(sides: dict[str, Side]) -> None:
+    # The text alone fits the 2048-token context; with the image's tile grid it does not:
+    # vLLM's get_max_tokens refuses it on the expanded prompt (its message, not its input
+    # processor's).
+    messages = [{"role": "user", "content": [_text("word " * 2000), _png(300, 200, 3)]}]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["vllm"].status_code == 400
+    assert responses["vllm"].json()["error"]["message"].startswith("Input length (")
+    assert responses["ours"].status_code == 400
+    assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []
