@@ -399,11 +399,16 @@ def _model_with(tmp: pathlib.Path, variant: str, **changes: Any) -> pathlib.Path
     return target
 
 
-PIXTRAL_TOWER = {"model_type": "pixtral", "image_size": 56, "patch_size": 14, "hidden_size": 64,
-                 "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-                 "head_dim": 32}  # fmt: skip
+TOWER = {"model_type": "siglip2_vision_model", "image_size": 56, "patch_size": 14,
+         "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 2}  # fmt: skip
+# (A ``llava`` config with a Pixtral tower is the Pixtral family's: multimodal.pixtral.)
 NOT_SERVED = {
-    "pixtral tower": ("llava", {"config": {"vision_config": PIXTRAL_TOWER}}),
+    "siglip2 tower": ("llava_next", {"config": {"vision_config": TOWER}}),
+    "a full CLIP config as the tower": (
+        "llava",
+        {"config": {"vision_config": {**TOWER, "model_type": "clip"}}},
+    ),
     "another architecture": (
         "llava",
         {"config": {"architectures": ["MantisForConditionalGeneration"]}},
@@ -411,10 +416,6 @@ NOT_SERVED = {
     "an image processor we lack": (
         "llava",
         {"preprocessor_config": {"image_processor_type": "LlavaImageProcessor"}},
-    ),
-    "siglip2 tower": (
-        "llava_next",
-        {"config": {"vision_config": {**PIXTRAL_TOWER, "model_type": "siglip2_vision_model"}}},
     ),
 }
 
@@ -439,7 +440,7 @@ def test_a_model_not_served_refuses_media_naming_its_type(tmp_path: pathlib.Path
     from vllm_frontend.cmd.assemble import load_model_resources, multimodal_facade
     from vllm_frontend.cmd.config import config_from_args
 
-    variant, changes = NOT_SERVED["pixtral tower"]
+    variant, changes = NOT_SERVED["siglip2 tower"]
     model = _model_with(tmp_path, variant, **changes)
     config = config_from_args({"model_tag": str(model), "served_model_name": ["m"]})
     client = _Client("bfloat16")
@@ -448,7 +449,7 @@ def test_a_model_not_served_refuses_media_naming_its_type(tmp_path: pathlib.Path
     app = generation_app(model, client, max_model_len=MAX_MODEL_LEN, multimodal=make)
     status, body = _post(app, REQUESTS["one png"])
     assert (status, body["error"]["message"]) == (400, (
-        "Multimodal inputs are not supported by this frontend for model type 'llava' yet. "
+        "Multimodal inputs are not supported by this frontend for model type 'llava_next' yet. "
         "(parameter=messages)"
     ))  # fmt: skip
     assert client.sent == []
