@@ -198,13 +198,12 @@ def test_limit_per_prompt_is_vllms() -> None:
 
 
 def test_expanded_prompt_longer_than_the_context_is_refused() -> None:
-    # 6 text tokens and 3 images of 8x6 (with breaks: 54), 1x8 (16) and 8x8 (72) merged patches
+    # 6 text tokens and 3 images of 8x6 (with breaks: 54), 1x8 (16) and 8x8 (72) merged patches;
+    # vLLM's get_max_tokens message (test_idefics3_requests checks it against vLLM's server)
     media = facade(_model("mistral3"), "bfloat16", max_model_len=100)
     with pytest.raises(BadInput) as caught:
         generate(media, f"a {I} b {I} c {I}", _pngs("several"))
-    assert "The decoder prompt (length 148) is longer than the maximum model length of 100" in str(
-        caught.value
-    )
+    assert "Input length (148) exceeds model's maximum context length (100)." in str(caught.value)
 
 
 def test_padding_and_patch_size_options_do_not_change_the_items() -> None:
