@@ -27,6 +27,7 @@ import msgspec
 from vllm_frontend.engine.balance import EngineBalancer, EngineLoad
 from vllm_frontend.engine.errors import EngineDeadError, UtilityCallError, UtilityTimeoutError
 from vllm_frontend.engine.liveness import Liveness
+from vllm_frontend.engine.outbox import Outbox
 from vllm_frontend.engine.protocol import (
     EngineCoreReadyResponse,
     EngineCoreRequest,
@@ -89,9 +90,10 @@ class EngineCoreClient:
             client_index=client_index,
             client_count=client_count,
         )
-        self._utility = UtilityCalls(sockets.input, identities, liveness, client_index=client_index)
+        outbox = Outbox(sockets.input, asyncio.get_running_loop())
+        self._utility = UtilityCalls(outbox, identities, liveness, client_index=client_index)
         self._requests = RequestSender(
-            sockets.input,
+            outbox,
             identities,
             in_flight,
             registered_limits(sockets, options),

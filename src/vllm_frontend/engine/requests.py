@@ -11,15 +11,14 @@ import asyncio
 from collections.abc import Iterable, Mapping
 
 import msgspec
-import zmq
 
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.balance import EngineBalancer
 from vllm_frontend.engine.errors import EngineDeadError
 from vllm_frontend.engine.liveness import Liveness
+from vllm_frontend.engine.outbox import Outbox
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm_frontend.engine.streams import Notifier, RequestState, RequestStream
-from vllm_frontend.engine.transport import send_parts
 from vllm_frontend.engine.validate import InvalidRequestError, RequestLimits, validate_request
 
 __all__ = ["RequestSender"]
@@ -35,9 +34,9 @@ class RequestSender:
         "_coordinated",
         "_engines",
         "_identities",
-        "_input",
         "_liveness",
         "_notifier",
+        "_outbox",
         "_pending_aborts",
         "in_flight",
         "limits",
@@ -47,7 +46,7 @@ class RequestSender:
 
     def __init__(
         self,
-        input_socket: zmq.Socket[bytes],
+        outbox: Outbox,
         identities: Mapping[int, bytes],
         in_flight: dict[int, int],
         limits: RequestLimits,
@@ -59,7 +58,7 @@ class RequestSender:
         """``identities``: engine index -> ROUTER identity, in engine order; ``in_flight``: the
         live count per engine, shared with the balancer; ``coordinated``: a DP coordinator runs
         the waves (requests are stamped with the current one)."""
-        self._input = input_socket
+        self._outbox = outbox
         self._identities = identities
         self._engines = list(identities)
         self._balancer = balancer
@@ -100,7 +99,7 @@ class RequestSender:
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise InvalidRequestError(f"request cannot be encoded: {exc}") from exc
         state = RequestState(request_id, engine, self._notifier)
-        send_parts(self._input, [self._identities[engine], *frames])
+        self._outbox.send([self._identities[engine], *frames])
         self.streams[request_id] = state
         self.in_flight[engine] += 1
         balancer.sent(engine, rank is None)
@@ -119,7 +118,7 @@ class RequestSender:
         liveness = self._liveness
         if liveness.dead is None and not liveness.closed:
             for engine, ids in by_engine.items():
-                send_parts(self._input, [self._identities[engine], *codec.encode_abort(ids)])
+                self._outbox.send_now([self._identities[engine], *codec.encode_abort(ids)])
         return sum(map(len, by_engine.values()))
 
     def abort_state(self, state: RequestState) -> None:

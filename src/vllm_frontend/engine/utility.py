@@ -8,11 +8,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import zmq
-
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.errors import EngineDeadError, UtilityCallError, UtilityTimeoutError
 from vllm_frontend.engine.liveness import Liveness
+from vllm_frontend.engine.outbox import Outbox
 from vllm_frontend.engine.protocol import UtilityOutput
 
 __all__ = ["UtilityCalls"]
@@ -32,11 +31,11 @@ class _PendingCall:
 class UtilityCalls:
     """Sends utility calls and resolves them with the replies the output router hands over."""
 
-    __slots__ = ("_call_ids", "_calls", "_client_index", "_identities", "_input", "_liveness")
+    __slots__ = ("_call_ids", "_calls", "_client_index", "_identities", "_liveness", "_outbox")
 
     def __init__(
         self,
-        input_socket: zmq.Socket[bytes],
+        outbox: Outbox,
         identities: Mapping[int, bytes],
         liveness: Liveness,
         *,
@@ -44,7 +43,7 @@ class UtilityCalls:
     ) -> None:
         """``identities``: engine index -> its ROUTER identity, for the engines served, in
         engine order."""
-        self._input = input_socket
+        self._outbox = outbox
         self._identities = identities
         self._liveness = liveness
         self._client_index = client_index
@@ -78,7 +77,7 @@ class UtilityCalls:
         frames = codec.encode_utility(self._client_index, call_id, method, list(args))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = _PendingCall(method, engine, future)
-        self._input.send_multipart([self._identities[engine], *frames], copy=False)
+        self._outbox.send_now([self._identities[engine], *frames])
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
