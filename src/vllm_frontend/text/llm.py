@@ -28,6 +28,7 @@ from vllm_frontend.text.beam_search import (
 )
 from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.logprobs import TokenStrings
+from vllm_frontend.text.lowered_params import LoweredParams
 from vllm_frontend.text.prompts import PreparedPrompt, PromptPreparer
 from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import (
@@ -98,6 +99,7 @@ class TextLlm:
     """Text-level generation for one model over ``llm`` (built once at startup)."""
 
     __slots__ = (
+        "_lowered",
         "_token_sampling",
         "adapters",
         "llm",
@@ -139,6 +141,7 @@ class TextLlm:
         self.stream_interval = stream_interval
         """``--stream-interval``: streamed updates every N tokens."""
         self._token_sampling: ModelSamplingInfo | None = None
+        self._lowered = LoweredParams()
 
     def strings(self) -> TokenStrings:
         """The shared per-token string cache (for logprobs)."""
@@ -197,7 +200,7 @@ class TextLlm:
             if lowered is None:
                 lowered = _sampling_request(request)
             params.append(
-                lower_sampling_params(
+                self._lowered.lower(
                     lowered,
                     max_tokens=max_tokens,
                     model=self.sampling,
