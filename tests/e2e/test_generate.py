@@ -157,6 +157,22 @@ CASES: dict[str, dict[str, Any]] = {
     "output_mode": {"sampling_params": {}, "output_mode": "words"},
     "text without detokenize": {"sampling_params": {"detokenize": False}, "output_mode": "text"},
     "stop without detokenize": {"sampling_params": {"stop": ["x"], "detokenize": False}},
+    # scoring and replay fields (the CPU engines run vLLM's V1 model runner, without trace replay)
+    "prompt rows": {"sampling_params": {"max_tokens": 2, "prompt_logprob_token_ids": [[1, 2]] * 5}},
+    "prompt rows too wide": {
+        "sampling_params": {"max_tokens": 2, "prompt_logprob_token_ids": [list(range(21))]}
+    },
+    "prompt rows empty": {"sampling_params": {"prompt_logprob_token_ids": [[]]}},
+    "prompt_logprob_start alone": {"sampling_params": {"max_tokens": 2, "prompt_logprob_start": 1}},
+    "trace replay": {"sampling_params": {"max_tokens": 3, "trace_decode_token_ids": [9906, 11]}},
+    "trace replay n=2": {"sampling_params": {"n": 2, "trace_decode_token_ids": [9906]}},
+    "trace out of vocabulary": {"sampling_params": {"trace_decode_token_ids": [999999]}},
+    "routed experts start": {
+        "sampling_params": {"temperature": 0, "max_tokens": 3, "routed_experts_prompt_start": 6}
+    },
+    "routed experts start past the prompt": {
+        "sampling_params": {"max_tokens": 3, "routed_experts_prompt_start": 7}
+    },
 }
 
 

@@ -100,6 +100,11 @@ BODIES: list[Any] = [
     {"token_ids": [1], "sampling_params": {}, "reasoning_parser_kwargs": {"x": 1}},
     {"token_ids": [1], "sampling_params": {}, "features": {}},
     {"token_ids": [1], "sampling_params": {"detokenize": False}, "output_mode": "text"},
+    {"token_ids": [1], "sampling_params": {"prompt_logprob_token_ids": [[1, "2"], [1.0]]}},
+    {"token_ids": [1], "sampling_params": {"prompt_logprob_token_ids": [1, [True]]}},
+    {"token_ids": [1], "sampling_params": {"prompt_logprob_token_ids": "x"}},
+    {"token_ids": [1], "sampling_params": {"trace_decode_token_ids": ["a"], "n": 1}},
+    {"token_ids": [1], "sampling_params": {"routed_experts_prompt_start": 1.5}},
     {
         "token_ids": [1],
         "sampling_params": {},

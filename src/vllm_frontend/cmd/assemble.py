@@ -69,7 +69,7 @@ from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_h
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.request_log import RequestLog
-from vllm_frontend.text.sampling import ModelSamplingInfo
+from vllm_frontend.text.sampling import ModelSamplingInfo, uses_v2_model_runner
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 from vllm_frontend.text.tokenizer_mistral import MistralTokenizer, is_mistral_repo
@@ -273,6 +273,8 @@ def build_frontend_app(
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,
+        v2_model_runner=uses_v2_model_runner(config.watermark_configured),
+        trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     ctx = ServingContext(
@@ -431,6 +433,8 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,
+        v2_model_runner=uses_v2_model_runner(config.watermark_configured),
+        trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
     )
     no_engine = _NoEngine()

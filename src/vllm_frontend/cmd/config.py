@@ -164,6 +164,8 @@ class FrontendConfig(msgspec.Struct):
     structured_outputs_backend: str = "auto"
     watermark_configured: bool = False
     """The engines watermark their output (``--watermark-config``, theirs to apply)."""
+    enable_trace_replay: bool = False
+    """The engines replay ``trace_decode_token_ids`` (theirs to apply; requests may set it)."""
     seed: int | None = None
     stream_interval: int = 1
     """Stream every N tokens (the first and last always go out); a request may ask for more."""

@@ -49,7 +49,7 @@ data_parallel_size_local data_parallel_address data_parallel_rpc_port tensor_par
 pipeline_parallel_size prefill_context_parallel_size profiler_config kv_transfer_config
 limit_mm_per_prompt mm_processor_kwargs mm_processor_cache_gb mm_processor_cache_type
 mm_hasher_algorithm mm_device_do_normalize enable_mm_embeds otlp_traces_endpoint
-tokenizer_mode
+tokenizer_mode enable_trace_replay
 """
 
 _REFUSED: dict[str, str] = {
@@ -140,7 +140,7 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
 # Every other option of vLLM 0.32's `vllm serve` configures the engines alone.
 _ENGINE = """
 runner convert trust_remote_code dtype seed code_revision quantization quantization_config
-allow_deprecated_quantization enforce_eager logprobs_mode use_fp64_gumbel enable_trace_replay
+allow_deprecated_quantization enforce_eager logprobs_mode use_fp64_gumbel
 disable_sliding_window disable_cascade_attn config_format hf_token model_class_overrides
 pooler_config enable_sleep_mode sleep_mode_offload_cudagraph sleep_preserve_parameter_names
 enable_cumem_allocator enable_nccl_comm_suspend model_impl logits_processors load_format

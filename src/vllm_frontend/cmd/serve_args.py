@@ -209,6 +209,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-log-requests", action="store_true")
     p.add_argument("--enable-tokenizer-info-endpoint", **opt_bool)
     p.add_argument("--enable-scale-out", **opt_bool, help="serve the render routes")
+    p.add_argument(
+        "--enable-trace-replay", **opt_bool, help="the engines replay trace_decode_token_ids"
+    )
     p.add_argument("--max-log-len", type=int, default=None)
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument(

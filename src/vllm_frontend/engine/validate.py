@@ -329,7 +329,7 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     if allowed is not None and not allowed:
         raise InvalidRequestError("allowed_token_ids is not None and empty!", "allowed_token_ids")
     if trace_ids is not None:
-        _check_trace_replay(p, trace_ids, n)
+        _check_trace_replay(p, trace_ids, n, vocab)
     if vocab is not None:
         # In this order; empty ones skipped (most are, on most requests).
         if stop_token_ids:
@@ -338,8 +338,6 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
             _check_vocab(allowed, vocab, "allowed_token_ids")
         if logit_bias:
             _check_vocab(logit_bias, vocab, "logit_bias")
-        if trace_ids:
-            _check_vocab(trace_ids, vocab, "trace_decode_token_ids")
         if all_stop:
             _check_vocab(all_stop, vocab, "_all_stop_token_ids")
         eos = p.eos_token_id
@@ -513,42 +511,53 @@ def _check_logprob_limits(
             _check_vocab(logprob_token_ids, vocab, "logprob_token_ids")
     wire_ids = p.prompt_logprob_token_ids
     if wire_ids is not None:
+        # vLLM's SamplingParams._validate_logprobs, its messages and order.
         ids = _ndarray_values(wire_ids, "prompt_logprob_token_ids")
         if ids.dtype.kind not in "iu" or ids.ndim != 2 or 0 in ids.shape:
             raise InvalidRequestError(
-                "prompt_logprob_token_ids must be a non-empty 2-D integer array "
-                "[num_rows, num_ids]",
+                "prompt_logprob_token_ids must be a non-empty integer array "
+                "of shape [num_rows, num_ids].",
                 "prompt_logprob_token_ids",
+                "list",  # vLLM names the type of the JSON value
             )
         if limits.max_model_len is not None and ids.shape[0] > limits.max_model_len - 1:
             raise InvalidRequestError(
-                f"prompt_logprob_token_ids has {ids.shape[0]} rows; a prompt has at most "
-                f"{limits.max_model_len - 1}",
+                f"prompt_logprob_token_ids has {ids.shape[0]} rows, but a prompt has at most "
+                f"{limits.max_model_len - 1} scored rows (max_model_len - 1).",
                 "prompt_logprob_token_ids",
+                ids.shape[0],
             )
         if max_lp is not None and ids.shape[1] > max_lp:
             raise InvalidRequestError(
                 f"Requested {ids.shape[1]} token ids per row in prompt_logprob_token_ids, "
-                f"more than max allowed: {max_lp}",
+                f"which is greater than max allowed: {max_lp}. "
+                f"Set max_logprobs (--max-logprobs) to at least {ids.shape[1]}.",
                 "prompt_logprob_token_ids",
+                ids.shape[1],
             )
         if int(ids.min()) < -1 or (vocab is not None and int(ids.max()) >= vocab):
             raise InvalidRequestError(
-                "prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row)",
+                "prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). "
+                f"Vocabulary size: {vocab}",
                 "prompt_logprob_token_ids",
+                [int(ids.min()), int(ids.max())],
             )
         start = p.prompt_logprob_start
         if start is not None and start < 0:
             raise InvalidRequestError(
-                "prompt_logprob_start must be non-negative.", "prompt_logprob_start"
+                "prompt_logprob_start must be non-negative.", "prompt_logprob_start", start
             )
     elif p.prompt_logprob_start is not None:
         raise InvalidRequestError(
-            "prompt_logprob_start requires prompt_logprob_token_ids.", "prompt_logprob_start"
+            "prompt_logprob_start requires prompt_logprob_token_ids.",
+            "prompt_logprob_start",
+            p.prompt_logprob_start,
         )
 
 
-def _check_trace_replay(p: Any, trace_ids: list[int], n: int) -> None:
+def _check_trace_replay(p: Any, trace_ids: list[int], n: int, vocab: int | None) -> None:
+    # vLLM's SamplingParams._validate_trace_replay, its messages and order (the speculative
+    # decoding check is the engines': a frontend does not know their draft model).
     problem = None
     if not trace_ids:
         problem = "trace_decode_token_ids must be a non-empty list."
@@ -556,20 +565,30 @@ def _check_trace_replay(p: Any, trace_ids: list[int], n: int) -> None:
         problem = "trace_decode_token_ids requires n=1."
     elif any(t < 0 for t in trace_ids):
         problem = "trace_decode_token_ids must contain non-negative integers."
-    elif p.prompt_logprobs is not None or p.prompt_logprob_token_ids is not None:
-        problem = "trace_decode_token_ids is not supported with prompt logprobs."
-    elif (
-        p.structured_outputs is not None
-        or p.repetition_detection is not None
-        or p.thinking_token_budget is not None
-        or p.bad_words
-    ):
-        problem = (
-            "trace_decode_token_ids is not supported with structured outputs, "
-            "repetition_detection, thinking_token_budget or bad_words."
-        )
+    else:
+        for name, conflict in (
+            ("prompt_logprobs", p.prompt_logprobs is not None),
+            ("prompt_logprob_token_ids", p.prompt_logprob_token_ids is not None),
+            ("structured outputs", p.structured_outputs is not None),
+            ("repetition_detection", p.repetition_detection is not None),
+            ("thinking_token_budget", p.thinking_token_budget is not None),
+            ("bad_words", bool(p.bad_words)),
+        ):
+            if conflict:
+                problem = f"trace_decode_token_ids is not supported with {name}."
+                break
     if problem:
-        raise InvalidRequestError(problem, "trace_decode_token_ids")
+        # vLLM raises these as plain ValueErrors: no param in its error body.
+        raise InvalidRequestError(problem)
+    if vocab is not None:
+        bad = [t for t in trace_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequestError(
+                f"token_id(s) {bad} in trace_decode_token_ids contain out-of-vocab token ids. "
+                f"Vocabulary size: {vocab}",
+                "trace_decode_token_ids",
+                bad,
+            )
 
 
 def _check_extra_args(extra: Any) -> None:

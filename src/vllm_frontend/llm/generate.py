@@ -356,6 +356,7 @@ class GenerationStream:
         "_samples",
         "_waiter",
         "finished",
+        "prompt_token_id_logprobs",
     )
 
     def __init__(
@@ -378,6 +379,9 @@ class GenerationStream:
         self._final_only = request.output_kind == OutputKind.FINAL_ONLY
         self._callback: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.prompt_token_id_logprobs: Any = None
+        """The engine's scores of ``prompt_logprob_token_ids`` (a float32 ``Tensor``
+        ``[rows, ids]``, on a request's first output), or None."""
 
     @property
     def request_id(self) -> str:
@@ -526,10 +530,14 @@ class GenerationStream:
         if sample.prefilling:
             self._end_prefill(sample)
         token_ids = output.new_token_ids
-        # Only a request's first output has prefill stats: skip the call for the others.
-        cached = (
-            None if getattr(output, "prefill_stats", None) is None else _num_cached_tokens(output)
-        )
+        # Only a request's first output has prefill stats: skip the call for the others. The
+        # prompt rows' scores come on that output too (the final prefill chunk's).
+        cached = None
+        if getattr(output, "prefill_stats", None) is not None:
+            cached = _num_cached_tokens(output)
+            scores = getattr(output, "prompt_token_id_logprobs", None)
+            if scores is not None:
+                self.prompt_token_id_logprobs = scores
         metrics = self._llm.metrics
         if metrics is not None:
             stats = sample.stats

@@ -10,8 +10,10 @@ engine client checks as the request starts: 400, or for a stream an SSE error ev
 detokenizer when ``detokenize`` is on (stop strings). ``output_mode: "text"`` adds the
 detokenized text (stop strings cut as on ``/v1/completions``) and logprobs with token strings.
 The request's ``traceparent`` / ``tracestate`` reach the engine requests and the request spans
-as on the chat and completion routes. Multimodal ``features`` / ``content_parts`` and the
-sampling fields in ``UNSUPPORTED_SAMPLING_FIELDS`` answer ``501``.
+as on the chat and completion routes. ``prompt_logprob_token_ids`` (scored prompt rows, answered
+as ``prompt_token_id_logprobs``, a base64 ``.npy`` float32 array), ``trace_decode_token_ids`` and
+``routed_experts_prompt_start`` are checked as vLLM's input processor checks them and sent on.
+Multimodal ``features`` / ``content_parts`` answer ``501``.
 
 ``/inference/v1/abort_requests`` aborts requests by their public id (the ``request_id`` of a
 generate answer, a completion's ``id``, ...), every sample of each, through the engine client,
@@ -40,7 +42,7 @@ from vllm_frontend.text.sequence_stream import Update
 from . import errors
 from .chat import ChatLogprobs, ContentLogprob, TopLogprob
 from .completions import PromptLogprob, prompt_logprobs_json
-from .generate_protocol import UNSUPPORTED_SAMPLING_FIELDS, GenerateBody, parse_generate_request
+from .generate_protocol import GenerateBody, parse_generate_request, score_rows
 from .generation import (
     GenerationFailed,
     ServingContext,
@@ -145,7 +147,7 @@ class GenerateResponse(msgspec.Struct):
     created: int
     usage: Usage
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None
-    prompt_token_id_logprobs: None
+    prompt_token_id_logprobs: str | None
     prompt_token_ids: list[int] | None
     mm_placeholders: None
     metrics: None
@@ -173,6 +175,21 @@ class GenerateUsageChunk(msgspec.Struct):
     usage: UsageChunk
     output_mode: str = "tokens"
     choices: list[GenerateChoice] = msgspec.field(default_factory=list)
+
+
+def npy_base64(scores: Any) -> str | None:
+    """vLLM's ``numpy2base64`` of an engine tensor (None stays None): its ``.npy`` file, in
+    base64."""
+    if scores is None:
+        return None
+    import base64
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, scores.numpy(), allow_pickle=False)
+    return base64.b64encode(buffer.getbuffer()).decode("ascii")
 
 
 def _clamp(value: float) -> float:
@@ -237,7 +254,9 @@ def text_logprobs(
     return ChatLogprobs(content)
 
 
-def _sampling_request(sp: SamplingParams, stream: bool) -> SamplingRequest:
+def _sampling_request(
+    sp: SamplingParams, stream: bool, rows: list[list[int]] | None
+) -> SamplingRequest:
     return SamplingRequest(
         n=sp.n,
         temperature=sp.temperature,
@@ -267,6 +286,10 @@ def _sampling_request(sp: SamplingParams, stream: bool) -> SamplingRequest:
         watermarking=sp.watermarking,
         thinking_token_budget=sp.thinking_token_budget,
         skip_reading_prefix_cache=sp.skip_reading_prefix_cache,
+        prompt_logprob_token_ids=rows,
+        prompt_logprob_start=sp.prompt_logprob_start,
+        routed_experts_prompt_start=sp.routed_experts_prompt_start,
+        trace_decode_token_ids=sp.trace_decode_token_ids,
     )
 
 
@@ -281,7 +304,6 @@ class GenerateHandler:
     async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
         """Handle one request (errors are raised, the app maps them)."""
         req, sp = parse_generate_request(request.body)
-        raw = req.sampling_params
         stream = bool(req.stream)
         prompt = self._token_prompt(request, req, sp, stream)
         ctx = self.ctx
@@ -293,13 +315,9 @@ class GenerateHandler:
                 f"sampling_params.n must be at most the server's max_num_seqs "
                 f"({self.max_num_seqs}), got {n}."
             )
-        unsupported = [k for k in UNSUPPORTED_SAMPLING_FIELDS if raw.get(k) is not None]
-        if raw.get("routed_experts_prompt_start"):
-            unsupported.append("routed_experts_prompt_start")
-        if unsupported:
-            raise errors.NotImplementedFeature(
-                f"sampling_params.{unsupported[0]} is not supported by this frontend yet."
-            )
+        if stream and prompt.sampling.prompt_logprob_token_ids is not None:
+            # the stream's chunks have no field for the scores
+            raise errors.BadRequest("prompt_logprob_token_ids are not available when stream=true.")
         if req.features is not None or req.content_parts:
             raise errors.NotImplementedFeature(
                 "Multimodal features and content_parts are not supported by this frontend "
@@ -330,7 +348,7 @@ class GenerateHandler:
                 "stop strings are only supported when detokenize is True. "
                 "Set detokenize=True to use stop."
             )
-        sampling = _sampling_request(sp, stream)
+        sampling = _sampling_request(sp, stream, score_rows(req))
         extra = dict(sampling.extra_args or {})
         if req.kv_transfer_params is not None:
             extra["kv_transfer_params"] = req.kv_transfer_params
@@ -419,7 +437,7 @@ class GenerateHandler:
             created=created,
             usage=usage(len(prompt_ids), num_gen, details),
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
-            prompt_token_id_logprobs=None,
+            prompt_token_id_logprobs=npy_base64(getattr(source, "prompt_token_id_logprobs", None)),
             prompt_token_ids=list(prompt_ids) if req.return_token_ids else None,
             mm_placeholders=None,
             metrics=None,

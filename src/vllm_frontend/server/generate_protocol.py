@@ -35,18 +35,15 @@ from .validation import (
 )
 
 __all__ = [
-    "UNSUPPORTED_SAMPLING_FIELDS",
     "GenerateBody",
     "ReasoningParserKwargsBody",
     "parse_generate_request",
+    "score_rows",
 ]
 
-UNSUPPORTED_SAMPLING_FIELDS = (
-    "prompt_logprob_token_ids",
-    "prompt_logprob_start",
-    "trace_decode_token_ids",
-)
-"""``sampling_params`` keys this frontend does not serve on this route (501 when set)."""
+_SCORE_ROWS = "prompt_logprob_token_ids"
+"""The ``sampling_params`` key typed ``list[list[StrictInt]]`` in JSON (an int32 array on the
+wire: the text layer converts it)."""
 
 
 class ReasoningParserKwargsBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -103,10 +100,20 @@ def _negative(value: Any) -> str | None:
     return None
 
 
+class _StrictInt(Spec):
+    """pydantic's ``StrictInt``: an int, nothing converted."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return []
+        return [_err("int_type", loc, "Input should be a valid integer", value)]
+
+
 def _sampling_fields() -> Model:
     model = schema_of(SamplingParams)
     names = {f.name: f.encode_name for f in msgspec.structs.fields(SamplingParams)}
     fields = {names[k]: v for k, v in model.fields.items() if not names[k].startswith("_")}
+    fields[_SCORE_ROWS] = Optional(ListOf(ListOf(_StrictInt())))
     return Model("SamplingParams", fields)
 
 
@@ -149,6 +156,7 @@ class _Forbidding(Model):
 
 
 _SAMPLING_SPEC = _SamplingParamsSpec()
+_ROWS_SPEC = ListOf(ListOf(_StrictInt()))
 _REASONING_KWARGS = Optional(
     _Forbidding("ReasoningParserKwargs", {"chat_template_kwargs": DictOf(AnyValue())})
 )
@@ -180,7 +188,7 @@ def _typed_sampling(raw: dict[str, Any]) -> dict[str, Any]:
 _PUBLIC_SAMPLING_KEYS = frozenset(
     f.encode_name
     for f in msgspec.structs.fields(SamplingParams)
-    if not f.encode_name.startswith("_") and f.encode_name not in UNSUPPORTED_SAMPLING_FIELDS
+    if not f.encode_name.startswith("_") and f.encode_name != _SCORE_ROWS
 )
 
 
@@ -203,8 +211,10 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
                 coerced = _SAMPLING_SPEC.typed.coerce(typed)
                 sampling = msgspec.convert(coerced, SamplingParams, strict=False)
     features = req.features
+    rows = req.sampling_params.get(_SCORE_ROWS)
     if (
         sampling is None
+        or (rows is not None and _ROWS_SPEC.errors(rows, ()))
         or not req.token_ids
         or min(req.token_ids) < 0
         or (features is not None and _FEATURES.errors(features, ()))
@@ -224,3 +234,10 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
             [_err("value_error", ("body",), f"Value error, {message}", data, error)]
         )
     return req, sampling
+
+
+def score_rows(req: GenerateBody) -> list[list[int]] | None:
+    """The request's ``sampling_params.prompt_logprob_token_ids`` (checked by
+    :func:`parse_generate_request`)."""
+    rows: list[list[int]] | None = req.sampling_params.get(_SCORE_ROWS)
+    return rows

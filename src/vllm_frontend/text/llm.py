@@ -35,6 +35,7 @@ from vllm_frontend.text.sampling import (
     InvalidRequestError,
     ModelSamplingInfo,
     SamplingRequest,
+    check_debug_fields,
     lower_sampling_params,
     resolve_max_tokens,
 )
@@ -260,13 +261,17 @@ class TextLlm:
                     f"min_tokens must be less than or equal to max_tokens={max_tokens}, got "
                     f"{prompt.sampling.min_tokens}."
                 )
+        model = self._token_sampling or self.sampling
         params = lower_sampling_params(
-            prompt.sampling,
-            max_tokens=max_tokens,
-            model=self._token_sampling or self.sampling,
-            tokenizer=self.tokenizer,
+            prompt.sampling, max_tokens=max_tokens, model=model, tokenizer=self.tokenizer
         )
         params.skip_clone = False  # vLLM's SamplingParams default (the OpenAI routes set it)
+        if (
+            params.prompt_logprob_token_ids is not None
+            or params.trace_decode_token_ids
+            or params.routed_experts_prompt_start
+        ):
+            check_debug_fields(params, prompt_len, self.max_model_len, model)
         lora = self.adapters.get(request.model)
         return TextGeneration(self, request, [prompt.prompt], [params], lora)
 

@@ -22,6 +22,7 @@ Follows vLLM 0.32 step by step, so the engine receives what vLLM's own frontend 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ from vllm_frontend.engine.protocol import (
     SamplingParams,
     StructuredOutputsParams,
 )
+from vllm_frontend.engine.tensors import NdArray
 from vllm_frontend.engine.validate import (
     InvalidRequestError,
     RequestLimits,
@@ -45,12 +47,14 @@ __all__ = [
     "InvalidRequestError",
     "ModelSamplingInfo",
     "SamplingRequest",
+    "check_debug_fields",
     "check_prompt_length",
     "check_prompt_text_length",
     "child_request_id",
     "child_sampling_params",
     "lower_sampling_params",
     "resolve_max_tokens",
+    "uses_v2_model_runner",
 ]
 
 _MIN_TEMPERATURE = 1e-2  # vLLM's _MAX_TEMP: smaller positive temperatures are raised to it
@@ -124,6 +128,13 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
     """The request's constraint (text.structured_outputs), before the backend is chosen."""
     repetition_detection: Any = None
     skip_reading_prefix_cache: bool | None = None
+    prompt_logprob_token_ids: list[list[int]] | None = None
+    """Token ids to score per causal prompt row (rows padded with -1 to the longest)."""
+    prompt_logprob_start: int | None = None
+    """The first causal prompt row scored by ``prompt_logprob_token_ids``."""
+    routed_experts_prompt_start: int = 0
+    trace_decode_token_ids: list[int] | None = None
+    """Trace replay: the engine decodes these tokens instead of sampling."""
 
 
 class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +157,11 @@ class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
     watermarking: bool = False
     """The engines run with a watermark config: vLLM's input processor then resolves a
     request's ``watermarking`` to True unless it opts out (without one, always False)."""
+    v2_model_runner: bool = False
+    """The engines run vLLM's V2 model runner (:func:`uses_v2_model_runner`): the one that
+    scores ``prompt_logprob_token_ids``."""
+    trace_replay: bool = False
+    """The engines run with ``--enable-trace-replay`` (``trace_decode_token_ids`` allowed)."""
     mistral_tokenizer: str | None = None
     """``tekken`` or ``spm`` for a mistral_common tokenizer (``--tokenizer-mode mistral``:
     vLLM sends its Lark grammars to guidance, and refuses lm-format-enforcer)."""
@@ -242,7 +258,7 @@ def lower_sampling_params(
         watermarking_skipped = model.watermarking and asked and not watermarking
     skip_reading = req.skip_reading_prefix_cache
     if skip_reading is None:
-        skip_reading = prompt_logprobs is not None
+        skip_reading = prompt_logprobs is not None or req.prompt_logprob_token_ids is not None
     params = SamplingParams(
         n=1 if req.n is None else req.n,
         presence_penalty=values["presence_penalty"],
@@ -279,6 +295,10 @@ def lower_sampling_params(
         skip_reading_prefix_cache=skip_reading,
         thinking_token_budget=req.thinking_token_budget,
         repetition_detection=req.repetition_detection,
+        prompt_logprob_token_ids=_score_rows(req.prompt_logprob_token_ids),
+        prompt_logprob_start=req.prompt_logprob_start,
+        routed_experts_prompt_start=req.routed_experts_prompt_start,
+        trace_decode_token_ids=req.trace_decode_token_ids,
     )
     limits = model.limits
     if not engine_side:
@@ -311,6 +331,88 @@ def lower_sampling_params(
     if tokenizer is not None and bad_words:
         params.bad_words_token_ids = _bad_words_token_ids(bad_words, tokenizer)
     return params
+
+
+def check_debug_fields(
+    params: SamplingParams, prompt_len: int, max_model_len: int, model: ModelSamplingInfo
+) -> None:
+    """vLLM's input-processor steps for the scoring and replay fields of ``params`` (lowered
+    engine-side): the model runner and trace-replay gates, the ranges that depend on the
+    prompt's length, and trace replay's generation settings (``params`` is updated)."""
+    if params.prompt_logprob_token_ids is not None and not model.v2_model_runner:
+        # vLLM's VLLMValidationError names its parameter in its text, with no value here
+        raise InvalidRequestError(
+            "prompt_logprob_token_ids requires the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1). "
+            "(parameter=prompt_logprob_token_ids)",
+            "prompt_logprob_token_ids",
+        )
+    if params.trace_decode_token_ids and not model.trace_replay:
+        raise InvalidRequestError(
+            "trace_decode_token_ids is set but trace replay is not enabled. Start the engine "
+            "with --enable-trace-replay to use it."
+        )
+    if not 0 <= params.routed_experts_prompt_start <= prompt_len:
+        raise InvalidRequestError(
+            "routed_experts_prompt_start must be between 0 and the prompt length "
+            f"({prompt_len}), inclusive.",
+            "routed_experts_prompt_start",
+            params.routed_experts_prompt_start,
+        )
+    rows = params.prompt_logprob_token_ids
+    if rows is not None:
+        num_rows = max(prompt_len - 1 - (params.prompt_logprob_start or 0), 0)
+        if rows.shape[0] != num_rows:
+            raise InvalidRequestError(
+                f"prompt_logprob_token_ids has {rows.shape[0]} rows, but the prompt has "
+                f"{num_rows} scored rows (prompt_len - 1 - prompt_logprob_start).",
+                "prompt_logprob_token_ids",
+                rows.shape[0],
+            )
+    trace = params.trace_decode_token_ids
+    if trace:  # InputProcessor._normalize_trace_replay_params
+        trace = trace[: max(max_model_len - prompt_len, 1)]
+        params.trace_decode_token_ids = trace
+        params.max_tokens = min(len(trace), params.max_tokens or len(trace))
+        params.min_tokens = 0
+        params.ignore_eos = True
+        params.eos_token_id = None
+        params.stop = []
+        params.stop_token_ids = []
+        params.all_stop_token_ids = []
+
+
+def _score_rows(rows: list[list[int]] | None) -> NdArray | None:
+    """``prompt_logprob_token_ids`` as vLLM's ``SamplingParams`` keeps them: one int32 row per
+    scored prompt row, padded with -1 (an empty list is a (0, 0) array, refused later)."""
+    if rows is None:
+        return None
+    import numpy as np
+
+    width = max(map(len, rows), default=0)
+    array = np.full((len(rows), width), -1, dtype=np.int64)
+    try:
+        for i, row in enumerate(rows):
+            array[i, : len(row)] = row
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequestError(
+            "prompt_logprob_token_ids must contain integer token ids.",
+            "prompt_logprob_token_ids",
+        ) from None
+    if array.size and (int(array.min()) < -1 or int(array.max()) > 2**31 - 1):
+        return NdArray.from_numpy(array)  # refused as out of the vocabulary
+    return NdArray.from_numpy(array.astype(np.int32))
+
+
+def uses_v2_model_runner(watermark_configured: bool) -> bool:
+    """Whether vLLM's engines run the V2 model runner (``VllmConfig.use_v2_model_runner``):
+    ``VLLM_USE_V2_MODEL_RUNNER`` when set, always with a watermark config, else when Triton
+    is installed (vLLM's CPU and Triton-less builds run V1)."""
+    if watermark_configured:
+        return True
+    value = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if value is not None:
+        return value.strip().lower() in ("1", "true")
+    return importlib.util.find_spec("triton") is not None
 
 
 def _logit_bias(bias: Mapping[Any, Any] | None) -> dict[int, float] | None:

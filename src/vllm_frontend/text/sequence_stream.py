@@ -147,6 +147,12 @@ class SequenceStream:
         finish (vLLM's ``RequestOutput.kv_transfer_params``); None until then, or without."""
         return self._kv_transfer_params
 
+    @property
+    def prompt_token_id_logprobs(self) -> Any:
+        """The engine's scores of the ``prompt_logprob_token_ids`` rows (a float32 ``Tensor``
+        ``[rows, ids]``) once the prefill is done; None without."""
+        return self._gen.prompt_token_id_logprobs
+
     def start(self) -> None:
         """Send the engine requests (idempotent; iterating or :meth:`on_ready` also does)."""
         self._gen.start()
