@@ -83,6 +83,19 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
     "include_reasoning false": {"messages": _MESSAGES, "include_reasoning": False},
     "vllm_xargs": {"messages": _MESSAGES, "vllm_xargs": {"a": 1}},
     "truncate": {"messages": _CONVERSATION, "truncate_prompt_tokens": 20},
+    "token offsets": {"messages": _CONVERSATION, "return_token_offsets": True},
+    "token offsets, truncated": {
+        "messages": _CONVERSATION,
+        "truncate_prompt_tokens": 20,
+        "return_token_offsets": True,
+    },
+    "token offsets, truncated on the right": {
+        "messages": _CONVERSATION,
+        "truncate_prompt_tokens": 20,
+        "truncation_side": "right",
+        "add_special_tokens": True,
+        "return_token_offsets": True,
+    },
     # bad input
     "unknown model": {"messages": _MESSAGES, "model": "nope"},
     "messages not a list": {"messages": "x"},
@@ -110,6 +123,33 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "no special tokens": {"prompt": "Hi", "add_special_tokens": False, "max_tokens": None},
     "truncate": {"prompt": LONG, "truncate_prompt_tokens": 10},
     "sampling": {"prompt": "x", "n": 2, "seed": 1, "stop": "s", "min_p": 0.1},
+    "token offsets": {
+        "prompt": ["Hello, my name is", "café 日本 \u00e9\u0301"],
+        "return_token_offsets": True,
+    },
+    "token offsets of ids": {"prompt": [1, 2, 3], "return_token_offsets": True},
+    "token offsets, no special tokens": {
+        "prompt": " spaced  text",
+        "add_special_tokens": False,
+        "return_token_offsets": True,
+    },
+    "token offsets, truncated": {
+        "prompt": LONG,
+        "truncate_prompt_tokens": 10,
+        "return_token_offsets": True,
+    },
+    "token offsets, truncated on the left": {
+        "prompt": LONG * 20,
+        "truncate_prompt_tokens": 10,
+        "truncation_side": "left",
+        "return_token_offsets": True,
+    },
+    "token offsets, truncated on the right": {
+        "prompt": LONG,
+        "truncate_prompt_tokens": 10,
+        "truncation_side": "right",
+        "return_token_offsets": True,
+    },
     # bad input
     "unknown model": {"prompt": "Hi", "model": "nope"},
     "empty prompt": {"prompt": ""},
@@ -132,12 +172,13 @@ def ours(ours_render_client: httpx.Client) -> httpx.Client:
     return ours_render_client
 
 
-def _both(ours: httpx.Client, vllm_client: Any, path: str, body: dict[str, Any]) -> None:
+def _both(ours: httpx.Client, vllm_client: Any, path: str, body: dict[str, Any]) -> Any:
     body = {"model": NAME, **body}
     mine = ours.post(path, json=body, headers=HEADERS)
     theirs = vllm_client.post(path, json=body, headers=HEADERS)
     assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
     assert list(mine.json()) == list(theirs.json())  # key order (lists: equal already)
+    return theirs.json()
 
 
 @pytest.mark.parametrize("case", CHAT_CASES)
@@ -148,6 +189,16 @@ def test_chat_render_is_vllms(ours: httpx.Client, vllm_client: Any, case: str) -
 @pytest.mark.parametrize("case", COMPLETION_CASES)
 def test_completion_render_is_vllms(ours: httpx.Client, vllm_client: Any, case: str) -> None:
     _both(ours, vllm_client, "/v1/completions/render", COMPLETION_CASES[case])
+
+
+def test_token_offsets_are_there_for_text(ours: httpx.Client, vllm_client: Any) -> None:
+    """The offsets compared above are spans (not None) where the prompt was text."""
+    path = "/v1/completions/render"
+    [text] = _both(ours, vllm_client, path, {"prompt": "Hi", "return_token_offsets": True})
+    [ids] = _both(ours, vllm_client, path, {"prompt": [1, 2], "return_token_offsets": True})
+    assert len(text["token_offsets"]) == len(text["token_ids"]) and ids["token_offsets"] is None
+    chat = _both(ours, vllm_client, "/v1/chat/completions/render", CHAT_CASES["token offsets"])
+    assert len(chat["token_offsets"]) == len(chat["token_ids"])
 
 
 def test_request_id_from_the_body(ours: httpx.Client) -> None:

@@ -83,7 +83,7 @@ class GenerateRequestJSON(msgspec.Struct, kw_only=True):
 
     request_id: str
     token_ids: list[int]
-    token_offsets: None = None
+    token_offsets: list[tuple[int, int]] | None = None
     features: None = None
     content_parts: None = None
     sampling_params: dict[str, Any]
@@ -162,12 +162,9 @@ class RenderHandlers:
         self.ctx.check_model(req.model)
         if req.use_beam_search:
             raise errors.BadRequest("Beam search is not supported by the render endpoint")
-        if req.return_token_offsets:
-            raise errors.NotImplementedFeature(
-                "return_token_offsets is not supported by this frontend yet."
-            )
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
-        return await self._render_chat(req, chat_request(req, request, request_id))
+        chat = chat_request(req, request, request_id)
+        return await self._render_chat(req, chat, bool(req.return_token_offsets))
 
     async def render_messages(self, request: Request) -> Response:
         """``POST /v1/messages/render``: the Messages request as ``/v1/messages`` maps it onto
@@ -176,18 +173,20 @@ class RenderHandlers:
         body = parse_messages_request(request.body)
         chat, req = self.messages.render_request(request, body)
         self.ctx.check_model(req.model)
-        return await self._render_chat(req, chat)
+        return await self._render_chat(req, chat, False)
 
-    async def _render_chat(self, req: Any, chat: ChatRequest) -> Response:
+    async def _render_chat(self, req: Any, chat: ChatRequest, offsets: bool) -> Response:
         chat.text.render = True
         gen = await self.chat.prepare(chat)
         token_ids = _plain_prompt(gen.text, 0)
+        text = self.chat.text
         params = gen.text.params[0]
         assert isinstance(params, SamplingParams)  # beam search was refused
         kwargs, ended = self._reasoning(chat, gen, token_ids)
         body = GenerateRequestJSON(
             request_id=chat.text.request_id,
             token_ids=token_ids,
+            token_offsets=text.token_offsets(chat.text, gen.text.prompts[0]) if offsets else None,
             sampling_params=render_sampling_params(params),
             model=req.model,
             reasoning_ended=ended,
@@ -277,24 +276,23 @@ class RenderHandlers:
         ctx.check_model(req.model)
         if req.use_beam_search:
             raise errors.BadRequest("Beam search is not supported by the render endpoint")
-        if req.return_token_offsets:
-            raise errors.NotImplementedFeature(
-                "return_token_offsets is not supported by this frontend yet."
-            )
         request_id = request_id_for("cmpl", request, getattr(req, "request_id", None))
         text = text_request(req, request, request_id)
         text.render = True
         gen = await ctx.text.prepare(text)
         count = len(gen.prompts)
+        want_offsets = bool(req.return_token_offsets)
         out: list[GenerateRequestJSON] = []
         for p in range(count):
             token_ids = _plain_prompt(gen, p)
             params = gen.params[p]
             assert isinstance(params, SamplingParams)
+            offsets = ctx.text.token_offsets(text, gen.prompts[p]) if want_offsets else None
             out.append(
                 GenerateRequestJSON(
                     request_id=request_id if count == 1 else f"{request_id}-{p}",
                     token_ids=token_ids,
+                    token_offsets=offsets,
                     sampling_params=render_sampling_params(params),
                     model=req.model,
                     stream=bool(req.stream),

@@ -181,16 +181,14 @@ class ResponsesHandler:
     def render_request(self, request: Request, req: ResponsesRequest) -> ChatRequest:
         """``req`` as ``/v1/responses/render`` maps it (vLLM's stateless render: no stored
         history; ``previous_response_id`` refused), for :attr:`chat`'s ``prepare``."""
-        if self._harmony is not None:
-            raise errors.NotImplementedFeature(
-                "/v1/responses/render is not served for gpt-oss (Harmony) models yet."
-            )
         if req.previous_response_id is not None:
             raise InvalidRequest(
                 "previous_response_id is not supported by the stateless render endpoint.",
                 param="previous_response_id",
             )
         response_id = req.request_id or new_id("resp")
+        if self._harmony is not None:
+            return self._harmony_request(request, req, response_id, None)
         messages = input_messages(req.instructions, req.input, None, None)
         return self._chat_request(request, req, response_id, messages)
 
@@ -264,34 +262,11 @@ class ResponsesHandler:
         previous: dict[str, Any] | None,
     ) -> Response | PushedStreamingResponse:
         # vLLM's _render_responses_with_harmony, then one generation read by a HarmonyContext.
-        renderer = self._harmony
-        assert renderer is not None
         store = self.store
-        previous_messages = None
-        previous_calls: list[tuple[str, str]] = []
-        if previous is not None and store is not None:
-            previous_messages = store.messages(previous["id"]) or []
-            previous_calls = [
-                (item["call_id"], item["name"])
-                for item in previous["output"]
-                if item.get("type") == "function_call"
-            ]
-        chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
+        chat_request = self._harmony_request(request, req, response_id, previous)
         constraint = chat_request.text.structured_outputs
-        try:
-            messages = responses_conversation(
-                renderer,
-                instructions=req.instructions,
-                request_input=req.input,
-                tools=req.tools,
-                reasoning_effort=(req.reasoning or {}).get("effort"),
-                previous_messages=previous_messages,
-                previous_calls=previous_calls,
-                previous_input_messages=req.previous_input_messages,
-            )
-        except HarmonyInputError as e:
-            raise InvalidRequest(str(e), param="input") from None
-        chat_request.harmony_messages = messages
+        messages = chat_request.harmony_messages
+        assert messages is not None
         gen = await self.chat.generate(chat_request)
         engine_constraint = chat_request.text.structured_outputs
         if engine_constraint is not constraint:
@@ -311,6 +286,43 @@ class ResponsesHandler:
                 produce, keep_alive_interval=self.ctx.sse_keep_alive_interval
             )
         return Response(_encode(await self._full(req, response_id, gen, int(time.time()), turn)))
+
+    def _harmony_request(
+        self,
+        request: Request,
+        req: ResponsesRequest,
+        response_id: str,
+        previous: dict[str, Any] | None,
+    ) -> ChatRequest:
+        # vLLM's _render_responses_with_harmony: the conversation as Harmony messages (after
+        # the stored ones of ``previous``), rendered by the chat facade's Harmony renderer.
+        renderer = self._harmony
+        assert renderer is not None
+        store = self.store
+        previous_messages = None
+        previous_calls: list[tuple[str, str]] = []
+        if previous is not None and store is not None:
+            previous_messages = store.messages(previous["id"]) or []
+            previous_calls = [
+                (item["call_id"], item["name"])
+                for item in previous["output"]
+                if item.get("type") == "function_call"
+            ]
+        chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
+        try:
+            chat_request.harmony_messages = responses_conversation(
+                renderer,
+                instructions=req.instructions,
+                request_input=req.input,
+                tools=req.tools,
+                reasoning_effort=(req.reasoning or {}).get("effort"),
+                previous_messages=previous_messages,
+                previous_calls=previous_calls,
+                previous_input_messages=req.previous_input_messages,
+            )
+        except HarmonyInputError as e:
+            raise InvalidRequest(str(e), param="input") from None
+        return chat_request
 
     def _harmony_parser(self, gen: ChatGeneration) -> HarmonyOutputParser:
         parser = gen.new_parser()

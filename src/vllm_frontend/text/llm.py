@@ -275,6 +275,22 @@ class TextLlm:
         lora = self.adapters.get(request.model)
         return TextGeneration(self, request, [prompt.prompt], [params], lora)
 
+    def token_offsets(
+        self, request: TextRequest, prompt: PreparedPrompt
+    ) -> list[tuple[int, int]] | None:
+        """vLLM's ``prompt_token_offsets`` of a prepared prompt (``return_token_offsets``): the
+        character span of each token in the text it was tokenized from, for a prompt that came
+        as text without media; None otherwise, as vLLM."""
+        if prompt.text is None or prompt.mm_features:
+            return None
+        preparer = self.prompts
+        return preparer.token_offsets(
+            prompt.text,
+            add_special_tokens=request.add_special_tokens,
+            truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
+            truncation_side=request.truncation_side,
+        )
+
     def resolve_max_tokens(self, requested: int | None, prompt_len: int) -> int:
         """vLLM's ``get_max_tokens``: the smallest of what the context leaves, the request (or
         the generation config's default) and the server override."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -193,6 +193,40 @@ class PromptPreparer:
                 )
         return out
 
+    def token_offsets(
+        self,
+        prompt: str,
+        *,
+        add_special_tokens: bool,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+    ) -> list[tuple[int, int]] | None:
+        """The character span of each token :meth:`prepare_prompt` makes of ``prompt`` (with
+        the same arguments), as vLLM's renderer reports it for ``return_token_offsets``: the
+        fast tokenizer's ``offset_mapping`` (special tokens ``(0, 0)``), shifted back past a
+        text trimmed from the left and truncated with the tokens. None for a mistral_common
+        tokenizer (vLLM's renderer has no offsets there)."""
+        if self.tokenizer.is_mistral:
+            return None
+        backend = self.tokenizer.backend
+        side = truncation_side or self.tokenizer_truncation_side
+        if truncate is not None and truncation_side is None:
+            encoding = backend.encode(prompt, add_special_tokens=False)
+            special = backend.num_special_tokens_to_add(False) if add_special_tokens else 0
+            encoding.truncate(max(truncate - special, 0), direction=side)
+            encoding = backend.post_process(encoding, add_special_tokens=add_special_tokens)
+            return list(encoding.offsets)
+        text = self._text_to_encode(prompt, truncate, truncation_side)
+        shift = len(prompt) - len(text) if truncation_side == "left" else 0
+        offsets: list[tuple[int, int]] = list(
+            backend.encode(text, add_special_tokens=add_special_tokens).offsets
+        )
+        if shift:
+            offsets = [o if o == (0, 0) else (o[0] + shift, o[1] + shift) for o in offsets]
+        if truncate is not None:
+            offsets = _truncated(offsets, truncate, side)
+        return offsets
+
     def _text_to_encode(self, text: str, truncate: int | None, truncation_side: str | None) -> str:
         if truncate is None:
             self.check_text_length(text)
@@ -222,7 +256,10 @@ class PromptPreparer:
             )
 
 
-def _truncated(ids: list[int], length: int, side: str) -> list[int]:
+_T = TypeVar("_T")
+
+
+def _truncated(ids: list[_T], length: int, side: str) -> list[_T]:
     if length >= len(ids):
         return ids
     if length == 0:
