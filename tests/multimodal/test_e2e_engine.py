@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -28,15 +29,16 @@ pytestmark = pytest.mark.engine
 # gets the cache size as well, to mirror it). A processor cache of ~1 MB holds a few of these
 # images' items, so the tests evict, within a request too.
 LIMITS = '{"image": 3, "video": 1}'
+# --enable-scale-out: the render routes (tests/multimodal's render comparisons below).
 ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
                "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
-               "--enable-mm-embeds")  # fmt: skip
+               "--enable-mm-embeds", "--enable-scale-out")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def urls() -> Iterator[dict[str, str]]:
     frontend_args = ["--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
-                     "--enable-mm-embeds"]  # fmt: skip
+                     "--enable-mm-embeds", "--enable-scale-out"]  # fmt: skip
     env = {"PYTHONPATH": VLM_PYTHONPATH}
     yield from engine_pair(tiny_vlm_dir(), ENGINE_ARGS, frontend_args, env)
 
@@ -91,6 +93,49 @@ def test_video(urls: dict[str, str]) -> None:
     _same(urls, [{"role": "user", "content": [video, {"type": "text", "text": "What happens?"}]}])
     # Again (the engine holds it), with an image beside it.
     _same(urls, [{"role": "user", "content": [_image(200, 150, 9), video]}])
+
+
+def _render(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    r = httpx.post(url + path, json=body, headers={"X-Request-Id": "render-mm"}, timeout=300)
+    return r.status_code, r.json()
+
+
+RENDER_CASES: dict[str, dict[str, Any]] = {
+    "one image": {
+        "messages": [
+            {"role": "user", "content": [_image(640, 480, 1), {"type": "text", "text": "Hi"}]}
+        ]
+    },
+    "images interleaved, no tensors, offsets": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Compare"},
+                    _image(64, 48, 2),
+                    {"type": "text", "text": "with"},
+                    _image(300, 700, 3),
+                ],
+            }
+        ],
+        "mm_payload": "none",
+        "return_token_offsets": True,
+    },
+    "image and video": {
+        "messages": [{"role": "user", "content": [_image(200, 150, 9), _video(8, 4.0, (64, 48))]}],
+        "max_tokens": 3,
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(RENDER_CASES))
+def test_chat_render_with_media_is_vllms(urls: dict[str, str], case: str) -> None:
+    body = RENDER_CASES[case]
+    path = "/v1/chat/completions/render"
+    ours, theirs = _render(urls["ours"], path, body), _render(urls["vllm"], path, body)
+    assert theirs[0] == 200 and theirs[1]["features"] is not None, theirs
+    assert ours == theirs
+    assert list(ours[1]) == list(theirs[1])
 
 
 def test_image_embeds(urls: dict[str, str]) -> None:

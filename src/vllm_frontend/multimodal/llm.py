@@ -259,6 +259,12 @@ class MultimodalLlm:
                 allowed = DEFAULT_LIMIT if user is None else _limit(user)
                 self._limits[modality] = allowed if supported is None else min(allowed, supported)
 
+    def placeholder_metadata_fields(self, modality: str) -> frozenset[str]:
+        """The item fields that size ``modality``'s placeholder range (vLLM's data parser
+        ``placeholder_metadata_fields``: what a render's ``mm_metadata`` keeps besides the
+        fields kept on the CPU); none for a family that declares none."""
+        return _PLACEHOLDER_METADATA.get(self.model_type or "", {}).get(modality, frozenset())
+
     def clear_mm_cache(self) -> None:
         """Forget the mirror of the engine's multimodal cache (``/reset_mm_cache``, before the
         engine resets its own, as vLLM's ``reset_mm_cache`` clears its renderer's cache)."""
@@ -330,7 +336,7 @@ class MultimodalLlm:
             )
         else:
             processed, hashes = await self._process_or_hold(
-                family, items, loaded, processor_kwargs, media_io_kwargs
+                family, items, loaded, processor_kwargs, media_io_kwargs, hold=not request.render
             )
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         if truncate is not None and truncate < len(ids):
@@ -375,14 +381,17 @@ class MultimodalLlm:
         loaded: list[Any],
         processor_kwargs: Mapping[str, Any],
         media_io_kwargs: Mapping[str, Any] | None,
+        *,
+        hold: bool = True,
     ) -> tuple[list[ProcessedItem], list[str]]:
-        """Each item processed (in part order) with its hash, except those the engine's cache
-        holds: those get their placeholders only, and go without data."""
+        """Each item processed (in part order) with its hash, except (``hold``) those the
+        engine's cache holds: those get their placeholders only, and go without data. A render
+        holds none (vLLM's render skips its processor cache)."""
         hashes = [
             self._hash(part, self._hash_value(item), processor_kwargs, media_io_kwargs)
             for part, item in zip(items, loaded, strict=True)
         ]
-        held = self._held_tokens(family, items, loaded, processor_kwargs, hashes)
+        held = self._held_tokens(family, items, loaded, processor_kwargs, hashes) if hold else {}
         todo = [i for i in range(len(items)) if i not in held]
         loop = asyncio.get_running_loop()
         done = iter(
@@ -625,6 +634,20 @@ class _FillingCache:
     def invalidate(self, mm_hashes: Iterable[str]) -> None:
         """:meth:`SenderCache.invalidate`."""
         self._cache.invalidate(mm_hashes)
+
+
+_QWEN2_VL_METADATA = {
+    "image": frozenset({"image_grid_thw"}),
+    "video": frozenset({"video_grid_thw"}),
+}
+_PLACEHOLDER_METADATA: dict[str, dict[str, frozenset[str]]] = {
+    # the ``embedding_fields`` "metadata" roles of vLLM's data parsers, by model type
+    "qwen2_vl": _QWEN2_VL_METADATA,
+    "qwen2_5_vl": _QWEN2_VL_METADATA,
+    "qwen3_vl": {**_QWEN2_VL_METADATA, "video": frozenset({"video_grid_thw", "timestamps"})},
+    "qwen3_vl_moe": {**_QWEN2_VL_METADATA, "video": frozenset({"video_grid_thw", "timestamps"})},
+    "qwen2_audio": {"audio": frozenset({"audio_num_tokens"})},
+}
 
 
 def _expand(

@@ -34,6 +34,7 @@ from .generation import ServingContext, request_id_for
 from .messages import MessagesHandler
 from .messages_protocol import parse_messages_request
 from .protocol import StreamOptions
+from .render_features import MultiModalFeaturesJSON, render_features
 from .responses import ResponsesHandler
 from .transport import Request, Response
 
@@ -84,7 +85,7 @@ class GenerateRequestJSON(msgspec.Struct, kw_only=True):
     request_id: str
     token_ids: list[int]
     token_offsets: list[tuple[int, int]] | None = None
-    features: None = None
+    features: MultiModalFeaturesJSON | None = None
     content_parts: None = None
     sampling_params: dict[str, Any]
     model: str | None
@@ -111,10 +112,6 @@ def render_sampling_params(params: SamplingParams) -> dict[str, Any]:
 
 def _plain_prompt(text: TextGeneration, p: int) -> list[int]:
     prompt = text.prompts[p]
-    if prompt.mm_features:
-        raise errors.NotImplementedFeature(
-            "Rendering prompts with media items is not supported by this frontend yet."
-        )
     if not prompt.token_ids:
         raise errors.BadRequest("No token_ids rendered")
     return prompt.token_ids
@@ -172,6 +169,7 @@ class RenderHandlers:
         assert self.messages is not None
         body = parse_messages_request(request.body)
         chat, req = self.messages.render_request(request, body)
+        req.mm_payload = body.mm_payload  # vLLM's render_messages_request
         self.ctx.check_model(req.model)
         return await self._render_chat(req, chat, False)
 
@@ -183,10 +181,12 @@ class RenderHandlers:
         params = gen.text.params[0]
         assert isinstance(params, SamplingParams)  # beam search was refused
         kwargs, ended = self._reasoning(chat, gen, token_ids)
+        prompt = gen.text.prompts[0]
         body = GenerateRequestJSON(
             request_id=chat.text.request_id,
             token_ids=token_ids,
-            token_offsets=text.token_offsets(chat.text, gen.text.prompts[0]) if offsets else None,
+            token_offsets=text.token_offsets(chat.text, prompt) if offsets else None,
+            features=self._features(prompt.mm_features, req.mm_payload),
             sampling_params=render_sampling_params(params),
             model=req.model,
             reasoning_ended=ended,
@@ -221,6 +221,7 @@ class RenderHandlers:
         body = GenerateRequestJSON(
             request_id=chat.text.request_id,
             token_ids=token_ids,
+            features=self._features(gen.text.prompts[0].mm_features, req.mm_payload),
             sampling_params=render_sampling_params(params),
             model=req.model,
             reasoning_parser_kwargs=kwargs,
@@ -232,6 +233,12 @@ class RenderHandlers:
             ec_transfer_params=req.ec_transfer_params,
         )
         return Response(_encode(body))
+
+    def _features(self, features: Any, mm_payload: str) -> MultiModalFeaturesJSON | None:
+        media = self.ctx.media
+        if not features or media is None:
+            return None
+        return render_features(features, mm_payload, media.placeholder_metadata_fields)
 
     def _reasoning(
         self, chat: ChatRequest, gen: ChatGeneration, token_ids: list[int]
@@ -293,6 +300,7 @@ class RenderHandlers:
                     request_id=request_id if count == 1 else f"{request_id}-{p}",
                     token_ids=token_ids,
                     token_offsets=offsets,
+                    features=self._features(gen.prompts[p].mm_features, req.mm_payload),
                     sampling_params=render_sampling_params(params),
                     model=req.model,
                     stream=bool(req.stream),
