@@ -87,6 +87,10 @@ def test_text_logprobs_are_vllms(num: int, placeholders: bool) -> None:
     assert msgspec.to_builtins(ours) == theirs.model_dump()
 
 
+def _R(offset: int, length: int) -> dict[str, int]:
+    return {"offset": offset, "length": length}
+
+
 BODIES: list[Any] = [
     {"token_ids": [], "sampling_params": {}},
     {"token_ids": [1, -2], "sampling_params": {}},
@@ -105,6 +109,35 @@ BODIES: list[Any] = [
     {"token_ids": [1], "sampling_params": {"prompt_logprob_token_ids": "x"}},
     {"token_ids": [1], "sampling_params": {"trace_decode_token_ids": ["a"], "n": 1}},
     {"token_ids": [1], "sampling_params": {"routed_experts_prompt_start": 1.5}},
+    *(
+        {"token_ids": [1, 2, 3, 4], "sampling_params": {}, "features": f}
+        for f in (
+            {"mm_hashes": {"image": ["a"]}, "mm_placeholders": {"video": [_R(0, 1)]}},
+            {"mm_hashes": {"image": ["a", "b"]}, "mm_placeholders": {"image": [_R(0, 1)]}},
+            {
+                "mm_hashes": {"image": ["a", "b"]},
+                "mm_placeholders": {"image": [_R(0, 2), _R(1, 1)]},
+            },
+            {"mm_hashes": {"image": ["a"]}, "mm_placeholders": {"image": [_R(2, 3)]}},
+            {"mm_hashes": {"image": ["a"]}, "mm_placeholders": {"image": [_R(-1, 0)]}},
+            {"mm_hashes": {"image": [1]}, "mm_placeholders": {"image": [{"offset": 0}]}},
+            {
+                "mm_hashes": {"image": ["a"]},
+                "mm_placeholders": {"image": [_R(0, 1)]},
+                "kwargs_data": {"audio": [None]},
+            },
+            {
+                "mm_hashes": {"image": ["a"]},
+                "mm_placeholders": {"image": [_R(0, 1)]},
+                "kwargs_data": {"image": [None, None]},
+            },
+            {
+                "mm_hashes": {"image": ["a"]},
+                "mm_placeholders": {"image": [_R(0, 1)]},
+                "mm_metadata": {"image": ["eA=="]},
+            },
+        )
+    ),
     {
         "token_ids": [1],
         "sampling_params": {},

@@ -42,6 +42,7 @@ from vllm_frontend.engine.protocol import (
     EngineHandshakeMetadata,
     HandshakeStatus,
     MultiModalFeatureSpec,
+    MultiModalFieldElem,
     RequestType,
     StartDpWave,
     UtilityRequest,
@@ -65,6 +66,7 @@ __all__ = [
     "decode_coordinator_publish",
     "decode_handshake_init",
     "decode_handshake_status",
+    "decode_mm_item",
     "decode_outputs",
     "decode_registration",
     "decode_request",
@@ -247,6 +249,31 @@ def _resolve_mm_features(features: list[MultiModalFeatureSpec], aux: _AuxFrames)
             continue
         for elem in feature.data.values():
             elem.data = _nested_tensors(elem.data, aux)
+
+
+_MM_ITEM = msgspec.msgpack.Decoder(dict[str, MultiModalFieldElem])
+
+
+def decode_mm_item(payload: Buffer) -> dict[str, MultiModalFieldElem]:
+    """One multimodal item (a ``MultiModalKwargsItem``) as vLLM's msgpack encoder writes it
+    alone with every tensor inline (the render routes' ``kwargs_data``); each tensor's bytes
+    become a numpy byte array, so that sending the item again follows the inline / out-of-band
+    policy. Raises ProtocolError for anything else."""
+    item = _decode(_MM_ITEM, payload, "multimodal item")
+    no_aux = _AuxFrames(())
+    for elem in item.values():
+        elem.data = _inline_arrays(_nested_tensors(elem.data, no_aux))
+    return item
+
+
+def _inline_arrays(value: object) -> object:
+    if isinstance(value, Tensor):
+        if isinstance(value.data, _Ext):
+            value.data = np.frombuffer(bytes(value.data.data), dtype=np.uint8)
+        return value
+    if isinstance(value, list):
+        return [_inline_arrays(v) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------------------------

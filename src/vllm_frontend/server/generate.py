@@ -13,7 +13,8 @@ The request's ``traceparent`` / ``tracestate`` reach the engine requests and the
 as on the chat and completion routes. ``prompt_logprob_token_ids`` (scored prompt rows, answered
 as ``prompt_token_id_logprobs``, a base64 ``.npy`` float32 array), ``trace_decode_token_ids`` and
 ``routed_experts_prompt_start`` are checked as vLLM's input processor checks them and sent on.
-Multimodal ``features`` / ``content_parts`` answer ``501``.
+Multimodal ``features`` (a render's, :mod:`.generate_features`) go to the engine with the
+prompt; ``content_parts`` answer ``501``.
 
 ``/inference/v1/abort_requests`` aborts requests by their public id (the ``request_id`` of a
 generate answer, a completion's ``id``, ...), every sample of each, through the engine client,
@@ -42,6 +43,7 @@ from vllm_frontend.text.sequence_stream import Update
 from . import errors
 from .chat import ChatLogprobs, ContentLogprob, TopLogprob
 from .completions import PromptLogprob, prompt_logprobs_json
+from .generate_features import engine_features, placeholder_ranges
 from .generate_protocol import GenerateBody, parse_generate_request, score_rows
 from .generation import (
     GenerationFailed,
@@ -149,7 +151,7 @@ class GenerateResponse(msgspec.Struct):
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None
     prompt_token_id_logprobs: str | None
     prompt_token_ids: list[int] | None
-    mm_placeholders: None
+    mm_placeholders: dict[str, list[dict[str, int]]] | None
     metrics: None
     kv_transfer_params: dict[str, Any] | None
     ec_transfer_params: None
@@ -164,6 +166,7 @@ class GenerateChunk(msgspec.Struct):
     request_id: str
     usage: Usage | None
     prompt_token_ids: list[int] | msgspec.UnsetType = msgspec.UNSET
+    mm_placeholders: dict[str, list[dict[str, int]]] | msgspec.UnsetType = msgspec.UNSET
     output_mode: str = "tokens"
     choices: list[GenerateChoice] | list[GenerateTextChoice] = msgspec.field(default_factory=list)
 
@@ -190,6 +193,13 @@ def npy_base64(scores: Any) -> str | None:
     buffer = io.BytesIO()
     np.save(buffer, scores.numpy(), allow_pickle=False)
     return base64.b64encode(buffer.getbuffer()).decode("ascii")
+
+
+def _placeholders(req: GenerateBody) -> dict[str, list[dict[str, int]]] | None:
+    # vLLM's _response_mm_placeholders: with return_token_ids, for a prompt with media
+    if not req.return_token_ids or req.features is None:
+        return None
+    return placeholder_ranges(req.features)
 
 
 def _clamp(value: float) -> float:
@@ -318,10 +328,9 @@ class GenerateHandler:
         if stream and prompt.sampling.prompt_logprob_token_ids is not None:
             # the stream's chunks have no field for the scores
             raise errors.BadRequest("prompt_logprob_token_ids are not available when stream=true.")
-        if req.features is not None or req.content_parts:
+        if req.content_parts:
             raise errors.NotImplementedFeature(
-                "Multimodal features and content_parts are not supported by this frontend "
-                "yet on /inference/v1/generate."
+                "content_parts are not supported by this frontend yet on /inference/v1/generate."
             )
         try:
             gen = ctx.text.generate_tokens(prompt)
@@ -371,7 +380,10 @@ class GenerateHandler:
             trace_headers=trace_headers(self.ctx, request),
         )
         prompt = self.ctx.text.token_prompt(
-            text_request, list(req.token_ids), max_tokens_set="max_tokens" in raw
+            text_request,
+            list(req.token_ids),
+            max_tokens_set="max_tokens" in raw,
+            mm_features=None if req.features is None else engine_features(req.features),
         )
         return prompt
 
@@ -439,7 +451,7 @@ class GenerateHandler:
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_id_logprobs=npy_base64(getattr(source, "prompt_token_id_logprobs", None)),
             prompt_token_ids=list(prompt_ids) if req.return_token_ids else None,
-            mm_placeholders=None,
+            mm_placeholders=_placeholders(req),
             metrics=None,
             kv_transfer_params=source.kv_transfer_params,
             ec_transfer_params=None,
@@ -474,6 +486,7 @@ class _StreamChunks:
         decode: Callable[[int], str] | None,
     ) -> None:
         self.request_id = request_id
+        self.req = req
         self.text_mode = req.output_mode == "text"
         self.output_mode = req.output_mode
         self.decode = decode
@@ -523,6 +536,9 @@ class _StreamChunks:
         chunk.choices = [choice]  # type: ignore[assignment]
         if self.prompt_ids is not None:
             chunk.prompt_token_ids = self.prompt_ids
+            placeholders = _placeholders(self.req)
+            if placeholders is not None:
+                chunk.mm_placeholders = placeholders
             self.prompt_ids = None
         if self.continuous:
             chunk.usage = usage(self.num_prompt, self.counts[idx])

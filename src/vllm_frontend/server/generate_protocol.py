@@ -11,6 +11,7 @@ then the typed dict's). Its ``__post_init__`` checks are the text layer's sampli
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -28,6 +29,7 @@ from .validation import (
     Model,
     Optional,
     Spec,
+    Str,
     _err,
     convert_body,
     decode_json_object,
@@ -160,11 +162,74 @@ _ROWS_SPEC = ListOf(ListOf(_StrictInt()))
 _REASONING_KWARGS = Optional(
     _Forbidding("ReasoningParserKwargs", {"chat_template_kwargs": DictOf(AnyValue())})
 )
+
+
+class _Positive(Spec):
+    """``int`` with ``gt=0``."""
+
+    def __init__(self) -> None:
+        self.int = Int()
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        errs = self.int.errors(value, loc)
+        if errs or self.int.coerce(value) > 0:
+            return errs
+        return [_err("greater_than", loc, "Input should be greater than 0", value, {"gt": 0})]
+
+
+def _features_value_error(features: dict[str, Any]) -> str | None:
+    """``MultiModalFeatures._validate_parallel_fields``' refusal of a well-typed value."""
+    hashes = features["mm_hashes"]
+    placeholders = features["mm_placeholders"]
+    kwargs_data = features.get("kwargs_data")
+    metadata = features.get("mm_metadata")
+    modalities = set(hashes)
+    if set(placeholders) != modalities:
+        return "mm_hashes and mm_placeholders must use the same modalities"
+    if kwargs_data is not None and set(kwargs_data) != modalities:
+        return "kwargs_data must use the same modalities as mm_hashes"
+    if metadata is not None and set(metadata) != modalities:
+        return "mm_metadata must use the same modalities as mm_hashes"
+    spans: list[tuple[int, int]] = []
+    for modality in modalities:
+        count = len(hashes[modality])
+        if count != len(placeholders[modality]):
+            return f"{modality} mm_hashes and mm_placeholders must have the same length"
+        if kwargs_data is not None and len(kwargs_data[modality]) != count:
+            return f"{modality} kwargs_data and mm_hashes must have the same length"
+        if metadata is not None and len(metadata[modality]) != count:
+            return f"{modality} mm_metadata and mm_hashes must have the same length"
+        spans += [
+            (int(p["offset"]), int(p["offset"]) + int(p["length"])) for p in placeholders[modality]
+        ]
+    spans.sort()
+    if any(nxt[0] < cur[1] for cur, nxt in itertools.pairwise(spans)):
+        return "mm_placeholders must be globally non-overlapping and sorted"
+    return None
+
+
+_SERIALIZED = Optional(DictOf(ListOf(Optional(Str()))))
 _FEATURES = Optional(
-    Model(
-        "MultiModalFeatures",
-        {"mm_hashes": AnyValue(), "mm_placeholders": AnyValue()},
-        ["mm_hashes", "mm_placeholders"],
+    Checked(
+        Model(
+            "MultiModalFeatures",
+            {
+                "mm_hashes": DictOf(ListOf(Str())),
+                "mm_placeholders": DictOf(
+                    ListOf(
+                        Model(
+                            "PlaceholderRangeInfo",
+                            {"offset": Int(ge=0), "length": _Positive()},
+                            ["offset", "length"],
+                        )
+                    )
+                ),
+                "kwargs_data": _SERIALIZED,
+                "mm_metadata": _SERIALIZED,
+            },
+            ["mm_hashes", "mm_placeholders"],
+        ),
+        _features_value_error,
     )
 )
 _SCHEMA = LazyModel(
@@ -221,19 +286,37 @@ def parse_generate_request(body: bytes) -> tuple[GenerateBody, SamplingParams]:
     ):
         raise validation_error(_SCHEMA.errors(data, ("body",)))
     if req.content_parts and features is not None:
-        message = "content_parts and features are mutually exclusive"
-        error = {"error": ValueError(message)}
-        raise validation_error(
-            [_err("value_error", ("body",), f"Value error, {message}", data, error)]
-        )
+        _refuse(data, "content_parts and features are mutually exclusive")
+    if features is not None and _metadata_only(features) and not req.ec_transfer_params:
+        _refuse(data, "metadata-only multimodal items require ec_transfer_params")
     if req.output_mode != "tokens" and not sampling.detokenize:
         # GenerateRequest._check_output_mode_detokenizes
-        message = f"output_mode={req.output_mode!r} requires sampling_params.detokenize to be true"
-        error = {"error": ValueError(message)}
-        raise validation_error(
-            [_err("value_error", ("body",), f"Value error, {message}", data, error)]
+        _refuse(
+            data, f"output_mode={req.output_mode!r} requires sampling_params.detokenize to be true"
         )
+    if features is not None:
+        prompt_len = len(req.token_ids)
+        for ranges in features["mm_placeholders"].values():
+            if any(int(p["offset"]) + int(p["length"]) > prompt_len for p in ranges):
+                _refuse(data, "mm_placeholders must remain within the token_ids sequence")
     return req, sampling
+
+
+def _refuse(data: Any, message: str) -> None:
+    """A ``GenerateRequest`` model validator's ``ValueError``, as pydantic reports it."""
+    error = {"error": ValueError(message)}
+    raise validation_error([_err("value_error", ("body",), f"Value error, {message}", data, error)])
+
+
+def _metadata_only(features: dict[str, Any]) -> bool:
+    """Some item has metadata but no data (``GenerateRequest._require_ec_for_metadata_only``)."""
+    metadata = features.get("mm_metadata") or {}
+    kwargs_data = features.get("kwargs_data") or {}
+    for modality, items in metadata.items():
+        data = kwargs_data.get(modality, [None] * len(items))
+        if any(m is not None and k is None for m, k in zip(items, data, strict=False)):
+            return True
+    return False
 
 
 def score_rows(req: GenerateBody) -> list[list[int]] | None:

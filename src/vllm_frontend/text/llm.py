@@ -213,14 +213,21 @@ class TextLlm:
         return TextGeneration(self, request, prepared, params, lora)
 
     def token_prompt(
-        self, request: TextRequest, token_ids: list[int], *, max_tokens_set: bool
+        self,
+        request: TextRequest,
+        token_ids: list[int],
+        *,
+        max_tokens_set: bool,
+        mm_features: list[Any] | None = None,
     ) -> TokenPrompt:
         """A token-in/token-out request's request-level checks (vLLM's ``ServingTokens``
         before its engine client): the prompt as given (no special tokens, no truncation),
         ``max_tokens`` (``request.max_tokens``) defaulted against the context only when the
         request did not set it (``max_tokens_set``), and the sampling parameters as vLLM's
         ``SamplingParams`` builds them from the request's values: its own defaults, not the
-        generation config's. Raises vLLM's 400 errors; :meth:`generate_tokens` does the rest."""
+        generation config's; ``mm_features``: the engine features of the prompt's media items
+        (placeholders already in ``token_ids``). Raises vLLM's 400 errors;
+        :meth:`generate_tokens` does the rest."""
         max_tokens = request.max_tokens
         if not max_tokens_set:
             max_tokens = self.resolve_max_tokens(None, len(token_ids))
@@ -231,7 +238,8 @@ class TextLlm:
             )
         lowered = _sampling_request(request)
         lower_sampling_params(lowered, max_tokens=max_tokens, model=model, engine_side=False)
-        return TokenPrompt(request, PreparedPrompt(token_ids, None), max_tokens, lowered)
+        prompt = PreparedPrompt(token_ids, None, mm_features or None)
+        return TokenPrompt(request, prompt, max_tokens, lowered)
 
     def generate_tokens(self, prompt: TokenPrompt) -> TextGeneration:
         """:meth:`token_prompt`'s request as vLLM's input processor takes it (what vLLM raises
