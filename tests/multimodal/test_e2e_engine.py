@@ -138,6 +138,30 @@ def test_chat_render_with_media_is_vllms(urls: dict[str, str], case: str) -> Non
     assert list(ours[1]) == list(theirs[1])
 
 
+@pytest.mark.parametrize("metadata_only", [False, True])
+def test_generate_with_a_renders_features_is_vllms(
+    urls: dict[str, str], metadata_only: bool
+) -> None:
+    """vLLM's render of an image chat, run by both /inference/v1/generate: the same tokens and
+    placeholder ranges (and the same refusal of metadata-only items without EC transfer)."""
+    body = {**RENDER_CASES["one image"], "max_tokens": 6, "temperature": 0}
+    status, rendered = _render(urls["vllm"], "/v1/chat/completions/render", body)
+    assert status == 200, rendered
+    rendered["return_token_ids"] = True
+    if metadata_only:
+        rendered["features"]["kwargs_data"] = None
+    answers = {}
+    for name, url in urls.items():
+        r = httpx.post(url + "/inference/v1/generate", json=rendered, timeout=300)
+        answer = r.json()
+        answer.pop("created", None)
+        answers[name] = (r.status_code, answer)
+    assert answers["ours"] == answers["vllm"]
+    if not metadata_only:
+        status, answer = answers["vllm"]
+        assert status == 200 and answer["mm_placeholders"]["image"], answer
+
+
 def test_image_embeds(urls: dict[str, str]) -> None:
     # transformers' Qwen2-VL vision tower makes the embeddings (an engine module: the test
     # process may import it). Last in the module: vLLM's sender cache does not record the
