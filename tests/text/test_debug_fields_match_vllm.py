@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vllm_frontend.engine.validate import RequestLimits
+from vllm_frontend.engine.validate import PlainValueError, RequestLimits
 from vllm_frontend.text.sampling import (
     InvalidRequestError,
     ModelSamplingInfo,
@@ -52,7 +52,8 @@ def ours(fields: dict[str, Any], v2: bool, trace: bool) -> Any:
         params = lower_sampling_params(req, max_tokens=MAX_TOKENS, model=model)
         check_debug_fields(params, PROMPT_LEN, MAX_MODEL_LEN, model)
     except InvalidRequestError as e:
-        return (str(e), e.parameter)
+        # a plain ValueError in vLLM: its engine client fails the request (500)
+        return (str(e), e.parameter, isinstance(e, PlainValueError))
     return params
 
 
@@ -91,12 +92,12 @@ def theirs(fields: dict[str, Any], v2: bool, trace: bool) -> Any:
         if not 0 <= sp.routed_experts_prompt_start <= PROMPT_LEN:
             # process_inputs' range check (inline there): its message is pinned by the
             # end-to-end comparison (tests/e2e/test_generate.py); here only the verdict.
-            return ("routed_experts_prompt_start", "routed_experts_prompt_start")
+            return ("routed_experts_prompt_start", "routed_experts_prompt_start", False)
         sp.update_from_generation_config({}, EOS)
         if sp.trace_decode_token_ids:
             InputProcessor._normalize_trace_replay_params(processor, sp, PROMPT_LEN)  # type: ignore[arg-type]
     except (VLLMValidationError, ValueError) as e:
-        return (str(e), getattr(e, "parameter", None))
+        return (str(e), getattr(e, "parameter", None), not isinstance(e, VLLMValidationError))
     return sp
 
 
@@ -177,3 +178,5 @@ def test_the_v2_runner_is_vllms_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert uses_v2_model_runner(True)  # a watermark config overrides it, as in vLLM
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert uses_v2_model_runner(False)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    assert not uses_v2_model_runner(False)  # V1, as vLLM's CPU engines

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 else:
     np = LazyModule("numpy", globals(), "np")  # imported by the first use (vllm_frontend.lazy)
 
-__all__ = ["InvalidRequestError", "RequestLimits", "validate_request"]
+__all__ = ["InvalidRequestError", "PlainValueError", "RequestLimits", "validate_request"]
 
 _SAMPLING_EPS = 1e-5  # vLLM: below this temperature sampling is greedy
 _MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's MAX_LOGPROB_TOKEN_IDS
@@ -79,6 +79,11 @@ class InvalidRequestError(ValueError):
         if self.value is None:
             return base
         return f"{base} (parameter={self.parameter}, value={self.value})"
+
+
+class PlainValueError(InvalidRequestError):
+    """A refusal vLLM raises as a plain ``ValueError`` from its engine client's input
+    processing: its ``AsyncLLM.generate`` answers it as a failed generation (500)."""
 
 
 class RequestLimits(msgspec.Struct, frozen=True, gc=False):
@@ -328,7 +333,7 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     vocab = limits.vocab_size
     if allowed is not None and not allowed:
         raise InvalidRequestError("allowed_token_ids is not None and empty!", "allowed_token_ids")
-    if trace_ids is not None:
+    if trace_ids is not None and vocab is not None:
         _check_trace_replay(p, trace_ids, n, vocab)
     if vocab is not None:
         # In this order; empty ones skipped (most are, on most requests).
@@ -510,6 +515,8 @@ def _check_logprob_limits(
         if vocab is not None:
             _check_vocab(logprob_token_ids, vocab, "logprob_token_ids")
     wire_ids = p.prompt_logprob_token_ids
+    if vocab is None:
+        return  # checked with the model's limits (vLLM: SamplingParams.verify, engine side)
     if wire_ids is not None:
         # vLLM's SamplingParams._validate_logprobs, its messages and order.
         ids = _ndarray_values(wire_ids, "prompt_logprob_token_ids")
@@ -578,8 +585,8 @@ def _check_trace_replay(p: Any, trace_ids: list[int], n: int, vocab: int | None)
                 problem = f"trace_decode_token_ids is not supported with {name}."
                 break
     if problem:
-        # vLLM raises these as plain ValueErrors: no param in its error body.
-        raise InvalidRequestError(problem)
+        # vLLM raises these as plain ValueErrors, which its AsyncLLM.generate turns into a 500
+        raise PlainValueError(problem)
     if vocab is not None:
         bad = [t for t in trace_ids if not 0 <= t < vocab]
         if bad:

@@ -34,7 +34,7 @@ import msgspec
 
 from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm import LLM
-from vllm_frontend.text.llm import TextGeneration, TextRequest, TokenPrompt
+from vllm_frontend.text.llm import GenerateFailed, TextGeneration, TextRequest, TokenPrompt
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 from vllm_frontend.text.sampling import InvalidRequestError, SamplingRequest
@@ -334,7 +334,7 @@ class GenerateHandler:
             )
         try:
             gen = ctx.text.generate_tokens(prompt)
-        except InvalidRequestError as e:
+        except (InvalidRequestError, GenerateFailed) as e:
             if not stream:
                 raise
             return self._error_stream(e)

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.engine.protocol import LoRARequest, RepetitionDetectionParams, SamplingParams
+from vllm_frontend.engine.validate import PlainValueError
 from vllm_frontend.llm import LLM, LoraAdapters
 from vllm_frontend.text.beam_search import (
     BeamSearch,
@@ -43,7 +44,7 @@ from vllm_frontend.text.sequence_stream import SequenceStream, UpdateSource
 from vllm_frontend.text.structured_outputs import merge_response_format, structured_outputs_params
 from vllm_frontend.text.tokenizer import Tokenizer
 
-__all__ = ["TextGeneration", "TextLlm", "TextRequest", "TokenPrompt"]
+__all__ = ["GenerateFailed", "TextGeneration", "TextLlm", "TextRequest", "TokenPrompt"]
 
 
 class TextRequest(msgspec.Struct, kw_only=True, gc=False):
@@ -270,9 +271,12 @@ class TextLlm:
                     f"{prompt.sampling.min_tokens}."
                 )
         model = self._token_sampling or self.sampling
-        params = lower_sampling_params(
-            prompt.sampling, max_tokens=max_tokens, model=model, tokenizer=self.tokenizer
-        )
+        try:
+            params = lower_sampling_params(
+                prompt.sampling, max_tokens=max_tokens, model=model, tokenizer=self.tokenizer
+            )
+        except PlainValueError as e:
+            raise GenerateFailed() from e
         params.skip_clone = False  # vLLM's SamplingParams default (the OpenAI routes set it)
         if (
             params.prompt_logprob_token_ids is not None
@@ -389,6 +393,14 @@ class TextGeneration:
     def sources(self) -> list[UpdateSource]:
         """Every prompt's :meth:`source`, in order."""
         return [self.source(p) for p in range(len(self.prompts))]
+
+
+class GenerateFailed(Exception):
+    """vLLM's ``EngineGenerateError``: its engine client failed the request on an unexpected
+    error (a plain ``ValueError`` of its input processing); a 500 with an empty message."""
+
+    def __init__(self) -> None:
+        super().__init__("")
 
 
 class TokenPrompt(msgspec.Struct, gc=False):

@@ -22,7 +22,6 @@ Follows vLLM 0.32 step by step, so the engine receives what vLLM's own frontend 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -404,15 +403,14 @@ def _score_rows(rows: list[list[int]] | None) -> NdArray | None:
 
 
 def uses_v2_model_runner(watermark_configured: bool) -> bool:
-    """Whether vLLM's engines run the V2 model runner (``VllmConfig.use_v2_model_runner``):
-    ``VLLM_USE_V2_MODEL_RUNNER`` when set, always with a watermark config, else when Triton
-    is installed (vLLM's CPU and Triton-less builds run V1)."""
+    """Whether vLLM's engines run the V2 model runner (``VllmConfig.use_v2_model_runner``), as
+    far as the frontend can tell: always with a watermark config, else as
+    ``VLLM_USE_V2_MODEL_RUNNER`` says. Without the variable vLLM picks V2 where Triton has an
+    active GPU backend, which a frontend cannot see: it assumes V1 (vLLM's CPU engines)."""
     if watermark_configured:
         return True
     value = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if value is not None:
-        return value.strip().lower() in ("1", "true")
-    return importlib.util.find_spec("triton") is not None
+    return value is not None and value.strip().lower() in ("1", "true")
 
 
 def _logit_bias(bias: Mapping[Any, Any] | None) -> dict[int, float] | None:
