@@ -240,11 +240,17 @@ def _abort_mid_stream(url: str, request_id: str) -> list[Any]:
 
 def test_an_in_flight_stream_is_aborted_by_its_id(frontends: Frontends) -> None:
     for url in (frontends.vllm, frontends.ours):
-        events = _abort_mid_stream(url, f"abort-me-{time.monotonic_ns()}")
-        assert events[-1] == "[DONE]"
-        finishing = [c for c in events[:-1] for ch in c["choices"] if ch["finish_reason"]]
-        assert [c["choices"][0]["finish_reason"] for c in finishing] == ["abort"], url
-        generated = sum(len(ch["token_ids"]) for c in events[:-1] for ch in c["choices"])
+        # The tiny model can write its 240 tokens before a loaded machine delivers the abort:
+        # such a run (every token, finished by length) says nothing, so it is tried again.
+        for _attempt in range(3):
+            events = _abort_mid_stream(url, f"abort-me-{time.monotonic_ns()}")
+            assert events[-1] == "[DONE]"
+            finishing = [c for c in events[:-1] for ch in c["choices"] if ch["finish_reason"]]
+            reasons = [c["choices"][0]["finish_reason"] for c in finishing]
+            generated = sum(len(ch["token_ids"]) for c in events[:-1] for ch in c["choices"])
+            if reasons != ["length"] or generated != 240:
+                break
+        assert reasons == ["abort"], url
         assert 0 < generated < 240, url
     client = frontends.our_engine_client
     if client is not None:  # nothing left running in our frontend or on our engine
