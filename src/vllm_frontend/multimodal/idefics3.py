@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
-from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
+from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.family_parts import Replacement, image_kwargs, pixels_in_dtype
 from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors.idefics3 import (
     Idefics3ImageProcessor,
@@ -29,30 +30,6 @@ DEFAULT_IMAGE_SEQ_LEN = 169
 
 # What decides an image's tile grid (transformers' get_number_of_image_patches reads these).
 _GRID_KEYS = ("do_image_splitting", "max_image_size", "size")
-
-
-def _in_dtype(values: np.ndarray, dtype: str) -> tuple[np.ndarray, str | None]:
-    """Float32 ``values`` in the model dtype, as vLLM casts floating tensors, with the torch
-    dtype name to send them under (None: numpy's own)."""
-    if dtype == "bfloat16":
-        return to_bfloat16_words(values), "bfloat16"
-    if dtype == "float16":
-        return values.astype(np.float16), None
-    if dtype == "float32":
-        return values, None
-    raise ValueError(f"unsupported pixel dtype {dtype!r}")
-
-
-class _Replacement:
-    """One tile grid's placeholder token ids and which of them take embeddings."""
-
-    __slots__ = ("ids", "is_embed")
-
-    def __init__(self, ids: list[int], image_token_id: int) -> None:
-        self.ids = ids
-        mask = np.asarray(ids) == image_token_id
-        mask.flags.writeable = False
-        self.is_embed = mask
 
 
 class Idefics3Family:
@@ -86,7 +63,7 @@ class Idefics3Family:
         vLLM tokenizes it); ``processor_kwargs``: ``--mm-processor-kwargs`` (they override the
         preprocessor config, as vLLM's processor takes them)."""
         self.model_type = str(config.get("model_type"))
-        flat = _flatten(processor_kwargs)
+        flat = image_kwargs(processor_kwargs)
         self.image_processor = Idefics3ImageProcessor({**preprocessor_config, **flat})
         self._options = {k: self.image_processor.options[k] for k in _GRID_KEYS}
         seq_len = flat.get("image_seq_len", processor_config.get("image_seq_len"))
@@ -96,22 +73,22 @@ class Idefics3Family:
             raise ValueError(f"the tokenizer has no {IMAGE_TOKEN} token")
         self.token_ids: dict[str, int] = {"image": token_id}
         self._encode = encode
-        self._replacements: dict[tuple[int, int], _Replacement] = {}
+        self._replacements: dict[tuple[int, int], Replacement] = {}
 
     def _grid(self, item: ImageItem, kwargs: Mapping[str, Any]) -> tuple[int, int, int]:
         """(frames, rows, cols) of an image as vLLM computes them for its prompt (frames at
         least 1: an image that is not split is its global image alone)."""
-        overrides = {k: v for k, v in _flatten(kwargs).items() if k in _GRID_KEYS}
+        overrides = {k: v for k, v in image_kwargs(kwargs).items() if k in _GRID_KEYS}
         frames, rows, cols = self.image_processor.number_of_image_patches(
             item.image.height, item.image.width, **overrides
         )
         return max(frames, 1), rows, cols
 
-    def _replacement(self, rows: int, cols: int) -> _Replacement:
+    def _replacement(self, rows: int, cols: int) -> Replacement:
         found = self._replacements.get((rows, cols))
         if found is None:
             text = image_replacement(rows, cols, self.image_seq_len)
-            found = _Replacement(self._encode(text), self.token_ids["image"])
+            found = Replacement(self._encode(text), self.token_ids["image"])
             self._replacements[(rows, cols)] = found
         return found
 
@@ -136,12 +113,12 @@ class Idefics3Family:
             raise MediaError.bad_request(f"{modality} inputs are not supported for this model")
         images: list[ImageItem] = items
         overrides = {
-            k: v for k, v in _flatten(kwargs).items() if k in self.image_processor.options.names
+            k: v for k, v in image_kwargs(kwargs).items() if k in self.image_processor.options.names
         }
         try:
             placeholders = [self._item(image, kwargs) for image in images]
             out = self.image_processor.preprocess([image.image for image in images], **overrides)
-            pixels, pixel_dtype = _in_dtype(out["pixel_values"][0], dtype)
+            pixels, pixel_dtype = pixels_in_dtype(out["pixel_values"][0], dtype)
         except ValueError as e:
             raise MediaError.bad_request(str(e)) from None
         # One batch, as vLLM's one processor call makes it, cut into the items by the frame
@@ -174,13 +151,3 @@ class Idefics3Family:
             )
             processed.append(placeholder)
         return processed
-
-
-def _flatten(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Processor keyword arguments with the image-scoped ones (``images_kwargs``) over the flat
-    ones; other modalities' scopes dropped."""
-    flat = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
-    scoped = kwargs.get("images_kwargs")
-    if isinstance(scoped, Mapping):
-        flat.update(scoped)
-    return flat

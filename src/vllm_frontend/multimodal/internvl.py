@@ -22,6 +22,7 @@ import numpy as np
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
 from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.family_parts import Replacement
 from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors.internvl import (
     INTERNVL_DEFAULTS,
@@ -47,18 +48,6 @@ def _pixels(values: np.ndarray, dtype: str) -> Tensor:
     if dtype == "float32":
         return Tensor.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
     raise ValueError(f"unsupported pixel dtype {dtype!r}")
-
-
-class _Replacement:
-    """One tile count's placeholder token ids and which of them take embeddings."""
-
-    __slots__ = ("ids", "is_embed")
-
-    def __init__(self, ids: list[int], context_id: int) -> None:
-        self.ids = ids
-        mask = np.asarray(ids) == context_id
-        mask.flags.writeable = False
-        self.is_embed = mask
 
 
 class InternVLFamily:
@@ -108,7 +97,7 @@ class InternVLFamily:
             raise ValueError(f"the tokenizer has no {CONTEXT_TOKEN} token")
         self.token_ids: dict[str, int] = {"image": context_id}
         self._encode = encode
-        self._replacements: dict[int, _Replacement] = {}
+        self._replacements: dict[int, Replacement] = {}
 
     def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The image processor's options among processor keyword arguments (the image-scoped
@@ -120,13 +109,13 @@ class InternVLFamily:
         names = self.processor.options.names
         return {k: v for k, v in flat.items() if k in names}
 
-    def _replacement(self, num_patches: int) -> _Replacement:
+    def _replacement(self, num_patches: int) -> Replacement:
         found = self._replacements.get(num_patches)
         if found is None:
             text = image_replacement(
                 num_patches, self.image_seq_length, START_TOKEN, CONTEXT_TOKEN, END_TOKEN
             )
-            found = _Replacement(self._encode(text), self.token_ids["image"])
+            found = Replacement(self._encode(text), self.token_ids["image"])
             self._replacements[num_patches] = found
         return found
 

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
-from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
+from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.family_parts import Replacement, image_kwargs, pixels_in_dtype
 from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors.llama4 import (
     IMAGE,
@@ -32,40 +33,6 @@ from vllm_frontend.multimodal.processors.llama4 import (
 __all__ = ["Llama4Family"]
 
 _BATCHED_CPU = ("batched", {"keep_on_cpu": True})
-
-
-def _in_dtype(values: np.ndarray, dtype: str) -> tuple[np.ndarray, str | None]:
-    """float32 pixels in the model dtype, as vLLM casts floating tensors, with the torch dtype
-    name to send them under (None: numpy's own)."""
-    if dtype == "bfloat16":
-        return to_bfloat16_words(values), "bfloat16"
-    if dtype == "float16":
-        return values.astype(np.float16), None
-    if dtype == "float32":
-        return values, None
-    raise ValueError(f"unsupported pixel dtype {dtype!r}")
-
-
-def _flatten(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Processor keyword arguments with the image-scoped ones (``images_kwargs``) over the flat
-    ones; other modalities' scopes dropped."""
-    flat = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
-    scoped = kwargs.get("images_kwargs")
-    if isinstance(scoped, Mapping):
-        flat.update(scoped)
-    return flat
-
-
-class _Replacement:
-    """One tile grid's placeholder token ids and which of them take embeddings."""
-
-    __slots__ = ("ids", "is_embed")
-
-    def __init__(self, ids: list[int], patch_id: int) -> None:
-        self.ids = ids
-        mask = np.asarray(ids) == patch_id
-        mask.flags.writeable = False
-        self.is_embed = mask
 
 
 class Llama4Family:
@@ -114,11 +81,11 @@ class Llama4Family:
             ids.append(token_id)
         self.token_ids: dict[str, int] = {"image": ids[0]}
         self.patch_id = ids[1]
-        self._replacements: dict[tuple[int, int], _Replacement] = {}
+        self._replacements: dict[tuple[int, int], Replacement] = {}
 
     def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         names = self.processor.options.names
-        return {k: v for k, v in _flatten(kwargs).items() if k in names}
+        return {k: v for k, v in image_kwargs(kwargs).items() if k in names}
 
     def _aspect(self, item: ImageItem) -> tuple[int, int]:
         """(rows, columns) of tiles vLLM gives the image in the prompt."""
@@ -129,7 +96,7 @@ class Llama4Family:
         found = self._replacements.get(aspect)
         if found is None:
             ids = self._encode(image_replacement(aspect, self.tokens_per_tile))
-            found = self._replacements[aspect] = _Replacement(ids, self.patch_id)
+            found = self._replacements[aspect] = Replacement(ids, self.patch_id)
         return ProcessedItem("image", len(found.ids), {}, found.ids, found.is_embed)
 
     def held_item(self, modality: str, item: Any, kwargs: Mapping[str, Any]) -> ProcessedItem:
@@ -154,7 +121,7 @@ class Llama4Family:
             raise MediaError.bad_request(f"Failed to process the images: {e}") from None
         aspects = [self._aspect(image) for image in images]
         counts = [1 if rows * cols == 1 else 1 + rows * cols for rows, cols in aspects]
-        pixels, pixel_dtype = _in_dtype(out["pixel_values"], dtype)
+        pixels, pixel_dtype = pixels_in_dtype(out["pixel_values"], dtype)
         total = pixels.shape[0]
         slices: list[Any] = []
         start = 0

@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from vllm_frontend.engine.protocol import MultiModalFieldElem
-from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
+from vllm_frontend.engine.tensors import Tensor
 from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.family_parts import image_kwargs, pixels_in_dtype
 from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors import processor_class
 from vllm_frontend.multimodal.processors.basic import BasicImageProcessor
@@ -118,28 +117,6 @@ def _selected(tokens: int, strategy: str) -> int:
     return tokens - 1 if strategy == "default" else tokens
 
 
-def _cast(values: np.ndarray, dtype: str) -> tuple[np.ndarray, str | None]:
-    """Float32 ``values`` in the model dtype, as vLLM casts floating tensors, with the torch
-    dtype name to send them under (None: numpy's own)."""
-    if dtype == "bfloat16":
-        return to_bfloat16_words(values), "bfloat16"
-    if dtype == "float16":
-        return values.astype(np.float16), None
-    if dtype == "float32":
-        return values, None
-    raise ValueError(f"unsupported pixel dtype {dtype!r}")
-
-
-def _flatten(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Processor keyword arguments with the image-scoped ones (``images_kwargs``) over the flat
-    ones; other modalities' scopes dropped."""
-    flat = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
-    scoped = kwargs.get("images_kwargs")
-    if isinstance(scoped, Mapping):
-        flat.update(scoped)
-    return flat
-
-
 class LlavaFamily:
     """LLaVA-1.5 (``model_type`` ``llava``) and LLaVA-NeXT (``llava_next``): images."""
 
@@ -178,7 +155,7 @@ class LlavaFamily:
 
     def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         names = self.processor.options.names
-        return {k: v for k, v in _flatten(kwargs).items() if k in names}
+        return {k: v for k, v in image_kwargs(kwargs).items() if k in names}
 
     def _failure(self, images: list[ImageItem], kwargs: Mapping[str, Any]) -> str:
         """vLLM's message when transformers' processor refuses the images (LLaVA-1.5's of
@@ -219,7 +196,7 @@ class LlavaFamily:
         merged = {**self.server_kwargs, **self._known(kwargs)}
         try:
             out = self.processor.preprocess([item.image for item in images], **merged)
-            pixels, pixel_dtype = _cast(out["pixel_values"], dtype)
+            pixels, pixel_dtype = pixels_in_dtype(out["pixel_values"], dtype)
         except ValueError:
             raise MediaError.bad_request(self._failure(images, kwargs)) from None
         batched = ("batched", {"keep_on_cpu": False})

@@ -23,6 +23,7 @@ import numpy as np
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.engine.tensors import Tensor, to_bfloat16_words
 from vllm_frontend.multimodal.family import ProcessedItem
+from vllm_frontend.multimodal.family_parts import image_kwargs
 from vllm_frontend.multimodal.media import ImageItem, MediaError
 from vllm_frontend.multimodal.processors import image_ops
 from vllm_frontend.multimodal.processors.pixtral import (
@@ -59,16 +60,6 @@ def _pixels(values: np.ndarray, dtype: str) -> Tensor:
     raise ValueError(f"unsupported pixel dtype {dtype!r}")
 
 
-def _flatten(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Processor keyword arguments with the image-scoped ones (``images_kwargs``) over the flat
-    ones; other modalities' scopes dropped."""
-    flat = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
-    scoped = kwargs.get("images_kwargs")
-    if isinstance(scoped, Mapping):
-        flat.update(scoped)
-    return flat
-
-
 class PixtralFamily:
     """Mistral 3 (``mistral3``) and Pixtral-HF (``llava`` + ``pixtral``): images."""
 
@@ -101,7 +92,7 @@ class PixtralFamily:
             device_normalize = not int(os.environ.get("VLLM_USE_RUST_FRONTEND", "0") or 0)
         self.device_normalize = bool(device_normalize) and mistral3
         self.processor = PixtralImageProcessor(preprocessor_config)
-        self.server_kwargs = self._known(_flatten(processor_kwargs))
+        self.server_kwargs = self._known(image_kwargs(processor_kwargs))
         # PixtralProcessor hands its image processor patch_size x spatial_merge_size.
         self.patch_size = int(processor_config.get("patch_size") or 16) * int(
             processor_config.get("spatial_merge_size") or 1
@@ -136,7 +127,7 @@ class PixtralFamily:
         return {k: v for k, v in kwargs.items() if k in names}
 
     def _merged(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        merged = {**self.server_kwargs, **self._known(_flatten(kwargs))}
+        merged = {**self.server_kwargs, **self._known(image_kwargs(kwargs))}
         if self.device_normalize:
             # vLLM's merge_mm_processor_kwargs: the engine normalizes; requests cannot undo it.
             merged.update(_RAW)
