@@ -606,6 +606,9 @@ _CHAT_X = [{"role": "user", "content": "x"}]
         pytest.param("/v1/completions", {"prompt": "hi", "stop": [""]}, id="empty-stop-string"),
         pytest.param("/v1/completions", {"prompt": "hi", "temperature": 3}, id="temperature-3"),
         pytest.param("/v1/completions", {"prompt": [128000, 999999]}, id="token-out-of-vocab"),
+        pytest.param("/v1/completions", {"prompt": []}, id="empty-prompt-list"),
+        pytest.param("/v1/completions", {"prompt": [], "stream": True},
+                     id="empty-prompt-list-streamed"),
     ],
 )  # fmt: skip
 def test_bad_requests_get_vllms_status_and_error(

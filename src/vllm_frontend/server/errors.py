@@ -40,8 +40,21 @@ class _ErrorBody(msgspec.Struct):
 
 
 def error_json(message: str, err_type: str, status: int, param: str | None = None) -> bytes:
-    """The JSON bytes of vLLM's error body."""
-    return _encode(_ErrorBody(_ErrorInfo(message, err_type, param, status)))
+    """The JSON bytes of vLLM's error body (a lone surrogate from the request, which a JSON
+    body may spell as ``\\ud800`` and a message may quote, is written as that escape)."""
+    body = _ErrorBody(_ErrorInfo(message, err_type, param, status))
+    try:
+        return _encode(body)
+    except UnicodeEncodeError:
+        text = json.dumps(msgspec.to_builtins(body), ensure_ascii=False, separators=(",", ":"))
+        return _LONE_SURROGATE.sub(_escape_surrogate, text).encode()
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 class ApiError(Exception):

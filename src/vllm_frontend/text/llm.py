@@ -447,6 +447,8 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
         return [prompt]
     if prompt and all(isinstance(t, int) for t in prompt):
         return [list(prompt)]
+    if not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
+        raise BadInput("You must pass at least one prompt")
     return list(prompt)
 
 
