@@ -82,18 +82,16 @@ class _SharedStacksPlugin:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Keep the ``--part`` asked for, run the modules sharing a stack one after another
-        (after ``-m`` deselected), and name each test's xdist group (see scripts/test)."""
+        """Keep the ``--part`` asked for and run the modules sharing a stack one after another
+        (after ``-m`` deselected)."""
         part = config.getoption("part")
         if part != "all":
-            drop = [i for i in items if (_xdist_group(i) == "engines") != (part == "engines")]
+            drop = [i for i in items if _starts_engines(i) != (part == "engines")]
             if drop:
                 config.hook.pytest_deselected(items=drop)
                 dropped = {id(i) for i in drop}
                 items[:] = [i for i in items if id(i) not in dropped]
         _EARLY_STOPS.last_user = group_users(items)
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
@@ -112,12 +110,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _xdist_group(item: pytest.Item) -> str:
-    # Tests that start engines form one group (run in order, one engine pair at a time: see
-    # scripts/test); every other module is a group of its own, run whole by one xdist worker.
-    if item.get_closest_marker("engine") is not None and item.get_closest_marker("oracle") is None:
-        return "engines"
-    return item.nodeid.split("::", 1)[0]
+def _starts_engines(item: pytest.Item) -> bool:
+    # Tests that start engines run in the engine part (in order, one engine pair at a time: see
+    # scripts/test); the others run on xdist workers, each module whole in one (``--dist
+    # loadfile``: xdist 3.8's ``loadgroup`` cannot group under pytest 9, whose node ids it no
+    # longer rewrites, so every test was scheduled alone and a module's expensive fixtures, the
+    # vLLM oracles, were built on both workers).
+    engine = item.get_closest_marker("engine") is not None
+    return engine and item.get_closest_marker("oracle") is None
 
 
 def pytest_configure(config: pytest.Config) -> None:
