@@ -669,4 +669,5 @@ def output_parsers(
         decode=functools.partial(tokenizer.decode, skip_special_tokens=False),
         special_tokens=tokenizer.all_special_tokens,
         encode=functools.partial(tokenizer.encode, add_special_tokens=False),
+        prompt_decode=tokenizer.decode_verbatim,
     )

@@ -1,0 +1,520 @@
+"""``--reasoning-parser hf`` and ``--tool-call-parser hf`` read a model's output with its
+``response_template`` exactly as vLLM 0.32's ``ResponseTemplateParser`` does.
+
+Reference: vLLM's own parser class, composed by ``ParserManager.get_parser`` as its chat serving
+does, on the tiny Llama 3 tokenizer with each template's markers added as special tokens and the
+template set on it (as ``tokenizer_config.json`` carries it). Templates: the checkpoints'
+metadata in ``tests/fixtures/response-templates/`` (Qwen3/Qwen3.5 XML calls, Gemma 4,
+gpt-oss channels, SmolLM3's JSON calls, Cohere Command, ERNIE). For each, a corpus of outputs
+(well-formed, several calls, reasoning and content mixed, malformed and cut-off calls, unicode,
+empty arguments) is compared whole and streamed (whole, token by token, in random chunkings
+through the detokenizer's deltas), field by field, with the prompt the chat template ends with
+(some open the reasoning region there), under every request shape; then the engine's
+``reasoning_ended``, the request refusals and the startup checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.chat.tool_family_harness import (
+    WEATHER_TOOL,
+    Family,
+    Message,
+    _id_shape,
+    options_of,
+    vllm_request,
+)
+from tests.support.tiny_model import tiny_model_dir
+from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.output_parser import OutputParsers, ParserConfigError
+from vllm_frontend.chat.reasoning_parsers import ModelFacts
+from vllm_frontend.chat.reasoning_request import engine_reasoning_fields
+
+pytestmark = pytest.mark.oracle  # imports vLLM as the reference
+
+pytest.importorskip("vllm")
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "response-templates"
+
+
+def template(name: str) -> dict[str, Any]:
+    """A fixture template."""
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+TYPED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "ratio": {"type": ["number", "null"]},
+                "metric": {"type": "boolean"},
+                "stops": {"type": "array", "items": {"type": "integer"}},
+                "opts": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+            },
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+TOOLS = [WEATHER_TOOL, TIME_TOOL, TYPED_TOOL]
+
+
+def shapes() -> list[Any]:
+    """The request shapes every output is checked under."""
+    return [
+        vllm_request(TOOLS),
+        vllm_request(TOOLS, tool_choice="none"),
+        vllm_request(None),
+        vllm_request(TOOLS, include_reasoning=False),
+        vllm_request(TOOLS, chat_template_kwargs={"enable_thinking": False}),
+    ]
+
+
+@functools.cache
+def _tokenizer(name: str, special: tuple[str, ...]) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok.add_special_tokens({"additional_special_tokens": list(special)})
+    tok.response_template = template(name)  # what tokenizer_config.json gives transformers
+    vocab = tok.get_vocab()
+    tok.get_vocab = lambda: dict(vocab)
+    return tok
+
+
+class TemplateFamily(Family):
+    """A template, the parsers configured with it, and the prompt its chat template ends with."""
+
+    def __init__(
+        self, name: str, special: tuple[str, ...], prompt: str, *, tools: bool, reasoning: bool
+    ) -> None:
+        super().__init__("hf" if tools else None, (), "hf" if reasoning else None, special)  # type: ignore[arg-type]
+        self.name = name
+        self.prompt = prompt
+
+    @property
+    def tok(self) -> Any:
+        """The tiny tokenizer with the template's markers and the template itself."""
+        return _tokenizer(self.name, self.special)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The prompt's token ids."""
+        return [*self.tok.encode(self.prompt, add_special_tokens=False)]
+
+    @functools.cached_property
+    def ours(self) -> OutputParsers:
+        """Our parsers configured with the template (read from the tokenizer config)."""
+        tok = self.tok
+        return OutputParsers(
+            tok.get_vocab(),
+            tool_call_parser=self.parser,
+            reasoning_parser=self.reasoning,
+            enable_auto_tool_choice=True,
+            model=ModelFacts(tokenizer_config={"response_template": template(self.name)}),
+            special_tokens=dict(zip(tok.all_special_tokens, tok.all_special_ids, strict=True)),
+            decode=functools.partial(tok.decode, skip_special_tokens=False),
+            prompt_decode=functools.partial(
+                tok.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            ),
+        )
+
+    def vllm_parser(self, req: Any) -> Any:
+        """vLLM's parser for one choice, told the prompt as its chat serving tells it."""
+        parser = self.vllm_cls(
+            self.tok, req.tools, chat_template_kwargs=req.chat_template_kwargs or {}
+        )
+        parser.set_prompt_token_ids(self.prompt_ids)
+        return parser
+
+    def ours_full(self, text: str, req: Any) -> Message:
+        """Our message for a finished ``text``, the prompt told first (as our chat route
+        does)."""
+        parser = self.ours.for_request(options_of(req))
+        parser.set_prompt_token_ids(self.prompt_ids)  # type: ignore[union-attr]
+        parsed = parser.parse(text)
+        calls = [(c.name, c.arguments, _id_shape(c.id)) for c in parsed.tool_calls]
+        reasoning = parsed.reasoning if req.include_reasoning else None
+        return Message(parsed.content, calls, parsed.tools_called, reasoning)
+
+    def vllm_full(self, text: str, req: Any) -> Message:
+        """vLLM's message (its chat serving's branches for the tool choices served here)."""
+        ids = self.tok.encode(text, add_special_tokens=False)
+        reasoning, content, calls = self.vllm_parser(req).parse(
+            text, req, enable_auto_tools=True, model_output_token_ids=ids
+        )
+        if not req.include_reasoning:
+            reasoning = None
+        if self.parser and req.tools and req.tool_choice == "auto" and calls:
+            out = [(c.name, c.arguments, _id_shape(c.id)) for c in calls]
+            return Message(content, out, True, reasoning)
+        return Message(content, reasoning=reasoning)
+
+
+# -- the corpora ----------------------------------------------------------------------------------
+
+QWEN_SPECIAL = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>")
+QWEN_PROMPT = "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def qcall(name: str, **params: str) -> str:
+    """A Qwen3.5 XML tool call."""
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+QWEN_OUTPUTS = [
+    "<think>\nThe user wants weather.\n</think>\n\nIt is sunny.<|im_end|>",
+    "<think>\nLook it up.\n</think>\n\n" + qcall("get_weather", city="Paris") + "<|im_end|>",
+    "Checking both."
+    + qcall("get_weather", city="Zürich 日本", unit="c")
+    + "\n"
+    + qcall("get_time"),
+    qcall(
+        "plan_trip",
+        city='"Rome"',
+        days="3",
+        ratio="0.5",
+        metric="true",
+        stops="[1, 2]",
+        opts='{"n": null}',
+    ),
+    qcall("plan_trip", days="three", ratio="null", metric="maybe", opts="None"),
+    "reasoning only, the opener was in the prompt</think>answer",
+    "<think>cut off reasoning",
+    "<think>ok</think>" + qcall("get_weather", city="Pa")[:-14],
+    "<tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>",
+    "<tool_call>no function tag</tool_call> then text",
+    "plain answer with <b>markup</b> and {braces} and 'quotes'",
+    "<think></think>" + qcall("get_time") + qcall("get_time"),
+    "",
+]
+QWEN_FAMILIES = [
+    TemplateFamily("qwen3", QWEN_SPECIAL, QWEN_PROMPT, tools=True, reasoning=True),
+    TemplateFamily("qwen3", QWEN_SPECIAL, QWEN_PROMPT + "<think>\n", tools=True, reasoning=True),
+    TemplateFamily("qwen3", QWEN_SPECIAL, QWEN_PROMPT, tools=True, reasoning=False),
+    TemplateFamily("qwen3", QWEN_SPECIAL, QWEN_PROMPT + "<think>\n", tools=False, reasoning=True),
+]
+
+GEMMA_SPECIAL = (
+    "<|turn>", "<turn|>", "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>',
+    "<|tool_response>", "<tool_response|>", "<eos>",
+)  # fmt: skip
+GEMMA_PROMPT = "<bos><|turn>user\nAlarm?<turn|>\n<|turn>model\n"
+Q = '<|"|>'
+
+
+def gcall(name: str, body: str) -> str:
+    """A Gemma 4 tool call."""
+    return f"<|tool_call>call:{name}{{{body}}}<tool_call|>"
+
+
+GEMMA_OUTPUTS = [
+    "Hello<turn|>",
+    "<|channel>thought\nplan<channel|>The answer is 42.<turn|>",
+    "<|channel>thought\nplan<channel|>" + gcall("get_weather", f"city:{Q}Paris{Q}"),
+    "Let me check."
+    + gcall("get_weather", f"city:{Q}Zürich 日本{Q},unit:{Q}c{Q}")
+    + gcall("get_time", ""),
+    gcall("plan_trip", f"days:3,ratio:null,metric:true,stops:[1,2],opts:{{n:{Q}x{Q}}}"),
+    gcall("plan_trip", f"days:{Q}7{Q},ratio:{Q}0.25{Q},metric:{Q}false{Q}"),
+    gcall("get_weather", f"city:{Q}Pa"),
+    "<|tool_call>call:get_weather{not json}<tool_call|>after",
+    "<|channel>thought\nstill thinking",
+    "text<|tool_response>",
+    "plan<channel|>answer<eos>",
+]
+GEMMA_FAMILIES = [
+    TemplateFamily("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT, tools=True, reasoning=True),
+    TemplateFamily(
+        "gemma4", GEMMA_SPECIAL, GEMMA_PROMPT + "<|channel>thought\n", tools=True, reasoning=True
+    ),
+    TemplateFamily("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT, tools=False, reasoning=True),
+    TemplateFamily(
+        "gemma4",
+        GEMMA_SPECIAL,
+        GEMMA_PROMPT + gcall("get_time", "") + "<|tool_response>response:get_time{t:1}"
+        "<tool_response|>",
+        tools=True,
+        reasoning=False,
+    ),
+]
+
+OSS_SPECIAL = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>")
+OSS_PROMPT = "<|start|>user<|message|>Weather?<|end|><|start|>assistant"
+OSS_OUTPUTS = [
+    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
+    "<|call|>",
+    "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>"
+    "Sunny in 日本.<|return|>",
+    "<|channel|>commentary to=functions.get_time<|message|>{}<|call|>"
+    '<|channel|>commentary to=functions.plan_trip<|message|>{"days": 2, "stops": []}<|call|>',
+    '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Pa',
+    "<|channel|>commentary to=functions.get_weather<|message|>not json<|call|>",
+    "stray text<|channel|>final<|message|>answer<|end|>",
+]
+OSS_FAMILIES = [
+    TemplateFamily("gpt-oss", OSS_SPECIAL, OSS_PROMPT, tools=True, reasoning=True),
+    TemplateFamily("gpt-oss", OSS_SPECIAL, OSS_PROMPT, tools=False, reasoning=True),
+]
+
+SMOL_OUTPUTS = [
+    "<think>\nweather\n</think>\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>'
+    "<|im_end|>",
+    '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    '<tool_call>{"name": "plan_trip", "arguments": {"days": "4", "metric": "1"}}</tool_call>',
+    '<tool_call>{"name": "get_time"}</tool_call>',
+    '<tool_call>{"name": "get_weather", "arguments": {"city": ',
+    "an answer<|im_end|>and more after the end",
+    "<think>open",
+]
+SMOL_FAMILIES = [
+    TemplateFamily("smollm3", QWEN_SPECIAL, QWEN_PROMPT, tools=True, reasoning=True),
+    TemplateFamily("smollm3", QWEN_SPECIAL, QWEN_PROMPT, tools=True, reasoning=False),
+]
+
+COHERE_SPECIAL = (
+    "<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    "<|START_ACTION|>", "<|END_ACTION|>", "<|CHATBOT_TOKEN|>", "<|START_OF_TURN_TOKEN|>",
+    "<|END_OF_TURN_TOKEN|>",
+)  # fmt: skip
+COHERE_PROMPT = "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>hi<|END_OF_TURN_TOKEN|>" + (
+    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+)
+COHERE_OUTPUTS = [
+    "<|START_THINKING|>I should call a tool.<|END_THINKING|>"
+    '<|START_ACTION|>[\n {"tool_call_id": "0", "tool_name": "get_weather", '
+    '"parameters": {"city": "Paris"}},\n {"tool_call_id": "1", "tool_name": "get_time", '
+    '"parameters": {}}\n]<|END_ACTION|><|END_OF_TURN_TOKEN|>',
+    "<|START_RESPONSE|>It is sunny.<|END_RESPONSE|><|END_OF_TURN_TOKEN|>",
+    '<|START_ACTION|>[{"tool_name": "get_time"}]<|END_ACTION|>',
+    "<|START_ACTION|>{}<|END_ACTION|>",
+]
+COHERE_FAMILIES = [
+    TemplateFamily("cohere", COHERE_SPECIAL, COHERE_PROMPT, tools=True, reasoning=True),
+]
+
+ERNIE_SPECIAL = ("<think>", "</think>", "<response>", "</response>", "<tool_call>",
+                 "</tool_call>", "</s>")  # fmt: skip
+ERNIE_PROMPT = "User: hi\nAssistant:"
+ERNIE_OUTPUTS = [
+    "The user asks. Let me think.\n</think>\n\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n</s>',
+    "short\n</think>\n\n<response>\nThe answer.\n</response>",
+    "<response>\nno thinking\n</response>",
+]
+ERNIE_FAMILIES = [
+    TemplateFamily("ernie", ERNIE_SPECIAL, ERNIE_PROMPT, tools=True, reasoning=True),
+]
+
+CORPUS = (
+    [(f, t) for f in QWEN_FAMILIES for t in QWEN_OUTPUTS]
+    + [(f, t) for f in GEMMA_FAMILIES for t in GEMMA_OUTPUTS]
+    + [(f, t) for f in OSS_FAMILIES for t in OSS_OUTPUTS]
+    + [(f, t) for f in SMOL_FAMILIES for t in SMOL_OUTPUTS]
+    + [(f, t) for f in COHERE_FAMILIES for t in COHERE_OUTPUTS]
+    + [(f, t) for f in ERNIE_FAMILIES for t in ERNIE_OUTPUTS]
+)
+
+
+def _id(case: tuple[TemplateFamily, str]) -> str:
+    family, text = case
+    flags = ("t" if family.parser else "") + ("r" if family.reasoning else "")
+    return f"{family.name}-{flags}-{len(family.prompt)}-{text[:12]!r}"
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[_id(c) for c in CORPUS])
+def test_output_matches_vllm_whole_and_streamed(case: tuple[TemplateFamily, str]) -> None:
+    family, text = case
+    for req in shapes():
+        family.check(text, req, [1, 3, 4, 8])
+
+
+_SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_SETTINGS
+@given(
+    st.sampled_from(range(len(CORPUS))),
+    st.lists(st.integers(0, 60), max_size=12),
+    st.sampled_from(range(5)),
+)
+def test_streaming_matches_vllm_for_any_chunking(case: int, cuts: list[int], shape: int) -> None:
+    family, text = CORPUS[case]
+    family.check_stream(text, cuts, shapes()[shape])
+
+
+def test_calls_are_typed_by_the_tools_schemas_as_vllm_types_them() -> None:
+    # The XML parameters are text: the tool's schema makes numbers, booleans, nulls, objects.
+    family = QWEN_FAMILIES[2]
+    text = qcall("plan_trip", days="3", ratio="null", metric="true", stops="[1, 2]", opts="{}")
+    got = family.ours_full(text, vllm_request(TOOLS))
+    assert got == family.vllm_full(text, vllm_request(TOOLS))
+    assert json.loads(got.calls[0][1]) == {
+        "days": 3, "ratio": None, "metric": True, "stops": [1, 2], "opts": {}
+    }  # fmt: skip
+
+
+# -- the engine's reasoning_ended -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "special", "prompt"),
+    [
+        ("qwen3", QWEN_SPECIAL, QWEN_PROMPT),
+        ("qwen3", QWEN_SPECIAL, QWEN_PROMPT + "<think>\n"),
+        ("qwen3", QWEN_SPECIAL, QWEN_PROMPT + "<think>\n\n</think>\n\n"),
+        ("qwen3", QWEN_SPECIAL, QWEN_PROMPT + "<thi"),
+        ("qwen3", QWEN_SPECIAL, "no anchor at all"),
+        ("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT),
+        ("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT + "<|channel>thought\n"),
+        ("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT + "<|channel>thought\nx<channel|>"),
+        ("gemma4", GEMMA_SPECIAL, GEMMA_PROMPT + "already answering"),
+        ("gpt-oss", OSS_SPECIAL, OSS_PROMPT),
+        ("gpt-oss", OSS_SPECIAL, OSS_PROMPT + "<|channel|>final<|message|>"),
+        ("cohere", COHERE_SPECIAL, COHERE_PROMPT + "<|START_THINKING|>"),
+        ("ernie", ERNIE_SPECIAL, ERNIE_PROMPT),
+    ],
+)
+@pytest.mark.parametrize("kwargs", [{}, {"enable_thinking": False}])
+def test_reasoning_ended_is_vllms(
+    name: str, special: tuple[str, ...], prompt: str, kwargs: dict[str, Any]
+) -> None:
+    family = TemplateFamily(name, special, prompt, tools=True, reasoning=True)
+    req = vllm_request(TOOLS, chat_template_kwargs=kwargs)
+    expected = req.resolve_reasoning_ended(family.vllm_parser(req), family.prompt_ids)
+    ours = family.ours
+    ended, _ = engine_reasoning_fields(
+        include_reasoning=True,
+        has_parser=True,
+        reasoning_cls=ours.reasoning_cls,
+        vocab=ours.vocab,
+        chat_template_kwargs=kwargs,
+        prompt_token_ids=family.prompt_ids,
+    )
+    assert ended == expected
+
+
+# -- request adjustments and refusals -------------------------------------------------------------
+
+STRICT_TOOL = {**TIME_TOOL, "function": {**TIME_TOOL["function"], "strict": True}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "required"},
+        {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+        {"parallel_tool_calls": False},
+        {"tools": [STRICT_TOOL]},
+        {"tools": [STRICT_TOOL], "tool_choice": "none"},
+        {},
+    ],
+)
+def test_request_refusals_and_special_tokens_are_vllms(fields: dict[str, Any]) -> None:
+    from vllm.exceptions import VLLMValidationError
+
+    family = QWEN_FAMILIES[0]
+    body = {"tools": TOOLS, **fields}
+    req = vllm_request(**body)
+    ours = family.ours
+    options = options_of(req)
+    options = type(options)(**{
+        **{f: getattr(options, f) for f in options.__struct_fields__},
+        "parallel_tool_calls": req.parallel_tool_calls,
+    })  # fmt: skip
+    try:
+        adjusted = family.vllm_parser(req).adjust_request(req)
+    except VLLMValidationError as e:
+        with pytest.raises(ChatError) as got:
+            ours.check_adjusted(options)
+        assert got.value.message == e.message if hasattr(e, "message") else str(e)
+        assert got.value.param == e.parameter
+        return
+    ours.check_adjusted(options)
+    assert ours.needs_special_tokens(options) == (not adjusted.skip_special_tokens)
+    assert ours.joins_special_tokens(options) == (not adjusted.spaces_between_special_tokens)
+
+
+# -- startup --------------------------------------------------------------------------------------
+
+
+def _vllm_startup_error(spec: dict[str, Any] | None, **names: Any) -> str:
+    from vllm.parser import ParserManager
+
+    tok = _tokenizer("qwen3", ())  # this test's own tokenizer: its template is set per case
+    tok.response_template = spec
+    try:
+        ParserManager.get_parser(enable_auto_tools=True, tokenizer=tok, **names)
+    except TypeError as e:
+        return str(e)
+    return ""
+
+
+def _our_startup_error(spec: dict[str, Any] | None, **names: Any) -> str:
+    config = {"response_template": spec} if spec is not None else {}
+    try:
+        OutputParsers(
+            {},
+            enable_auto_tool_choice=True,
+            model=ModelFacts(tokenizer_config=config),
+            decode=lambda ids: "",
+            **names,
+        )
+    except ParserConfigError as e:
+        return str(e)
+    return ""
+
+
+def _without(name: str, field: str) -> dict[str, Any]:
+    spec = template(name)
+    del spec["fields"][field]
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        (None, {"reasoning_parser": "hf"}),
+        (None, {"tool_call_parser": "hf"}),
+        (template("inkling"), {"reasoning_parser": "hf"}),  # joined regions cannot stream
+        (_without("qwen3", "tool_calls"), {"tool_call_parser": "hf"}),
+        (_without("qwen3", "tool_calls"), {"reasoning_parser": "hf"}),
+        (_without("gemma4", "thinking"), {"reasoning_parser": "hf", "tool_call_parser": "hf"}),
+        ({"fields": {}}, {"reasoning_parser": "hf"}),
+        ({**template("qwen3"), "extra": 1}, {"reasoning_parser": "hf"}),
+        (template("qwen3"), {"reasoning_parser": "hf", "tool_call_parser": "hermes"}),
+        (template("qwen3"), {"reasoning_parser": "qwen3", "tool_call_parser": "hf"}),
+        (template("gemma4"), {"reasoning_parser": "hf", "tool_call_parser": "hf"}),
+    ],
+)
+def test_startup_accepts_and_refuses_templates_as_vllm(
+    spec: dict[str, Any] | None, names: dict[str, str]
+) -> None:
+    vllm_names = {
+        "reasoning_parser_name": names.get("reasoning_parser"),
+        "tool_parser_name": names.get("tool_call_parser"),
+    }
+    expected = _vllm_startup_error(spec, **vllm_names)
+    got = _our_startup_error(spec, **names)
+    assert bool(got) == bool(expected), (got, expected)
+    if expected:
+        # Ours names the flags first; the reason is vLLM's.
+        assert got.endswith(expected) or expected.endswith(got.split(": ", 1)[-1]), (got, expected)
