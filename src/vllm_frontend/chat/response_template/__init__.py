@@ -9,12 +9,9 @@ closed region's text becomes), :mod:`.scanner` (the streaming region reader),
 :mod:`.output` (one choice's parser). The ``regex`` package (the ``hf-parser`` extra) compiles
 the delimiters, as in vLLM; startup says so when it is missing.
 
-Where this is not vLLM exactly: tool-call ids are always ``chatcmpl-tool-`` random ids (vLLM
-writes Kimi K2's ``functions.name:index`` ids on Kimi K2 models); a derendered output
-(``/v1/chat/completions/derender``) is read without its prompt, so a region the chat template
-opened in the prompt is not known there; a request vLLM refuses in its ``adjust_request``
-(strict tools, required or named tool choice, ``parallel_tool_calls: false``) is refused after
-rendering, as there, but an error of the rendering itself comes first either way.
+Where this is not vLLM exactly: tool-call ids are always ``chatcmpl-tool-`` random ids, where
+vLLM writes ``functions.<name>:<index>`` ids (counting the history's calls) for a Kimi model
+type (``get_tool_call_id_type``); an ``hf`` template on a Kimi checkpoint would show it.
 """
 
 from vllm_frontend.chat.response_template.output import ResponseTemplateOutputParser
