@@ -519,3 +519,94 @@ def test_startup_accepts_and_refuses_templates_as_vllm(
     if expected:
         # Ours names the flags first; the reason is vLLM's.
         assert got.endswith(expected) or expected.endswith(got.split(": ", 1)[-1]), (got, expected)
+
+
+# -- over HTTP: the chat route with a scripted engine ---------------------------------------------
+
+LLAMA_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close": "<|eot_id|>"},
+    },
+}
+"""A template for the tiny Llama 3 model (its chat template ends with the assistant header)."""
+
+HTTP_OUTPUT = (
+    "<think>Need the weather.</think>Let me check."
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Zürich"}}</tool_call>'
+)
+
+
+def _hf_app(engine: Any) -> Any:
+    from tests.chat.test_tool_parsers import _chat_app
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    parsers = OutputParsers.for_tokenizer(
+        tok.token_to_id,
+        tool_call_parser="hf",
+        reasoning_parser="hf",
+        enable_auto_tool_choice=True,
+        model=ModelFacts(tokenizer_config={"response_template": LLAMA_TEMPLATE}),
+        decode=functools.partial(tok.decode, skip_special_tokens=False),
+        prompt_decode=tok.decode_verbatim,
+    )
+    return _chat_app(engine, parsers, tok=tok)
+
+
+def test_chat_route_serves_the_hf_parsers() -> None:
+    from tests.chat.test_tool_parsers import _post, _ScriptedEngine
+    from vllm_frontend.text.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    ids = tok.encode(HTTP_OUTPUT, add_special_tokens=False)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [WEATHER_TOOL],
+    }
+    engine = _ScriptedEngine(ids)
+    status, raw = _post(_hf_app(engine), body)
+    assert status == 200, raw
+    choice = json.loads(raw)["choices"][0]
+    message = choice["message"]
+    assert (message["reasoning"], message["content"]) == ("Need the weather.", "Let me check.")
+    [call] = message["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Zürich"}'}
+    assert choice["finish_reason"] == "tool_calls"
+    # adjust_request: special tokens kept, no spaces between them
+    params = engine.requests[0].sampling_params
+    assert params.skip_special_tokens is False
+    assert params.spaces_between_special_tokens is False
+
+    status, raw = _post(_hf_app(_ScriptedEngine(ids)), {**body, "stream": True})
+    assert status == 200
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in raw.decode().split("\n\n")
+        if line.startswith("data: {")
+    ]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("reasoning") or "" for d in deltas) == "Need the weather."
+    assert "".join(d.get("content") or "" for d in deltas) == "Let me check."
+    calls = [tc for d in deltas for tc in d.get("tool_calls", [])]
+    assert [(tc["index"], tc["type"], tc["function"]) for tc in calls] == [
+        (0, "function", {"name": "get_weather", "arguments": '{"city": "Zürich"}'})
+    ]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    # What the template cannot guarantee is vLLM's 400.
+    status, raw = _post(_hf_app(_ScriptedEngine(ids)), {**body, "tool_choice": "required"})
+    assert status == 400
+    assert json.loads(raw)["error"]["message"].startswith(
+        "response_template parsing cannot guarantee required tool choice"
+    )
