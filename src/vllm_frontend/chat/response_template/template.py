@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 __all__ = [
     "Anchor",
@@ -62,8 +63,7 @@ def regex_module() -> Any:
     return regex
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(msgspec.Struct, frozen=True):
     """One delimiter: its compiled pattern, and its literals when it was given as text."""
 
     pattern: Any
@@ -72,8 +72,7 @@ class Anchor:
     """A literal is a strict prefix of another: a match at the buffer's end may still grow."""
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     """One region of the assistant message."""
 
     name: str
@@ -99,8 +98,7 @@ class Field:
         return self.close.literals if self.close is not None else None
 
 
-@dataclass(frozen=True)
-class ResponseTemplate:
+class ResponseTemplate(msgspec.Struct, frozen=True):
     """A loaded template: its fields in declaration order and where the turn starts."""
 
     defaults: dict[str, Any]
