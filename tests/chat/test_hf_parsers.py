@@ -610,3 +610,92 @@ def test_chat_route_serves_the_hf_parsers() -> None:
     assert json.loads(raw)["error"]["message"].startswith(
         "response_template parsing cannot guarantee required tool choice"
     )
+
+
+# -- tool-call ids on a Kimi model ----------------------------------------------------------------
+
+
+class KimiTemplateFamily(TemplateFamily):
+    """A template on a Kimi K2 checkpoint: vLLM's ids are ``functions.NAME:N``."""
+
+    @functools.cached_property
+    def ours(self) -> OutputParsers:
+        """Our parsers, told the model type."""
+        tok = self.tok
+        return OutputParsers(
+            tok.get_vocab(),
+            tool_call_parser=self.parser,
+            reasoning_parser=self.reasoning,
+            enable_auto_tool_choice=True,
+            model=ModelFacts(
+                tokenizer_config={"response_template": template(self.name)},
+                model_types=("kimi_k2",),
+            ),
+            prompt_decode=functools.partial(
+                tok.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            ),
+        )
+
+    def vllm_parser(self, req: Any) -> Any:
+        """vLLM's parser with the model config its chat serving passes."""
+        from types import SimpleNamespace
+
+        config = SimpleNamespace(
+            hf_config=SimpleNamespace(model_type="kimi_k2"), hf_text_config=None, hf_overrides={}
+        )
+        parser = self.vllm_cls(
+            self.tok,
+            req.tools,
+            chat_template_kwargs=req.chat_template_kwargs or {},
+            model_config=config,
+        )
+        parser.set_prompt_token_ids(self.prompt_ids)
+        return parser
+
+
+HISTORY = [
+    {"role": "user", "content": "hi"},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "functions.get_time:0", "type": "function",
+             "function": {"name": "get_time", "arguments": "{}"}},
+            {"id": "functions.get_time:1", "type": "function",
+             "function": {"name": "get_time", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "functions.get_time:1", "content": "noon"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("messages", [None, HISTORY])
+def test_kimi_models_get_vllms_indexed_tool_call_ids(messages: Any) -> None:
+    from vllm_frontend.chat.output_parser import count_history_tool_calls
+
+    family = KimiTemplateFamily("qwen3", QWEN_SPECIAL, QWEN_PROMPT, tools=True, reasoning=True)
+    text = QWEN_OUTPUTS[2]  # two calls
+    extra = {"messages": messages} if messages else {}
+    req = vllm_request(TOOLS, **extra)
+    options = options_of(req)
+    options = type(options)(**{
+        **{f: getattr(options, f) for f in options.__struct_fields__},
+        "history_tool_calls": count_history_tool_calls(messages),
+    })  # fmt: skip
+    ids = family.tok.encode(text, add_special_tokens=False)
+    _, _, calls = family.vllm_parser(req).parse(
+        text, req, enable_auto_tools=True, model_output_token_ids=ids
+    )
+    parser = family.ours.for_request(options)
+    parser.set_prompt_token_ids(family.prompt_ids)  # type: ignore[union-attr]
+    assert [c.id for c in parser.parse(text).tool_calls] == [c.id for c in calls]
+    streamed = []
+    vllm_streamed = []
+    vllm_parser, ours = family.vllm_parser(req), family.ours.for_request(options)
+    deltas = family.deltas(text, list(range(len(ids))))
+    for k, (chunk, chunk_ids) in enumerate(deltas):
+        done = k == len(deltas) - 1
+        msg = vllm_parser.parse_delta(chunk, chunk_ids, req, family.prompt_ids, finished=done)
+        vllm_streamed += [tc.id for tc in msg.tool_calls] if msg is not None else []
+        got = ours.feed(chunk, chunk_ids, family.prompt_ids, finished=done)
+        streamed += [tc.id for tc in got.tool_calls] if got is not None else []
+    assert streamed == vllm_streamed and len(streamed) == 2

@@ -24,7 +24,12 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.messages import normalize_tools
 from vllm_frontend.chat.mistral_grammar import grammar_applies, mistral_grammar_constraint
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
-from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.output_parser import (
+    OutputParser,
+    OutputParsers,
+    RequestToolOptions,
+    count_history_tool_calls,
+)
 from vllm_frontend.chat.reasoning_request import (
     effective_chat_template_kwargs,
     engine_reasoning_fields,
@@ -441,6 +446,11 @@ class ChatLlm:
             request_chat_template_kwargs=user,
             logprobs=request.logprobs,
             parallel_tool_calls=request.parallel_tool_calls,
+            history_tool_calls=(
+                count_history_tool_calls(plain(request.messages))
+                if self._parsers is not None and self._parsers.indexed_tool_call_ids
+                else 0
+            ),
         )
 
 

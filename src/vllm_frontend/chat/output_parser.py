@@ -54,7 +54,17 @@ from vllm_frontend.chat.tool_tags import (
     strict_level_value,
 )
 
-__all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
+__all__ = [
+    "KIMI_MODEL_TYPES",
+    "OutputParser",
+    "OutputParsers",
+    "ParserConfigError",
+    "RequestToolOptions",
+    "count_history_tool_calls",
+]
+
+KIMI_MODEL_TYPES = frozenset({"kimi_k2", "kimi_k25", "kimi_k3"})
+"""Model types whose tool-call ids vLLM writes as ``functions.NAME:N`` (``chat_utils``)."""
 
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
 """Every token string a parser may look up by id (besides their ``required_tokens``)."""
@@ -85,6 +95,8 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     (``hy_v4`` then finds its markers in the text: they may come in pieces)."""
     parallel_tool_calls: bool | None = None
     """The request's ``parallel_tool_calls`` (the ``hf`` parser refuses ``false``)."""
+    history_tool_calls: int = 0
+    """Tool calls of the conversation's assistant messages (Kimi-style ids count from it)."""
 
 
 class OutputParsers:
@@ -173,6 +185,11 @@ class OutputParsers:
         self._check_cohere(flags)
         self.response_template: ResponseTemplate | None = None
         """The model's response template (streaming form) for the ``hf`` parsers."""
+        self.indexed_tool_call_ids = model is not None and bool(
+            set(model.model_types) & KIMI_MODEL_TYPES
+        )
+        """vLLM's ``get_tool_call_id_type`` is ``kimi_k2`` for the model: the ``hf`` parser's
+        ids are ``functions.NAME:N``, N counting the conversation's calls."""
         self._prompt_decode = prompt_decode or decode
         self._check_hf(flags, (reasoning_parser, tool_call_parser), model)
 
@@ -470,6 +487,7 @@ class OutputParsers:
             parse_tools=parse_tools,
             tool_calls_in_message=parse_tools and options.tools and choice == "auto",
             decode=self._prompt_decode,
+            first_indexed_id=(options.history_tool_calls if self.indexed_tool_call_ids else None),
         )
 
     def _cohere(self, options: RequestToolOptions) -> CohereOutputParser:
@@ -803,6 +821,20 @@ class OutputParser:
         if self.reasoning is None:
             return 0
         return self.reasoning.count_reasoning_tokens(token_ids, streamed=False)
+
+
+def count_history_tool_calls(messages: Any) -> int:
+    """Tool calls of the assistant messages of a chat conversation (vLLM's
+    ``count_chat_history_tool_calls``: a list counts its items, a single call one)."""
+    count = 0
+    for message in messages or ():
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        count += 1 if isinstance(calls, str | bytes | dict) else len(list(calls))
+    return count
 
 
 def _plain(value: Any) -> Any:

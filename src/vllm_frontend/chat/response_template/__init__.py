@@ -9,9 +9,10 @@ closed region's text becomes), :mod:`.scanner` (the streaming region reader),
 :mod:`.output` (one choice's parser). The ``regex`` package (the ``hf-parser`` extra) compiles
 the delimiters, as in vLLM; startup says so when it is missing.
 
-Where this is not vLLM exactly: tool-call ids are always ``chatcmpl-tool-`` random ids, where
-vLLM writes ``functions.<name>:<index>`` ids (counting the history's calls) for a Kimi model
-type (``get_tool_call_id_type``); an ``hf`` template on a Kimi checkpoint would show it.
+Tool-call ids are vLLM's: random ``chatcmpl-tool-`` ids, or ``functions.NAME:N`` for a Kimi
+model type (``get_tool_call_id_type``), N counting on from the conversation's calls. On the
+Responses route those are counted on the chat messages its input maps to (vLLM counts the input
+items; the two agree for function-call items and assistant messages).
 """
 
 from vllm_frontend.chat.response_template.output import ResponseTemplateOutputParser

@@ -95,12 +95,15 @@ class ResponseTemplateOutputParser:
         parse_tools: bool,
         tool_calls_in_message: bool,
         decode: Callable[[Sequence[int]], str],
+        first_indexed_id: int | None = None,
     ) -> None:
         """``template``: the streaming form (``serving.serving_template``); ``tools``: the
         request's tool dicts (their schemas type string arguments); ``parse_reasoning``: a
         reasoning parser is configured; ``parse_tools``: tool calls are read for this request;
         ``tool_calls_in_message``: a whole output's calls go into the message (``auto``);
-        ``decode``: token ids to text with special tokens, as vLLM decodes the prompt."""
+        ``decode``: token ids to text with special tokens, as vLLM decodes the prompt;
+        ``first_indexed_id``: for a Kimi model, the conversation's tool calls so far (ids are
+        then ``functions.NAME:N`` from there; else random ``chatcmpl-tool-`` ids)."""
         self._template = template
         self._tools = list(tools)
         self._parse_reasoning = parse_reasoning
@@ -108,6 +111,7 @@ class ResponseTemplateOutputParser:
         self._parse_tools = parse_tools
         self._in_message = tool_calls_in_message
         self._decode = decode
+        self._indexed_id = first_indexed_id
         self._prompt_ids: list[int] | None = None
         self._prefix = ""
         self._scanner: RegionScanner | None = None
@@ -177,10 +181,17 @@ class ResponseTemplateOutputParser:
             for name, arguments in calls:
                 pieces.calls.append(
                     ToolCallDelta(
-                        self._next_index, id=new_tool_call_id(), name=name, arguments=arguments
+                        self._next_index, id=self._new_id(name), name=name, arguments=arguments
                     )
                 )
                 self._next_index += 1
+
+    def _new_id(self, name: str) -> str:
+        # vLLM's make_tool_call_id with the parser's id type; the count lives with the parser.
+        if self._indexed_id is None:
+            return new_tool_call_id()
+        self._indexed_id += 1
+        return f"functions.{name}:{self._indexed_id - 1}"
 
     # -- streaming ---------------------------------------------------------------------------
 
