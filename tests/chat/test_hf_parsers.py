@@ -699,3 +699,24 @@ def test_kimi_models_get_vllms_indexed_tool_call_ids(messages: Any) -> None:
         got = ours.feed(chunk, chunk_ids, family.prompt_ids, finished=done)
         streamed += [tc.id for tc in got.tool_calls] if got is not None else []
     assert streamed == vllm_streamed and len(streamed) == 2
+
+
+def test_startup_without_the_regex_package_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from vllm_frontend.chat.response_template import regex_module
+
+    monkeypatch.setitem(sys.modules, "regex", None)  # import regex now fails
+    regex_module.cache_clear()
+    try:
+        with pytest.raises(ParserConfigError, match=r"(?s)`regex` package.*hf-parser"):
+            OutputParsers(
+                {},
+                reasoning_parser="hf",
+                model=ModelFacts(tokenizer_config={"response_template": template("qwen3")}),
+                decode=lambda ids: "",
+            )
+    finally:
+        regex_module.cache_clear()
