@@ -31,6 +31,7 @@ from vllm_frontend.chat.response_template.template import Field, ResponseTemplat
 __all__ = ["RegionScanner"]
 
 Event = dict[str, Any]
+"""One region event (``type``, ``field`` and the keys of its kind), as vLLM's are."""
 
 
 class RegionScanner:

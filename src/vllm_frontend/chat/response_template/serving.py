@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 THINKING, CONTENT, TOOL_CALLS = "thinking", "content", "tool_calls"
+"""The fields vLLM's serving adapter routes: reasoning, content, tool calls."""
 _ROUTED = frozenset({THINKING, CONTENT, TOOL_CALLS})
 
 
