@@ -357,13 +357,8 @@ def test_startup_fails_for_an_unknown_parser_name_listing_the_valid_ones() -> No
     base = {"model_tag": "m", "enable_auto_tool_choice": True}
     with pytest.raises(ConfigError, match=r"'kimi_k9'.*deepseek_v3, .*hermes, .*pythonic"):
         config_from_args({**base, "tool_call_parser": "kimi_k9"})
-    with pytest.raises(ConfigError, match=r"'hf' is not supported.*response template"):
-        config_from_args({**base, "tool_call_parser": "hf"})
     with pytest.raises(ConfigError, match=r"'nope'.*deepseek_r1, deepseek_v3"):
         config_from_args({"model_tag": "m", "reasoning_parser": "nope"})
-    # A vLLM name this frontend does not reproduce says why.
-    with pytest.raises(ConfigError, match=r"'hf' is not supported.*response template"):
-        config_from_args({"model_tag": "m", "reasoning_parser": "hf"})
     with pytest.raises(ConfigError, match="requires --tool-call-parser"):
         config_from_args(base)
     config = config_from_args({**base, "tool_call_parser": "hermes", "reasoning_parser": "qwen3"})

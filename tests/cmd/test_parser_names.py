@@ -1,10 +1,11 @@
-"""Every ``--tool-call-parser`` and ``--reasoning-parser`` name of vLLM 0.32's registries either
-starts the server or stops startup naming the parser and why.
+"""Every ``--tool-call-parser`` and ``--reasoning-parser`` name of vLLM 0.32's registries is
+served: none is refused.
 
 The names go through the same startup step ``serve`` runs (``cmd.assemble.output_parsers``: the
-flags' config, the model's tokenizer), with the tiny model. A served name is not refused; one that
-needs marker tokens the tiny tokenizer lacks says which (as vLLM's startup check does), and the
-gpt-oss (Harmony) parsers say the model is not a gpt-oss one.
+flags' config, the model's tokenizer), with the tiny model. A served name starts unless the model
+lacks what the parser reads, and then says what (as vLLM's startup check does): marker tokens
+the tiny tokenizer lacks, a gpt-oss model for the Harmony parsers, a ``response_template`` in
+the tokenizer configuration for the ``hf`` parsers.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ def _tokenizer() -> Tokenizer:
 
 def _model_mismatch(message: str) -> bool:
     """A served parser refuses only a model it cannot read: marker tokens the tokenizer lacks,
-    or a non-gpt-oss model for the Harmony parsers."""
-    return "lacks the" in message or "is not a gpt-oss one" in message
+    a non-gpt-oss model for the Harmony parsers, no response template for ``hf``."""
+    return (
+        "lacks the" in message
+        or "is not a gpt-oss one" in message
+        or "requires `response_template` metadata" in message
+    )
 
 
 def _start(**flags: object) -> None:
@@ -57,9 +62,9 @@ def _start(**flags: object) -> None:
 def test_the_registries_are_vllms_exactly() -> None:
     tools, reasoning = _vllm_tool_names(), _vllm_reasoning_names()
     assert len(tools) >= 53 and len(reasoning) >= 38
-    assert not set(TOOL_PARSERS) & set(REFUSED_TOOL_PARSERS)
-    assert set(TOOL_PARSERS) | set(REFUSED_TOOL_PARSERS) == tools
-    assert set(REASONING_PARSERS) | set(REFUSED_REASONING_PARSERS) == reasoning
+    assert not REFUSED_TOOL_PARSERS and not REFUSED_REASONING_PARSERS  # every name is served
+    assert set(TOOL_PARSERS) == tools
+    assert set(REASONING_PARSERS) == reasoning
 
 
 @pytest.mark.parametrize("name", sorted(_vllm_tool_names()))

@@ -24,12 +24,18 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.messages import normalize_tools
 from vllm_frontend.chat.mistral_grammar import grammar_applies, mistral_grammar_constraint
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
-from vllm_frontend.chat.output_parser import OutputParser, OutputParsers, RequestToolOptions
+from vllm_frontend.chat.output_parser import (
+    OutputParser,
+    OutputParsers,
+    RequestToolOptions,
+    count_history_tool_calls,
+)
 from vllm_frontend.chat.reasoning_request import (
     effective_chat_template_kwargs,
     engine_reasoning_fields,
 )
 from vllm_frontend.chat.renderer import ChatRenderer
+from vllm_frontend.chat.response_template import ResponseTemplateOutputParser
 from vllm_frontend.chat.tags.harmony import harmony_answer_tag
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
 from vllm_frontend.chat.tool_tags import CONSTRAINT_FIELDS, tool_structural_tag
@@ -46,7 +52,12 @@ from vllm_frontend.text.structured_outputs import (
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
 
-__all__ = ["ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
+__all__ = ["AnyOutputParser", "ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
+
+AnyOutputParser = (
+    OutputParser | HarmonyOutputParser | CohereOutputParser | ResponseTemplateOutputParser
+)
+"""One choice's output parser, whichever family reads it."""
 
 
 class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
@@ -162,6 +173,8 @@ class ChatLlm:
         else:
             rendered = self._render(request, parts)
         parsers = self._parsers
+        if parsers is not None:
+            parsers.check_adjusted(self._options(request))  # the parsers' adjust_request
         if parsers is not None and parsers.unified == "cohere":
             self._apply_cohere_tag(request)
         if not self._apply_mistral_grammar(request):
@@ -407,9 +420,7 @@ class ChatLlm:
         text_request.response_format = None
         return True
 
-    def parser_for(
-        self, request: ChatRequest
-    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser | None:
+    def parser_for(self, request: ChatRequest) -> AnyOutputParser | None:
         """A fresh output parser for one choice of ``request`` (None without parsers), as
         :meth:`ChatGeneration.new_parser` gives it, for output that was generated elsewhere."""
         parsers = self._parsers
@@ -434,6 +445,12 @@ class ChatLlm:
             tool_definitions=request.tools or (),
             request_chat_template_kwargs=user,
             logprobs=request.logprobs,
+            parallel_tool_calls=request.parallel_tool_calls,
+            history_tool_calls=(
+                count_history_tool_calls(plain(request.messages))
+                if self._parsers is not None and self._parsers.indexed_tool_call_ids
+                else 0
+            ),
         )
 
 
@@ -488,11 +505,16 @@ class ChatGeneration:
         parsers = self._chat._parsers
         return parsers is not None and parsers.has_reasoning
 
-    def new_parser(self) -> OutputParser | HarmonyOutputParser | CohereOutputParser | None:
+    def new_parser(self) -> AnyOutputParser | None:
         """A parser for one choice's output (None without configured parsers)."""
         chat = self._chat
         parsers = chat._parsers
-        return None if parsers is None else parsers.for_request(chat._options(self._request))
+        if parsers is None:
+            return None
+        parser = parsers.for_request(chat._options(self._request))
+        if isinstance(parser, ResponseTemplateOutputParser) and self.text.prompts:
+            parser.set_prompt_token_ids(self.text.prompts[0].token_ids)  # read before the output
+        return parser
 
 
 class PromptTokenizer(Protocol):

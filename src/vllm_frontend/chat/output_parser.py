@@ -22,14 +22,24 @@ from vllm_frontend.chat.cohere_output import (
     melody,
 )
 from vllm_frontend.chat.engine.calls import EngineToolParser
+from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.newlines import DeltaNewlines, recover_newlines
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
+from vllm_frontend.chat.reasoning.hf import ResponseTemplateReasoningParser
 from vllm_frontend.chat.reasoning_parsers import (
     REASONING_PARSERS,
     REFUSED_REASONING_PARSERS,
     ModelFacts,
     ReasoningParser,
+)
+from vllm_frontend.chat.response_template import (
+    ResponseTemplate,
+    ResponseTemplateOutputParser,
+    check_serving_template,
+    request_refusal,
+    serving_template,
+    template_of,
 )
 from vllm_frontend.chat.tool_choice import (
     ForcedToolCallStream,
@@ -44,7 +54,17 @@ from vllm_frontend.chat.tool_tags import (
     strict_level_value,
 )
 
-__all__ = ["OutputParser", "OutputParsers", "ParserConfigError", "RequestToolOptions"]
+__all__ = [
+    "KIMI_MODEL_TYPES",
+    "OutputParser",
+    "OutputParsers",
+    "ParserConfigError",
+    "RequestToolOptions",
+    "count_history_tool_calls",
+]
+
+KIMI_MODEL_TYPES = frozenset({"kimi_k2", "kimi_k25", "kimi_k3"})
+"""Model types whose tool-call ids vLLM writes as ``functions.NAME:N`` (``chat_utils``)."""
 
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
 """Every token string a parser may look up by id (besides their ``required_tokens``)."""
@@ -73,6 +93,10 @@ class RequestToolOptions(msgspec.Struct, frozen=True):
     guided: bool = False
     """The request's ``structured_outputs`` (as the parsers adjusted it) hold a structural tag
     (``hy_v4`` then finds its markers in the text: they may come in pieces)."""
+    parallel_tool_calls: bool | None = None
+    """The request's ``parallel_tool_calls`` (the ``hf`` parser refuses ``false``)."""
+    history_tool_calls: int = 0
+    """Tool calls of the conversation's assistant messages (Kimi-style ids count from it)."""
 
 
 class OutputParsers:
@@ -91,6 +115,7 @@ class OutputParsers:
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
         encode: Callable[[str], list[int]] | None = None,
+        prompt_decode: Callable[[Sequence[int]], str] | None = None,
     ) -> None:
         """Resolve and validate the names against the registries and the vocabulary (and
         ``model``, which a few reasoning parsers read). ``harmony``: the model is a gpt-oss
@@ -99,7 +124,9 @@ class OutputParsers:
         ``special_tokens``: the tokenizer's special tokens (transformers'
         ``all_special_tokens``, with their ids), which the engine-based tool parsers drop from
         the output. ``encode`` (no special tokens added) and ``decode`` are given to the
-        reasoning parsers that tokenize text themselves (``uses_codec``)."""
+        reasoning parsers that tokenize text themselves (``uses_codec``). ``prompt_decode``
+        decodes prompts as vLLM's ``hf`` parser does (special tokens kept, no clean-up; else
+        ``decode``)."""
         self.vocab = vocab
         self.architecture = model.architecture if model is not None else None
         """The model's architecture (the Cohere Command parser's tags depend on it)."""
@@ -131,6 +158,13 @@ class OutputParsers:
                     self.structural_tag_model = STRUCTURAL_TAG_MODELS.get(tool_call_parser)
                 if self.tool_strict_level == 0:
                     self.tool_strict_level = DEFAULT_STRICT_LEVELS.get(tool_call_parser, 0)
+        # vLLM's ParserManager refuses hf next to another name before any other check.
+        names = {reasoning_parser, tool_call_parser}
+        configured = (self.reasoning_cls or self.tool_cls) is not None
+        if "hf" in names and not harmony and configured and names - {"hf", None, ""}:
+            raise ParserConfigError(
+                "The hf parser cannot be combined with other reasoning or tool call parsers"
+            )
         flags = []
         missing: list[str] = []
         for cls_, flag, name in (
@@ -149,6 +183,45 @@ class OutputParsers:
             )
         self._check_harmony(flags)
         self._check_cohere(flags)
+        self.response_template: ResponseTemplate | None = None
+        """The model's response template (streaming form) for the ``hf`` parsers."""
+        self.indexed_tool_call_ids = model is not None and bool(
+            set(model.model_types) & KIMI_MODEL_TYPES
+        )
+        """vLLM's ``get_tool_call_id_type`` is ``kimi_k2`` for the model: the ``hf`` parser's
+        ids are ``functions.NAME:N``, N counting the conversation's calls."""
+        self._prompt_decode = prompt_decode or decode
+        self._check_hf(flags, (reasoning_parser, tool_call_parser), model)
+
+    def _check_hf(
+        self, flags: list[str], names: tuple[str | None, str | None], model: ModelFacts | None
+    ) -> None:
+        # vLLM's ParserManager: the hf parser alone, with a template that serves the flags.
+        if "hf" not in names or self.harmony or (self.reasoning_cls or self.tool_cls) is None:
+            return
+        self.unified = "hf"
+        spec = None
+        if model is not None and model.mistral_version is None:
+            spec = template_of(model.tokenizer_config)
+        try:
+            why = check_serving_template(
+                spec, reasoning=self.reasoning_cls is not None, tools=self.tool_cls is not None
+            )
+        except ImportError as e:
+            raise ParserConfigError(str(e)) from e
+        if why:
+            raise ParserConfigError(
+                f"{' and '.join(flags)} cannot be used with this tokenizer: {why}"
+            )
+        assert spec is not None
+        decode = self._prompt_decode
+        if decode is None:
+            raise ParserConfigError("the hf parser needs the tokenizer's decode")
+        self.response_template = serving_template(spec)
+        if self.reasoning_cls is not None:
+            self.reasoning_cls = ResponseTemplateReasoningParser.bound(
+                self.response_template, decode
+            )
 
     def _check_cohere(self, flags: list[str]) -> None:
         # vLLM's Cohere Command parser takes its melody preset from the reasoning parser when
@@ -202,6 +275,7 @@ class OutputParsers:
         decode: Callable[[Sequence[int]], str] | None = None,
         special_tokens: Mapping[str, int] | None = None,
         encode: Callable[[str], list[int]] | None = None,
+        prompt_decode: Callable[[Sequence[int]], str] | None = None,
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
@@ -229,6 +303,7 @@ class OutputParsers:
             decode=decode,
             special_tokens=special_tokens,
             encode=encode,
+            prompt_decode=prompt_decode,
         )
 
     @property
@@ -276,7 +351,9 @@ class OutputParsers:
     def needs_special_tokens(self, options: RequestToolOptions) -> bool:
         """Whether the request must keep special tokens in its text (the parsers'
         ``adjust_request``): reasoning parsers that need them always, tool parsers when the
-        request has tools and ``tool_choice`` is not ``none``."""
+        request has tools and ``tool_choice`` is not ``none``; the ``hf`` parser always."""
+        if self.unified == "hf":
+            return True
         if self.reasoning_cls is not None and self.reasoning_cls.needs_special_tokens:
             return True
         tool = self.tool_cls
@@ -294,7 +371,9 @@ class OutputParsers:
     def joins_special_tokens(self, options: RequestToolOptions) -> bool:
         """Whether the parsers' ``adjust_request`` also turns ``spaces_between_special_tokens``
         off for the request (the tool parser's runs with a reasoning parser or a tool choice
-        other than none)."""
+        other than none; the ``hf`` parser always)."""
+        if self.unified == "hf":
+            return True
         if self.reasoning_cls is not None and self.reasoning_cls.joins_special_tokens:
             return True
         tool = self.tool_cls
@@ -316,9 +395,26 @@ class OutputParsers:
         ):
             self.tool_cls.check_request(options.request_chat_template_kwargs or {})
 
+    def check_adjusted(self, options: RequestToolOptions) -> None:
+        """Refuse (:class:`ChatError`, a 400) what the parsers' ``adjust_request`` refuses
+        after rendering: the ``hf`` tool parser cannot guarantee strict tools, forced tool
+        choices or ``parallel_tool_calls: false``."""
+        if self.unified != "hf" or self.tool_cls is None:
+            return
+        if not options.tools or options.tool_choice == "none":
+            return
+        refusal = request_refusal(
+            [_plain(t) for t in options.tool_definitions],
+            options.tool_choice,
+            options.parallel_tool_calls,
+        )
+        if refusal is not None:
+            message, param = refusal
+            raise ChatError(message, param=param)
+
     def for_request(
         self, options: RequestToolOptions
-    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser:
+    ) -> OutputParser | HarmonyOutputParser | CohereOutputParser | ResponseTemplateOutputParser:
         """A fresh parser for one choice of a request."""
         if self.harmony:
             decode = self._decode
@@ -335,6 +431,8 @@ class OutputParsers:
             )
         if self.unified == "cohere" and (self.reasoning_cls or self.tool_cls) is not None:
             return self._cohere(options)
+        if self.response_template is not None:
+            return self._response_template(options)
         reasoning = None
         if self.reasoning_cls is not None:
             if getattr(self.reasoning_cls, "reads_special_tokens", False):
@@ -374,6 +472,23 @@ class OutputParsers:
             # vLLM's ToolParser.__init_subclass__ under VLLM_ENFORCE_STRICT_TOOL_CALLING
             setattr(tool, "supports_required_and_named", False)  # noqa: B010
         return OutputParser(reasoning, tool, options, self.enable_auto_tools, self.unified)
+
+    def _response_template(self, options: RequestToolOptions) -> ResponseTemplateOutputParser:
+        # vLLM's ResponseTemplateParser: tool parsing for "none" off, forced choices on, else
+        # with --enable-auto-tool-choice (which the tool parser exists only with).
+        assert self.response_template is not None and self._prompt_decode is not None
+        choice = options.tool_choice
+        parse_tools = self.tool_cls is not None and choice != "none"
+        return ResponseTemplateOutputParser(
+            self.response_template,
+            tools=[_plain(t) for t in options.tool_definitions],
+            parse_reasoning=self.reasoning_cls is not None,
+            include_reasoning=options.include_reasoning,
+            parse_tools=parse_tools,
+            tool_calls_in_message=parse_tools and options.tools and choice == "auto",
+            decode=self._prompt_decode,
+            first_indexed_id=(options.history_tool_calls if self.indexed_tool_call_ids else None),
+        )
 
     def _cohere(self, options: RequestToolOptions) -> CohereOutputParser:
         shim = self.reasoning_cls or self.tool_cls
@@ -706,6 +821,35 @@ class OutputParser:
         if self.reasoning is None:
             return 0
         return self.reasoning.count_reasoning_tokens(token_ids, streamed=False)
+
+
+def count_history_tool_calls(messages: Any) -> int:
+    """Tool calls of the assistant messages of a chat conversation (vLLM's
+    ``count_chat_history_tool_calls``: a list counts its items, a single call one)."""
+    count = 0
+    for message in messages or ():
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        count += 1 if isinstance(calls, str | bytes | dict) else len(list(calls))
+    return count
+
+
+def _plain(value: Any) -> Any:
+    # A tool definition as plain JSON values (msgspec structs become dicts, nulls dropped as
+    # vLLM's model_dump(exclude_none=True) drops them).
+    value = value if isinstance(value, dict) else msgspec.to_builtins(value)
+    return _drop_nones(value)
+
+
+def _drop_nones(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nones(v) for v in value]
+    return value
 
 
 def _blank_to_none(text: str | None) -> str | None:

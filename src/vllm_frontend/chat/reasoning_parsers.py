@@ -36,6 +36,7 @@ from vllm_frontend.chat.reasoning.engine_think import (
     Step3p5ReasoningParser,
 )
 from vllm_frontend.chat.reasoning.gptoss import GptOssReasoningParser
+from vllm_frontend.chat.reasoning.hf import ResponseTemplateReasoningParser
 from vllm_frontend.chat.reasoning.hunyuan import HunyuanA13BReasoningParser
 from vllm_frontend.chat.reasoning.k2_horizon import K2HorizonReasoningParser
 from vllm_frontend.chat.reasoning.kimi_k3 import KimiK3ReasoningParser
@@ -83,6 +84,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         GraniteThinkingReasoningParser,
         Holo2ReasoningParser,
         HunyuanA13BReasoningParser,
+        ResponseTemplateReasoningParser,
         HYV3ReasoningParser,
         HYV4ReasoningParser,
         K2HorizonReasoningParser,

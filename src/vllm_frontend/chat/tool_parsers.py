@@ -33,6 +33,7 @@ from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
 from vllm_frontend.chat.tools.gptoss import GptOssToolParser
 from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
 from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
+from vllm_frontend.chat.tools.hf import ResponseTemplateToolParser
 from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
 from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
 from vllm_frontend.chat.tools.inkling import InklingToolParser
@@ -338,6 +339,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite-20b-fc": Granite20bFCToolParser,
     "granite4": Granite4ToolParser,
     "hermes": HermesToolParser,
+    "hf": ResponseTemplateToolParser,
     "hunyuan_a13b": HunyuanA13BToolParser,
     "hy_v3": HYV3ToolParser,
     "hy_v4": HYV4ToolParser,

@@ -120,7 +120,13 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
     output_parsers(
         config,
         tokenizer,
-        _facts(tokenizer_config, templates.tokenizer, tokenizer, _architecture(files.config)),
+        _facts(
+            tokenizer_config,
+            templates.tokenizer,
+            tokenizer,
+            _architecture(files.config),
+            _model_types(files.config),
+        ),
         harmony=is_harmony_model(files.config),
     )
     options = ChatTemplateOptions(
@@ -624,11 +630,16 @@ def model_facts(model: ModelResources) -> ModelFacts:
         model.renderer.templates.tokenizer,
         model.tokenizer,
         _architecture(model.files.config),
+        _model_types(model.files.config),
     )
 
 
 def _facts(
-    tokenizer_config: Any, chat_template: Any, tokenizer: Tokenizer, architecture: str | None
+    tokenizer_config: Any,
+    chat_template: Any,
+    tokenizer: Tokenizer,
+    architecture: str | None,
+    model_types: tuple[str, ...] = (),
 ) -> ModelFacts:
     if isinstance(tokenizer, MistralTokenizer):
         return ModelFacts(
@@ -637,8 +648,20 @@ def _facts(
             mistral_version=tokenizer.version,
             mistral_grammar=tokenizer.supports_grammar,
             architecture=architecture,
+            model_types=model_types,
         )
-    return ModelFacts(tokenizer_config, chat_template, architecture=architecture)
+    return ModelFacts(
+        tokenizer_config, chat_template, architecture=architecture, model_types=model_types
+    )
+
+
+def _model_types(model_config: Mapping[str, Any]) -> tuple[str, ...]:
+    # vLLM's hf_config.model_type and hf_text_config.model_type
+    text_config = model_config.get("text_config")
+    found = [model_config.get("model_type")]
+    if isinstance(text_config, Mapping):
+        found.append(text_config.get("model_type"))
+    return tuple(t for t in found if isinstance(t, str))
 
 
 def _architecture(model_config: Mapping[str, Any]) -> str | None:
@@ -669,4 +692,5 @@ def output_parsers(
         decode=functools.partial(tokenizer.decode, skip_special_tokens=False),
         special_tokens=tokenizer.all_special_tokens,
         encode=functools.partial(tokenizer.encode, add_special_tokens=False),
+        prompt_decode=tokenizer.decode_verbatim,
     )

@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.chat.llm import ChatLlm, plain
+from vllm_frontend.chat.response_template import ResponseTemplateOutputParser
 from vllm_frontend.chat.tool_choice import forced_tool_choice
 from vllm_frontend.engine.validate import RequestLimits
 from vllm_frontend.text.logprobs import TokenStrings
@@ -476,7 +477,9 @@ class DerenderHandlers:
             )
             text, _ = self.detok.decode(seed, choice.token_ids, skip)
             if parsing:
-                message = self._parse_message(request, chat_body, text, choice.token_ids)
+                message = self._parse_message(
+                    request, chat_body, text, choice.token_ids, gen.prompt_token_ids
+                )
             else:
                 message = ChatMessage(role="assistant", content=text)
             choices.append(
@@ -509,9 +512,16 @@ class DerenderHandlers:
         )
 
     def _parse_message(
-        self, request: Request, chat_body: Any, text: str, token_ids: Sequence[int]
+        self,
+        request: Request,
+        chat_body: Any,
+        text: str,
+        token_ids: Sequence[int],
+        prompt_ids: Sequence[int] | None,
     ) -> ChatMessage:
         parser = self._parser(request, chat_body)
+        if prompt_ids is not None and isinstance(parser, ResponseTemplateOutputParser):
+            parser.set_prompt_token_ids(prompt_ids)  # (vLLM: the generate response's prompt)
         parsed = parser.parse(text, token_ids)
         reasoning = parsed.reasoning if chat_body.include_reasoning else None
         content = parsed.content

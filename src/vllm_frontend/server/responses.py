@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.chat.cohere_output import CohereOutputParser
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.harmony_responses import (
@@ -31,9 +30,9 @@ from vllm_frontend.chat.harmony_responses import (
     message_dicts,
     responses_conversation,
 )
-from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
+from vllm_frontend.chat.llm import AnyOutputParser, ChatGeneration, ChatLlm, ChatRequest
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
-from vllm_frontend.chat.output_parser import OutputParser, OutputParsers
+from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
 from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.output import SequenceOutput
@@ -551,7 +550,7 @@ class ResponsesHandler:
         req: ResponsesRequest,
         gen: ChatGeneration,
         final: SequenceOutput,
-        parser: OutputParser | HarmonyOutputParser | CohereOutputParser | None,
+        parser: AnyOutputParser | None,
     ) -> list[Any]:
         logprobs = self._logprobs(req, gen, final)
         if parser is None:

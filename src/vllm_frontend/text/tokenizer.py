@@ -395,6 +395,11 @@ class Tokenizer:
         text = self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
         return _clean_up_tokenization(text) if self._clean_up_spaces else text
 
+    def decode_verbatim(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` with special tokens and without the space clean-up (vLLM's
+        ``hf`` parser decodes prompts so)."""
+        return str(self._backend.decode(list(token_ids), skip_special_tokens=False))
+
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary piece of one id (None when out of range)."""
         return self._backend.id_to_token(token_id)

@@ -191,6 +191,10 @@ class MistralTokenizer(Tokenizer):
         text = str(self.raw.decode(list(token_ids), special_token_policy=policy))
         return _LANG_PREFIX.sub("", text) if skip_special_tokens else text
 
+    def decode_verbatim(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` with special tokens."""
+        return self.decode(token_ids)
+
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary piece of one id (None when out of range)."""
         if 0 <= token_id < self._vocab_size:

@@ -26,6 +26,8 @@ class ModelFacts(msgspec.Struct, frozen=True):
     """The mistral_common tokenizer has mistral_common's grammars (tekken, version 11 on)."""
     architecture: str | None = None
     """The model's architecture (``config.json``'s first ``architectures`` entry)."""
+    model_types: tuple[str, ...] = ()
+    """``config.json``'s ``model_type`` and its ``text_config``'s (tool-call id formats)."""
 
 
 class ReasoningParser:

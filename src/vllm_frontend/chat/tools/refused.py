@@ -1,14 +1,12 @@
 """``--tool-call-parser`` names of vLLM 0.32 this frontend refuses at startup, with the reason.
 
 Serving them with a behaviour that differs from vLLM's would be silent; refusing names them.
+Every name of vLLM 0.32's registry is served today: the dict is empty.
 """
 
 from __future__ import annotations
 
 __all__ = ["REFUSED_TOOL_PARSERS"]
 
-REFUSED_TOOL_PARSERS: dict[str, str] = {
-    "hf": "it parses with the response template of the tokenizer's chat template "
-    "(vllm/parser/response_template.py), which vllm-frontend does not reproduce yet",
-}
+REFUSED_TOOL_PARSERS: dict[str, str] = {}
 """Name -> why it is refused."""
