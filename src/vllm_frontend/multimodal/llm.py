@@ -93,7 +93,7 @@ def load_family(
             raise ValueError(f"the {family} family needs the tokenizer's encode")
         return encode
 
-    if model_type == "idefics3":
+    if model_type in ("idefics3", "smolvlm"):
         from vllm_frontend.multimodal.idefics3 import Idefics3Family
 
         return Idefics3Family(
