@@ -176,6 +176,15 @@ def load_family(
             options.mm_device_do_normalize,
             read("video_preprocessor_config.json"),
         )
+    if model_type == "llava_onevision":
+        from vllm_frontend.multimodal.llava_onevision import llava_onevision_family
+
+        return llava_onevision_family(
+            config,
+            read("preprocessor_config.json") or {},
+            read("video_preprocessor_config.json"),
+            options.mm_processor_kwargs,
+        )
     if model_type in ("llava", "llava_next"):
         from vllm_frontend.multimodal.llava import llava_family
 
