@@ -213,14 +213,15 @@ def test_images_and_videos_equal_vllms_processor(
 def test_video_processor_equals_transformers(reference: dict[str, Any]) -> None:
     import json
 
-    from vllm_frontend.multimodal.processors.llava_onevision_video import (
-        LlavaOnevisionVideoProcessor,
+    from vllm_frontend.multimodal.processors.torch_video import (
+        LLAVA_ONEVISION_DEFAULTS,
+        TorchVideoProcessor,
     )
 
     assert reference["video_processor"] == "LlavaOnevisionVideoProcessor"
     model = tiny_llava_onevision_dir()
     config = json.loads((model / "video_preprocessor_config.json").read_text())
-    ours = LlavaOnevisionVideoProcessor(config)
+    ours = TorchVideoProcessor(config, LLAVA_ONEVISION_DEFAULTS)
     for clip, want in zip(_random_videos(), reference["videos"], strict=True):
         got = ours.preprocess_video(clip)
         assert_same_outputs({"v": want}, {"v": got}, f"video {clip.shape}")

@@ -5,7 +5,7 @@ down, "anyres_max_9"), and videos: each ``<video>`` (the config's ``video_token_
 to the pooled features of every frame (``ceil(grid / spatial_pool_stride)`` squared, ``grid``
 the vision tower's patches per side, whatever the frame size) plus one newline, all taking
 embeddings; ``pixel_values_videos`` ``[frames, 3, H, W]`` from the video processor
-(``processors.llava_onevision_video``), a "batched" field, in the model dtype.
+(``processors.torch_video``), a "batched" field, in the model dtype.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from vllm_frontend.multimodal.llava import LlavaFamily, llava_family
 from vllm_frontend.multimodal.media import MediaError, VideoItem
 from vllm_frontend.multimodal.processors.basic import BasicImageProcessor
 from vllm_frontend.multimodal.processors.llava_next import LlavaNextImageProcessor
-from vllm_frontend.multimodal.processors.llava_onevision_video import (
-    LlavaOnevisionVideoProcessor,
+from vllm_frontend.multimodal.processors.torch_video import (
+    LLAVA_ONEVISION_DEFAULTS,
+    TorchVideoProcessor,
 )
 
 __all__ = ["LlavaOnevisionFamily", "llava_onevision_family"]
@@ -86,7 +87,7 @@ class LlavaOnevisionFamily(LlavaFamily):
         stride = int(config.get("spatial_pool_stride", 2))
         pooled = math.ceil((image_size // patch_size) / stride)
         self._frame_tokens = pooled * pooled
-        self.video_processor = LlavaOnevisionVideoProcessor(video_config)
+        self.video_processor = TorchVideoProcessor(video_config, LLAVA_ONEVISION_DEFAULTS)
         self.video_server_kwargs = self._video_known(processor_kwargs)
 
     def _video_known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:

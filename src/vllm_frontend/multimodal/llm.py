@@ -114,6 +114,7 @@ def load_family(
             token_to_id,
             text_encoder("InternVL"),
             options.mm_processor_kwargs,
+            read("video_preprocessor_config.json"),
         )
     if model_type == "gemma3":
         from vllm_frontend.multimodal.gemma3 import Gemma3Family

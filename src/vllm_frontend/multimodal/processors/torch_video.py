@@ -1,14 +1,14 @@
-"""LLaVA-OneVision's video processor in numpy: the same output as transformers 5's
-``LlavaOnevisionVideoProcessor`` (torchvision-backed, transformers has no PIL one) on the frames
-vLLM's video loader sampled.
+"""transformers 5's plain video processors in numpy (``BaseVideoProcessor``'s steps, which
+``LlavaOnevisionVideoProcessor`` and ``InternVLVideoProcessor`` keep; torchvision-backed,
+transformers has no PIL ones): the same output on the frames vLLM's video loader sampled.
 
 Every frame is resized to ``size`` (384 x 384 by default) as torch resizes ``uint8`` tensors
 (``processors.torch_resize``: the antialiased bicubic of torchvision's ``resize``, or its
 bilinear), then rescaled and normalized in float32 as transformers' fused torch path does
 (``(x - mean / r) / (std / r)``, ``r`` the rescale factor) through a per-channel lookup table
 of those same float32 operations, so the values are bit-exact. No center crop and no frame
-sampling by default (transformers' ``do_sample_frames`` is off for this model: every frame the
-loader kept is processed).
+sampling (transformers' ``do_sample_frames`` is off for these models: every frame the loader
+kept is processed; a config that turns either on is refused).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from vllm_frontend.multimodal.processors import image_ops
 from vllm_frontend.multimodal.processors.options import Options
 from vllm_frontend.multimodal.processors.torch_resize import resize_bicubic_u8, resize_bilinear_u8
 
-__all__ = ["DEFAULTS", "LlavaOnevisionVideoProcessor"]
+__all__ = ["INTERNVL_DEFAULTS", "LLAVA_ONEVISION_DEFAULTS", "TorchVideoProcessor"]
 
-DEFAULTS: dict[str, Any] = {
+LLAVA_ONEVISION_DEFAULTS: dict[str, Any] = {
     "do_convert_rgb": True,
     "do_resize": True,
     "size": {"height": 384, "width": 384},
@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "do_sample_frames": False,
 }
 """transformers' ``LlavaOnevisionVideoProcessor`` class defaults."""
+INTERNVL_DEFAULTS: dict[str, Any] = {**LLAVA_ONEVISION_DEFAULTS, "initial_shift": True}
+"""transformers' ``InternVLVideoProcessor`` class defaults (``initial_shift`` is for its frame
+sampling, which is off)."""
 
 _RESIZES = {int(image_ops.BICUBIC): resize_bicubic_u8, int(image_ops.BILINEAR): resize_bilinear_u8}
 
@@ -52,12 +55,12 @@ def _per_channel(value: Any, channels: int) -> np.ndarray:
     return np.array(value, dtype=np.float32)
 
 
-class LlavaOnevisionVideoProcessor:
-    """transformers' ``LlavaOnevisionVideoProcessor`` of one model's config (its
-    ``video_preprocessor_config.json``)."""
+class TorchVideoProcessor:
+    """A transformers video processor of ``BaseVideoProcessor``'s steps, of one model's config
+    (its ``video_preprocessor_config.json``) over the class ``defaults``."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self.options = Options(DEFAULTS, config)
+    def __init__(self, config: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+        self.options = Options(defaults, config)
         o = self.options.merged({})
         if o["do_sample_frames"]:
             raise ValueError("frame sampling in the video processor is not implemented")
