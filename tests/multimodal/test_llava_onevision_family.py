@@ -9,6 +9,9 @@ transformers' ``LlavaOnevisionVideoProcessor`` (no server, no engine), on the ti
 - images and videos: frames of many counts and sizes (downscaled, upscaled, already the tower's
   size) with images around them, through our family and vLLM's processor: prompt ids, ranges and
   ``pixel_values_videos`` equal;
+- video chat: ``video/jpeg`` data URLs (JPEG frames) with an image, decoded by vLLM's
+  ``MediaConnector`` for its side and by our loader for ours: prompt ids, item hashes, ranges
+  and fields equal;
 - the video processor alone: ours bit-exact with transformers' on random videos of many sizes.
 
 vLLM's processor builds transformers' ``LlavaOnevisionProcessor``, whose video processor needs
@@ -73,6 +76,29 @@ def _mixed_inputs(name: str) -> tuple[list[Image.Image], list[np.ndarray], list[
     return images, clips, prompt
 
 
+# Video chat: (prompt text, image sizes (w, h), videos as (frames, h, w) of JPEG frames).
+CHAT_TEXT = f"USER: {I}\nand {V} then {V}? ASSISTANT:"
+CHAT_IMAGES = [(100, 60)]
+CHAT_VIDEOS = [(3, 48, 64), (5, 90, 40)]
+
+
+def _jpeg_video_urls() -> list[str]:
+    """``video/jpeg`` data URLs of random JPEG frames (comma-separated base64 frames)."""
+    import base64
+    import io
+
+    rng = np.random.default_rng(3)
+    urls = []
+    for t, h, w in CHAT_VIDEOS:
+        frames = []
+        for _ in range(t):
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buf, "JPEG")
+            frames.append(base64.b64encode(buf.getvalue()).decode())
+        urls.append("data:video/jpeg;base64," + ",".join(frames))
+    return urls
+
+
 def _random_videos() -> list[np.ndarray]:
     rng = np.random.default_rng(7)
     return [rng.integers(0, 256, (t, h, w, 3), dtype=np.uint8) for t, h, w in VIDEO_SIZES]
@@ -90,6 +116,7 @@ def _reference(model: str) -> dict[str, Any]:
     from transformers import LlavaOnevisionVideoProcessor
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
+    from vllm.multimodal.media.connector import MediaConnector
     from vllm.multimodal.media.image import ImageMediaIO
     from vllm.multimodal.processing.context import TimingContext
     from vllm.multimodal.processing.inputs import ProcessorInputs
@@ -130,6 +157,26 @@ def _reference(model: str) -> dict[str, Any]:
                 "fields": {m: [{k: _entry(e) for k, e in item.items()} for item in items]
                            for m, items in result["mm_kwargs"].items()},
             }  # fmt: skip
+        tokenizer = processor.info.get_tokenizer()
+        connector = MediaConnector()
+        images = [ImageMediaIO().load_bytes(png) for png in pngs("chat", CHAT_IMAGES)]
+        videos = [connector.fetch_video(url, video_processor="LlavaOnevisionVideoProcessor")
+                  for url in _jpeg_video_urls()]  # fmt: skip
+        result = processor.apply(
+            ProcessorInputs(
+                tokenizer.encode(CHAT_TEXT, add_special_tokens=False),
+                processor.info.parse_mm_data({"image": images, "video": videos}),
+            ),
+            TimingContext(enabled=False),
+        )
+        out[dtype, "chat"] = {
+            "ids": list(result["prompt_token_ids"]),
+            "hashes": {m: list(h) for m, h in result["mm_hashes"].items()},
+            "ranges": {m: [(r.offset, r.length) for r in rs]
+                       for m, rs in result["mm_placeholders"].items()},
+            "fields": {m: [{k: _entry(e) for k, e in item.items()} for item in items]
+                       for m, items in result["mm_kwargs"].items()},
+        }  # fmt: skip
     video_processor = LlavaOnevisionVideoProcessor.from_pretrained(model)
     out["videos"] = [
         video_processor(videos=[clip], return_tensors="pt")["pixel_values_videos"][0].numpy()
@@ -208,6 +255,47 @@ def test_images_and_videos_equal_vllms_processor(
     # A held video's placeholder is told from its frame count alone.
     for clip, item in zip(clips, processed[len(images) :], strict=True):
         assert family.item_tokens("video", VideoItem(clip, {}, b""), {}) == item.num_tokens
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_video_chat_engine_request_equals_vllms(reference: dict[str, Any], dtype: str) -> None:
+    import asyncio
+    import base64
+
+    from vllm_frontend.multimodal.parts import MediaPart
+    from vllm_frontend.text.llm import TextRequest
+    from vllm_frontend.text.sampling import SamplingRequest
+
+    want = reference[dtype, "chat"]
+    media = _facade(dtype)
+    parts = media.new_parts()
+    for png in pngs("chat", CHAT_IMAGES):
+        parts.add(MediaPart("image", "data:image/png;base64," + base64.b64encode(png).decode()))
+    for url in _jpeg_video_urls():
+        parts.add(MediaPart("video", url))
+    request = TextRequest(request_id="r", max_tokens=4, sampling=SamplingRequest(),
+                          add_special_tokens=False)  # fmt: skip
+    [prepared] = asyncio.run(media.generate(request, CHAT_TEXT, parts)).prompts
+    assert prepared.token_ids == want["ids"]
+    hashes: dict[str, list[str]] = {}
+    ranges: dict[str, list[Any]] = {}
+    fields: dict[str, list[Any]] = {}
+    for feature in prepared.mm_features:
+        assert feature.identifier == feature.mm_hash
+        hashes.setdefault(feature.modality, []).append(feature.mm_hash)
+        ranges.setdefault(feature.modality, []).append(
+            (feature.mm_position.offset, feature.mm_position.length)
+        )
+        fields.setdefault(feature.modality, []).append(feature.data or {})
+    assert hashes == want["hashes"]
+    assert ranges == want["ranges"]
+    for modality, theirs in want["fields"].items():
+        for mine, item in zip(fields[modality], theirs, strict=True):
+            assert set(mine) == set(item)
+            for key, (tdtype, shape, values, _, _) in item.items():
+                tensor = mine[key].data
+                assert (tensor.dtype, tensor.shape) == (tdtype, shape), key
+                assert np.array_equal(tensor.numpy().astype(np.float32), values), key
 
 
 def test_video_processor_equals_transformers(reference: dict[str, Any]) -> None:
