@@ -40,6 +40,8 @@ SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "bfloat16": ("bfloat16", {}),
     "float32": ("float32", {}),
     "max 2 tiles": ("bfloat16", {"max_patches": 2}),
+    # (vLLM builds the video processor with the processor kwargs too: the mean is both's)
+    "mean and std": ("float32", {"image_mean": [0.5, 0.25, 0.75], "image_std": [0.5, 0.5, 0.2]}),
 }
 # name: (image sizes (w, h), videos as (frames, h, w)); the prompt has the images'
 # placeholders, then the videos'.
@@ -208,6 +210,11 @@ def test_the_cases_are_not_vacuous(reference: dict[Any, Any]) -> None:
     assert len({length for _, length, _ in ranges}) == 3
     fields = reference["bfloat16", "images and videos"]["fields"]
     assert fields["video"][0]["pixel_values_videos"][1] == (2, 3, 28, 28)  # its own frames
+    plain, means = (
+        reference[setting, "one video"]["fields"]["video"][0]["pixel_values_videos"][2]
+        for setting in ("float32", "mean and std")
+    )
+    assert not np.array_equal(plain, means)  # the server's mean and std reach the videos
 
 
 def test_a_payload_that_is_not_a_video_is_a_400() -> None:

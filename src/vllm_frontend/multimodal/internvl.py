@@ -76,6 +76,7 @@ class InternVLFamily:
         "_encode",
         "_replacements",
         "_server_kwargs",
+        "_server_raw",
         "_video_replacements",
         "image_seq_length",
         "model_type",
@@ -108,6 +109,7 @@ class InternVLFamily:
         self.model_type = str(config.get("model_type"))
         self.processor = GotOcr2ImageProcessor(preprocessor_config, INTERNVL_DEFAULTS)
         self._server_kwargs = self._known(processor_kwargs)
+        self._server_raw = dict(processor_kwargs)
         seq_length = processor_config.get("image_seq_length")
         self.image_seq_length = (
             int(seq_length) if seq_length is not None else DEFAULT_IMAGE_SEQ_LENGTH
@@ -196,10 +198,19 @@ class InternVLFamily:
             )
 
     def _video_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The video processor's options: vLLM gives it the image processor's ``size`` (after
-        the server's and the request's image options), over its own config."""
+        """The video processor's options: vLLM builds it with the processor keyword arguments
+        it knows (the server's and the request's flat ones and ``videos_kwargs``) and the image
+        processor's ``size`` (after the image options), over its own config."""
+        given = {**self._server_raw, **kwargs}
+        flat = {k: v for k, v in given.items() if not k.endswith("_kwargs")}
+        scoped = given.get("videos_kwargs")
+        if isinstance(scoped, Mapping):
+            flat.update(scoped)
+        names = self.video_processor.options.names
+        options = {k: v for k, v in flat.items() if k in names and k != "size"}
         merged = self.processor.options.merged({**self._server_kwargs, **self._known(kwargs)})
-        return {"size": image_ops.size_dict(merged["size"])}
+        options["size"] = image_ops.size_dict(merged["size"])
+        return options
 
     def process(
         self, modality: str, items: list[Any], kwargs: Mapping[str, Any], dtype: str
