@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import subprocess
 import sys
 import zlib
@@ -102,6 +103,29 @@ def run_reference(module: str, args: list[str], target: pathlib.Path, **env: str
     environ.pop("VLLM_USE_RUST_FRONTEND", None)
     subprocess.run([sys.executable, "-m", module, *args, str(target)], check=True, env=environ,
                    cwd=ROOT, timeout=900)  # fmt: skip
+    return pickle.loads(target.read_bytes())
+
+
+def run_reference_cached(module: str, models: list[pathlib.Path], staging: pathlib.Path) -> Any:
+    """:func:`run_reference` with the model directories as arguments, its result kept in the test
+    cache under a key of the module's source, the models' files and vLLM's and transformers'
+    versions (building vLLM's processors takes most of a minute on a loaded machine)."""
+    import importlib.metadata
+
+    from tests.support.tiny_model import cache_root, inputs_hash
+
+    source = pathlib.Path(sys.modules[module].__file__ or "")
+    key = inputs_hash(
+        source.read_bytes(),
+        pathlib.Path(__file__).read_bytes(),
+        *(f.read_bytes() for m in models for f in sorted(m.iterdir()) if f.is_file()),
+        importlib.metadata.version("vllm").encode(),
+        importlib.metadata.version("transformers").encode(),
+    )
+    target = cache_root() / f"{source.stem}-reference-{key}.pkl"
+    if not target.is_file():
+        run_reference(module, [str(m) for m in models], staging)
+        shutil.move(staging, target)
     return pickle.loads(target.read_bytes())
 
 

@@ -419,15 +419,5 @@ def test_bad_input_gets_vllms_400s() -> None:
     assert status == 400 and message.startswith("Input length ("), message
 
 
-def test_video_parts_are_refused_naming_the_model_type() -> None:
-    # vLLM serves InternVL's videos; this frontend does not yet, and says so.
-    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
-    status, message = _error({"messages": [{"role": "user", "content": [video]}]})
-    assert status == 400
-    assert message == (
-        "video inputs are not supported by this frontend for model type 'internvl' yet"
-    )
-
-
 if __name__ == "__main__":
     pathlib.Path(sys.argv[2]).write_bytes(pickle.dumps(_reference(sys.argv[1])))

@@ -146,3 +146,44 @@ def test_image_token_counts_equal_vllms(
                 height, width, pinpoints, image_size, patch_size, strategy, tower == "clip"
             )
             assert got == want, (width, height)
+
+
+_ONEVISION = str(pathlib.Path(vllm.__file__).parent / "model_executor/models/llava_onevision.py")
+vllm_onevision_unpadded_features = source_function(
+    _ONEVISION,
+    "LlavaOnevisionProcessingInfo._get_num_unpadded_features",
+    {"math": __import__("math")},
+)
+
+
+@pytest.mark.parametrize(
+    ("image_size", "patch_size", "strategy"),
+    [(384, 14, "full"), (56, 14, "full"), (384, 14, "default")],
+)
+def test_onevision_image_token_counts_equal_vllms(
+    image_size: int, patch_size: int, strategy: str
+) -> None:
+    # LLaVA-OneVision's count: LLaVA-NeXT's with vLLM's "anyres_max_9" reduction of large grids
+    # (SigLIP towers, the 6 x 6 grid of the tower's image size).
+    pinpoints = [[h * image_size, w * image_size] for h in range(1, 7) for w in range(1, 7)]
+    hf_config = types.SimpleNamespace(
+        vision_feature_select_strategy=strategy,
+        image_grid_pinpoints=pinpoints,
+        vision_config=types.SimpleNamespace(image_size=image_size, patch_size=patch_size),
+    )
+    info = types.SimpleNamespace(
+        get_hf_config=lambda: hf_config,
+        get_vision_encoder_info=lambda: SiglipEncoderInfo(hf_config),
+    )
+    info._get_num_unpadded_features = lambda **kw: vllm_onevision_unpadded_features(info, **kw)
+    reduced = 0
+    for width in (1, 7, 100, 383, 384, 385, 700, 1153, 1500, 2304, 4000):
+        for height in (1, 3, 100, 384, 480, 944, 1000, 2000, 2304, 3000):
+            want = vllm_num_image_tokens(info, image_width=width, image_height=height)
+            got = num_image_tokens(height, width, pinpoints, image_size, patch_size, strategy,
+                                   False, onevision=True)  # fmt: skip
+            assert got == want, (width, height)
+            plain = num_image_tokens(height, width, pinpoints, image_size, patch_size, strategy,
+                                     False)  # fmt: skip
+            reduced += plain != got
+    assert reduced > 10

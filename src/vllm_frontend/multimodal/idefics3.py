@@ -3,7 +3,12 @@ tiles and global image as ``pixel_values`` and ``pixel_attention_mask`` ("flat" 
 the frames of every image of the request), its frame count ``num_patches`` (a "batched" field kept
 on the CPU), and each ``<image>`` of the rendered prompt replaced by the image's tile grid text
 (``<fake_token_around_image>``, ``<row_R_col_C>``, ``<global-img>`` and ``image_seq_len``
-``<image>`` per frame), tokenized, of which the ``<image>`` positions take embeddings."""
+``<image>`` per frame), tokenized, of which the ``<image>`` positions take embeddings.
+
+SmolVLM (``smolvlm``) is served by the same class, as vLLM 0.32's ``SmolVLMMultiModalProcessor``
+is Idefics3's over transformers' ``SmolVLMProcessor`` (the same tokens, tile text and image
+steps). vLLM serves it images only: transformers' SmolVLM video processing is never reached, and
+a video part gets vLLM's "At most 0 video(s)" 400."""
 
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ _GRID_KEYS = ("do_image_splitting", "max_image_size", "size")
 
 
 class Idefics3Family:
-    """Idefics3 (``model_type`` ``idefics3``): images."""
+    """Idefics3 and SmolVLM (``model_type`` ``idefics3``, ``smolvlm``): images."""
 
     __slots__ = (
         "_encode",

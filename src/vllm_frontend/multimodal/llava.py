@@ -20,7 +20,7 @@ frontend lacks is not served here: its media parts are refused naming the model 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
@@ -55,22 +55,35 @@ _DEFAULT_TOWER = {"model_type": "clip_vision_model", "image_size": 336, "patch_s
 _ARCHITECTURES = {
     "llava": "LlavaForConditionalGeneration",
     "llava_next": "LlavaNextForConditionalGeneration",
+    "llava_onevision": "LlavaOnevisionForConditionalGeneration",
 }
 _PROCESSORS = {
     "llava": ("CLIPImageProcessor", "SiglipImageProcessor"),
     "llava_next": ("LlavaNextImageProcessor",),
+    "llava_onevision": ("LlavaOnevisionImageProcessor",),
 }
+_HF_PROCESSORS = {
+    "llava": "LlavaProcessor",
+    "llava_next": "LlavaNextProcessor",
+    "llava_onevision": "LlavaOnevisionProcessor",
+}
+# transformers' config defaults that differ for LLaVA-OneVision (its "full" feature selection
+# and 6 x 6 grid of 384-pixel patches; a config without a vision tower is not served).
+_ONEVISION_PINPOINTS = [[h * 384, w * 384] for h in range(1, 7) for w in range(1, 7)]
 
 
 def llava_family(
     config: Mapping[str, Any],
     preprocessor_config: Mapping[str, Any],
     processor_kwargs: Mapping[str, Any],
+    family: Callable[..., LlavaFamily] | None = None,
 ) -> LlavaFamily | None:
-    """The family of a ``llava`` / ``llava_next`` model, or None when this frontend cannot serve
-    its media (a tower other than CLIP or SigLIP, another architecture reading the same config
-    type, or an image processor it lacks)."""
+    """The family of a ``llava`` / ``llava_next`` / ``llava_onevision`` model, or None when this
+    frontend cannot serve its media (a tower other than CLIP or SigLIP, another architecture
+    reading the same config type, or an image processor it lacks); ``family``: the class to make
+    it with (:class:`LlavaFamily`'s arguments)."""
     model_type = str(config.get("model_type"))
+    onevision = model_type == "llava_onevision"
     architecture = _ARCHITECTURES.get(model_type)
     if architecture is None:
         return None
@@ -78,13 +91,15 @@ def llava_family(
     if architecture not in architectures:
         return None
     vision = config.get("vision_config")
+    if vision is None and onevision:
+        return None
     vision = dict(_DEFAULT_TOWER) if vision is None else dict(vision)
     tower = _TOWERS.get(str(vision.get("model_type", "clip_vision_model")))
     if tower is None:
         return None
     image_size = vision.get("image_size", tower[0])
     patch_size = vision.get("patch_size", tower[1])
-    strategy = config.get("vision_feature_select_strategy", "default")
+    strategy = config.get("vision_feature_select_strategy", "full" if onevision else "default")
     if (
         not isinstance(image_size, int)
         or not isinstance(patch_size, int)
@@ -101,7 +116,7 @@ def llava_family(
     cls = processor_class(type_name)
     if cls is None:
         return None
-    return LlavaFamily(
+    return (family or LlavaFamily)(
         model_type,
         config,
         cls(preprocessor_config),
@@ -146,7 +161,10 @@ class LlavaFamily:
         self.token_ids: dict[str, int] = {
             "image": int(index) if index is not None else DEFAULT_IMAGE_TOKEN_INDEX
         }
-        self.pinpoints = config.get("image_grid_pinpoints") or DEFAULT_PINPOINTS
+        default_pinpoints = (
+            _ONEVISION_PINPOINTS if model_type == "llava_onevision" else DEFAULT_PINPOINTS
+        )
+        self.pinpoints = config.get("image_grid_pinpoints") or default_pinpoints
         image_size, patch_size, class_token, strategy = tower
         grid = image_size // patch_size
         self._base_tokens = _selected(grid * grid + (1 if class_token else 0), strategy)
@@ -161,7 +179,7 @@ class LlavaFamily:
         """vLLM's message when transformers' processor refuses the images (LLaVA-1.5's of
         different sizes once center cropping is off): the processor, the images, the keyword
         arguments it was called with."""
-        name = "LlavaNextProcessor" if self.model_type == "llava_next" else "LlavaProcessor"
+        name = _HF_PROCESSORS[self.model_type]
         shown = ", ".join(
             f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
             for i in images
@@ -173,13 +191,13 @@ class LlavaFamily:
         """How many placeholder tokens an image takes, from its size alone (vLLM's count)."""
         if modality != "image":
             raise MediaError.bad_request(f"{modality} inputs are not supported for this model")
-        if self.model_type != "llava_next":
+        if self.model_type == "llava":
             return self._base_tokens
         image = item.image
         image_size, patch_size, class_token, strategy = self._tower
         return num_image_tokens(
             image.height, image.width, self.pinpoints, image_size, patch_size, strategy,
-            class_token,
+            class_token, onevision=self.model_type == "llava_onevision",
         )  # fmt: skip
 
     def process(

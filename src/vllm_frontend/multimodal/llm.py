@@ -93,7 +93,7 @@ def load_family(
             raise ValueError(f"the {family} family needs the tokenizer's encode")
         return encode
 
-    if model_type == "idefics3":
+    if model_type in ("idefics3", "smolvlm"):
         from vllm_frontend.multimodal.idefics3 import Idefics3Family
 
         return Idefics3Family(
@@ -114,6 +114,7 @@ def load_family(
             token_to_id,
             text_encoder("InternVL"),
             options.mm_processor_kwargs,
+            read("video_preprocessor_config.json"),
         )
     if model_type == "gemma3":
         from vllm_frontend.multimodal.gemma3 import Gemma3Family
@@ -175,6 +176,15 @@ def load_family(
             options.mm_processor_kwargs,
             options.mm_device_do_normalize,
             read("video_preprocessor_config.json"),
+        )
+    if model_type == "llava_onevision":
+        from vllm_frontend.multimodal.llava_onevision import llava_onevision_family
+
+        return llava_onevision_family(
+            config,
+            read("preprocessor_config.json") or {},
+            read("video_preprocessor_config.json"),
+            options.mm_processor_kwargs,
         )
     if model_type in ("llava", "llava_next"):
         from vllm_frontend.multimodal.llava import llava_family

@@ -181,11 +181,14 @@ def num_image_tokens(
     vision_patch_size: int,
     select_strategy: str = "default",
     class_token: bool = True,
+    onevision: bool = False,
 ) -> int:
     """How many image tokens vLLM gives a ``height`` x ``width`` image on a LLaVA-NeXT model: the
     base image's features (one fewer with the "default" strategy: a CLIP-style tower's CLS token,
     and, as vLLM counts, one patch of a tower without one, ``class_token`` False, as SigLIP),
-    then the best-fit grid's features with the padding cut off, one newline per row."""
+    then the best-fit grid's features with the padding cut off, one newline per row.
+    ``onevision``: LLaVA-OneVision's count ("anyres_max_9": a grid of more than 1.1 x 9 patches'
+    features is scaled down to about 9 patches', rows and columns divided by the same ratio)."""
     grid = vision_image_size // vision_patch_size
     base = grid * grid + (1 if class_token else 0)
     if select_strategy == "default":
@@ -203,4 +206,10 @@ def num_image_tokens(
     else:
         new_width = int(round(width * (current_height / height), 7))
         current_width -= 2 * ((current_width - new_width) // 2)
-    return current_height * current_width + current_height + base
+    unpadded, newlines = current_height * current_width, current_height
+    if onevision:
+        ratio = math.sqrt(current_height * current_width / (9 * grid**2))
+        if ratio > 1.1:
+            newlines = int(current_height // ratio)
+            unpadded = newlines * int(current_width // ratio)
+    return unpadded + newlines + base
