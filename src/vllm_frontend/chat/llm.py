@@ -44,10 +44,12 @@ from vllm_frontend.engine.validate import InvalidRequestError
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.structured_outputs import (
+    grammar_is_likely_lark,
     merge_response_format,
     resolve_structured_outputs,
     structured_outputs_params,
 )
+from vllm_frontend.text.xgrammar_native import XgrammarUnavailable, lark_to_ebnf
 
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
@@ -468,11 +470,20 @@ def _merged_constraint(request: ChatRequest) -> StructuredOutputsParams | None:
 
 
 def _xgrammar_accepts(so: Any) -> bool:
-    # vLLM's _xgrammar_supports, without the compiler: what its checks refuse before compiling.
+    # vLLM's _xgrammar_supports: what its checks refuse before compiling, and a Lark grammar
+    # xgrammar cannot read (the other compilations are left to the engine's compiler).
     try:
         resolve_structured_outputs(so, "xgrammar")
     except (InvalidRequestError, NotImplementedError):
         return False
+    grammar = so.grammar
+    if isinstance(grammar, str) and grammar_is_likely_lark(grammar):
+        try:
+            lark_to_ebnf(grammar)
+        except XgrammarUnavailable:
+            raise
+        except RuntimeError:
+            return False
     return True
 
 
