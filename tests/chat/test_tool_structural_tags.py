@@ -350,6 +350,34 @@ def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
         assert expected is not None and "structural_tag" in expected
 
 
+LARK_CONSTRAINTS = [
+    'start: "yes" | "no"',
+    'start: WORD ("," WORD)*\n%import common.WORD',
+    "start: (",
+]
+"""Lark grammars joined with the calls: vLLM converts them to EBNF with xgrammar (the last one
+xgrammar cannot read, so vLLM leaves the grammar alone)."""
+
+
+@pytest.mark.parametrize("tool", ["hermes", "qwen3_coder", "glm47"])
+def test_a_lark_grammar_joins_the_calls_as_vllm_converts_it(tool: str, tokenizer_dir: str) -> None:
+    app, engine = _ours(tool, "auto", tokenizer_dir)
+    parser = _vllm_parser(tool, "auto")
+    joined = 0
+    for lark, choice in itertools.product(LARK_CONSTRAINTS, ["auto", "required"]):
+        body: dict[str, Any] = {
+            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+            "tools": [WEATHER, STRICT_TIME], "tool_choice": choice,
+            "structured_outputs": {"grammar": lark},
+        }  # fmt: skip
+        expected = _vllm_structured_outputs(parser, body)
+        status, raw = _post(app, body)
+        assert status == 200, raw
+        assert _our_structured_outputs(engine) == expected, body
+        joined += expected is not None and '"grammar"' in expected.get("structural_tag", "")
+    assert joined == 2
+
+
 FORCED_CHOICES: list[Any] = ["required", {"type": "function", "function": {"name": "get_weather"}}]
 KEPT_TAGS: list[dict[str, Any]] = [
     {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}},

@@ -13,7 +13,9 @@ Follows vLLM 0.32 in three steps, each with vLLM's messages:
    `choice_as_grammar`), which is what the engine then receives.
 
 The grammar compilers themselves (xgrammar, guidance, outlines) live in the engine: checks that
-need them (regex / grammar / schema compilation, structural tags) are not done here.
+need them (regex / grammar / schema compilation) are not done here. A request's structural tag
+is checked when the request is read (text/structural_tags.py); guidance's reading of it (the
+legacy form only) is reproduced here.
 """
 
 from __future__ import annotations
@@ -96,11 +98,6 @@ def resolve_structured_outputs(
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
-    if so.structural_tag is not None and not (backend.startswith("xgrammar") or backend == "auto"):
-        raise NotImplementedError(
-            f"Structural tags with the {backend!r} structured-output backend are not supported "
-            "by this frontend yet."
-        )
     out = _copy(so)
     out.backend = backend
     if isinstance(out.choice, list) and not out.choice:
@@ -128,6 +125,8 @@ def resolve_structured_outputs(
             "backend. Please use ['xgrammar', 'outlines'] backends or tokenizer_mode='hf' "
             "instead."
         )
+    if backend.startswith("guidance") and out.structural_tag is not None:
+        _check_guidance_structural_tag(out.structural_tag)
     if (
         backend == "auto"
         and mistral_tokenizer == "tekken"
@@ -168,6 +167,33 @@ def resolve_structured_outputs(
             out.backend_was_auto = True
     _check_one_constraint(out)
     return out
+
+
+def _check_guidance_structural_tag(tag: Any) -> None:
+    # vLLM's serialize_guidance_grammar reads a structural tag in its legacy form only
+    # (``triggers`` and ``structures``; any other is refused with the KeyError's text); each
+    # structure's schema, compiled by llguidance, is left to the engine's compiler. The reads
+    # are vLLM's, in its order, so the same Python errors (their text) come out of them.
+    try:
+        spec = json.loads(tag) if isinstance(tag, str) else tag
+        triggers = spec["triggers"]
+        found = False
+        for structure in spec["structures"]:
+            begin = structure["begin"]
+            if next((t for t in triggers if begin.startswith(t)), None) is None:
+                raise _GuidanceTagError(f"Trigger {begin} not found in triggers {triggers}")
+            _ = (structure["schema"], structure["end"])
+            found = True
+        if not found:
+            raise _GuidanceTagError("No structural tags found in the grammar spec.")
+    except _GuidanceTagError as e:
+        raise InvalidRequestError(str(e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InvalidRequestError(f"Invalid grammar specification: {e}") from None
+
+
+class _GuidanceTagError(Exception):
+    pass
 
 
 def grammar_is_likely_lark(grammar: str) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "XGRAMMAR_VERSION",
     "XgrammarUnavailable",
+    "compile_structural_tag",
     "json_schema_to_ebnf",
     "lark_to_ebnf",
     "unavailable_reason",
@@ -64,6 +65,13 @@ def json_schema_to_ebnf(schema: str) -> str:
     return str(methods["to_string"](grammar))
 
 
+def compile_structural_tag(tag: str) -> None:
+    """Build xgrammar's grammar of a structural tag given as JSON text (its current form), as
+    vLLM's check of a request's tag does. Raises RuntimeError where xgrammar refuses the tag,
+    :class:`XgrammarUnavailable` without the library."""
+    _methods()["from_structural_tag"](tag)
+
+
 def _methods() -> dict[str, Any]:
     with _lock:
         return _load()
@@ -71,7 +79,7 @@ def _methods() -> dict[str, Any]:
 
 @functools.cache
 def _load() -> dict[str, Any]:
-    # (functools.cache does not cache a raised error: a failed load is retried and fails again.)
+    # (A failed load is not cached: it is retried, and fails again, on the next call.)
     try:
         version = importlib.metadata.version("xgrammar")
         spec = importlib.util.find_spec("xgrammar")
