@@ -350,32 +350,38 @@ def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
         assert expected is not None and "structural_tag" in expected
 
 
-LARK_CONSTRAINTS = [
-    'start: "yes" | "no"',
-    'start: WORD ("," WORD)*\n%import common.WORD',
-    "start: (",
+BUILT_CONSTRAINTS: list[tuple[dict[str, Any], bool]] = [
+    ({"grammar": 'start: "yes" | "no"'}, True),
+    ({"grammar": 'start: WORD ("," WORD)*\n%import common.WORD'}, True),
+    ({"grammar": "start: ("}, False),
+    ({"grammar": 'root ::= "a" | b'}, False),
+    ({"regex": "(a|b"}, False),
+    ({"regex": "[a-z]{2,3}"}, True),
+    ({"json": {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}}, False),
+    ({"json": '{"type": "array", "items": {"type": "integer"}}'}, True),
 ]
-"""Lark grammars joined with the calls: vLLM converts them to EBNF with xgrammar (the last one
-xgrammar cannot read, so vLLM leaves the grammar alone)."""
+"""Constraints joined with the calls ("auto", strict tools), as xgrammar builds them: vLLM
+converts a Lark grammar to EBNF; one xgrammar cannot build (False) is left alone, untagged."""
 
 
 @pytest.mark.parametrize("tool", ["hermes", "qwen3_coder", "glm47"])
-def test_a_lark_grammar_joins_the_calls_as_vllm_converts_it(tool: str, tokenizer_dir: str) -> None:
+def test_a_constraint_joins_the_calls_as_xgrammar_builds_it(tool: str, tokenizer_dir: str) -> None:
     app, engine = _ours(tool, "auto", tokenizer_dir)
     parser = _vllm_parser(tool, "auto")
-    joined = 0
-    for lark, choice in itertools.product(LARK_CONSTRAINTS, ["auto", "required"]):
-        body: dict[str, Any] = {
-            "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
-            "tools": [WEATHER, STRICT_TIME], "tool_choice": choice,
-            "structured_outputs": {"grammar": lark},
-        }  # fmt: skip
-        expected = _vllm_structured_outputs(parser, body)
-        status, raw = _post(app, body)
-        assert status == 200, raw
-        assert _our_structured_outputs(engine) == expected, body
-        joined += expected is not None and '"grammar"' in expected.get("structural_tag", "")
-    assert joined == 2
+    for constraint, builds in BUILT_CONSTRAINTS:
+        for choice in ("auto", "required"):
+            body: dict[str, Any] = {
+                "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+                "tools": [WEATHER, STRICT_TIME], "tool_choice": choice,
+                "structured_outputs": constraint,
+            }  # fmt: skip
+            expected = _vllm_structured_outputs(parser, body)
+            status, raw = _post(app, body)
+            assert status == 200, raw
+            assert _our_structured_outputs(engine) == expected, body
+            assert expected is not None
+            if choice == "auto":  # ("required" drops the constraint)
+                assert ("structural_tag" in expected) == builds, body
 
 
 FORCED_CHOICES: list[Any] = ["required", {"type": "function", "function": {"name": "get_weather"}}]

@@ -101,3 +101,49 @@ def test_a_missing_or_other_release_is_refused_with_the_install_line(
         monkeypatch.undo()
         xgrammar_native._load.cache_clear()
     assert xgrammar_native.unavailable_reason() is None
+
+
+@pytest.mark.parametrize("regex", ["[a-z]{2,3}", "(a|b", "\\d+\\.\\d*", "é+|日本", "a{3,1}"])
+def test_regex_to_ebnf_is_xgrammars(regex: str) -> None:
+    try:
+        expected = str(xgr.Grammar.from_regex(regex))
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            xgrammar_native.regex_to_ebnf(regex)
+        return
+    assert xgrammar_native.regex_to_ebnf(regex) == expected
+
+
+@pytest.mark.parametrize(
+    "ebnf", ['root ::= "a" | "b"', 'root ::= x\nx ::= [0-9]+ "."?', 'root ::= "a" | b', "root ::= "]
+)
+def test_ebnf_to_grammar_is_xgrammars(ebnf: str) -> None:
+    try:
+        expected = str(xgr.Grammar.from_ebnf(ebnf))
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            xgrammar_native.ebnf_to_grammar(ebnf)
+        return
+    assert xgrammar_native.ebnf_to_grammar(ebnf) == expected
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        {"type": "const_string", "value": "x"},
+        {"type": "regex", "pattern": "("},
+        {"type": "bogus"},
+        {"type": "triggered_tags", "triggers": ["<x", "<"], "tags": [
+            {"type": "tag", "begin": "<w>", "end": "</w>",
+             "content": {"type": "json_schema", "json_schema": {"type": "object"}}}]},
+    ],
+)  # fmt: skip
+def test_structural_tags_xgrammar_builds_are_built(fmt: dict[str, Any]) -> None:
+    tag = json.dumps({"type": "structural_tag", "format": fmt})
+    try:
+        xgr.Grammar.from_structural_tag(tag)
+    except Exception:
+        with pytest.raises(RuntimeError):
+            xgrammar_native.compile_structural_tag(tag)
+        return
+    xgrammar_native.compile_structural_tag(tag)

@@ -31,6 +31,13 @@ from vllm_frontend.text.structural_tags import (
     STRUCTURAL_TAG_WRAPPER_NESTING,
     structural_tag_payload,
 )
+from vllm_frontend.text.xgrammar_native import (
+    XgrammarUnavailable,
+    ebnf_to_grammar,
+    json_schema_to_ebnf,
+    lark_to_ebnf,
+    regex_to_ebnf,
+)
 
 __all__ = [
     "BACKENDS",
@@ -39,6 +46,7 @@ __all__ = [
     "merge_response_format",
     "resolve_structured_outputs",
     "structured_outputs_params",
+    "xgrammar_supports",
 ]
 
 BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
@@ -167,6 +175,34 @@ def resolve_structured_outputs(
             out.backend_was_auto = True
     _check_one_constraint(out)
     return out
+
+
+def xgrammar_supports(so: StructuredOutputsParams) -> bool:
+    """vLLM's verdict on whether xgrammar takes ``so`` alone (``_xgrammar_supports`` in
+    vllm/parser/abstract_parser.py: its validate_xgrammar_grammar passes): the checks made
+    before compiling, then the regex, grammar or JSON schema built by xgrammar's native library
+    (a structural tag was built when the request was read). Without the library, the checks
+    made before compiling only."""
+    try:
+        out = resolve_structured_outputs(so, "xgrammar")
+    except (InvalidRequestError, NotImplementedError):
+        return False
+    try:
+        if out.regex:
+            regex_to_ebnf(out.regex)
+        elif out.json:
+            schema = out.json
+            json_schema_to_ebnf(schema if isinstance(schema, str) else json.dumps(schema))
+        elif out.grammar:  # a choice's too
+            if grammar_is_likely_lark(out.grammar):
+                lark_to_ebnf(out.grammar)
+            else:
+                ebnf_to_grammar(out.grammar)
+    except XgrammarUnavailable:
+        return True
+    except RuntimeError:
+        return False
+    return True
 
 
 def _check_guidance_structural_tag(tag: Any) -> None:

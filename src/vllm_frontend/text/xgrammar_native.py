@@ -23,8 +23,10 @@ __all__ = [
     "XGRAMMAR_VERSION",
     "XgrammarUnavailable",
     "compile_structural_tag",
+    "ebnf_to_grammar",
     "json_schema_to_ebnf",
     "lark_to_ebnf",
+    "regex_to_ebnf",
     "unavailable_reason",
 ]
 
@@ -63,6 +65,21 @@ def json_schema_to_ebnf(schema: str) -> str:
     methods = _methods()
     grammar = methods["from_json_schema"](schema, True, None, None, True, None, False, False)
     return str(methods["to_string"](grammar))
+
+
+def regex_to_ebnf(regex: str) -> str:
+    """xgrammar's ``str(Grammar.from_regex(regex))``. Raises RuntimeError for a regex xgrammar
+    cannot read, :class:`XgrammarUnavailable` without the library."""
+    methods = _methods()
+    return str(methods["to_string"](methods["from_regex"](regex, False)))
+
+
+def ebnf_to_grammar(ebnf: str) -> str:
+    """xgrammar's ``str(Grammar.from_ebnf(ebnf))`` (root rule ``root``): the grammar as xgrammar
+    reads it. Raises RuntimeError for a grammar xgrammar cannot read, :class:`XgrammarUnavailable`
+    without the library."""
+    methods = _methods()
+    return str(methods["to_string"](methods["from_ebnf"](ebnf, "root")))
 
 
 def compile_structural_tag(tag: str) -> None:
