@@ -147,3 +147,19 @@ def test_structural_tags_xgrammar_builds_are_built(fmt: dict[str, Any]) -> None:
             xgrammar_native.compile_structural_tag(tag)
         return
     xgrammar_native.compile_structural_tag(tag)
+
+
+def test_cohere_parsers_warn_at_startup_without_the_library(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("cohere_melody")
+    from vllm_frontend.chat import output_parser
+
+    vocab = {"<|START_THINKING|>": 1, "<|END_THINKING|>": 2}
+    with caplog.at_level("WARNING", logger=output_parser.__name__):
+        output_parser.OutputParsers(vocab, reasoning_parser="cohere_command4")
+    assert not caplog.records
+    monkeypatch.setattr(output_parser, "unavailable_reason", lambda: "no xgrammar here")
+    with caplog.at_level("WARNING", logger=output_parser.__name__):
+        output_parser.OutputParsers(vocab, reasoning_parser="cohere_command4")
+    assert "tools will answer 501: no xgrammar here" in caplog.text
