@@ -1,12 +1,13 @@
 """The few xgrammar conversions vLLM 0.32's frontend runs on requests (Lark → EBNF, JSON schema →
-EBNF), called in xgrammar's native library without importing its Python package.
+EBNF, regex → EBNF, EBNF and structural tags read), called in xgrammar's native library without
+importing its Python package.
 
 xgrammar's package imports torch; its library ``libxgrammar_bindings.so`` only needs tvm-ffi
 (package ``apache-tvm-ffi``), whose Python module is loaded here with ``import torch`` refused
 (tvm-ffi tries it first, and takes the refusal as torch being absent). Install xgrammar without
-its dependencies (torch among them): ``pip install apache-tvm-ffi && pip install --no-deps
-xgrammar==0.2.8``. Loaded on first use; where it is missing, the request that needs it answers
-501 with that install line.
+its dependencies (torch among them): ``pip install apache-tvm-ffi==0.1.15.post2 && pip install
+--no-deps xgrammar==0.2.8`` (the tvm-ffi release tested with it). Loaded on first use; where it
+is missing, the request that needs it answers 501 with that install line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "TVM_FFI_VERSION",
     "XGRAMMAR_VERSION",
     "XgrammarUnavailable",
     "compile_structural_tag",
@@ -32,8 +34,13 @@ __all__ = [
 
 XGRAMMAR_VERSION = "0.2.8"
 """The xgrammar release vLLM 0.32 pins: its conversions' output is what vLLM sends."""
+TVM_FFI_VERSION = "0.1.15.post2"
+"""The tvm-ffi release the library is loaded with in the tests (install line only)."""
 
-_INSTALL = f"pip install apache-tvm-ffi && pip install --no-deps xgrammar=={XGRAMMAR_VERSION}"
+_INSTALL = (
+    f"pip install apache-tvm-ffi=={TVM_FFI_VERSION} && "
+    f"pip install --no-deps xgrammar=={XGRAMMAR_VERSION}"
+)
 _GRAMMAR_TYPE = "xgrammar.tvm_ffi_binding.Grammar"
 _lock = threading.Lock()
 
