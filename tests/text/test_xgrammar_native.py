@@ -163,3 +163,34 @@ def test_cohere_parsers_warn_at_startup_without_the_library(
     with caplog.at_level("WARNING", logger=output_parser.__name__):
         output_parser.OutputParsers(vocab, reasoning_parser="cohere_command4")
     assert "tools will answer 501: no xgrammar here" in caplog.text
+
+
+def test_without_the_library_only_the_requests_needing_it_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm_frontend.chat.cohere_output import cohere_structural_tag
+    from vllm_frontend.chat.tags.constraints import constraint_format
+    from vllm_frontend.engine.protocol import StructuredOutputsParams
+    from vllm_frontend.text.structural_tags import check_structural_tag
+    from vllm_frontend.text.structured_outputs import xgrammar_supports
+
+    xgrammar_native._load.cache_clear()
+    monkeypatch.setattr(xgrammar_native.importlib.util, "find_spec", lambda name: None)
+    try:
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        with pytest.raises(NotImplementedError, match="pip install apache-tvm-ffi"):
+            cohere_structural_tag("Cohere2ForCausalLM", [tool], None, None)
+        with pytest.raises(NotImplementedError, match="pip install apache-tvm-ffi"):
+            constraint_format({"grammar": 'start: "a"'})
+        # The rest is served: a JSON-schema tag, EBNF, and tags checked by their shape only.
+        assert cohere_structural_tag("Cohere2ForCausalLM", None, {"type": "json_object"}, None)
+        assert constraint_format({"grammar": 'root ::= "a"'}) is not None
+        bad_regex = {"type": "structural_tag", "format": {"type": "regex", "pattern": "("}}
+        check_structural_tag(json.dumps(bad_regex), "structured_outputs")
+        assert xgrammar_supports(StructuredOutputsParams(regex="("))
+    finally:
+        monkeypatch.undo()
+        xgrammar_native._load.cache_clear()
+    with pytest.raises(Exception, match="structural_tag specification"):
+        check_structural_tag(json.dumps(bad_regex), "structured_outputs")
+    assert not xgrammar_supports(StructuredOutputsParams(regex="("))
