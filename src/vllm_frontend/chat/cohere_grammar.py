@@ -5,6 +5,7 @@ rules renamed with the tool's name as prefix."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -56,14 +57,7 @@ def cohere_tool_grammar(tools: Sequence[tuple[str, dict[str, Any]]]) -> str:
         for key in ("$defs", "definitions"):
             if key in params:
                 schema[key] = params.pop(key)
-        # (xgrammar's RuntimeError for a schema it cannot convert is vLLM's 500 as well.)
-        grammar = json_schema_to_ebnf(json.dumps(schema))
-        # Each rule name found, in order, prefixed with the tool's name wherever it stands as a
-        # word (vLLM's renaming, run on the text as it was changed so far, replacement template
-        # semantics included).
-        for rule in _RULE_NAME.findall(grammar):
-            grammar = re.sub(rf"\b{re.escape(rule)}\b", name + rule, grammar)
-        rules[name] = f"{name} ::= {name}root\n{grammar}"
+        rules[name] = _tool_rules(name, json.dumps(schema))
     alternatives = "tool ::= " + " | ".join(rules)
     body = "\n    ".join(rules.values())
     return (
@@ -74,3 +68,17 @@ def cohere_tool_grammar(tools: Sequence[tuple[str, dict[str, Any]]]) -> str:
         f"    {body}\n"
         "    "
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_rules(name: str, schema: str) -> str:
+    # (Cached: agents send the same tools request after request, and the renaming below costs
+    # several milliseconds a tool. xgrammar's RuntimeError for a schema it cannot convert is
+    # vLLM's 500 as well.)
+    grammar = json_schema_to_ebnf(schema)
+    # Each rule name found, in order, prefixed with the tool's name wherever it stands as a word
+    # (vLLM's renaming, run on the text as it was changed so far, replacement template semantics
+    # included).
+    for rule in _RULE_NAME.findall(grammar):
+        grammar = re.sub(rf"\b{re.escape(rule)}\b", name + rule, grammar)
+    return f"{name} ::= {name}root\n{grammar}"
