@@ -30,3 +30,17 @@ def test_mistral_common_is_imported_only_by_the_mistral_tokenizer_mode() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout
+
+
+def test_xgrammars_native_conversions_load_neither_torch_nor_xgrammars_python_package() -> None:
+    # text/xgrammar_native.py loads xgrammar's library through tvm-ffi, refusing tvm-ffi's
+    # optional torch import.
+    code = (
+        "import sys\n"
+        "from vllm_frontend.text.xgrammar_native import lark_to_ebnf, unavailable_reason\n"
+        "if unavailable_reason() is None:\n"
+        "    assert lark_to_ebnf('start: \"a\"').startswith('root ::=')\n"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & {'torch', 'xgrammar'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -350,6 +350,40 @@ def test_a_structural_tag_constraint_goes_in_as_vllm_dumps_it(
         assert expected is not None and "structural_tag" in expected
 
 
+BUILT_CONSTRAINTS: list[tuple[dict[str, Any], bool]] = [
+    ({"grammar": 'start: "yes" | "no"'}, True),
+    ({"grammar": 'start: WORD ("," WORD)*\n%import common.WORD'}, True),
+    ({"grammar": "start: ("}, False),
+    ({"grammar": 'root ::= "a" | b'}, False),
+    ({"regex": "(a|b"}, False),
+    ({"regex": "[a-z]{2,3}"}, True),
+    ({"json": {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}}, False),
+    ({"json": '{"type": "array", "items": {"type": "integer"}}'}, True),
+]
+"""Constraints joined with the calls ("auto", strict tools), as xgrammar builds them: vLLM
+converts a Lark grammar to EBNF; one xgrammar cannot build (False) is left alone, untagged."""
+
+
+@pytest.mark.parametrize("tool", ["hermes", "qwen3_coder", "glm47"])
+def test_a_constraint_joins_the_calls_as_xgrammar_builds_it(tool: str, tokenizer_dir: str) -> None:
+    app, engine = _ours(tool, "auto", tokenizer_dir)
+    parser = _vllm_parser(tool, "auto")
+    for constraint, builds in BUILT_CONSTRAINTS:
+        for choice in ("auto", "required"):
+            body: dict[str, Any] = {
+                "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "x"}],
+                "tools": [WEATHER, STRICT_TIME], "tool_choice": choice,
+                "structured_outputs": constraint,
+            }  # fmt: skip
+            expected = _vllm_structured_outputs(parser, body)
+            status, raw = _post(app, body)
+            assert status == 200, raw
+            assert _our_structured_outputs(engine) == expected, body
+            assert expected is not None
+            if choice == "auto":  # ("required" drops the constraint)
+                assert ("structural_tag" in expected) == builds, body
+
+
 FORCED_CHOICES: list[Any] = ["required", {"type": "function", "function": {"name": "get_weather"}}]
 KEPT_TAGS: list[dict[str, Any]] = [
     {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}},
@@ -434,9 +468,54 @@ def test_kimi_k3_forced_choices_as_vllm(
         )
 
 
+NESTED = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "parameters": {
+            "type": "object",
+            "required": ["legs"],
+            "properties": {
+                "legs": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "from": {"$ref": "#/definitions/place"},
+                            "to": {"$ref": "#/definitions/place"},
+                            "mode": {"enum": ["train", "bus"]},
+                            "root": {"type": "string"},
+                        },
+                    },
+                },
+                "budget": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}]},
+                "notes": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "definitions": {
+                "place": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string", "maxLength": 20},
+                        "code": {"pattern": "^[A-Z]{3}$"},
+                    },
+                }
+            },
+        },
+    },
+}
+COHERE_TOOLS = [WEATHER, STRICT_TIME, NO_PARAMS, DEFS, NESTED, KINDS]
 COHERE_BODIES: list[dict[str, Any]] = [
     {"tools": [WEATHER]},
     {"tools": [WEATHER, STRICT_TIME], "tool_choice": "required"},
+    {"tools": COHERE_TOOLS, "tool_choice": "required"},
+    {"tools": COHERE_TOOLS, "tool_choice": {"type": "function", "function": {"name": "book"}}},
+    {"tools": [NESTED, STRICT_TIME], "tool_choice": {"type": "function",
+                                                      "function": {"name": "plan_trip"}}},
+    {"tools": [STRICT_TIME, DEFS], "parallel_tool_calls": False},
+    {"tools": [WEATHER, NESTED], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}},
+    {"tools": [{"type": "function", "function": {"name": "get_weather"}}, WEATHER]},
     {"tools": [WEATHER], "tool_choice": "none"},
     {"response_format": {"type": "json_object"}},
     {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
@@ -466,7 +545,7 @@ def test_cohere_command_request_constraints_as_vllm(
     arch: str | None, tool: str | None, reasoning: str | None, tokenizer_dir: str
 ) -> None:
     # vLLM's Cohere parser folds the request's JSON schema and tools into a structural tag for
-    # Command A architectures (400 for others); its tool grammar is xgrammar's (501 here).
+    # Command A architectures (400 for others), the tools as a grammar xgrammar converts.
     from types import SimpleNamespace
 
     from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
@@ -487,6 +566,7 @@ def test_cohere_command_request_constraints_as_vllm(
         enable_auto_tools=tool is not None, tokenizer=tokenizer(),
     )  # fmt: skip
     parser = cls(tokenizer(), None, model_config=SimpleNamespace(architecture=arch))
+    grammars = 0
     for fields in COHERE_BODIES:
         if tool is None and "tools" in fields:
             continue
@@ -507,9 +587,7 @@ def test_cohere_command_request_constraints_as_vllm(
                 continue
         so = adjusted.extract_structured_outputs()
         tag = so.structural_tag if so is not None else None
-        if tag is not None and '"grammar"' in tag:
-            assert status == 501, (body, raw)
-            continue
+        grammars += tag is not None and '"grammar"' in tag
         assert status == 200, (body, raw)
         expected = None
         if so is not None:
@@ -518,3 +596,6 @@ def test_cohere_command_request_constraints_as_vllm(
         assert (_our_structured_outputs(engine) or None) == (expected or None), body
         sent = engine.requests[-1].sampling_params
         assert sent.skip_special_tokens == adjusted.skip_special_tokens, body
+    # The bodies with tools went through the tool grammar on a Command A architecture.
+    command_a = tool is not None and arch in ("Cohere2ForCausalLM", "Cohere2MoeForCausalLM")
+    assert grammars >= 8 if command_a else grammars == 0

@@ -193,15 +193,37 @@ def test_choices_become_the_grammar_vllm_hands_xgrammar(choice: list[str]) -> No
     assert choice_as_grammar(choice) == vllm_choice_as_grammar(choice)
 
 
-def test_structural_tags_with_other_backends_are_answered_501_not_silently_dropped() -> None:
-    # vLLM's guidance / outlines / lm-format-enforcer validation of a structural tag is not
-    # reproduced here (xgrammar's, without the compiler, is: tests/server/test_structural_tags*).
-    fmt = {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}}
-    merged = merge_response_format(None, fmt)
-    assert merged is not None and merged.structural_tag is not None
-    for backend in ("guidance", "outlines", "lm-format-enforcer"):
-        with pytest.raises(NotImplementedError):
-            resolve_structured_outputs(merged, backend)
+NEW_TAG = {"type": "structural_tag", "format": {"type": "const_string", "value": "x"}}
+LEGACY = {
+    "type": "structural_tag",
+    "triggers": ["<w"],
+    "structures": [{"begin": "<w>", "schema": {"type": "object"}, "end": "</w>"}],
+}
+TAGS: list[dict[str, Any]] = [
+    {"response_format": NEW_TAG},
+    so(structural_tag=json.dumps(NEW_TAG)),
+    {"response_format": LEGACY},
+    so(structural_tag=json.dumps(LEGACY)),
+    so(structural_tag=json.dumps({**LEGACY, "triggers": ["<x", "<"]})),
+    so(structural_tag=json.dumps({**LEGACY, "triggers": ["<x"]})),
+    so(structural_tag=json.dumps({**LEGACY, "structures": []})),
+    so(structural_tag=json.dumps({**LEGACY, "structures": [{"begin": "<w>", "schema": {}}]})),
+    so(structural_tag=json.dumps({"triggers": ["<w"]})),
+    so(structural_tag="[1]"),
+    so(structural_tag="{bad"),
+]  # fmt: skip
+"""Structural tags (the current and legacy forms, and ones guidance reads wrongly)."""
+
+
+@pytest.mark.parametrize("backend", ["guidance", "outlines", "lm-format-enforcer"])
+@pytest.mark.parametrize("fields", TAGS)
+def test_structural_tags_with_other_backends_as_vllm(
+    hf_fast: Any, fields: dict[str, Any], backend: str
+) -> None:
+    # guidance reads the legacy form only (the other refused with vLLM's message); outlines and
+    # lm-format-enforcer let a tag through to the engine, as vLLM's checks do.
+    body: dict[str, Any] = {"messages": M, **fields}
+    assert our_outcome(body, True, backend) == vllm_outcome(body, True, backend, hf_fast)
 
 
 KEYS = st.sampled_from([
@@ -233,8 +255,6 @@ schemas = st.recursive(
 def test_backend_fallback_sees_the_schema_features_vllm_sees(schema: dict[str, Any]) -> None:
     from vllm.v1.structured_output.backend_guidance import has_guidance_unsupported_json_features
     from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features
-
-    from vllm_frontend.text.structured_outputs import resolve_structured_outputs
 
     out = resolve_structured_outputs(StructuredOutputsParams(json=schema), "auto")
     try:

@@ -7,8 +7,8 @@ into a ``structural_tag`` for Command A models.
 Streaming feeds each delta's text to one filter (flushed at the end); a whole output goes to
 another. Tool calls count unless the tool choice is ``none`` or no tool parser is configured;
 streamed citations ride on the delta (``citations``, sources unresolved, as on vLLM's OpenAI
-routes). Tool-call structural tags (an xgrammar grammar built from the tools' JSON schemas) are
-not reproduced: those requests answer 501.
+routes). A request with tools gets vLLM's tool-call tag too: a grammar of the tools' JSON schemas
+(chat/cohere_grammar.py, converted by xgrammar's native library: 501 without it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vllm_frontend.chat.cohere_grammar import cohere_tool_grammar, cohere_tools
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.parsed import (
     OutputDelta,
@@ -272,7 +273,7 @@ def cohere_structural_tag(
 ) -> str | None:
     """The ``structural_tag`` vLLM's Cohere parser folds the request's JSON schema and tools
     into (``None``: the request stays as it is). Raises :class:`ChatError` where vLLM's
-    ``ValueError`` answers 400, :class:`NotImplementedError` for the tool grammar."""
+    ``ValueError`` answers 400, :class:`NotImplementedError` without xgrammar's library."""
     if structured_outputs is not None and structured_outputs.get("structural_tag"):
         return None
     if response_format is not None and response_format.get("type") == "structural_tag":
@@ -292,17 +293,21 @@ def cohere_structural_tag(
             f"({architecture!r}) does not support Cohere command structural tags, or the "
             "schema cannot be expressed in that format."
         )
+    tags: list[dict[str, Any]] = []
+    if schema is not None:
+        # One tag per JSON wrapper of the architecture (the tool tag follows them).
+        content = {"type": "json_schema", "json_schema": schema}
+        tags = [{"begin": begin, "content": content, "end": end} for begin, end in json_tags]
     if tools:
-        raise NotImplementedError(
-            "Tool calls constrained with vLLM's Cohere Command structural tag (an xgrammar "
-            "grammar of the tools' JSON schemas) are not supported by this frontend yet."
-        )
-    assert schema is not None
-    tags = [
-        {"begin": begin, "content": {"type": "json_schema", "json_schema": schema}, "end": end}
-        for begin, end in json_tags
-    ]
-    triggers = [begin for begin, _ in json_tags]
+        parsed = cohere_tools(tools)
+        if not parsed:
+            raise ChatError(
+                "No valid tool definitions could be parsed from the request for structural "
+                "tag conversion."
+            )
+        grammar = {"type": "grammar", "grammar": cohere_tool_grammar(parsed)}
+        tags.append({"begin": _TOOLS_TAG[0], "content": grammar, "end": _TOOLS_TAG[1]})
+    triggers = [t["begin"] for t in tags]
     return json.dumps(
         {
             "type": "structural_tag",

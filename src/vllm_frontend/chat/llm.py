@@ -40,13 +40,12 @@ from vllm_frontend.chat.tags.harmony import harmony_answer_tag
 from vllm_frontend.chat.tool_choice import forced_tool_choice, forced_tool_schema
 from vllm_frontend.chat.tool_tags import CONSTRAINT_FIELDS, tool_structural_tag
 from vllm_frontend.engine.protocol import StructuredOutputsParams
-from vllm_frontend.engine.validate import InvalidRequestError
 from vllm_frontend.multimodal.parts import MediaParts
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.structured_outputs import (
     merge_response_format,
-    resolve_structured_outputs,
     structured_outputs_params,
+    xgrammar_supports,
 )
 
 if TYPE_CHECKING:
@@ -411,7 +410,7 @@ class ChatLlm:
             parallel_tool_calls=request.parallel_tool_calls,
             structured_outputs=constraint,
             strict_level=parsers.tool_strict_level,
-            xgrammar_accepts=lambda: _xgrammar_accepts(so),
+            xgrammar_accepts=lambda: so is not None and xgrammar_supports(so),
             token_suffix=parsers.tag_token_suffix,
         )
         if tag is None:
@@ -465,15 +464,6 @@ def _merged_constraint(request: ChatRequest) -> StructuredOutputsParams | None:
         else None,
         text_request.response_format,
     )
-
-
-def _xgrammar_accepts(so: Any) -> bool:
-    # vLLM's _xgrammar_supports, without the compiler: what its checks refuse before compiling.
-    try:
-        resolve_structured_outputs(so, "xgrammar")
-    except (InvalidRequestError, NotImplementedError):
-        return False
-    return True
 
 
 class ChatGeneration:

@@ -10,6 +10,7 @@ events (:meth:`OutputParser.feed`), or a whole output into a :class:`ParsedOutpu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ from vllm_frontend.chat.tool_tags import (
     enforce_strict_tool_calling,
     strict_level_value,
 )
+from vllm_frontend.text.xgrammar_native import unavailable_reason
 
 __all__ = [
     "KIMI_MODEL_TYPES",
@@ -65,6 +67,8 @@ __all__ = [
 
 KIMI_MODEL_TYPES = frozenset({"kimi_k2", "kimi_k25", "kimi_k3"})
 """Model types whose tool-call ids vLLM writes as ``functions.NAME:N`` (``chat_utils``)."""
+
+_log = logging.getLogger(__name__)
 
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
 """Every token string a parser may look up by id (besides their ``required_tokens``)."""
@@ -242,6 +246,9 @@ class OutputParsers:
             melody()
         except ImportError as e:
             raise ParserConfigError(str(e)) from e
+        if (reason := unavailable_reason()) is not None:
+            # vLLM converts the tools' schemas with xgrammar for Command A models.
+            _log.warning("Cohere Command requests with tools will answer 501: %s", reason)
 
     def _check_harmony(self, flags: list[str]) -> None:
         # vLLM's HarmonyParser refuses other parsers at startup (validate_parser_tokenizer);

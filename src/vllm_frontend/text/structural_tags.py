@@ -3,13 +3,13 @@
 (``validate_structural_tag_response_format``, ``structured_outputs_from_response_format`` in
 vllm/entrypoints/generate/base/protocol.py).
 
-vLLM checks a tag by building xgrammar's grammar from it (a native library that needs torch;
-this frontend does not load it). Here the tag's shape is checked instead: the request form
-(vLLM's ``StructuralTagResponseFormat`` / ``LegacyStructuralTagResponseFormat``), its nesting,
-and every format node against xgrammar's format models (known ``type``, required fields and
-their types, bounds, a tag for each trigger). What only compiling finds (a regex, EBNF grammar or
-JSON schema inside the tag that xgrammar cannot compile) reaches the engine, whose compiler
-fails that request alone.
+vLLM checks a tag by building xgrammar's grammar from it. Here the tag's shape is checked first:
+the request form (vLLM's ``StructuralTagResponseFormat`` / ``LegacyStructuralTagResponseFormat``),
+its nesting, and every format node against xgrammar's format models (known ``type``, required
+fields and their types, bounds, a tag for each trigger); then, where xgrammar's native library
+is installed (text/xgrammar_native.py), the grammar is built as vLLM builds it. Without the
+library, what only building finds (a regex, EBNF grammar or JSON schema inside the tag that
+xgrammar cannot compile) reaches the engine, whose compiler fails that request alone.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vllm_frontend.engine.validate import InvalidRequestError
+from vllm_frontend.text.xgrammar_native import XgrammarUnavailable, compile_structural_tag
 
 __all__ = [
     "InvalidStructuralTag",
@@ -107,6 +108,26 @@ def check_structural_tag(payload: Any, parameter: str) -> None:
             _format(tag.get("format", _MISSING))
     except (_Bad, KeyError, TypeError):
         raise InvalidStructuralTag(parameter) from None
+    try:
+        compile_structural_tag(json.dumps(_as_format(tag)) if "structures" in tag else payload)
+    except XgrammarUnavailable:
+        return  # the shape checks only
+    except RuntimeError:
+        raise InvalidStructuralTag(parameter) from None
+
+
+def _as_format(legacy: dict[str, Any]) -> dict[str, Any]:
+    # The current form xgrammar builds a legacy tag from: a triggered JSON-schema tag for each
+    # structure (the fields xgrammar's models default left out).
+    tags = [
+        {"type": "tag", "begin": s["begin"], "end": s["end"],
+         "content": {"type": "json_schema", "json_schema": s["schema"]}}
+        for s in legacy["structures"]
+    ]  # fmt: skip
+    return {
+        "type": "structural_tag",
+        "format": {"type": "triggered_tags", "triggers": legacy["triggers"], "tags": tags},
+    }
 
 
 def _too_deep() -> None:

@@ -13,7 +13,9 @@ Follows vLLM 0.32 in three steps, each with vLLM's messages:
    `choice_as_grammar`), which is what the engine then receives.
 
 The grammar compilers themselves (xgrammar, guidance, outlines) live in the engine: checks that
-need them (regex / grammar / schema compilation, structural tags) are not done here.
+need them (regex / grammar / schema compilation) are not done here. A request's structural tag
+is checked when the request is read (text/structural_tags.py); guidance's reading of it (the
+legacy form only) is reproduced here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from vllm_frontend.text.structural_tags import (
     STRUCTURAL_TAG_WRAPPER_NESTING,
     structural_tag_payload,
 )
+from vllm_frontend.text.xgrammar_native import (
+    XgrammarUnavailable,
+    ebnf_to_grammar,
+    json_schema_to_ebnf,
+    lark_to_ebnf,
+    regex_to_ebnf,
+)
 
 __all__ = [
     "BACKENDS",
@@ -37,6 +46,7 @@ __all__ = [
     "merge_response_format",
     "resolve_structured_outputs",
     "structured_outputs_params",
+    "xgrammar_supports",
 ]
 
 BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
@@ -96,11 +106,6 @@ def resolve_structured_outputs(
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
-    if so.structural_tag is not None and not (backend.startswith("xgrammar") or backend == "auto"):
-        raise NotImplementedError(
-            f"Structural tags with the {backend!r} structured-output backend are not supported "
-            "by this frontend yet."
-        )
     out = _copy(so)
     out.backend = backend
     if isinstance(out.choice, list) and not out.choice:
@@ -128,6 +133,8 @@ def resolve_structured_outputs(
             "backend. Please use ['xgrammar', 'outlines'] backends or tokenizer_mode='hf' "
             "instead."
         )
+    if backend.startswith("guidance") and out.structural_tag is not None:
+        _check_guidance_structural_tag(out.structural_tag)
     if (
         backend == "auto"
         and mistral_tokenizer == "tekken"
@@ -168,6 +175,61 @@ def resolve_structured_outputs(
             out.backend_was_auto = True
     _check_one_constraint(out)
     return out
+
+
+def xgrammar_supports(so: StructuredOutputsParams) -> bool:
+    """vLLM's verdict on whether xgrammar takes ``so`` alone (``_xgrammar_supports`` in
+    vllm/parser/abstract_parser.py: its validate_xgrammar_grammar passes): the checks made
+    before compiling, then the regex, grammar or JSON schema built by xgrammar's native library
+    (a structural tag was built when the request was read). Without the library, the checks
+    made before compiling only."""
+    try:
+        out = resolve_structured_outputs(so, "xgrammar")
+    except (InvalidRequestError, NotImplementedError):
+        return False
+    try:
+        if out.regex:
+            regex_to_ebnf(out.regex)
+        elif out.json:
+            schema = out.json
+            json_schema_to_ebnf(schema if isinstance(schema, str) else json.dumps(schema))
+        elif out.grammar:  # a choice's too
+            if grammar_is_likely_lark(out.grammar):
+                lark_to_ebnf(out.grammar)
+            else:
+                ebnf_to_grammar(out.grammar)
+    except XgrammarUnavailable:
+        return True
+    except RuntimeError:
+        return False
+    return True
+
+
+def _check_guidance_structural_tag(tag: Any) -> None:
+    # vLLM's serialize_guidance_grammar reads a structural tag in its legacy form only
+    # (``triggers`` and ``structures``; any other is refused with the KeyError's text); each
+    # structure's schema, compiled by llguidance, is left to the engine's compiler. The reads
+    # are vLLM's, in its order, so the same Python errors (their text) come out of them.
+    try:
+        spec = json.loads(tag) if isinstance(tag, str) else tag
+        triggers = spec["triggers"]
+        found = False
+        for structure in spec["structures"]:
+            begin = structure["begin"]
+            if next((t for t in triggers if begin.startswith(t)), None) is None:
+                raise _GuidanceTagError(f"Trigger {begin} not found in triggers {triggers}")
+            _ = (structure["schema"], structure["end"])
+            found = True
+        if not found:
+            raise _GuidanceTagError("No structural tags found in the grammar spec.")
+    except _GuidanceTagError as e:
+        raise InvalidRequestError(str(e)) from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InvalidRequestError(f"Invalid grammar specification: {e}") from None
+
+
+class _GuidanceTagError(Exception):
+    pass
 
 
 def grammar_is_likely_lark(grammar: str) -> bool:

@@ -9,17 +9,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.tags.formats import Format, canonical, json_schema, tag, triggered
 from vllm_frontend.text.structural_tags import STRUCTURAL_TAG_WRAPPER_NESTING
 from vllm_frontend.text.structured_outputs import check_json_nesting
+from vllm_frontend.text.xgrammar_native import XgrammarUnavailable, lark_to_ebnf
 
 __all__ = ["constraint_format", "likely_lark"]
 
 
 def constraint_format(so: Mapping[str, Any]) -> Format | None:
     """The format of the constraint in ``so`` (the ``structured_outputs`` fields, one set);
-    None without one. A Lark grammar raises NotImplementedError (HTTP 501): vLLM converts it to
-    EBNF with xgrammar's compiler, which this frontend does not load."""
+    None without one. A Lark grammar is converted to EBNF by xgrammar, as vLLM does (its native
+    library: NotImplementedError, HTTP 501, without it; ChatError, 400, for a grammar it cannot
+    read)."""
     if so.get("json_object"):
         return json_schema({"type": "object"})
     if so.get("json") is not None:
@@ -36,11 +39,12 @@ def constraint_format(so: Mapping[str, Any]) -> Format | None:
     if so.get("grammar") is not None:
         grammar = so["grammar"]
         if likely_lark(grammar):
-            raise NotImplementedError(
-                "A Lark grammar that vLLM wraps in a structural tag (tool calls constrained with "
-                "it, or a gpt-oss model's answer) is not supported by this frontend yet: vLLM "
-                "converts it to EBNF with xgrammar. Give the grammar in EBNF (GBNF) instead."
-            )
+            try:
+                grammar = lark_to_ebnf(grammar)
+            except XgrammarUnavailable:
+                raise
+            except RuntimeError:
+                raise ChatError("Invalid grammar specification.") from None
         return {"type": "grammar", "grammar": grammar}
     structural = so.get("structural_tag")
     if structural is not None:
