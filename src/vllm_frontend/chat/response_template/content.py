@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vllm_frontend.chat.response_template.template import Field, regex_module
+from vllm_frontend.chat.response_template.fields import Field, regex_module
 
 __all__ = [
     "CONTENT_PARSERS",

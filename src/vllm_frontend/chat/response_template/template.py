@@ -12,11 +12,13 @@ matching lets the streaming scanner hold back a delimiter cut by a chunk boundar
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 from typing import Any
 
 import msgspec
+
+from vllm_frontend.chat.response_template.content import CONTENT_PARSERS, check_transform
+from vllm_frontend.chat.response_template.fields import Anchor, Field, regex_module
 
 __all__ = [
     "Anchor",
@@ -46,56 +48,6 @@ _FIELD_KEYS = frozenset(
         "transform_each",
     }
 )
-
-
-@functools.cache
-def regex_module() -> Any:
-    """The ``regex`` package (delimiter patterns and their partial matching), with what to
-    install when it is missing."""
-    try:
-        import regex
-    except ImportError as e:
-        raise ImportError(
-            "The hf reasoning / tool-call parser reads the model's response_template with the "
-            "`regex` package (as vLLM does). Install it with:\n"
-            "    pip install 'vllm-frontend-py[hf-parser]'  (or: pip install regex)"
-        ) from e
-    return regex
-
-
-class Anchor(msgspec.Struct, frozen=True):
-    """One delimiter: its compiled pattern, and its literals when it was given as text."""
-
-    pattern: Any
-    literals: tuple[str, ...] | None
-    can_extend: bool
-    """A literal is a strict prefix of another: a match at the buffer's end may still grow."""
-
-
-class Field(msgspec.Struct, frozen=True):
-    """One region of the assistant message."""
-
-    name: str
-    open: Anchor | None
-    close: Anchor | None
-    content: str
-    """The content parser's name (``text``, ``json``, ``xml-inline``, …)."""
-    content_args: dict[str, Any]
-    repeats: bool
-    join: str | None
-    optional: bool
-    transform: Any
-    transform_each: bool
-
-    @property
-    def open_literals(self) -> tuple[str, ...] | None:
-        """The opening delimiter's literals (None for a pattern or no opener)."""
-        return self.open.literals if self.open is not None else None
-
-    @property
-    def close_literals(self) -> tuple[str, ...] | None:
-        """The closing delimiter's literals (None for a pattern or no closer)."""
-        return self.close.literals if self.close is not None else None
 
 
 class ResponseTemplate(msgspec.Struct, frozen=True):
@@ -154,8 +106,6 @@ def _anchor(where: str, spec: dict[str, Any], literal_key: str, pattern_key: str
 
 
 def _field(name: str, spec: Any) -> Field:
-    from vllm_frontend.chat.response_template.content import CONTENT_PARSERS, check_transform
-
     where = f"Field '{name}'"
     if not isinstance(spec, dict):
         raise ValueError(f"{where} must be a dict")
