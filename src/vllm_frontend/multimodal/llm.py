@@ -368,6 +368,61 @@ class MultimodalLlm:
                 "image tokens depends on the number of images, and possibly their aspect ratios "
                 "as well."
             )
+        cache = self._sending_cache(
+            family, features, items, loaded, hashes, processor_kwargs, embeds_request
+        )
+        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
+        return text.generate_prepared(request, [prepared_prompt])
+
+    def parts_from_content(self, content_parts: Iterable[Mapping[str, Any]]) -> MediaParts:
+        """A token-in request's ``content_parts`` (``{"type": "image_url" | "audio_url" |
+        "video_url", "url": ..., "uuid": ...}``) as the media parts of its prompt, in order,
+        checked against the per-prompt limits; parts of other types are skipped, as vLLM's
+        ``ServingTokens`` skips them."""
+        parts = self.new_parts()
+        for part in content_parts:
+            modality = _CONTENT_PART_MODALITIES.get(part.get("type", ""))
+            if modality is None:
+                continue
+            url, uuid = part.get("url"), part.get("uuid")
+            if url is not None and not isinstance(url, str):
+                raise BadInput(f"Invalid url of a {modality} content part: expected a string.")
+            if uuid is not None and not isinstance(uuid, str):
+                raise BadInput(f"Invalid uuid of a {modality} content part: expected a string.")
+            parts.add(MediaPart(modality, url, uuid))
+        return parts
+
+    async def expand_token_prompt(
+        self, token_ids: list[int], parts: MediaParts, *, hold: bool = True
+    ) -> PreparedPrompt:
+        """A token prompt with ``parts``' items, as vLLM's renderer processes a ``TokensPrompt``
+        with multimodal data (a ``/inference/v1/generate`` request's ``content_parts``): every
+        item loaded, hashed and processed (``hold``: those the engine's cache holds go without
+        data), and each item's placeholder token in ``token_ids`` expanded into its run, in
+        order; no truncation, no length check (the caller's token-prompt checks run on the
+        expanded prompt)."""
+        if not parts.items:
+            return PreparedPrompt(token_ids, None)
+        family = self.family
+        assert family is not None  # new_parts refused the parts otherwise
+        items = parts.items
+        loaded = await asyncio.gather(*(self._load(part, None) for part in items))
+        processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
+        ids, features = _expand(token_ids, family, items, processed, hashes)
+        cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
+        return PreparedPrompt(ids, None, features, cache)
+
+    def _sending_cache(
+        self,
+        family: Family,
+        features: list[MultiModalFeatureSpec],
+        items: list[MediaPart],
+        loaded: list[Any],
+        hashes: list[str],
+        processor_kwargs: Mapping[str, Any],
+        embeds_request: bool,
+    ) -> Any:
+        """The view of the sender cache the prompt's features go through when sent."""
         cache: Any = self.sender_cache
         held = {f.mm_hash for f in features if f.data is None}
         if held:
@@ -381,8 +436,7 @@ class MultimodalLlm:
             # vLLM's processor bypasses its cache for such a request (every item goes with
             # its data, none is recorded); the engine still keeps them: the mirror does too.
             cache = _RecordingCache(cache)
-        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
-        return text.generate_prepared(request, [prepared_prompt])
+        return cache
 
     async def _process_or_hold(
         self,
@@ -645,6 +699,9 @@ class _FillingCache:
         """:meth:`SenderCache.invalidate`."""
         self._cache.invalidate(mm_hashes)
 
+
+_CONTENT_PART_MODALITIES = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
+"""The media types of a token-in request's ``content_parts``."""
 
 _QWEN2_VL_METADATA = {
     "image": frozenset({"image_grid_thw"}),
