@@ -155,7 +155,7 @@ class GenerateResponse(msgspec.Struct):
     mm_placeholders: dict[str, list[dict[str, int]]] | None
     metrics: None
     kv_transfer_params: dict[str, Any] | None
-    ec_transfer_params: None
+    ec_transfer_params: dict[str, Any] | None
     output_mode: str
     choices: list[GenerateChoice] | list[GenerateTextChoice]
 
@@ -486,7 +486,7 @@ class GenerateHandler:
             mm_placeholders=placeholders,
             metrics=None,
             kv_transfer_params=source.kv_transfer_params,
-            ec_transfer_params=None,
+            ec_transfer_params=source.ec_transfer_params,
             output_mode=req.output_mode,
             choices=choices,
         )
