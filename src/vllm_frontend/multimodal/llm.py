@@ -225,6 +225,7 @@ class MultimodalLlm:
 
     __slots__ = (
         "_limits",
+        "_placeholders",
         "dtype",
         "family",
         "loader",
@@ -263,6 +264,10 @@ class MultimodalLlm:
         self.sender_cache = SenderCache(gb) if mirror_engine_cache and gb > 0 else None
         """The mirror of the engine's multimodal cache (None: every item carries its data)."""
         self._limits: dict[str, int] = {}
+        self._placeholders: dict[str, ProcessedItem] = {}
+        """The placeholders (no fields) of items the mirror holds, by hash: what a part naming
+        one by its ``uuid`` alone expands into (vLLM's sender cache keeps each item's prompt
+        updates beside its entry)."""
         if family is not None:
             for modality, supported in family.supported_limits.items():
                 user = self.options.limit_mm_per_prompt.get(modality)
@@ -332,6 +337,7 @@ class MultimodalLlm:
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
+            self._check_references(items, loaded, {})  # such a request bypasses the cache
         preparer = text.prompts
         truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         [prepared] = await preparer.prepare_prompts(
@@ -429,6 +435,8 @@ class MultimodalLlm:
             pending = {h: (items[i], loaded[i]) for i, h in enumerate(hashes) if h in held}
 
             def process_one(part: MediaPart, item: Any) -> list[ProcessedItem]:
+                if item is None:  # a reference the engine's cache dropped meanwhile
+                    self._check_references([part], [item], {})
                 return self._process(family, [part], [item], processor_kwargs)
 
             cache = _FillingCache(cache, pending, process_one)
@@ -456,6 +464,7 @@ class MultimodalLlm:
             for part, item in zip(items, loaded, strict=True)
         ]
         held = self._held_tokens(family, items, loaded, processor_kwargs, hashes) if hold else {}
+        self._check_references(items, loaded, held)
         todo = [i for i in range(len(items)) if i not in held]
         loop = asyncio.get_running_loop()
         done = iter(
@@ -471,7 +480,35 @@ class MultimodalLlm:
             else ()
         )
         processed = [held[i] if i in held else next(done) for i in range(len(items))]
+        self._remember_placeholders([(hashes[i], processed[i]) for i in todo])
         return processed, hashes
+
+    def _check_references(
+        self, items: list[MediaPart], loaded: list[Any], held: Mapping[int, ProcessedItem]
+    ) -> None:
+        """A part naming an item by its ``uuid`` alone is served from the engine's cache:
+        vLLM's 400 when the cache does not hold it."""
+        index: dict[str, int] = {}
+        for i, part in enumerate(items):
+            position = index.get(part.modality, 0)
+            index[part.modality] = position + 1
+            if loaded[i] is None and i not in held:
+                raise BadInput(
+                    f"Cache miss for {part.modality} at index {position} but data is not provided."
+                )
+
+    def _remember_placeholders(self, done: Iterable[tuple[str, ProcessedItem]]) -> None:
+        cache = self.sender_cache
+        if cache is None:
+            return
+        remembered = self._placeholders
+        for mm_hash, item in done:
+            remembered[mm_hash] = ProcessedItem(
+                item.modality, item.num_tokens, {}, item.replacement, item.is_embed
+            )
+        if len(remembered) > 2 * len(cache) + 64:  # forget what the mirror dropped
+            for mm_hash in [h for h in remembered if h not in cache]:
+                del remembered[mm_hash]
 
     async def _process_with_embeds(
         self,
@@ -536,11 +573,16 @@ class MultimodalLlm:
         # Families that can tell an item's placeholder without processing it.
         placeholder = getattr(family, "held_item", None)
         counter = getattr(family, "item_tokens", None)
-        if cache is None or (placeholder is None and counter is None):
+        if cache is None:
             return {}
         held: dict[int, ProcessedItem] = {}
         for i, (part, mm_hash) in enumerate(zip(parts, hashes, strict=True)):
             if mm_hash not in cache:
+                continue
+            if loaded[i] is None:  # named by its uuid alone: the placeholder it was sent with
+                known = self._placeholders.get(mm_hash)
+                if known is not None and known.modality == part.modality:
+                    held[i] = known
                 continue
             if placeholder is not None:
                 held[i] = placeholder(part.modality, loaded[i], kwargs)
@@ -552,9 +594,11 @@ class MultimodalLlm:
 
     async def _load(
         self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
-    ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any]:
+    ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any] | None:
         if part.is_embeds:
             return await self._load_embeds(part)
+        if part.url is None and part.uuid is not None:
+            return None  # a reference to an item the engine's cache holds
         if part.modality not in ("image", "video", "audio"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
