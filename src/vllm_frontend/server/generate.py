@@ -401,9 +401,12 @@ class GenerateHandler:
         # with the media, and max_tokens defaults against the expanded prompt.
         media = self.ctx.media
         if media is None:
-            raise errors.BadRequest(
-                "This model does not accept multimodal inputs: it is a text-only model."
-            )
+            kinds = ("image_url", "audio_url", "video_url")
+            if not any(part.get("type") in kinds for part in req.content_parts or ()):
+                return prompt  # no media part: the token prompt as it is
+            # vLLM's multimodal registry refuses to make a processor for a text-only model
+            name = self.ctx.served_model_names[0]
+            raise errors.BadRequest(f"{name} is not a multimodal model")
         parts = media.parts_from_content(req.content_parts or [])
         expanded = await media.expand_token_prompt(prompt.prompt.token_ids, parts)
         return self.ctx.text.token_prompt(
