@@ -782,18 +782,21 @@ def test_uuid_only_parts_name_what_the_engine_holds_as_vllm(sides: dict[str, Sid
     chat_reference = {"type": "image_url", "image_url": {"url": None}, "uuid": "held-340"}
     messages = [{"role": "user", "content": [_text("Same?"), chat_reference]}]
     responses = {k: _post(side, messages) for k, side in sides.items()}
-    assert responses["ours"].status_code == responses["vllm"].status_code
-    if responses["vllm"].status_code == 200:
-        [vllm] = sides["vllm"].new_requests()
-        [ours] = sides["ours"].new_requests()
-        compare_requests(vllm, ours, _SENT)
-    else:
-        assert responses["ours"].json() == responses["vllm"].json()
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    assert [f.data for f in vllm.mm_features] == [None]
+    compare_requests(vllm, ours, _SENT)
     body["content_parts"] = [{"type": "image_url", "uuid": "never-sent"}]
     responses = {k: _generate(side, body) for k, side in sides.items()}
     theirs, mine = responses["vllm"], responses["ours"]
-    assert theirs.status_code != 200
-    assert mine.status_code == 400
-    assert mine.json()["error"]["message"] == theirs.json()["error"]["message"]
+    assert theirs.status_code == 400
+    assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
+    missing = {**chat_reference, "uuid": "never-sent"}
+    messages = [{"role": "user", "content": [_image(_png(20, 20, 341)), _text("and"), missing]}]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    theirs, mine = responses["vllm"], responses["ours"]
+    assert theirs.status_code == 400
+    assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
     for side in sides.values():
         assert side.new_requests() == []
