@@ -8,6 +8,11 @@ Both frontends mirror the engine's multimodal cache: an item the engine already 
 
 Both run with ``--enable-mm-embeds``: ``image_embeds`` / ``video_embeds`` parts (Qwen2-VL's
 dictionaries of embeddings and grid) are compared too, and the requests vLLM refuses.
+
+Both run with ``--enable-scale-out`` too: ``/inference/v1/generate`` with ``content_parts``
+(media expanded into a token prompt), ``/v1/chat/completions/render`` with media (also from our
+engine-free ``vllm-frontend render`` app) and the generate requests a render answers, and parts
+naming an item by its ``uuid`` alone.
 """
 
 from __future__ import annotations
