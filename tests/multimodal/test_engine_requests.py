@@ -805,3 +805,22 @@ def test_uuid_only_parts_name_what_the_engine_holds_as_vllm(sides: dict[str, Sid
     assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
     for side in sides.values():
         assert side.new_requests() == []
+
+
+def test_messages_render_with_an_image_is_vllms(sides: dict[str, Side]) -> None:
+    # /v1/messages/render: the Anthropic image block mapped onto an image_url part, rendered
+    # as the chat render renders it (hashes, placeholders and, by default, the tensors).
+    data = _png(45, 65, 350).split(",", 1)[1]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    body = {
+        "model": str(tiny_vlm_dir()),
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}],
+    }
+    rendered = {}
+    for key, side in sides.items():
+        response = httpx.post(side.url + "/v1/messages/render", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        rendered[key] = {**response.json(), "request_id": None}
+    assert rendered["vllm"]["features"]["mm_hashes"]["image"]
+    assert _comparable(rendered["ours"]) == _comparable(rendered["vllm"])
