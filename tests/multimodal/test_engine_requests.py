@@ -8,12 +8,18 @@ Both frontends mirror the engine's multimodal cache: an item the engine already 
 
 Both run with ``--enable-mm-embeds``: ``image_embeds`` / ``video_embeds`` parts (Qwen2-VL's
 dictionaries of embeddings and grid) are compared too, and the requests vLLM refuses.
+
+Both run with ``--enable-scale-out`` too: ``/inference/v1/generate`` with ``content_parts``
+(media expanded into a token prompt), ``/v1/chat/completions/render`` with media (also from our
+engine-free ``vllm-frontend render`` app) and the generate requests a render answers, and parts
+naming an item by its ``uuid`` alone.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +41,7 @@ LIMITS = '{"image": 3, "video": 2}'
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
     tmp = tmp_path_factory.mktemp("records")
-    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds"]
+    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out"]
     yield from recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
@@ -535,3 +541,286 @@ def test_embeds_vllm_cannot_serve_get_400(sides: dict[str, Side], name: str) -> 
     assert responses["ours"].json()["error"]["type"] == "BadRequestError"
     assert sides["ours"].new_requests() == []
     sides["vllm"].new_requests()
+
+
+# --- Token-in/token-out and render (--enable-scale-out on both sides) ---------------------------
+
+IMAGE_PAD = "<|vision_start|><|image_pad|><|vision_end|>"
+VIDEO_PAD = "<|vision_start|><|video_pad|><|vision_end|>"
+
+
+def _token_ids(side: Side, text: str) -> list[int]:
+    body = {"prompt": text, "add_special_tokens": False}
+    response = httpx.post(side.url + "/tokenize", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["tokens"]
+
+
+def _generate(side: Side, body: dict[str, Any]) -> httpx.Response:
+    body = {"sampling_params": {"max_tokens": 2}, **body}
+    return httpx.post(side.url + "/inference/v1/generate", json=body, timeout=120)
+
+
+def _part(kind: str, url: str | None, uuid: str | None = None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": kind}
+    if url is not None:
+        part["url"] = url
+    if uuid is not None:
+        part["uuid"] = uuid
+    return part
+
+
+def _video_url(frames: int, fps: float, size: tuple[int, int]) -> str:
+    return "data:video/mp4;base64," + base64.b64encode(make_video(frames, fps, size)).decode()
+
+
+CONTENT_PARTS = {
+    "one image": (
+        f"User: {IMAGE_PAD}What is it?",
+        [_part("image_url", _png(64, 48, 301))],
+    ),
+    "images, a video, uuids, a skipped part": (
+        f"{IMAGE_PAD} and {VIDEO_PAD} then {IMAGE_PAD}.",
+        [
+            _part("image_url", _png(300, 200, 302), "gen-image"),
+            {"type": "text", "text": "ignored"},
+            _part("video_url", _video_url(10, 5.0, (64, 48))),
+            _part("image_url", _jpeg(97, 131, 303)),
+        ],
+    ),
+    "repeated image": (
+        f"{IMAGE_PAD}{IMAGE_PAD}",
+        [_part("image_url", _png(40, 40, 304)), _part("image_url", _png(40, 40, 304))],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CONTENT_PARTS))
+def test_generate_content_parts_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
+    # vLLM's ServingTokens renders a token prompt with media: each item's placeholder token
+    # expanded, the items hashed, processed and sent (without data once the engine holds them).
+    text, parts = CONTENT_PARTS[name]
+    token_ids = _token_ids(sides["vllm"], text)
+    assert _token_ids(sides["ours"], text) == token_ids
+    body = {"token_ids": token_ids, "content_parts": parts, "return_token_ids": True}
+    for _ in range(2):
+        responses = {k: _generate(side, body) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        theirs, mine = responses["vllm"].json(), responses["ours"].json()
+        assert mine["prompt_token_ids"] == theirs["prompt_token_ids"]
+        assert mine["mm_placeholders"] == theirs["mm_placeholders"]
+        assert mine["usage"] == theirs["usage"]
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        assert ours.sampling_params.max_tokens == vllm.sampling_params.max_tokens
+        compare_requests(vllm, ours, _SENT)
+
+
+def test_generate_content_parts_stream_first_chunk_as_vllm(sides: dict[str, Side]) -> None:
+    token_ids = _token_ids(sides["vllm"], f"{IMAGE_PAD}Hi")
+    parts = [_part("image_url", _png(50, 30, 310))]
+    body = {"token_ids": token_ids, "content_parts": parts, "return_token_ids": True}
+    firsts = {}
+    for key, side in sides.items():
+        with httpx.stream(
+            "POST",
+            side.url + "/inference/v1/generate",
+            json={"sampling_params": {"max_tokens": 2}, "stream": True, **body},
+            timeout=120,
+        ) as response:
+            assert response.status_code == 200
+            lines = [line for line in response.iter_lines() if line.startswith("data: {")]
+        firsts[key] = json.loads(lines[0].removeprefix("data: "))
+    for field in ("prompt_token_ids", "mm_placeholders"):
+        assert firsts["ours"][field] == firsts["vllm"][field]
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
+
+
+BAD_CONTENT_PARTS = {
+    "no placeholder": ("No image here.", [_part("image_url", _png(30, 30, 320))]),
+    "too few placeholders": (IMAGE_PAD, [_part("image_url", _png(30, 31, 321))] * 2),
+    "too many images": (
+        IMAGE_PAD * 4,
+        [_part("image_url", _png(30, 32 + i, 322)) for i in range(4)],
+    ),
+    "truncated png": (IMAGE_PAD, [_part("image_url", _truncated_png())]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CONTENT_PARTS))
+def test_generate_bad_content_parts_answer_as_vllm(sides: dict[str, Side], name: str) -> None:
+    text, parts = BAD_CONTENT_PARTS[name]
+    token_ids = _token_ids(sides["vllm"], text)
+    body = {"token_ids": token_ids, "content_parts": parts}
+    responses = {k: _generate(side, body) for k, side in sides.items()}
+    theirs, mine = responses["vllm"], responses["ours"]
+    assert theirs.status_code != 200
+    if theirs.status_code == 500:
+        # A prompt whose placeholders do not match its items: vLLM's processor fails (500);
+        # ours answers the same message as the client's error it is.
+        assert mine.status_code == 400
+        assert mine.json()["error"]["message"] == theirs.json()["error"]["message"]
+    else:
+        assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+def _decoded_item(encoded: str | None) -> Any:
+    # A serialized item as plain values: its fields in any order (vLLM's come in a set's
+    # order, which varies with the process's string hash seed), each field's bytes as sent.
+    if encoded is None:
+        return None
+    import msgspec
+
+    return msgspec.msgpack.decode(
+        base64.b64decode(encoded), ext_hook=lambda code, data: (code, bytes(data))
+    )
+
+
+def _comparable(rendered: dict[str, Any]) -> dict[str, Any]:
+    """A render answer with its serialized items decoded (see :func:`_decoded_item`)."""
+    features = rendered.get("features")
+    if not features:
+        return rendered
+    features = dict(features)
+    for key in ("kwargs_data", "mm_metadata"):
+        if features.get(key) is not None:
+            features[key] = {
+                modality: [_decoded_item(item) for item in items]
+                for modality, items in features[key].items()
+            }
+    return {**rendered, "features": features}
+
+
+def _render(side: Side, messages: list[Any], **extra: Any) -> dict[str, Any]:
+    body = {"messages": messages, "max_tokens": 3, **extra}
+    response = httpx.post(side.url + "/v1/chat/completions/render", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    rendered = response.json()
+    rendered.pop("request_id")
+    return rendered
+
+
+@pytest.fixture(scope="module")
+def render_server() -> Iterator[httpx.Client]:
+    """Our engine-free render server (``vllm-frontend render``) for the same model and options,
+    in this process (it starts in about a second)."""
+    from tests.server.support import RunningServer
+    from vllm_frontend.cmd.assemble import build_render_app, load_model_resources
+    from vllm_frontend.cmd.config import config_from_args
+
+    options = {"limit_mm_per_prompt": LIMITS, "enable_mm_embeds": True}
+    config = config_from_args({"model_tag": str(tiny_vlm_dir()), **options})
+    server = RunningServer(build_render_app(config, load_model_resources(config)))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("mm_payload", [None, "tensors", "none"])
+def test_chat_render_with_media_is_vllms_and_generates_the_same(
+    sides: dict[str, Side], render_server: httpx.Client, mm_payload: str | None
+) -> None:
+    # /v1/chat/completions/render answers the GenerateRequest with the items' hashes and
+    # placeholders (and with "tensors" their processed fields); generating it sends the same.
+    seed = 330 + len(mm_payload or "")
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                _image(_png(90, 60, seed)),
+                _text("and"),
+                _video(6, 3.0, (48, 40)),
+                _image(_jpeg(40, 80, seed + 1), uuid=f"render-{seed}"),
+            ],
+        }
+    ]
+    extra = {} if mm_payload is None else {"mm_payload": mm_payload}
+    rendered = {k: _render(side, messages, **extra) for k, side in sides.items()}
+    assert _comparable(rendered["ours"]) == _comparable(rendered["vllm"])
+    assert list(rendered["ours"]) == list(rendered["vllm"])  # key order too
+    response = render_server.post(
+        "/v1/chat/completions/render", json={"messages": messages, "max_tokens": 3, **extra}
+    )
+    assert response.status_code == 200, response.text
+    served = {**response.json(), "request_id": None}
+    assert _comparable(served) == _comparable({**rendered["vllm"], "request_id": None})
+    assert rendered["vllm"]["features"]["mm_hashes"]
+    if rendered["vllm"]["features"].get("kwargs_data") is None:
+        return
+    for _ in range(2):
+        responses = {k: _generate(side, rendered["vllm"]) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        compare_requests(vllm, ours, _SENT)
+
+
+def test_uuid_only_parts_name_what_the_engine_holds_as_vllm(sides: dict[str, Side]) -> None:
+    # A part with a uuid and no media refers to an item the engine's cache holds (sent before
+    # under that uuid): it expands as it did then and goes without data; one the cache does not
+    # hold is refused.
+    image = _image(_png(77, 55, 340), uuid="held-340")
+    responses = {
+        k: _post(side, [{"role": "user", "content": [image]}]) for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
+    token_ids = _token_ids(sides["vllm"], f"{IMAGE_PAD}Again?")
+    reference = {"type": "image_url", "uuid": "held-340"}
+    body = {"token_ids": token_ids, "content_parts": [reference], "return_token_ids": True}
+    responses = {k: _generate(side, body) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    theirs, mine = responses["vllm"].json(), responses["ours"].json()
+    assert mine["mm_placeholders"] == theirs["mm_placeholders"]
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    assert [f.data for f in vllm.mm_features] == [None]
+    compare_requests(vllm, ours, _SENT)
+    chat_reference = {"type": "image_url", "image_url": {"url": None}, "uuid": "held-340"}
+    messages = [{"role": "user", "content": [_text("Same?"), chat_reference]}]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    assert [f.data for f in vllm.mm_features] == [None]
+    compare_requests(vllm, ours, _SENT)
+    body["content_parts"] = [{"type": "image_url", "uuid": "never-sent"}]
+    responses = {k: _generate(side, body) for k, side in sides.items()}
+    theirs, mine = responses["vllm"], responses["ours"]
+    assert theirs.status_code == 400
+    assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
+    missing = {**chat_reference, "uuid": "never-sent"}
+    messages = [{"role": "user", "content": [_image(_png(20, 20, 341)), _text("and"), missing]}]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    theirs, mine = responses["vllm"], responses["ours"]
+    assert theirs.status_code == 400
+    assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+def test_messages_render_with_an_image_is_vllms(sides: dict[str, Side]) -> None:
+    # /v1/messages/render: the Anthropic image block mapped onto an image_url part, rendered
+    # as the chat render renders it (hashes, placeholders and, by default, the tensors).
+    data = _png(45, 65, 350).split(",", 1)[1]
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    body = {
+        "model": str(tiny_vlm_dir()),
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}],
+    }
+    rendered = {}
+    for key, side in sides.items():
+        response = httpx.post(side.url + "/v1/messages/render", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        rendered[key] = {**response.json(), "request_id": None}
+    assert rendered["vllm"]["features"]["mm_hashes"]["image"]
+    assert _comparable(rendered["ours"]) == _comparable(rendered["vllm"])

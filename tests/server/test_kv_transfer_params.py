@@ -1,6 +1,7 @@
 """``kv_transfer_params`` of the engine's final output come back in the response, as vLLM 0.32's
 frontend returns ``RequestOutput.kv_transfer_params`` (disaggregated prefill/decode proxies read
-them from the prefill server's answer).
+them from the prefill server's answer); ``ec_transfer_params`` (the encoder-cache connector's,
+for disaggregated encode) come back wherever those do.
 
 Where vLLM puts them (vllm/entrypoints/openai/{completion,chat_completion}/serving.py): in the
 non-streaming response only (never in a stream's chunks); for completions, the first prompt's;
@@ -36,6 +37,11 @@ class ConnectorClient:
         extra = req.sampling_params.extra_args or {}
         return {"request": req.request_id, "sent": extra.get("kv_transfer_params")}
 
+    def _ec_params(self, req: EngineCoreRequest) -> dict[str, Any] | None:
+        # The encoder-cache connector's: only for a request that sent some.
+        sent = (req.sampling_params.extra_args or {}).get("ec_transfer_params")
+        return None if sent is None else {"encoder": req.request_id, "sent": sent}
+
     async def _outputs(self, req: EngineCoreRequest, delay: int) -> AsyncIterator[Any]:
         for i in range(3):
             for _ in range(delay if i == 2 else 1):
@@ -46,6 +52,7 @@ class ConnectorClient:
                 [100 + i],
                 finish_reason=FinishReason.LENGTH if last else None,
                 kv_transfer_params=self._params(req) if last else None,
+                ec_transfer_params=self._ec_params(req) if last else None,
             )
 
     def add_request(self, request: EngineCoreRequest) -> Any:
@@ -244,3 +251,38 @@ def test_messages_leave_them_out_without_a_connector(tiny_model: pathlib.Path) -
     app = messages_app(tiny_model, Plain(), max_model_len=128)
     body = json.loads(asyncio.run(_post(app, "/v1/messages", CHAT)))
     assert "kv_transfer_params" not in body
+
+
+EC_SENT = {"do_remote_encode": True}
+
+
+def test_ec_transfer_params_come_back_where_kv_transfer_params_do(
+    tiny_model: pathlib.Path,
+) -> None:
+    """vLLM 0.32 returns ``RequestOutput.ec_transfer_params`` beside ``kv_transfer_params``: in
+    the chat, completion, Messages (left out when None), Responses and token-in/token-out
+    answers; ``null`` without a connector."""
+    from tests.support.generation_app import generation_context
+    from vllm_frontend.server.generate import GENERATE_PATH, GenerateHandler
+
+    app, client = _agent_app(tiny_model)
+    ctx = generation_context(tiny_model, client, max_model_len=128)
+    app.route("POST", GENERATE_PATH, GenerateHandler(ctx))
+    for path, extra in (
+        ("/v1/messages", CHAT),
+        ("/v1/responses", {"input": "hi"}),
+        (GENERATE_PATH, {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 3}}),
+    ):
+        body = json.loads(asyncio.run(_post(app, path, {**extra, "ec_transfer_params": EC_SENT})))
+        assert body["ec_transfer_params"] == {"encoder": client.added[-1], "sent": EC_SENT}
+        body = json.loads(asyncio.run(_post(app, path, extra)))
+        if path == "/v1/messages":
+            assert "ec_transfer_params" not in body
+        else:
+            assert body["ec_transfer_params"] is None
+    for path, extra in (("/v1/completions", {"prompt": "a"}), ("/v1/chat/completions", CHAT)):
+        app, client = _app(tiny_model)
+        body = json.loads(asyncio.run(_post(app, path, {**extra, "ec_transfer_params": EC_SENT})))
+        assert body["ec_transfer_params"] == {"encoder": client.added[0], "sent": EC_SENT}
+        body = json.loads(asyncio.run(_post(app, path, extra)))
+        assert body["ec_transfer_params"] is None

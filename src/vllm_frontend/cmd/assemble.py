@@ -445,6 +445,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     )
     no_engine = _NoEngine()
     ctx = ServingContext(
+        multimodal=multimodal_facade(config, model, None),
         llm=LLM(no_engine, EngineCoreRequest),
         tokenizer=model.tokenizer,
         served_model_names=config.served_model_names,
@@ -470,6 +471,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         response_role=config.response_role,
         harmony=harmony,
         mistral=model.mistral,
+        media=ctx.media,
     )
     messages = MessagesHandler(ctx, chat)
     responses = ResponsesHandler(ctx, parse_responses_request, parsers, harmony=harmony)
@@ -482,12 +484,15 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         tokenizer=model.tokenizer,
         chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer),
         model_root=config.model,
+        media_policy=media_policy(config),
     )
     routes = render.routes() | derender.routes()
     app = build_app(server_settings(config, max_model_len), services, routes)
     for (method, path), handler in scale_out_not_served([p for _, p in routes]).items():
         if not path.startswith("/inference/"):  # vLLM's render server has no engine routes
             app.route(method, path, handler)
+    if ctx.media is not None:
+        app.on_close(ctx.media.aclose)
     return app
 
 
@@ -546,10 +551,11 @@ def media_policy(config: FrontendConfig) -> MediaPolicy:
 
 
 def multimodal_facade(
-    config: FrontendConfig, model: ModelResources, client: EngineCoreClient
+    config: FrontendConfig, model: ModelResources, client: EngineCoreClient | None
 ) -> Callable[[TextLlm], MultimodalLlm] | None:
     """What makes the multimodal facade over the text one, for a model that takes media (None
-    for a text-only one)."""
+    for a text-only one); ``client`` None: no engine (the render server), the model's dtype
+    from its config and no engine cache to mirror."""
     files = model.files
     if not is_multimodal_config(files.config):
         return None
@@ -584,7 +590,8 @@ def multimodal_facade(
             files.config.get("model_type"),
         )
     loader = MediaLoader(media_policy(config))
-    dtypes = [r.dtype for r in client.registrations.values() if r is not None and r.dtype]
+    registrations = client.registrations.values() if client is not None else ()
+    dtypes = [r.dtype for r in registrations if r is not None and r.dtype]
     dtype = dtypes[0] if dtypes else str(files.config.get("dtype") or "bfloat16")
 
     def make(text: TextLlm) -> MultimodalLlm:
@@ -599,7 +606,8 @@ def multimodal_facade(
             # vLLM's engine keeps the LRU cache its frontend mirrors only for one API process
             # in front of one engine (or external load balancing).
             mirror_engine_cache=(
-                config.mm_processor_cache_type == "lru"
+                client is not None
+                and config.mm_processor_cache_type == "lru"
                 and config.api_server_count == 1
                 and len(client.engine_indices) == 1
             ),

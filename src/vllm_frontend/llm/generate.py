@@ -116,6 +116,8 @@ class SampleOutput(msgspec.Struct, gc=False):
     stop_reason: int | str | None = None
     num_cached_tokens: int | None = None
     kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    """The encoder-cache connector's parameters (disaggregated encode), on the final output."""
 
     @property
     def finished(self) -> bool:
@@ -155,6 +157,8 @@ def _merge_into(acc: SampleOutput, out: SampleOutput) -> None:
     acc.stop_reason = out.stop_reason
     if out.kv_transfer_params is not None:
         acc.kv_transfer_params = out.kv_transfer_params
+    if out.ec_transfer_params is not None:
+        acc.ec_transfer_params = out.ec_transfer_params
 
 
 class TokenConsumer(Protocol):
@@ -207,6 +211,7 @@ class _Sample:
             or output.events is not None
             or output.prefill_stats is not None
             or output.kv_transfer_params is not None
+            or output.ec_transfer_params is not None
         ):
             return False
         if self.done or self.prefilling:
@@ -563,6 +568,7 @@ class GenerationStream:
             output.stop_reason,
             cached,
             getattr(output, "kv_transfer_params", None),
+            getattr(output, "ec_transfer_params", None),
         )
 
     def _accumulate(self, sample: _Sample, out: SampleOutput) -> SampleOutput:

@@ -225,6 +225,7 @@ class MultimodalLlm:
 
     __slots__ = (
         "_limits",
+        "_placeholders",
         "dtype",
         "family",
         "loader",
@@ -263,6 +264,10 @@ class MultimodalLlm:
         self.sender_cache = SenderCache(gb) if mirror_engine_cache and gb > 0 else None
         """The mirror of the engine's multimodal cache (None: every item carries its data)."""
         self._limits: dict[str, int] = {}
+        self._placeholders: dict[str, ProcessedItem] = {}
+        """The placeholders (no fields) of items the mirror holds, by hash: what a part naming
+        one by its ``uuid`` alone expands into (vLLM's sender cache keeps each item's prompt
+        updates beside its entry)."""
         if family is not None:
             for modality, supported in family.supported_limits.items():
                 user = self.options.limit_mm_per_prompt.get(modality)
@@ -332,6 +337,7 @@ class MultimodalLlm:
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
+            self._check_references(items, loaded, {})  # such a request bypasses the cache
         preparer = text.prompts
         truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         [prepared] = await preparer.prepare_prompts(
@@ -368,12 +374,69 @@ class MultimodalLlm:
                 "image tokens depends on the number of images, and possibly their aspect ratios "
                 "as well."
             )
+        cache = self._sending_cache(
+            family, features, items, loaded, hashes, processor_kwargs, embeds_request
+        )
+        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
+        return text.generate_prepared(request, [prepared_prompt])
+
+    def parts_from_content(self, content_parts: Iterable[Mapping[str, Any]]) -> MediaParts:
+        """A token-in request's ``content_parts`` (``{"type": "image_url" | "audio_url" |
+        "video_url", "url": ..., "uuid": ...}``) as the media parts of its prompt, in order,
+        checked against the per-prompt limits; parts of other types are skipped, as vLLM's
+        ``ServingTokens`` skips them."""
+        parts = self.new_parts()
+        for part in content_parts:
+            modality = _CONTENT_PART_MODALITIES.get(part.get("type", ""))
+            if modality is None:
+                continue
+            url, uuid = part.get("url"), part.get("uuid")
+            if url is not None and not isinstance(url, str):
+                raise BadInput(f"Invalid url of a {modality} content part: expected a string.")
+            if uuid is not None and not isinstance(uuid, str):
+                raise BadInput(f"Invalid uuid of a {modality} content part: expected a string.")
+            parts.add(MediaPart(modality, url, uuid))
+        return parts
+
+    async def expand_token_prompt(
+        self, token_ids: list[int], parts: MediaParts, *, hold: bool = True
+    ) -> PreparedPrompt:
+        """A token prompt with ``parts``' items, as vLLM's renderer processes a ``TokensPrompt``
+        with multimodal data (a ``/inference/v1/generate`` request's ``content_parts``): every
+        item loaded, hashed and processed (``hold``: those the engine's cache holds go without
+        data), and each item's placeholder token in ``token_ids`` expanded into its run, in
+        order; no truncation, no length check (the caller's token-prompt checks run on the
+        expanded prompt)."""
+        if not parts.items:
+            return PreparedPrompt(token_ids, None)
+        family = self.family
+        assert family is not None  # new_parts refused the parts otherwise
+        items = parts.items
+        loaded = await asyncio.gather(*(self._load(part, None) for part in items))
+        processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
+        ids, features = _expand(token_ids, family, items, processed, hashes)
+        cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
+        return PreparedPrompt(ids, None, features, cache)
+
+    def _sending_cache(
+        self,
+        family: Family,
+        features: list[MultiModalFeatureSpec],
+        items: list[MediaPart],
+        loaded: list[Any],
+        hashes: list[str],
+        processor_kwargs: Mapping[str, Any],
+        embeds_request: bool,
+    ) -> Any:
+        """The view of the sender cache the prompt's features go through when sent."""
         cache: Any = self.sender_cache
         held = {f.mm_hash for f in features if f.data is None}
         if held:
             pending = {h: (items[i], loaded[i]) for i, h in enumerate(hashes) if h in held}
 
             def process_one(part: MediaPart, item: Any) -> list[ProcessedItem]:
+                if item is None:  # a reference the engine's cache dropped meanwhile
+                    self._check_references([part], [item], {})
                 return self._process(family, [part], [item], processor_kwargs)
 
             cache = _FillingCache(cache, pending, process_one)
@@ -381,8 +444,7 @@ class MultimodalLlm:
             # vLLM's processor bypasses its cache for such a request (every item goes with
             # its data, none is recorded); the engine still keeps them: the mirror does too.
             cache = _RecordingCache(cache)
-        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
-        return text.generate_prepared(request, [prepared_prompt])
+        return cache
 
     async def _process_or_hold(
         self,
@@ -402,6 +464,7 @@ class MultimodalLlm:
             for part, item in zip(items, loaded, strict=True)
         ]
         held = self._held_tokens(family, items, loaded, processor_kwargs, hashes) if hold else {}
+        self._check_references(items, loaded, held)
         todo = [i for i in range(len(items)) if i not in held]
         loop = asyncio.get_running_loop()
         done = iter(
@@ -417,7 +480,35 @@ class MultimodalLlm:
             else ()
         )
         processed = [held[i] if i in held else next(done) for i in range(len(items))]
+        self._remember_placeholders([(hashes[i], processed[i]) for i in todo])
         return processed, hashes
+
+    def _check_references(
+        self, items: list[MediaPart], loaded: list[Any], held: Mapping[int, ProcessedItem]
+    ) -> None:
+        """A part naming an item by its ``uuid`` alone is served from the engine's cache:
+        vLLM's 400 when the cache does not hold it."""
+        index: dict[str, int] = {}
+        for i, part in enumerate(items):
+            position = index.get(part.modality, 0)
+            index[part.modality] = position + 1
+            if loaded[i] is None and i not in held:
+                raise BadInput(
+                    f"Cache miss for {part.modality} at index {position} but data is not provided."
+                )
+
+    def _remember_placeholders(self, done: Iterable[tuple[str, ProcessedItem]]) -> None:
+        cache = self.sender_cache
+        if cache is None:
+            return
+        remembered = self._placeholders
+        for mm_hash, item in done:
+            remembered[mm_hash] = ProcessedItem(
+                item.modality, item.num_tokens, {}, item.replacement, item.is_embed
+            )
+        if len(remembered) > 2 * len(cache) + 64:  # forget what the mirror dropped
+            for mm_hash in [h for h in remembered if h not in cache]:
+                del remembered[mm_hash]
 
     async def _process_with_embeds(
         self,
@@ -482,11 +573,16 @@ class MultimodalLlm:
         # Families that can tell an item's placeholder without processing it.
         placeholder = getattr(family, "held_item", None)
         counter = getattr(family, "item_tokens", None)
-        if cache is None or (placeholder is None and counter is None):
+        if cache is None:
             return {}
         held: dict[int, ProcessedItem] = {}
         for i, (part, mm_hash) in enumerate(zip(parts, hashes, strict=True)):
             if mm_hash not in cache:
+                continue
+            if loaded[i] is None:  # named by its uuid alone: the placeholder it was sent with
+                known = self._placeholders.get(mm_hash)
+                if known is not None and known.modality == part.modality:
+                    held[i] = known
                 continue
             if placeholder is not None:
                 held[i] = placeholder(part.modality, loaded[i], kwargs)
@@ -498,9 +594,11 @@ class MultimodalLlm:
 
     async def _load(
         self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
-    ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any]:
+    ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any] | None:
         if part.is_embeds:
             return await self._load_embeds(part)
+        if part.url is None and part.uuid is not None:
+            return None  # a reference to an item the engine's cache holds
         if part.modality not in ("image", "video", "audio"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
@@ -645,6 +743,9 @@ class _FillingCache:
         """:meth:`SenderCache.invalidate`."""
         self._cache.invalidate(mm_hashes)
 
+
+_CONTENT_PART_MODALITIES = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
+"""The media types of a token-in request's ``content_parts``."""
 
 _QWEN2_VL_METADATA = {
     "image": frozenset({"image_grid_thw"}),

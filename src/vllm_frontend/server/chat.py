@@ -156,7 +156,7 @@ class ChatResponse(msgspec.Struct):
     prompt_token_ids: list[int] | None
     prompt_text: str | None = None
     kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: None = None
+    ec_transfer_params: dict[str, Any] | None = None
     metrics: None = None
 
 
@@ -472,6 +472,7 @@ class ChatHandler:
             prompt_token_ids=list(prompt.token_ids) if return_ids else None,
             prompt_text=prompt.text if req.return_prompt_text else None,
             kv_transfer_params=kv_transfer_params,
+            ec_transfer_params=got.ec_transfer_params,
         )
         return _encode(response)
 

@@ -89,7 +89,7 @@ class CompletionResponse(msgspec.Struct):
     system_fingerprint: str | None
     usage: Usage
     kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: None = None
+    ec_transfer_params: dict[str, Any] | None = None
     metrics: None = None
 
 
@@ -251,12 +251,14 @@ class CompletionsHandler:
         finals: list[dict[int, SequenceOutput]] = [{} for _ in prompts]
         cached: list[int | None] = [None] * len(prompts)
         kv_params: list[dict[str, Any] | None] = [None] * len(prompts)
+        ec_params: list[dict[str, Any] | None] = [None] * len(prompts)
 
         async def run(i: int) -> None:
             got = await collect_finals(gen.source(i))
             finals[i] = got.outputs
             cached[i] = got.cached
             kv_params[i] = got.kv_transfer_params
+            ec_params[i] = got.ec_transfer_params
 
         if len(prompts) == 1:
             await run(0)
@@ -296,6 +298,7 @@ class CompletionsHandler:
             system_fingerprint=ctx.system_fingerprint,
             usage=usage(num_prompt, num_gen, details),
             kv_transfer_params=kv_params[0],  # vLLM returns the first prompt's
+            ec_transfer_params=ec_params[0],
         )
         return _encode(response)
 

@@ -14,7 +14,8 @@ as on the chat and completion routes. ``prompt_logprob_token_ids`` (scored promp
 as ``prompt_token_id_logprobs``, a base64 ``.npy`` float32 array), ``trace_decode_token_ids`` and
 ``routed_experts_prompt_start`` are checked as vLLM's input processor checks them and sent on.
 Multimodal ``features`` (a render's, :mod:`.generate_features`) go to the engine with the
-prompt; ``content_parts`` answer ``501``.
+prompt; ``content_parts`` (media by URL) are loaded, processed and expanded into the token
+prompt's placeholders by the multimodal facade (:meth:`MultimodalLlm.expand_token_prompt`).
 
 ``/inference/v1/abort_requests`` aborts requests by their public id (the ``request_id`` of a
 generate answer, a completion's ``id``, ...), every sample of each, through the engine client,
@@ -154,7 +155,7 @@ class GenerateResponse(msgspec.Struct):
     mm_placeholders: dict[str, list[dict[str, int]]] | None
     metrics: None
     kv_transfer_params: dict[str, Any] | None
-    ec_transfer_params: None
+    ec_transfer_params: dict[str, Any] | None
     output_mode: str
     choices: list[GenerateChoice] | list[GenerateTextChoice]
 
@@ -195,11 +196,20 @@ def npy_base64(scores: Any) -> str | None:
     return base64.b64encode(buffer.getbuffer()).decode("ascii")
 
 
-def _placeholders(req: GenerateBody) -> dict[str, list[dict[str, int]]] | None:
-    # vLLM's _response_mm_placeholders: with return_token_ids, for a prompt with media
-    if not req.return_token_ids or req.features is None:
+def _placeholders(req: GenerateBody, prompt: TokenPrompt) -> dict[str, list[dict[str, int]]] | None:
+    # vLLM's _response_mm_placeholders: with return_token_ids, for a prompt with media (taken
+    # before the prompt is sent: the engine request takes its features over)
+    if not req.return_token_ids:
         return None
-    return placeholder_ranges(req.features)
+    if req.features is not None:
+        return placeholder_ranges(req.features)
+    ranges: dict[str, list[dict[str, int]]] = {}
+    for feature in prompt.prompt.mm_features or ():
+        position = feature.mm_position
+        ranges.setdefault(feature.modality, []).append(
+            {"offset": position.offset, "length": position.length}
+        )
+    return ranges or None
 
 
 def _clamp(value: float) -> float:
@@ -329,9 +339,8 @@ class GenerateHandler:
             # the stream's chunks have no field for the scores
             raise errors.BadRequest("prompt_logprob_token_ids are not available when stream=true.")
         if req.content_parts:
-            raise errors.NotImplementedFeature(
-                "content_parts are not supported by this frontend yet on /inference/v1/generate."
-            )
+            prompt = await self._media_prompt(prompt, req)
+        placeholders = _placeholders(req, prompt)
         try:
             gen = ctx.text.generate_tokens(prompt)
         except (InvalidRequestError, GenerateFailed) as e:
@@ -343,10 +352,10 @@ class GenerateHandler:
         if stream:
 
             def produce(sink: StreamSink) -> Awaitable[None]:
-                return self._stream(sink, req, request_id, gen)
+                return self._stream(sink, req, request_id, gen, placeholders)
 
             return PushedStreamingResponse(produce, keep_alive_interval=ctx.sse_keep_alive_interval)
-        return Response(await self._full(req, request_id, created, gen))
+        return Response(await self._full(req, request_id, created, gen, placeholders))
 
     def _token_prompt(
         self, request: Request, req: GenerateBody, sp: SamplingParams, stream: bool
@@ -387,6 +396,27 @@ class GenerateHandler:
         )
         return prompt
 
+    async def _media_prompt(self, prompt: TokenPrompt, req: GenerateBody) -> TokenPrompt:
+        # vLLM's ServingTokens with content_parts: its renderer processes the token prompt
+        # with the media, and max_tokens defaults against the expanded prompt.
+        media = self.ctx.media
+        if media is None:
+            kinds = ("image_url", "audio_url", "video_url")
+            if not any(part.get("type") in kinds for part in req.content_parts or ()):
+                return prompt  # no media part: the token prompt as it is
+            # vLLM's multimodal registry refuses to make a processor for a text-only model
+            name = self.ctx.served_model_names[0]
+            raise errors.BadRequest(f"{name} is not a multimodal model")
+        parts = media.parts_from_content(req.content_parts or [])
+        expanded = await media.expand_token_prompt(prompt.prompt.token_ids, parts)
+        return self.ctx.text.token_prompt(
+            prompt.request,
+            expanded.token_ids,
+            max_tokens_set="max_tokens" in req.sampling_params,
+            mm_features=expanded.mm_features,
+            mm_cache=expanded.mm_cache,
+        )
+
     def _error_stream(self, exc: Exception) -> PushedStreamingResponse:
         async def produce(sink: StreamSink) -> None:
             sink.send(errors.error_sse_event(exc))
@@ -395,7 +425,12 @@ class GenerateHandler:
         return PushedStreamingResponse(produce)
 
     async def _full(
-        self, req: GenerateBody, request_id: str, created: int, gen: TextGeneration
+        self,
+        req: GenerateBody,
+        request_id: str,
+        created: int,
+        gen: TextGeneration,
+        placeholders: dict[str, list[dict[str, int]]] | None,
     ) -> bytes:
         ctx = self.ctx
         finals: dict[int, SequenceOutput] = {}
@@ -451,10 +486,10 @@ class GenerateHandler:
             prompt_logprobs=prompt_logprobs_json(prompt_lps),
             prompt_token_id_logprobs=npy_base64(getattr(source, "prompt_token_id_logprobs", None)),
             prompt_token_ids=list(prompt_ids) if req.return_token_ids else None,
-            mm_placeholders=_placeholders(req),
+            mm_placeholders=placeholders,
             metrics=None,
             kv_transfer_params=source.kv_transfer_params,
-            ec_transfer_params=None,
+            ec_transfer_params=source.ec_transfer_params,
             output_mode=req.output_mode,
             choices=choices,
         )
@@ -468,9 +503,15 @@ class GenerateHandler:
         return lambda token_id: tokenizer.decode([token_id])
 
     async def _stream(
-        self, sink: StreamSink, req: GenerateBody, request_id: str, gen: TextGeneration
+        self,
+        sink: StreamSink,
+        req: GenerateBody,
+        request_id: str,
+        gen: TextGeneration,
+        placeholders: dict[str, list[dict[str, int]]] | None,
     ) -> None:
         chunks = _StreamChunks(self.ctx, req, request_id, gen, self._decode())
+        chunks.placeholders = placeholders
         await push_sequences(sink, gen.sources, chunks.render, chunks.usage)
 
 
@@ -487,6 +528,8 @@ class _StreamChunks:
     ) -> None:
         self.request_id = request_id
         self.req = req
+        self.placeholders: dict[str, list[dict[str, int]]] | None = None
+        """The prompt's ``mm_placeholders`` (with ``return_token_ids``), on the first chunk."""
         self.text_mode = req.output_mode == "text"
         self.output_mode = req.output_mode
         self.decode = decode
@@ -536,7 +579,7 @@ class _StreamChunks:
         chunk.choices = [choice]  # type: ignore[assignment]
         if self.prompt_ids is not None:
             chunk.prompt_token_ids = self.prompt_ids
-            placeholders = _placeholders(self.req)
+            placeholders = self.placeholders
             if placeholders is not None:
                 chunk.mm_placeholders = placeholders
             self.prompt_ids = None

@@ -246,6 +246,7 @@ class MessagesHandler:
                 if seq.finished:
                     final = seq
             kv_transfer_params = outputs.kv_transfer_params
+            ec_transfer_params = outputs.ec_transfer_params
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -299,6 +300,8 @@ class MessagesHandler:
         body["usage"] = anthropic_usage(len(prompt.token_ids), final.num_output_tokens, details)
         if kv_transfer_params is not None:  # the KV connector's, as vLLM's chat response has them
             body["kv_transfer_params"] = kv_transfer_params
+        if ec_transfer_params is not None:  # the encoder-cache connector's, likewise
+            body["ec_transfer_params"] = ec_transfer_params
         if body["stop_reason"] is None:
             del body["stop_reason"]
         return _encode(body)

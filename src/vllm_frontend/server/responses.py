@@ -86,6 +86,15 @@ def _event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + _encode(event) + b"\n\n"
 
 
+def transfer_params(source: Any) -> dict[str, Any]:
+    """A finished source's ``kv_transfer_params`` and ``ec_transfer_params`` (the KV and
+    encoder-cache connectors'), as a response carries them (None without)."""
+    return {
+        "kv_transfer_params": source.kv_transfer_params,
+        "ec_transfer_params": source.ec_transfer_params,
+    }
+
+
 class ResponsesHandler:
     """The three Responses routes over one chat-layer facade and one response store."""
 
@@ -356,11 +365,11 @@ class ResponsesHandler:
                     cached = num_cached
                 if seq.finished:
                     final = seq
-            kv_transfer_params = outputs.kv_transfer_params
+            transfer = transfer_params(outputs)
         assert final is not None
         turn.append(final.token_ids, final.finish_reason, True)
         return self._harmony_finish(req, response_id, gen, created, turn, cached,
-                                    kv_transfer_params)  # fmt: skip
+                                    transfer)  # fmt: skip
 
     def _opening_events(
         self, req: ResponsesRequest, response_id: str, gen: ChatGeneration, created: int
@@ -404,9 +413,9 @@ class ResponsesHandler:
                     for segment in turn.append(seq.token_ids, seq.finish_reason, seq.finished):
                         for event in stream.feed(segment):
                             yield numbered(event)
-                kv_transfer_params = outputs.kv_transfer_params
+                transfer = transfer_params(outputs)
             response = self._harmony_finish(
-                req, response_id, gen, created, turn, cached, kv_transfer_params, stream.streamed
+                req, response_id, gen, created, turn, cached, transfer, stream.streamed
             )
         except GenerationFailed as exc:
             yield numbered(_error_event(exc))
@@ -421,7 +430,7 @@ class ResponsesHandler:
         created: int,
         turn: HarmonyTurn,
         cached: int,
-        kv_transfer_params: dict[str, Any] | None,
+        transfer: dict[str, Any],
         streamed: Any = (),
     ) -> dict[str, Any]:
         # vLLM's responses_full_generator, HarmonyContext branch.
@@ -450,7 +459,7 @@ class ResponsesHandler:
         if req.enable_response_messages:
             response["input_messages"] = message_dicts(turn.conversation[: turn.start])
             response["output_messages"] = message_dicts(turn.messages)
-        response["kv_transfer_params"] = kv_transfer_params
+        response.update(transfer)
         if req.store and self.store is not None:
             self.store.put_final(response)
         return response
@@ -475,7 +484,7 @@ class ResponsesHandler:
                     cached = num_cached
                 if seq.finished:
                     final = seq
-            kv_transfer_params = outputs.kv_transfer_params
+            transfer = transfer_params(outputs)
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -484,7 +493,7 @@ class ResponsesHandler:
         reasoning_tokens = parser.count_reasoning_tokens(final.token_ids) if parser else 0
         return self._finish(
             req, response_id, gen, created, final, output, cached, reasoning_tokens,
-            kv_transfer_params,
+            transfer,
         )  # fmt: skip
 
     def _finish(
@@ -497,7 +506,7 @@ class ResponsesHandler:
         output: list[Any],
         cached: int,
         reasoning_tokens: int,
-        kv_transfer_params: dict[str, Any] | None,
+        transfer: dict[str, Any],
     ) -> dict[str, Any]:
         [prompt] = gen.text.prompts
         status = "incomplete" if final.finish_reason == "length" else "completed"
@@ -513,7 +522,7 @@ class ResponsesHandler:
                 len(prompt.token_ids), final.num_output_tokens, cached, reasoning_tokens
             ),
         )
-        response["kv_transfer_params"] = kv_transfer_params  # the KV connector's, or None
+        response.update(transfer)  # the KV and encoder-cache connectors', or None
         if req.store and self.store is not None:
             self.store.put_final(response)
         return response
@@ -650,7 +659,7 @@ class ResponsesHandler:
                     for part in _split(delta):
                         for event in state.feed(part, logprobs):
                             yield numbered(event)
-                kv_transfer_params = outputs.kv_transfer_params
+                transfer = transfer_params(outputs)
         except GenerationFailed as exc:
             yield numbered(_error_event(exc))
             return
@@ -661,7 +670,7 @@ class ResponsesHandler:
         final.num_output_tokens = len(token_ids)
         response = self._finish(
             req, response_id, gen, created, final, state.items, cached, reasoning_tokens,
-            kv_transfer_params,
+            transfer,
         )  # fmt: skip
         yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
 

@@ -417,6 +417,11 @@ class BeamSearchStream:
         """Always None: vLLM's beam search result carries no KV-transfer parameters."""
         return None
 
+    @property
+    def ec_transfer_params(self) -> dict[str, Any] | None:
+        """Always None, as :attr:`kv_transfer_params`."""
+        return None
+
     def start(self) -> None:
         """Start the search task (idempotent)."""
         if self._task is None and not self._finished:

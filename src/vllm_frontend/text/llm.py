@@ -220,6 +220,7 @@ class TextLlm:
         *,
         max_tokens_set: bool,
         mm_features: list[Any] | None = None,
+        mm_cache: Any = None,
     ) -> TokenPrompt:
         """A token-in/token-out request's request-level checks (vLLM's ``ServingTokens``
         before its engine client): the prompt as given (no special tokens, no truncation),
@@ -227,7 +228,8 @@ class TextLlm:
         request did not set it (``max_tokens_set``), and the sampling parameters as vLLM's
         ``SamplingParams`` builds them from the request's values: its own defaults, not the
         generation config's; ``mm_features``: the engine features of the prompt's media items
-        (placeholders already in ``token_ids``). Raises vLLM's 400 errors;
+        (placeholders already in ``token_ids``), sent through ``mm_cache`` (the mirror of the
+        engine's multimodal cache, or None). Raises vLLM's 400 errors;
         :meth:`generate_tokens` does the rest."""
         max_tokens = request.max_tokens
         if not max_tokens_set:
@@ -239,7 +241,7 @@ class TextLlm:
             )
         lowered = _sampling_request(request)
         lower_sampling_params(lowered, max_tokens=max_tokens, model=model, engine_side=False)
-        prompt = PreparedPrompt(token_ids, None, mm_features or None)
+        prompt = PreparedPrompt(token_ids, None, mm_features or None, mm_cache)
         return TokenPrompt(request, prompt, max_tokens, lowered)
 
     def generate_tokens(self, prompt: TokenPrompt) -> TextGeneration:

@@ -50,6 +50,12 @@ class UpdateSource(Protocol):
         finish (vLLM's ``RequestOutput.kv_transfer_params``); None until then, or without."""
         ...
 
+    @property
+    def ec_transfer_params(self) -> dict[str, Any] | None:
+        """The encoder-cache transfer parameters, as :attr:`kv_transfer_params` (vLLM's
+        ``RequestOutput.ec_transfer_params``)."""
+        ...
+
     def on_ready(self, callback: Callable[[], None] | None) -> None:
         """Start, and call ``callback()`` whenever :meth:`take` may have something."""
 
@@ -80,7 +86,13 @@ class SequenceStream:
     (no task wakes up per engine step). Closing early (disconnect) aborts what still runs.
     """
 
-    __slots__ = ("_gen", "_kv_transfer_params", "_pending_cached", "_procs")
+    __slots__ = (
+        "_ec_transfer_params",
+        "_gen",
+        "_kv_transfer_params",
+        "_pending_cached",
+        "_procs",
+    )
 
     def __init__(
         self,
@@ -112,6 +124,7 @@ class SequenceStream:
             for _ in range(n)
         ]
         self._kv_transfer_params: dict[str, Any] | None = None
+        self._ec_transfer_params: dict[str, Any] | None = None
         self._pending_cached: dict[int, int] = {}
         """A sample's cached-token count from an engine output that made no update (a
         FINAL_ONLY request's first output, held-back text), for its next update."""
@@ -146,6 +159,12 @@ class SequenceStream:
         """The KV-transfer parameters of the engine output that finished the last sample to
         finish (vLLM's ``RequestOutput.kv_transfer_params``); None until then, or without."""
         return self._kv_transfer_params
+
+    @property
+    def ec_transfer_params(self) -> dict[str, Any] | None:
+        """The encoder-cache transfer parameters, as :attr:`kv_transfer_params` (vLLM's
+        ``RequestOutput.ec_transfer_params``)."""
+        return self._ec_transfer_params
 
     @property
     def prompt_token_id_logprobs(self) -> Any:
@@ -190,6 +209,7 @@ class SequenceStream:
                 if out.finish_reason:
                     code = FINISH_REASONS.index(out.finish_reason)
                     self._kv_transfer_params = out.kv_transfer_params
+                    self._ec_transfer_params = out.ec_transfer_params
                 seq = proc.process(
                     out.token_ids,
                     code,
@@ -276,7 +296,14 @@ class Finals:
     """What a non-streaming response needs of a source: each choice's last update by index,
     the prompt's cached-token count (the latest reported) and the KV-transfer parameters."""
 
-    __slots__ = ("cached", "done", "kv_transfer_params", "outputs", "source")
+    __slots__ = (
+        "cached",
+        "done",
+        "ec_transfer_params",
+        "kv_transfer_params",
+        "outputs",
+        "source",
+    )
 
     def __init__(self, source: UpdateSource, done: asyncio.Future[None]) -> None:
         self.source = source
@@ -287,6 +314,8 @@ class Finals:
         """``num_cached_tokens`` as last reported (None: never)."""
         self.kv_transfer_params: dict[str, Any] | None = None
         """The source's KV-transfer parameters once it has finished."""
+        self.ec_transfer_params: dict[str, Any] | None = None
+        """The source's encoder-cache transfer parameters once it has finished."""
 
     def __call__(self) -> None:
         # The source's notification: its updates taken here, in the engine client's read
@@ -320,4 +349,5 @@ async def collect_finals(source: UpdateSource) -> Finals:
     finally:
         await source.aclose()
     finals.kv_transfer_params = source.kv_transfer_params
+    finals.ec_transfer_params = source.ec_transfer_params
     return finals
