@@ -142,6 +142,9 @@ def process_tensor_embeds(
                 parameter=f"{modality}_embeds",
             )
         count = int(rows.shape[0])
+        if count == 0 and spec.replacement is None and modality == "audio":
+            # Qwen2-Audio's processor asks an item of no features for its clip's length
+            refuse_tensor_embeds(modality, [], spec.hidden_size)
         if count == 0 and spec.replacement is None:
             # vLLM finds no placeholder for the item (its 500); a family whose placeholders
             # wrap the rows (InternVL) takes it, as vLLM does
@@ -266,7 +269,8 @@ def refuse_tensor_embeds(modality: str, items: list[Embeds], hidden_size: int) -
     """Refuse a family's bare ``modality`` embeddings as vLLM does when its processor reads only
     media (Idefics3, Gemma 3, Llama 4, Mistral 3, Pixtral-HF): after vLLM's parser has checked
     their ranks and hidden size (with its messages), the processor's type error."""
-    _rows(modality, items, hidden_size)
+    if items:
+        _rows(modality, items, hidden_size)
     kind = modality.capitalize()
     raise _refuse(
         f"Invalid type of data items for modality={modality!r}. Expected type: <class "
