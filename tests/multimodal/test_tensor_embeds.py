@@ -439,9 +439,12 @@ def _ours(model: pathlib.Path) -> tuple[Any, _Client]:
         "limit_mm_per_prompt": LIMITS, "mm_processor_cache_gb": 0, "enable_mm_embeds": True,
     })  # fmt: skip
     client = _Client()
-    make = multimodal_facade(config, load_model_resources(config), client)  # type: ignore[arg-type]
+    resources = load_model_resources(config)
+    make = multimodal_facade(config, resources, client)  # type: ignore[arg-type]
     assert make is not None
-    return generation_app(model, client, max_model_len=MAX_MODEL_LEN, multimodal=make), client
+    app = generation_app(model, client, max_model_len=MAX_MODEL_LEN, multimodal=make,
+                         tokenizer=resources.tokenizer)  # fmt: skip
+    return app, client
 
 
 def _post(app: Any, body: dict[str, Any]) -> tuple[int, Any]:
