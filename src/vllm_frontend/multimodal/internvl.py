@@ -43,6 +43,7 @@ from vllm_frontend.multimodal.processors.torch_video import (
 from vllm_frontend.multimodal.processors.torch_video import (
     TorchVideoProcessor,
 )
+from vllm_frontend.multimodal.tensor_embeds import TensorEmbedsSpec, inputs_embeds_size
 
 __all__ = ["InternVLFamily"]
 
@@ -78,6 +79,7 @@ class InternVLFamily:
         "_server_kwargs",
         "_server_raw",
         "_video_replacements",
+        "embeds",
         "image_seq_length",
         "model_type",
         "processor",
@@ -135,6 +137,16 @@ class InternVLFamily:
         else:
             video_config = preprocessor_config
         self.video_processor = TorchVideoProcessor(video_config, VIDEO_DEFAULTS)
+        self.embeds = {
+            "image": TensorEmbedsSpec(inputs_embeds_size(config), self._embeds_replacement)
+        }
+        """How ``image_embeds`` parts are taken: one tensor of rows per image, its rows the
+        ``<IMG_CONTEXT>`` positions between ``<img>`` and ``</img>``."""
+
+    def _embeds_replacement(self, rows: int) -> tuple[list[int], np.ndarray]:
+        text = START_TOKEN + CONTEXT_TOKEN * rows + END_TOKEN
+        repl = Replacement(self._encode(text), self.token_ids["image"])
+        return repl.ids, repl.is_embed
 
     def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The image processor's options among processor keyword arguments (the image-scoped

@@ -34,6 +34,7 @@ from vllm_frontend.multimodal.processors.llava_next import (
     LlavaNextImageProcessor,
     num_image_tokens,
 )
+from vllm_frontend.multimodal.tensor_embeds import TensorEmbedsSpec, inputs_embeds_size
 
 __all__ = ["LlavaFamily", "llava_family"]
 
@@ -135,7 +136,7 @@ def _selected(tokens: int, strategy: str) -> int:
 class LlavaFamily:
     """LLaVA-1.5 (``model_type`` ``llava``) and LLaVA-NeXT (``llava_next``): images."""
 
-    __slots__ = ("_base_tokens", "_server_raw", "_tower", "model_type", "pinpoints",
+    __slots__ = ("_base_tokens", "_server_raw", "_tower", "embeds", "model_type", "pinpoints",
                  "processor", "server_kwargs", "token_ids")  # fmt: skip
 
     placeholders: Mapping[str, str] = {"image": IMAGE_TOKEN}
@@ -170,6 +171,9 @@ class LlavaFamily:
         self._base_tokens = _selected(grid * grid + (1 if class_token else 0), strategy)
         self.server_kwargs = self._known(processor_kwargs)
         self._server_raw = dict(processor_kwargs)
+        self.embeds = {"image": TensorEmbedsSpec(inputs_embeds_size(config))}
+        """How ``image_embeds`` parts are taken: one tensor of rows per image, each row one
+        ``<image>`` placeholder (vLLM's ``ImageEmbeddingItems``)."""
 
     def _known(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         names = self.processor.options.names

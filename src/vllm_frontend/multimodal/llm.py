@@ -36,6 +36,7 @@ from vllm_frontend.multimodal.hashing import (
     video_hash_value,
 )
 from vllm_frontend.multimodal.media import (
+    Embeds,
     ImageItem,
     MediaError,
     MediaLoader,
@@ -44,6 +45,13 @@ from vllm_frontend.multimodal.media import (
 )
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.multimodal.sender_cache import SenderCache
+from vllm_frontend.multimodal.tensor_embeds import (
+    TensorEmbedsSpec,
+    inputs_embeds_size,
+    process_counted_embeds,
+    process_tensor_embeds,
+    refuse_tensor_embeds,
+)
 from vllm_frontend.text.errors import BadInput, InvalidInput
 from vllm_frontend.text.llm import TextGeneration, TextLlm, TextRequest
 from vllm_frontend.text.prompts import PreparedPrompt
@@ -224,6 +232,7 @@ class MultimodalLlm:
     """Multimodal prompts for one model over ``text`` (built once at startup)."""
 
     __slots__ = (
+        "_embeds_width",
         "_limits",
         "_placeholders",
         "dtype",
@@ -258,6 +267,7 @@ class MultimodalLlm:
         self.loader = loader
         self.model_id = model_id
         self.model_type = multimodal_model_type(config)
+        self._embeds_width = inputs_embeds_size(config)
         self.dtype = dtype
         self.options = options if options is not None else MultimodalOptions()
         gb = self.options.mm_processor_cache_gb
@@ -521,7 +531,7 @@ class MultimodalLlm:
         """A request with embeddings: every item processed and sent with its data, as vLLM's
         processor does when it bypasses its cache; an embeddings item is hashed by its
         fields' tensors."""
-        specs: Mapping[str, EmbedsSpec] = getattr(family, "embeds", {})
+        specs: Mapping[str, EmbedsSpec | TensorEmbedsSpec] = getattr(family, "embeds", {})
         out: list[Any] = [None] * len(items)
         values: list[Any] = [None] * len(items)
         raw = [i for i, part in enumerate(items) if not part.is_embeds]
@@ -530,15 +540,39 @@ class MultimodalLlm:
         for modality in dict.fromkeys(p.modality for p in items if p.is_embeds):
             spec = specs.get(modality)
             if spec is None:
+                if modality in getattr(family, "refuses_embeds", ()):
+                    self._refuse_embeds(modality, items, loaded)
                 raise MediaError.bad_request(
                     f"`{modality}_embeds` inputs are not supported by this frontend for model "
                     f"type {self.model_type!r} yet"
                 )
             indices = [i for i, p in enumerate(items) if p.is_embeds and p.modality == modality]
-            decoded: list[Mapping[str, Any]] = [
-                metadata_arrays(loaded[i], {spec.metadata}) for i in indices
-            ]
-            results = await loop.run_in_executor(pool, process_embeds, spec, modality, decoded)
+            results: list[tuple[ProcessedItem, Any]]
+            if (
+                isinstance(spec, TensorEmbedsSpec)
+                and spec.count_key is not None
+                and any(isinstance(items[i].embeds, dict) for i in indices)
+            ):
+                counted: list[Mapping[str, Any]] = [
+                    metadata_arrays(loaded[i], {spec.count_key}) for i in indices
+                ]
+                if not all(isinstance(items[i].embeds, dict) for i in indices):
+                    raise MediaError.bad_request(
+                        f"`{modality}_embeds` parts must all be tensors or all dictionaries"
+                    )
+                results = await loop.run_in_executor(
+                    pool, process_counted_embeds, spec, modality, counted
+                )
+            elif isinstance(spec, TensorEmbedsSpec):
+                tensors = _bare_tensors(modality, [items[i] for i in indices], loaded, indices)
+                results = await loop.run_in_executor(
+                    pool, process_tensor_embeds, spec, modality, tensors
+                )
+            else:
+                decoded: list[Mapping[str, Any]] = [
+                    metadata_arrays(loaded[i], {spec.metadata}) for i in indices
+                ]
+                results = await loop.run_in_executor(pool, process_embeds, spec, modality, decoded)
             for i, (item, value) in zip(indices, results, strict=True):
                 out[i], values[i] = item, value
         if raw:
@@ -557,6 +591,19 @@ class MultimodalLlm:
             for part, value in zip(items, values, strict=True)
         ]
         return out, hashes
+
+    def _refuse_embeds(self, modality: str, items: list[MediaPart], loaded: list[Any]) -> None:
+        """Refuse ``modality``'s embeddings as vLLM does for a family whose processor takes
+        only media (its parser's checks first)."""
+        indices = [i for i, p in enumerate(items) if p.is_embeds and p.modality == modality]
+        for i in indices:
+            metadata_arrays(loaded[i], set())  # vLLM's chat parser's refusal of JSON arrays
+        if all(isinstance(items[i].embeds, str) for i in indices):
+            tensors = _bare_tensors(modality, [items[i] for i in indices], loaded, indices)
+            refuse_tensor_embeds(modality, tensors, self._embeds_width)
+        raise MediaError.bad_request(
+            f"`{modality}_embeds` dictionaries are not supported for model type {self.model_type!r}"
+        )
 
     def _held_tokens(
         self,
@@ -690,6 +737,22 @@ class MultimodalLlm:
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
         return [p for p in out if p is not None]
+
+
+def _bare_tensors(
+    modality: str, parts: list[MediaPart], loaded: list[Any], indices: list[int]
+) -> list[Embeds]:
+    """The decoded tensors of a family's bare-tensor embeddings parts; a dictionary payload
+    (which vLLM hands such a family's processor as if it were media) is refused."""
+    out = []
+    for part, i in zip(parts, indices, strict=True):
+        value = loaded[i].get(f"{modality}_embeds") if isinstance(part.embeds, str) else None
+        if not isinstance(value, Embeds):
+            raise MediaError.bad_request(
+                f"`{modality}_embeds` must be one base64-encoded tensor for this model"
+            )
+        out.append(value)
+    return out
 
 
 class _RecordingCache:

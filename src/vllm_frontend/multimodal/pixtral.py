@@ -69,6 +69,8 @@ class PixtralFamily:
 
     supported_limits: Mapping[str, int | None] = {"image": None}
     """Items per prompt the family takes by modality (None: any number)."""
+    refuses_embeds: tuple[str, ...] = ("image",)
+    """The modalities whose embeddings vLLM's processor refuses (it reads only images)."""
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ from vllm_frontend.multimodal.processors.whisper import (
     WhisperFeatureExtractor,
     qwen2_audio_output_length,
 )
+from vllm_frontend.multimodal.tensor_embeds import TensorEmbedsSpec, inputs_embeds_size
 
 __all__ = ["AudioItem", "Qwen2AudioFamily"]
 
@@ -41,7 +42,7 @@ def _features_tensor(values: np.ndarray, dtype: str) -> Tensor:
 class Qwen2AudioFamily:
     """Qwen2-Audio (``model_type`` ``qwen2_audio``): audio clips."""
 
-    __slots__ = ("extractor", "model_type", "sampling_rate", "token_ids")
+    __slots__ = ("embeds", "extractor", "model_type", "sampling_rate", "token_ids")
 
     placeholders: Mapping[str, str] = {"audio": "Audio {i}: <|audio_bos|><|AUDIO|><|audio_eos|>"}
     """vLLM's ``get_placeholder_str`` (``{i}``: the clip's number in the prompt)."""
@@ -62,6 +63,11 @@ class Qwen2AudioFamily:
         if token_id is None:
             raise ValueError("the tokenizer has no <|AUDIO|> token")
         self.token_ids: dict[str, int] = {"audio": token_id}
+        self.embeds = {
+            "audio": TensorEmbedsSpec(inputs_embeds_size(config), count_key="audio_num_tokens")
+        }
+        """How ``audio_embeds`` parts are taken: one tensor of rows per clip, or vLLM's
+        ``{"audio_embeds": ..., "audio_num_tokens": [n]}`` dictionary; a row per ``<|AUDIO|>``."""
 
     def resampled(self, item: AudioItem) -> np.ndarray:
         """The clip at the feature extractor's rate (vLLM's data parser resamples it, and the

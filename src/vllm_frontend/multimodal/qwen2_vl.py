@@ -140,11 +140,10 @@ class Qwen2VLFamily:
         self.embeds: dict[str, EmbedsSpec] = {
             modality: EmbedsSpec(f"{modality}_embeds", f"{modality}_grid_thw", hidden_size, tokens)
             for modality in ("image", "video")
-            if self.model_type == "qwen2_vl"
         }
         """How ``image_embeds`` / ``video_embeds`` parts are taken: vLLM's
-        ``Qwen2VLMultiModalDataParser`` dictionaries, the embeddings with their grid (Qwen2-VL
-        only: the other model types' embeddings are refused)."""
+        ``Qwen2VLMultiModalDataParser`` dictionaries (Qwen2-VL's and Qwen2.5-VL's), the
+        embeddings with their grid."""
         self.token_ids: dict[str, int] = {}
         for modality, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>")):
             token_id = token_to_id(token)

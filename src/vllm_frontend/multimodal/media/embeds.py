@@ -1,7 +1,7 @@
 """Precomputed embeddings (``image_embeds``, ``audio_embeds``, ``video_embeds``) as vLLM 0.32
-reads them, without torch: a base64 ``.npy`` file, or a dense tensor saved by ``torch.save``
-read by a restricted unpickler that knows only a tensor's parts (no code runs, as with torch's
-``weights_only=True``). Sparse tensors are not read here."""
+reads them, without torch: a base64 ``.npy`` file (images and videos), or a dense tensor saved
+by ``torch.save`` read by a restricted unpickler that knows only a tensor's parts (no code runs,
+as with torch's ``weights_only=True``). Sparse tensors are not read here."""
 
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ def decode_embeds(payload: str, parameter: str, max_bytes: int) -> Embeds:
 
     data = b64decode(payload)
     try:
-        if data[:6] == NUMPY_MAGIC:
+        # vLLM reads audio embeddings with torch.load alone (an .npy payload fails there)
+        if data[:6] == NUMPY_MAGIC and parameter != "audio_embeds":
             array = np.load(io.BytesIO(data))  # allow_pickle stays False
             return Embeds(array, array.dtype.name)
         return _from_torch_file(data, parameter, max_bytes)
