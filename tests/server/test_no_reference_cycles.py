@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -104,13 +105,27 @@ def _post(server: OurServer, path: str, body: dict[str, Any]) -> bytes:
     return raw_exchange(server.port, head.encode() + data)
 
 
-def _garbage_after(server: OurServer, path: str, body: dict[str, Any]) -> list[str]:
+def _cut_off(server: OurServer, path: str, body: dict[str, Any]) -> None:
+    """Send the request and disconnect 50 ms later, reading nothing."""
+    data = json.dumps({"model": MODEL, **body}).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(head.encode() + data)
+        time.sleep(0.05)
+
+
+def _garbage_after(
+    server: OurServer, path: str, body: dict[str, Any], send: Any = _post
+) -> list[str]:
     """The types of what the cyclic GC finds after three such requests."""
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         for _ in range(3):
-            _post(server, path, body)
+            send(server, path, body)
         # The server's loop closes the connection after the client has read to the end.
         time.sleep(0.2)
         gc.collect()
@@ -129,3 +144,14 @@ def test_a_served_request_leaves_no_cyclic_garbage(server: OurServer, kind: str)
     if body.get("stream"):
         assert reply.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), reply[-300:]
     assert _garbage_after(server, path, body) == []
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_request_its_client_left_leaves_no_cyclic_garbage(
+    server: OurServer, stream: bool
+) -> None:
+    # The client goes away while the request still runs (200 tokens at 1 ms steps): the
+    # handler is cancelled, the engine request aborted, the connection closed.
+    body = {"prompt": "Hello there", "max_tokens": 200, "ignore_eos": True, "stream": stream}
+    _cut_off(server, "/v1/completions", body)
+    assert _garbage_after(server, "/v1/completions", body, _cut_off) == []
