@@ -13,7 +13,7 @@ import os
 import pathlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -105,10 +105,12 @@ def start_our_server(
     timeout: float = 600.0,
     args: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
 ) -> OurServer:
     """Run our frontend on a background loop; returns once the engines are connected.
-    ``args``: options over vLLM's defaults (``config_from_args`` keys)."""
-    loop = asyncio.new_event_loop()
+    ``args``: options over vLLM's defaults (``config_from_args`` keys); ``loop_factory``: the
+    loop to run it on (the CLI's is uvloop's)."""
+    loop = loop_factory()
     thread = threading.Thread(target=loop.run_forever, name="our-frontend", daemon=True)
     thread.start()
     fut: Future[tuple[Any, Any]] = asyncio.run_coroutine_threadsafe(

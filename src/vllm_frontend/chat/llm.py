@@ -219,7 +219,8 @@ class ChatLlm:
             return  # vLLM's beam search sends neither
         parsers = self._parsers
         reasoning_cls = parsers.reasoning_cls if parsers is not None else None
-        kwargs = self._chat_template_kwargs(request)
+        # Only a reasoning parser reads the kwargs (the common request has none: not built).
+        kwargs = self._chat_template_kwargs(request) if reasoning_cls is not None else {}
         ended, parser_kwargs = engine_reasoning_fields(
             include_reasoning=bool(request.include_reasoning),
             has_parser=parsers is not None,

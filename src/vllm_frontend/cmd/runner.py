@@ -324,9 +324,12 @@ async def _serve(
     # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
     gc.collect()
     gc.freeze()
-    # (The GC's youngest generation keeps Python's default threshold: at 10000 a text request
-    # saved ~8 us, but image requests' cyclic garbage, decoded images and pixel buffers, then
-    # piled up: +70 MB RSS over 60 requests in tests/multimodal/test_engine_requests.py.)
+    # A served request leaves no reference cycles (tests/server/test_no_reference_cycles.py):
+    # what it made dies by reference counting. The youngest generation's default threshold
+    # (700 net container allocations) only tracks the transient peak of the requests in flight
+    # and ran every few requests, finding nothing. (At 10000 with the cycles that were left, a
+    # closed connection's last request body among them, image requests' bodies piled up.)
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     release_freed_heap()
     # fastokens' load holds the GIL for ~0.1 s at its start: not while /health is first polled.
     loop.call_later(_FAST_ENCODER_DELAY_S, model.tokenizer.start_fast_encoder)
@@ -365,6 +368,10 @@ async def _serve(
 
 _FAST_ENCODER_DELAY_S = 0.5
 """Seconds from serving to starting the prompt encoder's (fastokens') load."""
+
+_GC_YOUNG_THRESHOLD = 10_000
+"""Container allocations (net of frees) between collections of the GC's youngest generation
+once serving (Python's default: 700)."""
 
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:

@@ -660,6 +660,8 @@ class GenerationStream:
             return
         self._closed = True
         self._callback = None
+        for sample in self._samples:  # the consumer holds the stream: no cycle left behind
+            sample.consumer = None
         ids = self._abort_unfinished_nowait()
         for it in self._iters:
             it.on_ready(None)

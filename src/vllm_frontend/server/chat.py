@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Sequence
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -552,8 +553,9 @@ class _StreamChunks:
         # ...and with nothing else per chunk (no logprobs, no parser) a running choice's update
         # goes straight to it (render's first branch).
         self._text_only = self._plain and not req.logprobs and all(p is None for p in self._parsers)
+        # Bound to values, not to self: a closure over self would be a reference cycle.
         self._templates = ChoiceTemplates(
-            lambda i: _text_template(request_id, self._created, self._model, i)
+            partial(_text_template, request_id, self._created, self._model)
         )
 
     def _heads(self) -> bytes:

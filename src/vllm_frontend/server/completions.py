@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Sequence
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -419,9 +420,8 @@ class _StreamChunks:
         # ...and for one prompt without echo, a running choice's text update goes straight to
         # it once the first update has been through the whole of render.
         self._text_only = self._plain and not self._echo and len(prompts) == 1
-        self._templates = ChoiceTemplates(
-            lambda i: _text_template(request_id, created, self._model, i)
-        )
+        # Bound to values, not to self: a closure over self would be a reference cycle.
+        self._templates = ChoiceTemplates(partial(_text_template, request_id, created, self._model))
 
     def text_event(self, idx: int) -> TextEvent | None:
         """Choice ``idx``'s text-only event while a running update that is new text alone can

@@ -18,7 +18,7 @@ from typing import cast
 
 from .framing import CONTINUE, response_head
 from .messages import AnyResponse, Request, Response, StreamingResponse
-from .reader import RequestReader
+from .reader import DETACHED_PARSER, RequestReader
 from .state import SharedState
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,12 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         self._cancel_keep_alive()
         self._cancel_read_timer()
         self._pending.clear()
+        # Nothing is parsed any more: let go of the last request's body and headers, and of the
+        # parser, which holds this connection's callbacks (a reference cycle otherwise, left
+        # to the cyclic GC with the transport and socket it reaches).
+        self._body = []
+        self._headers = {}
+        self._parser = DETACHED_PARSER
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._drain_waiter is not None and not self._drain_waiter.done():

@@ -24,6 +24,14 @@ _SINGLE_HEADERS = (b"content-length", b"transfer-encoding", b"host")
 """Headers a request may carry once (RFC 9112 §3.2, §6.3): a repeat is refused, not merged."""
 
 
+class _NoCallbacks:
+    """A parser protocol without callbacks."""
+
+
+DETACHED_PARSER = httptools.HttpRequestParser(_NoCallbacks())
+"""The parser a closed connection keeps in place of its own (which references it back)."""
+
+
 class Refused(Exception):
     """Raised from a parser callback to refuse the request with ``status``."""
 
