@@ -11,7 +11,8 @@ Llama 3 test model, the last one EOS. Each run streams chat completions with ``t
 checks that every response carries the two calls, their arguments intact, finishing with
 ``tool_calls``. The baseline, ours without a parser, streams the same output for requests with
 the same tools and ``tool_choice: none``. CPU per output token is the frontend process tree's
-user+system time over the measured requests (after a warm-up request) / output tokens.
+user+system time over the measured requests (after a warm-up request and once the frontend is
+idle) / output tokens.
 """
 
 from __future__ import annotations
@@ -215,6 +216,19 @@ def run_load(
     return totals[0], totals[1], problems
 
 
+def await_idle(pid: int, timeout: float = 30.0) -> None:
+    """Until ``pid``'s tree is idle (<2% of a core over 0.5 s): background start-up work (our
+    detokenizer's vocabulary tables, for one) must not be measured as serving."""
+    deadline = time.monotonic() + timeout
+    before = sum(tree_cpu_times(pid))
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = sum(tree_cpu_times(pid))
+        if now - before < 0.01:
+            return
+        before = now
+
+
 def frontend_flags(frontend: str, parser: str | None) -> list[str]:
     """Flags that make ``frontend`` parse ``parser``'s tool calls (none: no parser)."""
     if parser is None:
@@ -259,6 +273,7 @@ def run_one(
             "stream_options": {"include_usage": True},
         }
         run_load(port, body, 1, 1, parser is not None)  # warm-up: first-use costs unmeasured
+        await_idle(fe.pid)
         user0, sys0 = tree_cpu_times(fe.pid)
         start = time.monotonic()
         tokens, good, problems = run_load(
