@@ -49,14 +49,16 @@ def mock_serve(
     python_flags: Sequence[str] = (),
     serve_args: Sequence[str] = (),
     healthy: Callable[[int], bool] | None = None,
+    engine_args: Sequence[str] = (),
 ) -> Iterator[MockServe]:
     """Serve ``model`` (``python python_flags -m vllm_frontend serve … serve_args``, stderr to
-    ``log``) in front of a mock engine, once ``healthy(port)`` (default: ``/health`` answers
-    200); on exit the frontend must stop cleanly on SIGTERM."""
+    ``log``) in front of a mock engine (``mock-engine … engine_args``), once ``healthy(port)``
+    (default: ``/health`` answers 200); on exit the frontend must stop cleanly on SIGTERM."""
     port, rpc = free_port(), free_port()
     engine = subprocess.Popen(
         [sys.executable, "-m", "vllm_frontend", "mock-engine",
-         "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--max-model-len", "256"],
+         "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--max-model-len", "256",
+         *engine_args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     with log.open("w") as stderr:

@@ -84,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append every ADD request's frames to PATH (for tests comparing frontends)",
     )
     parser.add_argument(
+        "--script-tokens",
+        default=None,
+        metavar="PATH",
+        help="scripted output: every request emits the token ids of this JSON list in order "
+        "(wrapping around) instead of random ids",
+    )
+    parser.add_argument(
         "--stats-file", default=None, help="write CPU time and counters as JSON here"
     )
     parser.add_argument(
@@ -129,7 +136,29 @@ def _options(args: argparse.Namespace) -> MockEngineOptions:
         die_after_requests=args.die_after_requests,
         mm_cache_misses=args.mm_cache_misses,
         record_requests=args.record_requests,
+        script=_script(args.script_tokens, args.vocab_size),
     )
+
+
+def _script(path: str | None, vocab_size: int) -> tuple[int, ...] | None:
+    """The token ids of ``--script-tokens`` (None without it), checked against the vocabulary."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            ids = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"mock-engine: cannot read --script-tokens {path}: {exc}") from None
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(type(t) is int and 0 <= t < vocab_size for t in ids)
+    ):
+        raise SystemExit(
+            f"mock-engine: --script-tokens {path} must hold a non-empty JSON list of token ids "
+            f"in [0, {vocab_size})"
+        )
+    return tuple(ids)
 
 
 def cpu_seconds() -> tuple[float, float]:

@@ -61,6 +61,12 @@ def _raw_array(items: list[bytes]) -> msgspec.Raw:
     return msgspec.Raw(header + b"".join(items))
 
 
+def _scripted(script: tuple[int, ...], start: int, n: int) -> list[int]:
+    """``n`` ids of ``script`` from position ``start``, wrapping around at its end."""
+    length = len(script)
+    return [script[(start + i) % length] for i in range(n)]
+
+
 class _Utilities:
     """Engine methods reachable through UTILITY calls (names and signatures as in vLLM 0.32).
 
@@ -370,7 +376,10 @@ class MockEngineCore:
         self.steps += 1
         opts = self.options
         k = opts.tokens_per_step
-        token_ids: list[int] = self._rng.integers(0, opts.vocab_size, len(running) * k).tolist()
+        script = opts.script
+        token_ids: list[int] = (
+            [] if script else self._rng.integers(0, opts.vocab_size, len(running) * k).tolist()
+        )
         width = 0
         lp_row = 0
         with_logprobs = bool(self._with_logprobs)
@@ -391,7 +400,11 @@ class MockEngineCore:
             take = request.limit - request.num_output
             if take > k:
                 take = k
-            toks = token_ids[base : base + take]
+            toks = (
+                _scripted(script, request.num_output, take)
+                if script
+                else token_ids[base : base + take]
+            )
             base += k
             finish: FinishReason | None = None
             stop_reason: int | None = None

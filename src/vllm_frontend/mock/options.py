@@ -45,6 +45,9 @@ class MockEngineOptions:
     item in ``mm_cache_miss_hashes``, as vLLM's engine answers a cache drift."""
     record_requests: str | None = None
     """Append every ADD request's frames to this file (see :mod:`vllm_frontend.mock.recording`)."""
+    script: tuple[int, ...] | None = None
+    """Scripted output: every request emits these token ids in order (from the start again once
+    through) instead of random ones, e.g. a tool-call text tokenized for a benchmark."""
 
 
 def registration_message(

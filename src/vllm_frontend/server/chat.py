@@ -657,6 +657,21 @@ class _StreamChunks:
                 if finish_reason is None and logprobs is None and token_ids is None:
                     return None
                 parsed = OutputDelta()
+            elif (
+                self._plain
+                and finish_reason is None
+                and logprobs is None
+                and parsed.content is not None
+                and not parsed.tool_calls
+                and parsed.reasoning is None
+                and not parsed.reasoning_hidden
+                and parsed.citations is None
+            ):
+                # Content alone (e.g. text before a tool call): the same chunk as parser-less
+                # text, so from the same template.
+                event = self._templates.render(idx, parsed.content)
+                if event is not None:
+                    return event
             if req.parallel_tool_calls is False:  # maybe_filter_parallel_tool_calls
                 parsed.tool_calls = [tc for tc in parsed.tool_calls if tc.index == 0]
             delta = _delta_json(parsed, null_names=parser.null_later_names)

@@ -128,9 +128,16 @@ class ToolParser:
 
 def tag_overlap(text: str, tag: str) -> int:
     """Length of the longest proper prefix of ``tag`` that ``text`` ends with."""
-    for k in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:k]):
-            return k
+    # Per streamed token: look only where the tag's first character occurs in text's last
+    # len(tag) - 1 characters (usually nowhere), the earliest such place being the longest.
+    if not tag:
+        return 0
+    first = tag[0]
+    i = text.find(first, max(0, len(text) - len(tag) + 1))
+    while i != -1:
+        if tag.startswith(text[i:]):
+            return len(text) - i
+        i = text.find(first, i + 1)
     return 0
 
 
