@@ -429,6 +429,9 @@ def test_hf_parsed_derender_is_vllms(
     mine, theirs = ours.post(CHAT, json=whole), vllm.post(CHAT, json=whole)
     assert mine.status_code == theirs.status_code == 200, (mine.text, theirs.text)
     assert _masked(mine.json()) == _masked(theirs.json())
+    if output == "reasoning, content and calls" and choice == "default":
+        calls = theirs.json()["choices"][0]["message"]["tool_calls"]  # really parsed
+        assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
     for size in (1, 3):
         states: list[Any] = [None, None]
         for i in range(0, len(ids), size):
