@@ -376,3 +376,78 @@ def test_parsed_stream_needs_prompt_ids(tool_apps: tuple[httpx.Client, Any]) -> 
             "chat_request": {"messages": MESSAGES}}  # fmt: skip
     mine, theirs = ours.post(CHAT, json=body), vllm.post(CHAT, json=body)
     assert (mine.status_code, mine.json()) == (theirs.status_code, theirs.json())
+
+
+# -- with the hf parsers (the tiny model dressed with Qwen3's response template) -----------------
+
+HF_TOOLS = [*TOOLS, {"type": "function", "function": {"name": "get_time", "parameters": {}}}]
+_HF_CALLS = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nZürich\n</parameter>\n</function>\n"
+    "</tool_call>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"
+)
+HF_OUTPUTS = {
+    "reasoning, content and calls": f"<think>\nlook it up\n</think>\n\nChecking.\n\n{_HF_CALLS}",
+    "content only": "Just text — ünïcode.",
+    "cut in a call": "<think>\nhm</think>Sure <tool_call>\n<function=get_weather>\n<param",
+}
+HF_PROMPTS: dict[str, dict[str, Any]] = {"default": {}, "thinking": {"enable_thinking": True}}
+
+
+@pytest.fixture(scope="module")
+def hf_apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Any]]:
+    from tests.support.tiny_hf_template import hf_template_model
+
+    model = hf_template_model(tmp_path_factory.mktemp("hf") / "tiny-qwen-template")
+    flags = ("--tool-call-parser", "hf", "--reasoning-parser", "hf", "--enable-auto-tool-choice")
+    theirs = vllm_render_app(model, *flags)
+    ours = ours_render_app(model, tool_call_parser="hf", reasoning_parser="hf",
+                           enable_auto_tool_choice=True)  # fmt: skip
+    vllm_client, ours_client = next(theirs), next(ours)
+    yield ours_client, vllm_client
+    for gen in (theirs, ours):
+        with contextlib.suppress(StopIteration):
+            next(gen)
+
+
+@pytest.mark.parametrize("prompt", HF_PROMPTS)
+@pytest.mark.parametrize("output", HF_OUTPUTS)
+@pytest.mark.parametrize("choice", ["default", "none"])
+def test_hf_parsed_derender_is_vllms(
+    hf_apps: tuple[httpx.Client, Any], output: str, prompt: str, choice: str
+) -> None:
+    ours, vllm = hf_apps
+    chat = {"messages": MESSAGES, "tools": HF_TOOLS, "chat_template_kwargs": HF_PROMPTS[prompt],
+            **TOOL_CHOICES[choice]}  # fmt: skip
+    prompt_ids = vllm.post("/tokenize", json={k: v for k, v in chat.items()
+                                              if k != "tool_choice"}).json()["tokens"]  # fmt: skip
+    ids = vllm.post(
+        "/tokenize", json={"prompt": HF_OUTPUTS[output], "add_special_tokens": False}
+    ).json()["tokens"]
+    answer = {"request_id": "g", "prompt_token_ids": prompt_ids,
+              "choices": [{"index": 0, "token_ids": ids}]}  # fmt: skip
+    whole = {"generate_response": answer, "chat_request": chat}
+    mine, theirs = ours.post(CHAT, json=whole), vllm.post(CHAT, json=whole)
+    assert mine.status_code == theirs.status_code == 200, (mine.text, theirs.text)
+    assert _masked(mine.json()) == _masked(theirs.json())
+    if output == "reasoning, content and calls" and choice == "default":
+        calls = theirs.json()["choices"][0]["message"]["tool_calls"]  # really parsed
+        assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
+    for size in (1, 3):
+        states: list[Any] = [None, None]
+        for i in range(0, len(ids), size):
+            last = i + size >= len(ids)
+            generate_chunk = {
+                "request_id": "g",
+                "choices": [{"index": 0, "token_ids": ids[i : i + size],
+                             "finish_reason": "stop" if last else None}],
+            }  # fmt: skip
+            replies = []
+            for side, client in enumerate((ours, vllm)):
+                body = {"stream": True, "generate_chunk": generate_chunk,
+                        "stream_state": states[side], "prompt_token_ids": prompt_ids,
+                        "chat_request": chat}  # fmt: skip
+                reply = client.post(CHAT, json=body)
+                assert reply.status_code == 200, reply.text
+                replies.append(reply.json())
+                states[side] = replies[-1]["stream_state"]
+            assert _masked(replies[0]) == _masked(replies[1])
