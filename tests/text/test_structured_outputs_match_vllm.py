@@ -5,10 +5,9 @@ The peer is vLLM 0.32's own path: its pydantic request model (`ChatCompletionReq
 `SamplingParams._validate_structured_outputs` with a `StructuredOutputsConfig` — which picks the
 grammar backend and rewrites constraints. Refusals must carry vLLM's message.
 
-Cases whose verdict needs a grammar compiler (xgrammar / guidance) in the frontend — a regex or
-EBNF that does not compile, JSON-schema features xgrammar lacks, structural tags — are left out:
-this frontend forwards those to the engine (see the module docstring of
-vllm_frontend.text.structured_outputs).
+Constraints xgrammar refuses to build (a regex, EBNF or JSON schema that does not compile) are
+compared in test_xgrammar_checks_match_vllm.py, structural tags in the tests below and in
+test_structural_tags_match_vllm.py.
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ Follows vLLM 0.32 in three steps, each with vLLM's messages:
    xgrammar, rewrites `choice` into an EBNF `grammar` (vllm/v1/structured_output/utils.py
    `choice_as_grammar`), which is what the engine then receives.
 
-The grammar compilers themselves (xgrammar, guidance, outlines) live in the engine: checks that
-need them (regex / grammar / schema compilation) are not done here. A request's structural tag
-is checked when the request is read (text/structural_tags.py); guidance's reading of it (the
-legacy form only) is reproduced here.
+With the ``xgrammar`` backend the regex, choice, JSON schema or grammar is built by xgrammar's
+native library as vLLM's ``validate_xgrammar_grammar`` does (text/xgrammar_checks.py), and a
+refusal is vLLM's 400; without the library, and for guidance's and outlines' own checks
+(llguidance with the tokenizer, outlines-core), the engine's compiler judges. A request's
+structural tag is checked when the request is read (text/structural_tags.py); guidance's reading
+of it (the legacy form only) is reproduced here.
 """
 
 from __future__ import annotations
@@ -31,13 +33,8 @@ from vllm_frontend.text.structural_tags import (
     STRUCTURAL_TAG_WRAPPER_NESTING,
     structural_tag_payload,
 )
-from vllm_frontend.text.xgrammar_native import (
-    XgrammarUnavailable,
-    ebnf_to_grammar,
-    json_schema_to_ebnf,
-    lark_to_ebnf,
-    regex_to_ebnf,
-)
+from vllm_frontend.text.xgrammar_checks import xgrammar_refusal
+from vllm_frontend.text.xgrammar_native import XgrammarUnavailable
 
 __all__ = [
     "BACKENDS",
@@ -148,8 +145,8 @@ def resolve_structured_outputs(
         _check_one_constraint(out)
         return out
     if backend.startswith("xgrammar") or backend == "auto":
-        # vLLM's validate_xgrammar_grammar, minus what needs xgrammar itself (compiling the
-        # regex, grammar or schema: the engine's compiler reports those).
+        # vLLM's validate_xgrammar_grammar: the checks before compiling, then the constraint
+        # built by xgrammar's native library (without it, the engine's compiler judges).
         schema = out.json
         if isinstance(schema, str) and schema:
             try:
@@ -161,12 +158,15 @@ def resolve_structured_outputs(
                 raise InvalidRequestError(
                     "The provided JSON schema contains features not supported by xgrammar."
                 )
-            # vLLM's "auto" falls back to guidance, or to outlines for what guidance lacks.
-            out.backend = (
-                "outlines" if _has_key_anywhere(schema, "patternProperties") else "guidance"
-            )
-            out.backend_was_auto = True
-            return out
+            return _auto_fallback(out, schema, mistral_tokenizer)
+        # With "auto", vLLM follows a build xgrammar refuses with guidance's check (llguidance
+        # with the tokenizer), which refuses most such constraints but takes some (``\p{L}``);
+        # that check is not reproduced here. The request goes on to xgrammar, whose build in the
+        # engine fails it: sending it unchecked to guidance would instead make a fresh engine's
+        # one grammar backend guidance for good (vLLM's engine takes the first request's).
+        refusal = None if backend == "auto" else _xgrammar_refusal(out, schema)
+        if refusal is not None:
+            raise InvalidRequestError(refusal)
         if out.choice:
             out.grammar = choice_as_grammar(out.choice)
             out.choice = None
@@ -177,6 +177,36 @@ def resolve_structured_outputs(
     return out
 
 
+def _xgrammar_refusal(so: StructuredOutputsParams, schema: Any) -> str | None:
+    # In vLLM's order: regex, choice, JSON schema, grammar (a structural tag was built when the
+    # request was read: text/structural_tags.py).
+    try:
+        if so.regex:
+            return xgrammar_refusal(regex=so.regex)
+        if so.choice:
+            return xgrammar_refusal(choice_grammar=choice_as_grammar(so.choice))
+        if so.json:
+            return xgrammar_refusal(schema=schema)
+        if so.grammar:
+            return xgrammar_refusal(grammar=so.grammar, lark=grammar_is_likely_lark(so.grammar))
+    except XgrammarUnavailable:
+        return None
+    return None
+
+
+def _auto_fallback(
+    so: StructuredOutputsParams, schema: Any, mistral_tokenizer: str | None
+) -> StructuredOutputsParams:
+    # vLLM's "auto" for a schema with features xgrammar lacks: guidance, or outlines for
+    # non-tekken Mistral tokenizers and schemas with features guidance lacks. Their own checks
+    # (llguidance with the tokenizer, outlines-core) are not reproduced: the engine's compiler
+    # judges.
+    to_outlines = mistral_tokenizer == "spm" or _has_key_anywhere(schema, "patternProperties")
+    so.backend = "outlines" if to_outlines else "guidance"
+    so.backend_was_auto = True
+    return so
+
+
 def xgrammar_supports(so: StructuredOutputsParams) -> bool:
     """vLLM's verdict on whether xgrammar takes ``so`` alone (``_xgrammar_supports`` in
     vllm/parser/abstract_parser.py: its validate_xgrammar_grammar passes): the checks made
@@ -184,23 +214,8 @@ def xgrammar_supports(so: StructuredOutputsParams) -> bool:
     (a structural tag was built when the request was read). Without the library, the checks
     made before compiling only."""
     try:
-        out = resolve_structured_outputs(so, "xgrammar")
+        resolve_structured_outputs(so, "xgrammar")
     except (InvalidRequestError, NotImplementedError):
-        return False
-    try:
-        if out.regex:
-            regex_to_ebnf(out.regex)
-        elif out.json:
-            schema = out.json
-            json_schema_to_ebnf(schema if isinstance(schema, str) else json.dumps(schema))
-        elif out.grammar:  # a choice's too
-            if grammar_is_likely_lark(out.grammar):
-                lark_to_ebnf(out.grammar)
-            else:
-                ebnf_to_grammar(out.grammar)
-    except XgrammarUnavailable:
-        return True
-    except RuntimeError:
         return False
     return True
 

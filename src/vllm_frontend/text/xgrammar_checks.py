@@ -1,0 +1,112 @@
+"""xgrammar's verdict on a request's regex, choice, JSON schema or grammar, as vLLM 0.32's
+``validate_xgrammar_grammar`` (vllm/v1/structured_output/backend_xgrammar.py) reaches it: the
+constraint built by xgrammar's native library (text/xgrammar_native.py), its refusal worded as
+vLLM words it (xgrammar's own error text embedded where vLLM embeds it).
+
+The checks vLLM makes before compiling (NUL in a regex, nesting, JSON-schema features xgrammar
+lacks) stay with their caller (text/structured_outputs.py). Accepted constraints are remembered
+(a bounded LRU): a client repeating its schema pays the build once. Refusals are not, since
+xgrammar's message carries the time it was raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from typing import Any
+
+from vllm_frontend.text.xgrammar_native import (
+    XgrammarUnavailable,
+    ebnf_to_grammar,
+    json_schema_to_ebnf,
+    lark_to_ebnf,
+    regex_to_ebnf,
+)
+
+__all__ = ["xgrammar_refusal"]
+
+_CACHE_SIZE = 128
+_UNSET: Any = object()
+
+
+def xgrammar_refusal(
+    *, regex: str | None = None, choice_grammar: str | None = None, schema: Any = _UNSET,
+    grammar: str | None = None, lark: bool = False,
+) -> str | None:  # fmt: skip
+    """vLLM's message refusing the (single) constraint given, ``None`` where xgrammar builds it.
+
+    ``choice_grammar`` is a choice as EBNF (``choice_as_grammar``); ``schema`` the parsed JSON
+    schema (vLLM hands xgrammar a dict as ``json.dumps`` text, a string as it is); ``lark``:
+    ``grammar`` is Lark. Raises :class:`XgrammarUnavailable` without the native library.
+    """
+    try:
+        if regex is not None:
+            _accepted("regex", regex)
+        elif choice_grammar is not None:
+            _accepted("ebnf", choice_grammar)
+        elif schema is not _UNSET:
+            if isinstance(schema, dict):
+                schema = json.dumps(schema)
+            elif not isinstance(schema, str):
+                # xgrammar's own refusal of anything else (xgrammar/grammar.py).
+                raise ValueError("The schema should be a string or a Pydantic model.")
+            _accepted("json", schema)
+        elif grammar is not None:
+            _accepted("lark" if lark else "ebnf", grammar)
+    except XgrammarUnavailable:
+        raise
+    except Exception as err:
+        if regex is not None:
+            return f"Failed to transform regex into a grammar: {err}"
+        if choice_grammar is not None:
+            return f"Failed to transform choices into a grammar: {err}"
+        if schema is not _UNSET:
+            return f"Failed to transform json schema into a grammar: {err}"
+        return "Invalid grammar specification."
+    return None
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _accepted(kind: str, text: str) -> bool:
+    # Raises on a refusal, so only acceptances are cached.
+    if kind == "regex":
+        _regex_with_timeout(text)
+    elif kind == "json":
+        json_schema_to_ebnf(text)
+    elif kind == "lark":
+        lark_to_ebnf(text)
+    else:
+        ebnf_to_grammar(text)
+    return True
+
+
+def _regex_with_timeout(regex: str) -> None:
+    # vLLM bounds the regex build by VLLM_REGEX_COMPILATION_TIMEOUT_S (compile_regex_with_timeout
+    # in vllm/v1/structured_output/utils.py) and leaves a build that overruns it running.
+    timeout = int(os.environ.get("VLLM_REGEX_COMPILATION_TIMEOUT_S", "5"))
+    if timeout <= 0:
+        regex_to_ebnf(regex)
+        return
+    outcome: list[BaseException | None] = []
+
+    def build() -> None:
+        try:
+            regex_to_ebnf(regex)
+        except BaseException as e:  # handed to the waiting request
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=build, name="xgrammar-regex", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise ValueError(
+            f"Regex compilation timed out after {timeout}s. The pattern may be too complex or "
+            "contain constructs that cause exponential state-space explosion (e.g. nested "
+            f"quantifiers). Pattern: {regex[:200]}"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
