@@ -9,9 +9,9 @@ What is compared, exactly: the prompt token ids and usage (so the placeholder ex
 token ids. Not the logprobs: our log-mel features equal vLLM's to float32 rounding only (numpy's
 FFT, not torch's; see test_qwen2_audio_requests.py), so the engine's input differs in the last
 bits of some values, and through the bfloat16 model the logprobs differ by up to ~0.15 and
-near-tied runners-up swap places. The greedy tokens of these clips come out equal on this tiny
-model, which this module pins; another model or other clips could flip a near tie without a
-bug (then only the prompts compare)."""
+near-tied runners-up swap places. The greedy tokens of the clips at the model's rate come out
+equal on this tiny model, which this module pins; another model or other clips could flip a near
+tie without a bug, as the resampled clip did (only its prompt compares)."""
 
 from __future__ import annotations
 
@@ -93,4 +93,11 @@ def test_repeated_clip(urls: dict[str, str]) -> None:
 
 
 def test_resampled_clip(urls: dict[str, str]) -> None:
-    _same(urls, [{"role": "user", "content": [_input_audio(_wav(1.0, 44100, 1, 5))]}], 1)
+    # Resampled, the clip's samples are ours to float32 rounding (numpy's sums, not torch's), on
+    # top of the features' rounding: a near tie of the random-weight model flipped the greedy
+    # output once (at its tenth token, CI rehearsal), so only the prompt compares here.
+    messages = [{"role": "user", "content": [_input_audio(_wav(1.0, 44100, 1, 5))]}]
+    results = {name: chat(url, messages, False, **EXTRA) for name, url in urls.items()}
+    assert results["ours"]["prompt_token_ids"] == results["vllm"]["prompt_token_ids"]
+    assert results["ours"]["usage"]["prompt_tokens"] == results["vllm"]["usage"]["prompt_tokens"]
+    assert results["ours"]["token_ids"] and results["vllm"]["token_ids"]
