@@ -101,6 +101,9 @@ def _tokenizer(name: str, special: tuple[str, ...]) -> Any:
 class TemplateFamily(Family):
     """A template, the parsers configured with it, and the prompt its chat template ends with."""
 
+    model_types: tuple[str, ...] = ()
+    """The checkpoint's model type, told to both sides when set (vLLM's model config)."""
+
     def __init__(
         self, name: str, special: tuple[str, ...], prompt: str, *, tools: bool, reasoning: bool
     ) -> None:
@@ -127,7 +130,10 @@ class TemplateFamily(Family):
             tool_call_parser=self.parser,
             reasoning_parser=self.reasoning,
             enable_auto_tool_choice=True,
-            model=ModelFacts(tokenizer_config={"response_template": template(self.name)}),
+            model=ModelFacts(
+                tokenizer_config={"response_template": template(self.name)},
+                model_types=self.model_types,
+            ),
             special_tokens=dict(zip(tok.all_special_tokens, tok.all_special_ids, strict=True)),
             decode=functools.partial(tok.decode, skip_special_tokens=False),
             prompt_decode=functools.partial(
@@ -136,9 +142,19 @@ class TemplateFamily(Family):
         )
 
     def vllm_parser(self, req: Any) -> Any:
-        """vLLM's parser for one choice, told the prompt as its chat serving tells it."""
+        """vLLM's parser for one choice, with the model config its chat serving passes (when
+        the model type is set), told the prompt as its chat serving tells it."""
+        kwargs: dict[str, Any] = {}
+        if self.model_types:
+            from types import SimpleNamespace
+
+            kwargs["model_config"] = SimpleNamespace(
+                hf_config=SimpleNamespace(model_type=self.model_types[0]),
+                hf_text_config=None,
+                hf_overrides={},
+            )
         parser = self.vllm_cls(
-            self.tok, req.tools, chat_template_kwargs=req.chat_template_kwargs or {}
+            self.tok, req.tools, chat_template_kwargs=req.chat_template_kwargs or {}, **kwargs
         )
         parser.set_prompt_token_ids(self.prompt_ids)
         return parser
@@ -618,39 +634,7 @@ def test_chat_route_serves_the_hf_parsers() -> None:
 class KimiTemplateFamily(TemplateFamily):
     """A template on a Kimi K2 checkpoint: vLLM's ids are ``functions.NAME:N``."""
 
-    @functools.cached_property
-    def ours(self) -> OutputParsers:
-        """Our parsers, told the model type."""
-        tok = self.tok
-        return OutputParsers(
-            tok.get_vocab(),
-            tool_call_parser=self.parser,
-            reasoning_parser=self.reasoning,
-            enable_auto_tool_choice=True,
-            model=ModelFacts(
-                tokenizer_config={"response_template": template(self.name)},
-                model_types=("kimi_k2",),
-            ),
-            prompt_decode=functools.partial(
-                tok.decode, skip_special_tokens=False, clean_up_tokenization_spaces=False
-            ),
-        )
-
-    def vllm_parser(self, req: Any) -> Any:
-        """vLLM's parser with the model config its chat serving passes."""
-        from types import SimpleNamespace
-
-        config = SimpleNamespace(
-            hf_config=SimpleNamespace(model_type="kimi_k2"), hf_text_config=None, hf_overrides={}
-        )
-        parser = self.vllm_cls(
-            self.tok,
-            req.tools,
-            chat_template_kwargs=req.chat_template_kwargs or {},
-            model_config=config,
-        )
-        parser.set_prompt_token_ids(self.prompt_ids)
-        return parser
+    model_types = ("kimi_k2",)
 
 
 HISTORY = [
