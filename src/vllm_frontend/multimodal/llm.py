@@ -43,7 +43,7 @@ from vllm_frontend.multimodal.media import (
     VideoItem,
     merge_media_io_kwargs,
 )
-from vllm_frontend.multimodal.parts import MediaPart, MediaParts
+from vllm_frontend.multimodal.parts import CONTENT_PART_MODALITIES, MediaPart, MediaParts
 from vllm_frontend.multimodal.sender_cache import SenderCache
 from vllm_frontend.multimodal.tensor_embeds import (
     TensorEmbedsSpec,
@@ -397,7 +397,7 @@ class MultimodalLlm:
         ``ServingTokens`` skips them."""
         parts = self.new_parts()
         for part in content_parts:
-            modality = _CONTENT_PART_MODALITIES.get(part.get("type", ""))
+            modality = CONTENT_PART_MODALITIES.get(part.get("type", ""))
             if modality is None:
                 continue
             url, uuid = part.get("url"), part.get("uuid")
@@ -564,7 +564,7 @@ class MultimodalLlm:
                     pool, process_counted_embeds, spec, modality, counted
                 )
             elif isinstance(spec, TensorEmbedsSpec):
-                tensors = _bare_tensors(modality, [items[i] for i in indices], loaded, indices)
+                tensors = _bare_tensors(modality, items, loaded, indices)
                 results = await loop.run_in_executor(
                     pool, process_tensor_embeds, spec, modality, tensors
                 )
@@ -599,7 +599,7 @@ class MultimodalLlm:
         for i in indices:
             metadata_arrays(loaded[i], set())  # vLLM's chat parser's refusal of JSON arrays
         if all(isinstance(items[i].embeds, str) for i in indices):
-            tensors = _bare_tensors(modality, [items[i] for i in indices], loaded, indices)
+            tensors = _bare_tensors(modality, items, loaded, indices)
             refuse_tensor_embeds(modality, tensors, self._embeds_width)
         raise MediaError.bad_request(
             f"`{modality}_embeds` dictionaries are not supported for model type {self.model_type!r}"
@@ -740,13 +740,13 @@ class MultimodalLlm:
 
 
 def _bare_tensors(
-    modality: str, parts: list[MediaPart], loaded: list[Any], indices: list[int]
+    modality: str, items: list[MediaPart], loaded: list[Any], indices: list[int]
 ) -> list[Embeds]:
-    """The decoded tensors of a family's bare-tensor embeddings parts; a dictionary payload
-    (which vLLM hands such a family's processor as if it were media) is refused."""
+    """The decoded tensors of the bare-tensor embeddings parts at ``indices``; a dictionary
+    payload (which vLLM hands such a family's processor as if it were media) is refused."""
     out = []
-    for part, i in zip(parts, indices, strict=True):
-        value = loaded[i].get(f"{modality}_embeds") if isinstance(part.embeds, str) else None
+    for i in indices:
+        value = loaded[i].get(f"{modality}_embeds") if isinstance(items[i].embeds, str) else None
         if not isinstance(value, Embeds):
             raise MediaError.bad_request(
                 f"`{modality}_embeds` must be one base64-encoded tensor for this model"
@@ -806,9 +806,6 @@ class _FillingCache:
         """:meth:`SenderCache.invalidate`."""
         self._cache.invalidate(mm_hashes)
 
-
-_CONTENT_PART_MODALITIES = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
-"""The media types of a token-in request's ``content_parts``."""
 
 _QWEN2_VL_METADATA = {
     "image": frozenset({"image_grid_thw"}),

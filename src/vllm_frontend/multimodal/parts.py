@@ -11,7 +11,10 @@ import msgspec
 
 from vllm_frontend.text.errors import InvalidInput
 
-__all__ = ["MediaPart", "MediaParts", "UnsupportedMedia"]
+__all__ = ["CONTENT_PART_MODALITIES", "MediaPart", "MediaParts", "UnsupportedMedia"]
+
+CONTENT_PART_MODALITIES = {"image_url": "image", "audio_url": "audio", "video_url": "video"}
+"""The media types of a token-in request's ``content_parts`` and their modalities."""
 
 
 class UnsupportedMedia(InvalidInput):

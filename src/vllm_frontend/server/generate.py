@@ -35,6 +35,7 @@ import msgspec
 
 from vllm_frontend.engine.protocol import SamplingParams
 from vllm_frontend.llm import LLM
+from vllm_frontend.multimodal.parts import CONTENT_PART_MODALITIES
 from vllm_frontend.text.llm import GenerateFailed, TextGeneration, TextRequest, TokenPrompt
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
@@ -401,8 +402,8 @@ class GenerateHandler:
         # with the media, and max_tokens defaults against the expanded prompt.
         media = self.ctx.media
         if media is None:
-            kinds = ("image_url", "audio_url", "video_url")
-            if not any(part.get("type") in kinds for part in req.content_parts or ()):
+            content = req.content_parts or ()
+            if not any(part.get("type") in CONTENT_PART_MODALITIES for part in content):
                 return prompt  # no media part: the token prompt as it is
             # vLLM's multimodal registry refuses to make a processor for a text-only model
             name = self.ctx.served_model_names[0]
