@@ -119,6 +119,7 @@ def run_reference_cached(module: str, models: list[pathlib.Path], staging: pathl
         source.read_bytes(),
         pathlib.Path(__file__).read_bytes(),
         *(f.read_bytes() for m in models for f in sorted(m.iterdir()) if f.is_file()),
+        *(str(m).encode() for m in models),  # vLLM's item hashes carry the model's path
         importlib.metadata.version("vllm").encode(),
         importlib.metadata.version("transformers").encode(),
     )

@@ -238,6 +238,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
         inspect.getsource(_render_app).encode(),
         inspect.getsource(_reference).encode(),
         *(f.read_bytes() for m in models for f in sorted(m.iterdir())),
+        *(str(m).encode() for m in models),  # vLLM's item hashes carry the model's path
         vllm.__version__.encode(),
     )
     target = cache_root() / f"llava-reference-{key}.pkl"

@@ -380,7 +380,8 @@ def reference(
     targets = {}
     for app, (model, requests) in requests_.items():
         files = [f.read_bytes() for f in sorted(pathlib.Path(model).iterdir()) if f.is_file()]
-        key = inputs_hash(app.encode(), pickle.dumps(requests), *files, *code)
+        # vLLM's item hashes carry the model's path
+        key = inputs_hash(app.encode(), str(model).encode(), pickle.dumps(requests), *files, *code)
         targets[app] = cache_root() / f"tensor-embeds-reference-{app}-{key}.pkl"
     missing = {app: requests_[app] for app, target in targets.items() if not target.is_file()}
     if missing:

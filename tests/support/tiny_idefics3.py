@@ -23,6 +23,7 @@ import json
 import os
 import pathlib
 import sys
+from typing import Any
 
 from tests.support.fixtures import CHAT_TEMPLATES
 from tests.support.tiny_model import cached_build, inputs_hash, run_builder, tiny_model_dir
@@ -74,7 +75,7 @@ def tiny_idefics3_dir() -> pathlib.Path:
     return cached_build(f"tiny-idefics3-{_input_hash(llama)}", build)
 
 
-def _build_tokenizer(llama: pathlib.Path, out: pathlib.Path, template: str) -> None:
+def build_tokenizer(llama: pathlib.Path, out: pathlib.Path, template: str) -> None:
     from tokenizers import AddedToken, Tokenizer
 
     tokenizer = Tokenizer.from_file(str(llama / "tokenizer.json"))
@@ -117,14 +118,9 @@ def _build_tokenizer(llama: pathlib.Path, out: pathlib.Path, template: str) -> N
     (out / "chat_template.jinja").write_text(template, encoding="utf-8")
 
 
-def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
-    """Write the checkpoint (runs in a subprocess: imports torch and transformers)."""
-    import torch
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
-
-    out.mkdir(parents=True, exist_ok=True)
-    _build_tokenizer(llama, out, CHAT_TEMPLATE_PATH.read_text(encoding="utf-8"))
-    text = {
+def text_config(max_positions: int = 4096) -> dict[str, Any]:
+    """The two-layer Llama 3 text model's config, its vocabulary grown by Idefics3's tokens."""
+    return {
         "model_type": "llama",
         "hidden_size": 128,
         "intermediate_size": 256,
@@ -132,7 +128,7 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 32,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": max_positions,
         "bos_token_id": BOS,
         "pad_token_id": END_OF_TEXT,
         "eos_token_id": [END_OF_UTTERANCE, END_OF_TEXT],
@@ -142,7 +138,13 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
         "rope_theta": 500000.0,
         "dtype": "bfloat16",
     }
-    vision = {
+
+
+def vision_config(model_type: str | None = None) -> dict[str, Any]:
+    """The two-layer vision tower on :data:`TILE`-pixel tiles (``model_type`` when given)."""
+    typed = {} if model_type is None else {"model_type": model_type}
+    return {
+        **typed,
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
@@ -150,9 +152,46 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
         "image_size": TILE,
         "patch_size": PATCH,
     }
+
+
+def write_processor_configs(out: pathlib.Path, family: str, longest_edge: int) -> None:
+    """Write the preprocessor and processor configs of ``family`` (``Idefics3`` or
+    ``SmolVLM``: its processor classes' prefix), resizing to ``longest_edge`` pixels."""
+    write_json(
+        out / "preprocessor_config.json",
+        {
+            "do_convert_rgb": True,
+            "do_image_splitting": True,
+            "do_normalize": True,
+            "do_pad": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "image_processor_type": f"{family}ImageProcessor",
+            "max_image_size": {"longest_edge": TILE},
+            "processor_class": f"{family}Processor",
+            "resample": 1,
+            "rescale_factor": 1 / 255,
+            "size": {"longest_edge": longest_edge},
+        },
+    )
+    write_json(
+        out / "processor_config.json",
+        {"image_seq_len": IMAGE_SEQ_LEN, "processor_class": f"{family}Processor"},
+    )
+
+
+def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
+    """Write the checkpoint (runs in a subprocess: imports torch and transformers)."""
+    import torch
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(llama, out, CHAT_TEMPLATE_PATH.read_text(encoding="utf-8"))
     config = Idefics3Config(
-        text_config=text,
-        vision_config=vision,
+        text_config=text_config(),
+        vision_config=vision_config(),
         scale_factor=SCALE_FACTOR,
         image_token_id=IMAGE,
         pad_token_id=END_OF_TEXT,
@@ -173,29 +212,7 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
             "pad_token_id": END_OF_TEXT,
         },
     )
-    write_json(
-        out / "preprocessor_config.json",
-        {
-            "do_convert_rgb": True,
-            "do_image_splitting": True,
-            "do_normalize": True,
-            "do_pad": True,
-            "do_rescale": True,
-            "do_resize": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "image_processor_type": "Idefics3ImageProcessor",
-            "max_image_size": {"longest_edge": TILE},
-            "processor_class": "Idefics3Processor",
-            "resample": 1,
-            "rescale_factor": 1 / 255,
-            "size": {"longest_edge": LONGEST_EDGE},
-        },
-    )
-    write_json(
-        out / "processor_config.json",
-        {"image_seq_len": IMAGE_SEQ_LEN, "processor_class": "Idefics3Processor"},
-    )
+    write_processor_configs(out, "Idefics3", LONGEST_EDGE)
 
 
 if __name__ == "__main__":

@@ -73,13 +73,21 @@ def tiny_llava_dir(variant: str = "llava") -> pathlib.Path:
     return cached_build(name, lambda out: _build(out, llama, variant))
 
 
-def _tokenizer(out: pathlib.Path, llama: pathlib.Path) -> None:
+def write_tokenizer(
+    out: pathlib.Path,
+    llama: pathlib.Path,
+    specials: tuple[str, ...] = ("<image>",),
+    max_length: int = 4096,
+) -> None:
+    """Write the tiny Llama 3's tokenizer with ``specials`` appended (ids from
+    :data:`LLAMA3_VOCAB` on), its config and :data:`CHAT_TEMPLATE` into ``out``."""
     from tokenizers import AddedToken, Tokenizer
 
     tokenizer = Tokenizer.from_file(str(llama / "tokenizer.json"))
     assert tokenizer.get_vocab_size(with_added_tokens=True) == LLAMA3_VOCAB
-    tokenizer.add_special_tokens([AddedToken("<image>", normalized=False, special=True)])
-    assert tokenizer.token_to_id("<image>") == IMAGE
+    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
+    ids = [tokenizer.token_to_id(t) for t in specials]
+    assert ids == list(range(LLAMA3_VOCAB, LLAMA3_VOCAB + len(specials))), ids
     tokenizer.save(str(out / "tokenizer.json"))
     added = {
         str(t["id"]): {
@@ -95,7 +103,7 @@ def _tokenizer(out: pathlib.Path, llama: pathlib.Path) -> None:
             "eos_token": "<|end_of_text|>",
             "pad_token": "<|end_of_text|>",
             "clean_up_tokenization_spaces": False,
-            "model_max_length": 4096,
+            "model_max_length": max_length,
             "tokenizer_class": "PreTrainedTokenizerFast",
             "chat_template": CHAT_TEMPLATE,
         },
@@ -103,7 +111,27 @@ def _tokenizer(out: pathlib.Path, llama: pathlib.Path) -> None:
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
 
 
-def _vision(variant: str) -> dict[str, Any]:
+def text_config(specials: int, max_positions: int = 4096) -> dict[str, Any]:
+    """The two-layer Llama 3 text model's config, its vocabulary grown by ``specials`` tokens."""
+    return {
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": max_positions,
+        "vocab_size": LLAMA3_VOCAB + specials,
+        "rope_theta": 500000.0,
+        "bos_token_id": BOS,
+        "eos_token_id": 128001,
+        "dtype": "bfloat16",
+    }
+
+
+def vision_config(variant: str) -> dict[str, Any]:
+    """The two-layer vision tower of ``variant``: SigLIP for ``*_siglip``, CLIP otherwise."""
     kind = "siglip_vision_model" if variant.endswith("siglip") else "clip_vision_model"
     return {
         "model_type": kind,
@@ -165,31 +193,16 @@ def _preprocessor(variant: str) -> dict[str, Any]:
 
 
 def _build(out: pathlib.Path, llama: pathlib.Path, variant: str) -> None:
-    _tokenizer(out, llama)
+    write_tokenizer(out, llama)
     next_ = variant.startswith("llava_next")
     strategy = "full" if variant.endswith("siglip") else "default"
-    text = {
-        "model_type": "llama",
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "max_position_embeddings": 4096,
-        "vocab_size": LLAMA3_VOCAB + 1,
-        "rope_theta": 500000.0,
-        "bos_token_id": BOS,
-        "eos_token_id": 128001,
-        "dtype": "bfloat16",
-    }
     config: dict[str, Any] = {
         "architectures": [
             "LlavaNextForConditionalGeneration" if next_ else "LlavaForConditionalGeneration"
         ],
         "model_type": "llava_next" if next_ else "llava",
-        "text_config": text,
-        "vision_config": _vision(variant),
+        "text_config": text_config(1),
+        "vision_config": vision_config(variant),
         "image_token_index": IMAGE,
         "vision_feature_select_strategy": strategy,
         "vision_feature_layer": -2,

@@ -17,7 +17,6 @@ reached), and the video processor ``LlavaOnevisionVideoProcessor`` resizing fram
 
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Any
 
@@ -28,22 +27,18 @@ __all__ = ["IMAGE", "IMAGE_SIZE", "PATCH", "VIDEO", "tiny_llava_onevision_dir"]
 
 BUILDER_VERSION = 1
 """Bump when the output changes in a way the hashed inputs do not capture."""
-LLAMA3_VOCAB = 128256
-IMAGE = LLAMA3_VOCAB
-VIDEO = LLAMA3_VOCAB + 1
-BOS = 128000
-IMAGE_SIZE = 56
-PATCH = 14
+IMAGE = tiny_llava.LLAMA3_VOCAB
+VIDEO = tiny_llava.LLAMA3_VOCAB + 1
+IMAGE_SIZE = tiny_llava.IMAGE_SIZE
+PATCH = tiny_llava.PATCH
 PINPOINTS = [[h * IMAGE_SIZE, w * IMAGE_SIZE] for h in range(1, 7) for w in range(1, 7)]
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
 def _input_hash(llama: pathlib.Path) -> str:
     return inputs_hash(
         pathlib.Path(__file__).read_bytes(),
+        pathlib.Path(tiny_llava.__file__).read_bytes(),
         (llama / "tokenizer.json").read_bytes(),
-        tiny_llava.CHAT_TEMPLATE.encode(),
         f"builder={BUILDER_VERSION}".encode(),
     )
 
@@ -55,68 +50,13 @@ def tiny_llava_onevision_dir() -> pathlib.Path:
     return cached_build(name, lambda out: _build(out, llama))
 
 
-def _tokenizer(out: pathlib.Path, llama: pathlib.Path) -> None:
-    from tokenizers import AddedToken, Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(llama / "tokenizer.json"))
-    assert tokenizer.get_vocab_size(with_added_tokens=True) == LLAMA3_VOCAB
-    tokenizer.add_special_tokens(
-        [AddedToken(t, normalized=False, special=True) for t in ("<image>", "<video>")]
-    )
-    assert [tokenizer.token_to_id(t) for t in ("<image>", "<video>")] == [IMAGE, VIDEO]
-    tokenizer.save(str(out / "tokenizer.json"))
-    added = {
-        str(t["id"]): {
-            k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
-        }
-        for t in json.loads((out / "tokenizer.json").read_text())["added_tokens"]
-    }
-    tiny_vlm.write_json(
-        out / "tokenizer_config.json",
-        {
-            "added_tokens_decoder": added,
-            "bos_token": "<|begin_of_text|>",
-            "eos_token": "<|end_of_text|>",
-            "pad_token": "<|end_of_text|>",
-            "clean_up_tokenization_spaces": False,
-            "model_max_length": 8192,
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "chat_template": tiny_llava.CHAT_TEMPLATE,
-        },
-    )
-
-
 def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
-    _tokenizer(out, llama)
-    text = {
-        "model_type": "llama",
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "max_position_embeddings": 8192,
-        "vocab_size": LLAMA3_VOCAB + 2,
-        "rope_theta": 500000.0,
-        "bos_token_id": BOS,
-        "eos_token_id": 128001,
-        "dtype": "bfloat16",
-    }
-    vision = {
-        "model_type": "siglip_vision_model",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": IMAGE_SIZE,
-        "patch_size": PATCH,
-    }
+    tiny_llava.write_tokenizer(out, llama, ("<image>", "<video>"), max_length=8192)
     config: dict[str, Any] = {
         "architectures": ["LlavaOnevisionForConditionalGeneration"],
         "model_type": "llava_onevision",
-        "text_config": text,
-        "vision_config": vision,
+        "text_config": tiny_llava.text_config(2, max_positions=8192),
+        "vision_config": tiny_llava.vision_config("llava_next_siglip"),
         "image_token_index": IMAGE,
         "video_token_index": VIDEO,
         "vision_feature_select_strategy": "full",
@@ -132,8 +72,8 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
         "do_normalize": True,
         "do_rescale": True,
         "do_resize": True,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
+        "image_mean": tiny_llava.CLIP_MEAN,
+        "image_std": tiny_llava.CLIP_STD,
         "resample": 3,
         "rescale_factor": 1 / 255,
         "size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE},

@@ -19,14 +19,9 @@ import pathlib
 
 from tests.support import tiny_idefics3, tiny_vlm
 from tests.support.tiny_idefics3 import (
-    BOS,
     END_OF_TEXT,
-    END_OF_UTTERANCE,
-    IDEFICS3_SPECIALS,
     IMAGE,
     IMAGE_SEQ_LEN,
-    LLAMA3_VOCAB,
-    PATCH,
     SCALE_FACTOR,
     TILE,
 )
@@ -58,40 +53,14 @@ def tiny_smolvlm_dir() -> pathlib.Path:
 def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     template = tiny_idefics3.CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
-    tiny_idefics3._build_tokenizer(llama, out, template)
-    text = {
-        "model_type": "llama",
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "max_position_embeddings": 8192,
-        "bos_token_id": BOS,
-        "pad_token_id": END_OF_TEXT,
-        "eos_token_id": [END_OF_UTTERANCE, END_OF_TEXT],
-        "vocab_size": LLAMA3_VOCAB + len(IDEFICS3_SPECIALS),
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 500000.0,
-        "dtype": "bfloat16",
-    }
-    vision = {
-        "model_type": "smolvlm_vision",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": TILE,
-        "patch_size": PATCH,
-    }
+    tiny_idefics3.build_tokenizer(llama, out, template)
     tiny_vlm.write_json(
         out / "config.json",
         {
             "architectures": ["SmolVLMForConditionalGeneration"],
             "model_type": "smolvlm",
-            "text_config": text,
-            "vision_config": vision,
+            "text_config": tiny_idefics3.text_config(max_positions=8192),
+            "vision_config": tiny_idefics3.vision_config("smolvlm_vision"),
             "scale_factor": SCALE_FACTOR,
             "image_token_id": IMAGE,
             "pad_token_id": END_OF_TEXT,
@@ -99,29 +68,7 @@ def _build(out: pathlib.Path, llama: pathlib.Path) -> None:
             "dtype": "bfloat16",
         },
     )
-    tiny_vlm.write_json(
-        out / "preprocessor_config.json",
-        {
-            "do_convert_rgb": True,
-            "do_image_splitting": True,
-            "do_normalize": True,
-            "do_pad": True,
-            "do_rescale": True,
-            "do_resize": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "image_processor_type": "SmolVLMImageProcessor",
-            "max_image_size": {"longest_edge": TILE},
-            "processor_class": "SmolVLMProcessor",
-            "resample": 1,
-            "rescale_factor": 1 / 255,
-            "size": {"longest_edge": LONGEST_EDGE},
-        },
-    )
-    tiny_vlm.write_json(
-        out / "processor_config.json",
-        {"image_seq_len": IMAGE_SEQ_LEN, "processor_class": "SmolVLMProcessor"},
-    )
+    tiny_idefics3.write_processor_configs(out, "SmolVLM", LONGEST_EDGE)
 
 
 if __name__ == "__main__":
