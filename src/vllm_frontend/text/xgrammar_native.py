@@ -13,7 +13,6 @@ is missing, the request that needs it answers 501 with that install line.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -104,10 +103,13 @@ def _methods() -> dict[str, Any]:
 @functools.cache
 def _load() -> dict[str, Any]:
     # (A failed load is not cached: it is retried, and fails again, on the next call.)
+    # importlib.metadata (with the email package) costs ~20 ms to import: not at startup.
+    from importlib import metadata
+
     try:
-        version = importlib.metadata.version("xgrammar")
+        version = metadata.version("xgrammar")
         spec = importlib.util.find_spec("xgrammar")
-    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+    except (metadata.PackageNotFoundError, ImportError, ValueError):
         version, spec = None, None
     if version is None or spec is None or not spec.submodule_search_locations:
         raise XgrammarUnavailable(
