@@ -503,7 +503,7 @@ class GenerationStream:
             if len(outputs) > 1:
                 out.token_ids = list(out.token_ids)  # merged into: not the engine output's list
                 for output in outputs[1:]:
-                    _merge_into(out, self._to_sample_output(sample, output))
+                    self._merge_output(sample, out, output)
             if out.finish_reason is not None:
                 self._mark_done(sample, out.finish_reason)
             if self._final_only:
@@ -531,10 +531,12 @@ class GenerationStream:
                 finally:
                     self._waiter = None
 
-    def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
+    def _account(self, sample: _Sample, output: Any) -> int | None:
+        """What an engine output of ``sample`` changes besides the sample's update (prefill
+        end, the prompt rows' scores, metrics, the multimodal cache mirror); returns its
+        cached-token count (first output only)."""
         if sample.prefilling:
             self._end_prefill(sample)
-        token_ids = output.new_token_ids
         # Only a request's first output has prefill stats: skip the call for the others. The
         # prompt rows' scores come on that output too (the final prefill chunk's).
         cached = None
@@ -546,17 +548,47 @@ class GenerationStream:
         metrics = self._llm.metrics
         if metrics is not None:
             stats = sample.stats
+            token_ids = output.new_token_ids
             if stats.num_generation_tokens == 0 and token_ids:
                 metrics.observe_prefill(stats, len(self._request.prompt_token_ids))
             metrics.observe_output(
                 stats, len(token_ids), getattr(output, "events", None), num_cached_tokens=cached
             )
-        lp = output.new_logprobs
-        finish = output.finish_reason
-        if finish is not None and self._request.mm_cache is not None:
+        if output.finish_reason is not None and self._request.mm_cache is not None:
             missed = getattr(output, "mm_cache_miss_hashes", None)
             if missed:  # the engine lacked items the mirror thought it had
                 self._request.mm_cache.invalidate(missed)
+        return cached
+
+    def _merge_output(self, sample: _Sample, acc: SampleOutput, output: Any) -> None:
+        """``_merge_into(acc, self._to_sample_output(sample, output))`` without the update in
+        between: a consumer that fell behind (every non-streaming request) merges most of a
+        request's engine outputs."""
+        cached = self._account(sample, output)
+        acc.token_ids.extend(output.new_token_ids)
+        lp = output.new_logprobs
+        if lp is not None:
+            acc.logprobs.append(lp)
+        prompt_lp = getattr(output, "new_prompt_logprobs_tensors", None)
+        if prompt_lp is not None:
+            acc.prompt_logprobs = prompt_lp
+        if cached is not None:
+            acc.num_cached_tokens = cached
+        finish = output.finish_reason
+        acc.finish_reason = None if finish is None else _finish_reason(finish)
+        acc.stop_reason = output.stop_reason
+        kv = getattr(output, "kv_transfer_params", None)
+        if kv is not None:
+            acc.kv_transfer_params = kv
+        ec = getattr(output, "ec_transfer_params", None)
+        if ec is not None:
+            acc.ec_transfer_params = ec
+
+    def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
+        cached = self._account(sample, output)
+        token_ids = output.new_token_ids
+        lp = output.new_logprobs
+        finish = output.finish_reason
         # Positional, cheap checks first: this runs for every engine output. The engine output's
         # own list of ids (decoded for this output alone) is taken over, not copied.
         return SampleOutput(
