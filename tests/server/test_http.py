@@ -8,6 +8,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -334,6 +335,24 @@ def test_idle_keep_alive_connection_is_closed_after_the_timeout(probe: Probe) ->
                 data += chunk
         assert data.startswith(b"HTTP/1.1 200 OK")
         assert b"connection: close" not in data.lower()
+    finally:
+        srv.stop()
+
+
+def test_keep_alive_timeout_runs_from_the_last_response(probe: Probe) -> None:
+    # A connection used again before its timeout stays open for a whole timeout after the last
+    # response (the timer armed by the first response must not close it), then closes.
+    srv = RunningServer(make_app(probe), limits=HttpLimits(keep_alive_timeout=1.0))
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            for _ in range(3):  # 1.5 s in all: past the first response's deadline
+                s.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert s.recv(4096).startswith(b"HTTP/1.1 200 OK")
+                time.sleep(0.5)
+            t0 = time.monotonic()
+            assert s.recv(4096) == b""  # closed by the server, once idle for its timeout
+            waited = time.monotonic() - t0
+        assert 0.2 < waited < 1.0
     finally:
         srv.stop()
 

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 MAX_PIPELINED = 16
 """Pipelined requests buffered per connection before we stop reading from it."""
 
+_CLOCK_SLACK = 0.001  # uvloop's timers and clock count whole milliseconds
+
 
 class HttpConnection(RequestReader, asyncio.Protocol):
     """The asyncio protocol of one client connection."""
@@ -146,6 +148,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         if transport.can_write_eof():
             with contextlib.suppress(OSError, RuntimeError):
                 transport.write_eof()
+            self._cancel_keep_alive()
             self._keep_alive_handle = self._loop.call_later(
                 self._server.limits.keep_alive_timeout, transport.close
             )
@@ -226,9 +229,11 @@ class HttpConnection(RequestReader, asyncio.Protocol):
             if self._transport is not None:
                 self._transport.close()
             return
-        self._keep_alive_handle = self._loop.call_later(
-            self._server.limits.keep_alive_timeout, self._keep_alive_expired
-        )
+        self._idle_since = now = self._loop.time()
+        if self._keep_alive_handle is None:  # else the pending one re-arms itself from now
+            self._keep_alive_handle = self._loop.call_at(
+                now + self._server.limits.keep_alive_timeout, self._keep_alive_expired
+            )
 
     def _cancel_keep_alive(self) -> None:
         if self._keep_alive_handle is not None:
@@ -237,8 +242,14 @@ class HttpConnection(RequestReader, asyncio.Protocol):
 
     def _keep_alive_expired(self) -> None:
         self._keep_alive_handle = None
-        if self._task is None and self._transport is not None and not self._in_message:
+        since = self._idle_since
+        if not since or self._task is not None or self._transport is None or self._in_message:
+            return  # busy since it was armed: the end of the next response arms it again
+        deadline = since + self._server.limits.keep_alive_timeout
+        if self._loop.time() + _CLOCK_SLACK >= deadline:
             self._transport.close()
+        else:  # idle again, from later on
+            self._keep_alive_handle = self._loop.call_at(deadline, self._keep_alive_expired)
 
     def close_if_idle(self) -> None:
         """Close now if no request is in progress (used by shutdown)."""
