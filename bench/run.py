@@ -975,6 +975,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           ("requests_s", "requests/s")):  # fmt: skip
             print(f"{what}, rounds (median), and the median of the per-round ratios:\n")
             print(interleaved_table(rows, frontends, key) + "\n")
+        starts = {r["frontend"]: r["startup_s"] for r in rows if "startup_s" in r}
+        print("Startup to /health (one start each, all at once): "
+              + ", ".join(f"{f} {starts[f]:.2f} s" for f in frontends if f in starts))  # fmt: skip
         return 0
     print(table(rows))
     for name in ["ours", *(f for f in frontends if f.startswith("ours-x"))]:
