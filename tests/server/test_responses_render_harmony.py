@@ -50,6 +50,17 @@ CASES: dict[str, dict[str, Any]] = {
         "max_output_tokens": 7,
         "temperature": 0.5,
     },
+    "image part (Harmony keeps text only)": {
+        "input": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Look"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+                ],
+            }
+        ]
+    },
     "messages": {
         "input": [
             {"role": "system", "content": "You are a cat."},
@@ -100,3 +111,17 @@ def test_harmony_responses_render_is_vllms(ours: httpx.Client, vllm_client: Any,
     assert (mine.status_code, a) == (theirs.status_code, b)
     assert list(a) == list(b)
     assert (theirs.status_code == 200) == (case in CASES), b
+
+
+def test_a_chat_style_image_part_is_refused_as_vllm_refuses_it(
+    ours: httpx.Client, vllm_client: Any
+) -> None:
+    """vLLM's request model refuses it (pydantic's errors for every branch of the item union;
+    ours names the one rule broken): the same status, type and ``param``."""
+    part = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    body = {"model": RENDER_MODEL_NAME, "input": [{"role": "user", "content": [part]}]}
+    mine = ours.post("/v1/responses/render", json=body, headers=HEADERS)
+    theirs = vllm_client.post("/v1/responses/render", json=body, headers=HEADERS)
+    assert mine.status_code == theirs.status_code == 400
+    a, b = mine.json()["error"], theirs.json()["error"]
+    assert (a["type"], a["param"], a["code"]) == (b["type"], b["param"], b["code"])

@@ -38,7 +38,7 @@ from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.output import SequenceOutput
 
 from . import errors
-from .chat import chat_logprobs
+from .chat import chat_logprobs, refuse_request_mm_kwargs
 from .generation import (
     GenerationFailed,
     ServingContext,
@@ -47,7 +47,7 @@ from .generation import (
     trace_headers,
 )
 from .responses_harmony import HarmonyStream, HarmonyTurn
-from .responses_input import chat_tool_choice, chat_tools, input_messages
+from .responses_input import chat_tool_choice, chat_tools, check_content_parts, input_messages
 from .responses_output import (
     function_call_item,
     message_item,
@@ -122,8 +122,10 @@ class ResponsesHandler:
             response_role="assistant",
             harmony=harmony,
             mistral=mistral,
+            media=ctx.media,
         )
-        """The chat layer's facade."""
+        """The chat layer's facade (with the multimodal facade: ``input_image`` parts are
+        images, as in vLLM)."""
         self.store = store
         self._harmony = harmony
 
@@ -173,6 +175,7 @@ class ResponsesHandler:
             store.messages(previous["id"]) if store is not None and previous else None,
             previous["output"] if previous else None,
         )
+        refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
         gen = await self.chat.generate(self._chat_request(request, req, response_id, messages))
         if req.store and store is not None:
             store.put_messages(response_id, messages)
@@ -198,6 +201,7 @@ class ResponsesHandler:
         if self._harmony is not None:
             return self._harmony_request(request, req, response_id, None)
         messages = input_messages(req.instructions, req.input, None, None)
+        refuse_request_mm_kwargs(req)
         return self._chat_request(request, req, response_id, messages)
 
     def _chat_request(
@@ -316,6 +320,7 @@ class ResponsesHandler:
                 for item in previous["output"]
                 if item.get("type") == "function_call"
             ]
+        check_content_parts(req.input)  # the item union vLLM's request model validates
         chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
         try:
             chat_request.harmony_messages = responses_conversation(

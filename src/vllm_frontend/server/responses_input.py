@@ -2,10 +2,18 @@
 0.32 builds them (vllm/entrypoints/openai/responses/utils.py, ``construct_input_messages``,
 ``construct_tool_dicts``).
 
-Input items: messages (``input_text`` content parts included), ``function_call`` and
-``function_call_output`` items, and ``reasoning`` items; a function call or reasoning item
-joins the assistant message before it, as in vLLM. Items of other shapes are refused with a
-400 on ``body.input``.
+Input items: messages, ``function_call`` and ``function_call_output`` items, and
+``reasoning`` items; a function call or reasoning item joins the assistant message before it,
+as in vLLM. Items of other shapes are refused with a 400 on ``body.input``.
+
+A message's content parts are the Responses ones vLLM's request model (the OpenAI SDK's
+``ResponseInputContentParam``) admits: ``input_text``, ``input_image`` (``detail`` defaulted
+to ``"auto"`` as vLLM's ``_default_input_image_details`` does) and ``input_file``. They go to
+the chat layer as they are, as in vLLM: an ``input_image`` is an image (its ``image_url``, a
+URL or data URL; without one, only its ``uuid`` names it), an ``input_file`` is refused there
+as an unsupported content part type. Chat-style parts (``text``, ``image_url``,
+``input_audio``...) are refused here, as vLLM's validation refuses them; the body lists the
+one rule broken, not pydantic's errors for every branch of the item union.
 """
 
 from __future__ import annotations
@@ -15,7 +23,13 @@ from typing import Any
 from .errors import InvalidParameter
 from .validation import validation_error
 
-__all__ = ["chat_tool_choice", "chat_tools", "input_messages", "output_messages"]
+__all__ = [
+    "chat_tool_choice",
+    "chat_tools",
+    "check_content_parts",
+    "input_messages",
+    "output_messages",
+]
 
 _ROLES = ("user", "system", "developer", "assistant")
 
@@ -73,6 +87,25 @@ def input_messages(
         if message is not None:
             messages.append(message)
     return messages
+
+
+def check_content_parts(request_input: str | list[Any]) -> None:
+    """Refuse, as vLLM's request validation does, a message item (other than an assistant's)
+    whose content parts are not Responses input parts (the Harmony path, which converts the
+    items itself, reads their text only)."""
+    if isinstance(request_input, str):
+        return
+    for index, item in enumerate(request_input):
+        if (
+            isinstance(item, dict)
+            and item.get("type", "message") == "message"
+            and item.get("role") in _ROLES
+            and item.get("role") != "assistant"
+        ):
+            try:
+                _check_content(_with_image_details(item).get("content"), index, item)
+            except _BadItem as bad:
+                raise _input_error(request_input, bad) from None
 
 
 def output_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,13 +186,20 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
         return {"role": "tool", "content": item.get("output"), "tool_call_id": item["call_id"]}
     if kind not in (None, "message") or item.get("role") not in _ROLES or "content" not in item:
         raise _bad_item(index, item, "Unsupported input item")
-    if item["role"] == "assistant":
+    item = _with_image_details(item)
+    if item["role"] != "assistant":
+        _check_content(item["content"], index, item)
+    else:
         content = item["content"]
         text: Any = None
         if isinstance(content, str):
             text = content
         elif isinstance(content, list) and content:
-            text = _text(content[0], index, item)
+            first = content[0]
+            if isinstance(first, dict) and first.get("type") == "input_image":
+                text = None  # vLLM: no text, the message goes on as it is
+            else:
+                text = _text(first, index, item)
         if text is not None:
             if prev_assistant is not None and prev_assistant.get("content") is None:
                 prev_assistant["content"] = text
@@ -172,3 +212,66 @@ def _text(part: Any, index: int, item: Any) -> str:
     if not isinstance(part, dict) or not isinstance(part.get("text"), str):
         raise _bad_item(index, item, "a content part needs its text")
     return str(part["text"])
+
+
+_IMAGE_DETAILS = ("low", "high", "auto", "original")
+_FILE_DETAILS = ("auto", "low", "high")
+_PART_TYPES = "'input_text', 'input_image', 'input_file'"
+
+
+def _with_image_details(item: dict[str, Any]) -> dict[str, Any]:
+    # vLLM's _default_input_image_details: an input_image without ``detail`` gets "auto" (the
+    # chat template sees it among the part's extra fields).
+    content = item.get("content")
+    if not isinstance(content, list) or not any(
+        isinstance(p, dict) and p.get("type") == "input_image" and "detail" not in p
+        for p in content
+    ):
+        return item
+    parts = [
+        {**p, "detail": "auto"}
+        if isinstance(p, dict) and p.get("type") == "input_image" and "detail" not in p
+        else p
+        for p in content
+    ]
+    return {**item, "content": parts}
+
+
+def _check_content(content: Any, index: int, item: Any) -> None:
+    # The input content parts the OpenAI SDK's TypedDicts admit (vLLM validates with them).
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _bad_item(index, item, "content should be a string or a list of content parts")
+    for part in content:
+        problem = _part_problem(part)
+        if problem is not None:
+            raise _bad_item(index, item, problem)
+
+
+def _part_problem(part: Any) -> str | None:
+    if not isinstance(part, dict):
+        return "a content part should be a valid dictionary"
+    kind = part.get("type")
+    if kind == "input_text":
+        return None if isinstance(part.get("text"), str) else "input_text needs its text"
+    if kind == "input_image":
+        if part.get("detail") not in _IMAGE_DETAILS:
+            return "input_image detail should be 'low', 'high', 'auto' or 'original'"
+        for key in ("image_url", "file_id"):
+            if part.get(key) is not None and not isinstance(part[key], str):
+                return f"input_image {key} should be a string"
+        return None
+    if kind == "input_file":
+        if "detail" in part and part["detail"] not in _FILE_DETAILS:
+            return "input_file detail should be 'auto', 'low' or 'high'"
+        for key in ("file_data", "file_url", "filename"):
+            if key in part and not isinstance(part[key], str):
+                return f"input_file {key} should be a string"
+        if part.get("file_id") is not None and not isinstance(part["file_id"], str):
+            return "input_file file_id should be a string"
+        return None
+    return (
+        f"Input tag {kind!r} found using 'type' does not match any of the expected tags: "
+        f"{_PART_TYPES}"
+    )
