@@ -121,6 +121,9 @@ BAD_BODIES = [
             }
         ]
     ),
+    _m(messages=[{"role": "user", "content": [{"type": "image", "source": "http://x/y.png"}]}]),
+    _m(messages=[{"role": "user", "content": [{"type": "image", "source": [1]}]}]),
+    _m(messages=[{"role": "user", "content": [{"type": "images", "source": {}}]}]),
     _m(messages="hi"),
     _m(messages=[3]),
     _m(system=[{"type": "tool_removal", "tool": {"type": "tool_reference", "name": "x"}}]),
@@ -257,6 +260,47 @@ MAPPED = [
             {
                 "role": "assistant",
                 "content": [{"type": "tool_result", "content": [{"type": "text", "text": "r"}]}],
+            },
+        ]
+    ),
+    _m(
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/webp",
+                            "data": "UklGRg==",
+                        },
+                    },
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/gif"}},
+                    {"type": "image", "source": {"type": "url"}},
+                    {"type": "image", "source": {"type": "file", "file_id": "file_1"}},
+                    {"type": "image"},
+                    {"type": "image", "source": {}},
+                    {"type": "text", "text": "Which?"},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "image", "source": {"type": "url", "url": "http://x/a.jpg"}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "image", "source": {"type": "url"}},
+                            {"type": "image", "source": {"media_type": "image/png", "data": "Q"}},
+                            {"type": "image"},
+                        ],
+                    }
+                ],
             },
         ]
     ),
