@@ -33,11 +33,12 @@ def engine_pair(
     engine_args: Sequence[str],
     frontend_args: Sequence[str],
     env: Mapping[str, str] | None = None,
+    frontend_env: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, str]]:
     """Base URLs of ours ("ours", in front of a headless engine) and vLLM's server ("vllm",
     with its own engine), both with ``engine_args`` (which vLLM's server applies to its frontend
-    too); ``frontend_args`` go to ours alone; ``env`` to vLLM's processes. Stopped when the
-    generator is closed."""
+    too); ``frontend_args`` go to ours alone; ``env`` to vLLM's processes, ``frontend_env`` to
+    ours. Stopped when the generator is closed."""
     started: list[Any] = []
     try:
         rpc, port = free_port(), free_port()
@@ -50,6 +51,7 @@ def engine_pair(
             ["-m", "vllm_frontend", "serve", str(model), "--port", str(port),
              "--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
              *frontend_args],
+            frontend_env,
             program=sys.executable,
         )  # fmt: skip
         started.append(ours)

@@ -4,7 +4,11 @@ same greedy output, streaming and not, for one image, several images of differen
 interleaved text, repeated images (vLLM's sender cache sends them as cached), more distinct
 images than the small processor cache holds (evictions), videos (vLLM's side processes them
 on the test-only torchvision stand-in, tests/fixtures/torchvision_stub), and image embeddings
-(``--enable-mm-embeds``) made by the tiny model's own vision tower in transformers."""
+(``--enable-mm-embeds``) made by the tiny model's own vision tower in transformers.
+
+The same images in the agent APIs: Responses ``input_image`` parts (official ``openai`` SDK)
+and Anthropic ``image`` blocks (official ``anthropic`` SDK), as data URLs and as URLs of a
+local HTTP server, and ``/v1/responses/render`` with an image."""
 
 from __future__ import annotations
 
@@ -19,7 +23,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.multimodal.agent_apis import assert_same_messages, assert_same_responses
 from tests.multimodal.engine_pair import assert_same, engine_pair, jpeg_part
+from tests.multimodal.media.http_server import MediaServer
 from tests.multimodal.media.videos import make_video
 from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
 
@@ -40,7 +46,9 @@ def urls() -> Iterator[dict[str, str]]:
     frontend_args = ["--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
                      "--enable-mm-embeds", "--enable-scale-out"]  # fmt: skip
     env = {"PYTHONPATH": VLM_PYTHONPATH}
-    yield from engine_pair(tiny_vlm_dir(), ENGINE_ARGS, frontend_args, env)
+    # the agent API tests fetch images from a server on 127.0.0.1 (vLLM fetches from anywhere)
+    ours_env = {"VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES": "1"}
+    yield from engine_pair(tiny_vlm_dir(), ENGINE_ARGS, frontend_args, env, ours_env)
 
 
 def _image(width: int, height: int, seed: int) -> dict[str, Any]:
@@ -189,6 +197,63 @@ def test_generate_with_a_renders_features_is_vllms(
     if not metadata_only:
         status, answer = answers["vllm"]
         assert status == 200 and answer["mm_placeholders"]["image"], answer
+
+
+@pytest.fixture(scope="module")
+def media_server() -> Iterator[MediaServer]:
+    with MediaServer().running() as server:
+        yield server
+
+
+def _served_jpeg(server: MediaServer, name: str, width: int, height: int, seed: int) -> str:
+    data_url = _image(width, height, seed)["image_url"]["url"]
+    server.files[name] = base64.b64decode(data_url.split(",", 1)[1])
+    return server.url(f"files/{name}")
+
+
+# Small images: a request's new item must not evict the request's own held item from the 1 MB
+# cache (both frontends would send the held one without data; the engine then misses it).
+def test_responses_input_images(urls: dict[str, str], media_server: MediaServer) -> None:
+    data_url = _image(140, 112, 21)["image_url"]["url"]
+    served = _served_jpeg(media_server, "responses.jpg", 112, 140, 22)
+    text = {"type": "input_text", "text": "Describe."}
+    assert_same_responses(
+        urls, [{"role": "user", "content": [{"type": "input_image", "image_url": data_url}, text]}]
+    )
+    two = [
+        text,
+        {"type": "input_image", "image_url": served, "detail": "low"},
+        {"type": "input_image", "image_url": data_url},
+    ]
+    assert_same_responses(urls, [{"role": "user", "content": two}])
+
+
+def test_anthropic_image_blocks(urls: dict[str, str], media_server: MediaServer) -> None:
+    data = _image(140, 112, 23)["image_url"]["url"].split(",", 1)[1]
+    base64_block = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/jpeg", "data": data},
+    }
+    served = _served_jpeg(media_server, "messages.jpg", 112, 112, 24)
+    url_block = {"type": "image", "source": {"type": "url", "url": served}}
+    assert_same_messages(urls, [base64_block, {"type": "text", "text": "Describe."}])
+    assert_same_messages(urls, [{"type": "text", "text": "Compare"}, url_block, base64_block])
+
+
+def test_responses_render_with_an_image_is_vllms(urls: dict[str, str]) -> None:
+    image = {"type": "input_image", "image_url": _image(200, 150, 25)["image_url"]["url"]}
+    content = [image, {"type": "input_text", "text": "Hi"}]
+    body = {"input": [{"role": "user", "content": content}], "request_id": "resp-mm"}
+    ours = _render(urls["ours"], "/v1/responses/render", body)
+    theirs = _render(urls["vllm"], "/v1/responses/render", body)
+    assert theirs[0] == 200 and theirs[1]["features"] is not None, theirs
+    assert ours[0] == 200, ours
+    mine, want = dict(ours[1]), dict(theirs[1])
+    features, expected = mine.pop("features"), want.pop("features")
+    assert mine == want
+    for key in ("mm_hashes", "mm_placeholders"):
+        assert features[key] == expected[key], key
+    assert _items(features["kwargs_data"]) == _items(expected["kwargs_data"])
 
 
 def test_image_embeds(urls: dict[str, str]) -> None:
