@@ -7,9 +7,10 @@ requests, for the tiny models of ``tests.support``:
 - bare ``image_embeds`` tensors for LLaVA-1.5, LLaVA-NeXT and InternVL (``<img>`` ... ``</img>``
   around the rows), bare ``audio_embeds`` and ``{"audio_embeds", "audio_num_tokens"}``
   dictionaries for Qwen2-Audio, ``{"image_embeds", "image_grid_thw"}`` dictionaries for
-  Qwen2.5-VL: one and several items, of one and of different lengths (vLLM stacks the first,
-  keeps the others apart), a ``(1, n, hidden)`` tensor, ``.npy`` and ``torch.save`` payloads,
-  float32 / float16 / bfloat16, uuids;
+  Qwen2.5-VL, ``{"video_embeds", "video_grid_thw", "timestamps"}`` dictionaries for Qwen3-VL
+  (its placeholder holds each frame's timestamp text): one and several items, of one and of
+  different lengths (vLLM stacks the first, keeps the others apart), a ``(1, n, hidden)``
+  tensor, ``.npy`` and ``torch.save`` payloads, float32 / float16 / bfloat16, uuids;
 - what must be equal: the prompt ids, every item's hash, placeholder range (and which of its
   positions take embeddings), fields (name, factory, ``keep_on_cpu``, dtype, shape, values);
 - bad input (a wrong hidden size, bad base64, a ``torch.save`` file whose pickle names
@@ -17,7 +18,8 @@ requests, for the tiny models of ``tests.support``:
   where vLLM's message does not quote the tensor), nothing sent to the engine, no code run;
   what vLLM answers 500 for, or passes to the engine though the engine cannot use it, is a 400;
 - families vLLM refuses embeddings for (Idefics3, Gemma 3, Llama 4, Mistral 3, Pixtral-HF):
-  refused as vLLM refuses them.
+  refused as vLLM refuses them; InternVL's ``video_embeds``, which vLLM answers with a 500, a
+  400.
 
 vLLM's answers are computed once in a subprocess (on :data:`tests.support.tiny_vlm.
 VLM_PYTHONPATH`) and kept in the test cache."""
@@ -52,6 +54,7 @@ from tests.support.tiny_llava import tiny_llava_dir
 from tests.support.tiny_mistral3 import tiny_mistral3_dir, tiny_pixtral_hf_dir
 from tests.support.tiny_model import cache_root, inputs_hash
 from tests.support.tiny_qwen2_audio import tiny_qwen2_audio_dir
+from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
 from tests.support.tiny_vlm import VLM_PYTHONPATH
 
@@ -68,6 +71,7 @@ MODELS: dict[str, Callable[[], pathlib.Path]] = {
     "internvl": tiny_internvl_dir,
     "qwen2_audio": tiny_qwen2_audio_dir,
     "qwen2_5_vl": tiny_qwen25_vl_dir,
+    "qwen3_vl": tiny_qwen3_vl_dir,
     "idefics3": tiny_idefics3_dir,
     "gemma3": tiny_gemma3_dir,
     "llama4": tiny_llama4_dir,
@@ -166,6 +170,26 @@ def _requests(app: str, hidden: int) -> dict[str, dict[str, Any]]:
             "uuid": _user(grid(_rows(4, 5, hidden), [1, 4, 4], uuid="emb-1")),
             "hidden size": _user(grid(_rows(4, 1, hidden + 8), [1, 4, 4])),
         }  # fmt: skip
+    if app == "qwen3_vl":
+
+        def video(rows: Any, thw: Any, timestamps: Any = None, **extra: Any) -> dict[str, Any]:
+            payload: Any = _npy(rows) if isinstance(rows, np.ndarray) else rows
+            if thw is not None:
+                payload = {"video_embeds": payload, "video_grid_thw": thw}
+                if timestamps is not None:
+                    payload["timestamps"] = timestamps
+            return {"type": "video_embeds", "video_embeds": payload, **extra}
+
+        return {
+            "one": _user(video(_rows(8, 1, hidden), [2, 4, 4], [0.5, 1.5]), _text("What?")),
+            "two, text between": _user(
+                video(_rows(4, 2, hidden), [1, 4, 4], [0.25], uuid="emb-1"), _text("and"),
+                video(_saved(_rows(18, 3, hidden), "bfloat16"), [3, 4, 6], [0, 2, 4]),
+            ),
+            "without timestamps": _user(video(_rows(8, 1, hidden), [2, 4, 4])),
+            "bare tensor": _user(video(_rows(8, 1, hidden), None)),
+            "timestamps of the wrong length": _user(video(_rows(8, 1, hidden), [2, 4, 4], [1.0])),
+        }  # fmt: skip
     modality = "audio" if app == "qwen2_audio" else "image"
     key = f"{modality}_embeds"
 
@@ -244,6 +268,11 @@ def _requests(app: str, hidden: int) -> dict[str, dict[str, Any]]:
         }  # fmt: skip
     else:
         out["dict payload"] = _user(part({"image_embeds": _npy(rows(5, 1))}))
+    if app == "internvl":
+        out["video embeds"] = _user({"type": "video_embeds", "video_embeds": _npy(rows(8, 1))})
+        out["video embeds dict"] = _user(
+            {"type": "video_embeds", "video_embeds": {"video_embeds": _npy(rows(8, 1))}}
+        )
     return out
 
 
@@ -505,7 +534,7 @@ def _hashes(app: str, model: str, item: dict[str, Any]) -> list[str]:
     for key, elem in item.items():
         tensor = torch.from_numpy(np.array(elem.data.numpy()))
         tensors[key] = tensor.bfloat16() if elem.data.dtype == "bfloat16" else tensor
-    modality = "audio" if app == "qwen2_audio" else "image"
+    modality = {"qwen2_audio": "audio", "qwen3_vl": "video"}.get(app, "image")
     if len(tensors) == 1:
         return []  # a bare tensor: compared with vLLM's hash directly
     return [
@@ -535,6 +564,14 @@ def _cases() -> list[tuple[str, str]]:
     # The names only (the payloads are built by the fixture, once).
     names = {
         "qwen2_5_vl": ["one", "three, text between", "uuid", "hidden size"],
+        "qwen3_vl": [
+            "one",
+            "two, text between",
+            "without timestamps",
+            "bare tensor",
+            "timestamps of the wrong length",
+        ],
+        "internvl": ["video embeds", "video embeds dict"],
         **{app: ["one", "two of different lengths", "hidden size", "dict"] for app in REFUSING},
     }
     out = []
@@ -631,6 +668,12 @@ def test_the_cases_are_not_vacuous(reference: dict[tuple[str, str], Any]) -> Non
         assert reference[app, "one"]["status"] == 200
     assert reference["qwen2_audio", "dict with counts"]["status"] == 200
     assert reference["qwen2_5_vl", "three, text between"]["status"] == 200
+    for name in ("one", "two, text between"):  # timestamped placeholders, longer than the rows
+        want = reference["qwen3_vl", name]
+        assert want["status"] == 200 and all(
+            item[3] > item[4].count(True) for item in want["items"]
+        )
+    assert reference["internvl", "video embeds"]["status"] == 500  # ours: 400
 
 
 if __name__ == "__main__":

@@ -33,12 +33,22 @@ __all__ = ["EmbedsSpec", "check_not_mixed", "metadata_arrays", "process_embeds"]
 class EmbedsSpec(msgspec.Struct, frozen=True):
     """How a family takes one modality's embeddings: the ``values`` key (``image_embeds``),
     the ``metadata`` key sizing the placeholder range (``image_grid_thw``), the model's
-    ``hidden_size`` and ``tokens``, the placeholder count from one item's metadata row."""
+    ``hidden_size`` and ``tokens``, the embedding rows one item's metadata row stands for.
+
+    A family whose placeholder holds other tokens too (Qwen3-VL's videos: each frame's
+    timestamp text) names the further metadata keys it needs (``extras``, 1-D numeric arrays
+    with one value per grid step, sent as batched fields) and ``replacement``, the
+    placeholder's token ids from the grid and those arrays (the rows go to the positions of
+    ``embed_token``); ``bare_refusal`` is the message a bare tensor (no dictionary) gets."""
 
     values: str
     metadata: str
     hidden_size: int
     tokens: Callable[[np.ndarray], int]
+    extras: tuple[str, ...] = ()
+    replacement: Callable[[np.ndarray, dict[str, np.ndarray]], list[int]] | None = None
+    embed_token: int = -1
+    bare_refusal: str | None = None
 
 
 def check_not_mixed(kinds: Sequence[tuple[str, bool]]) -> None:
@@ -118,7 +128,7 @@ def process_embeds(
 ) -> list[tuple[ProcessedItem, dict[str, Framed]]]:
     """The request's ``modality`` embeddings items (decoded: key -> :class:`Embeds`, a bare
     payload as ``{values: ...}``) as processed items with the value each is hashed by."""
-    required = {spec.values, spec.metadata}
+    required = {spec.values, spec.metadata, *spec.extras}
     keys = set(items[0])
     if any(set(item) != keys for item in items[1:]):
         raise MediaError.bad_request(
@@ -131,12 +141,14 @@ def process_embeds(
         )
     grids: list[np.ndarray] = []
     values: list[Embeds] = []
+    extras: list[dict[str, np.ndarray]] = []
     for index, item in enumerate(items):
         grid, embeds = item[spec.metadata], item[spec.values]
         if not isinstance(grid, Embeds) or not isinstance(embeds, Embeds):
             raise MediaError.bad_request(f"`{modality}_embeds` fields must be tensors")
         grids.append(_grid(grid, spec.metadata, len(items)))
         values.append(_values(embeds, modality, index, spec.hidden_size))
+        extras.append({key: _extra(item[key], key, grids[-1]) for key in spec.extras})
     grid_dtype = _promote({g.dtype.name for g in grids})
     dtype = _promote({v.dtype for v in values})
     sizes = [spec.tokens(g) for g in grids]
@@ -164,18 +176,40 @@ def process_embeds(
     flat = ("flat", {"keep_on_cpu": False, "slices": slices, "dim": 0})
     batched = ("batched", {"keep_on_cpu": True})
     out = []
-    for size, grid, embeds in zip(sizes, grids, values, strict=True):
+    for size, grid, embeds, more in zip(sizes, grids, values, extras, strict=True):
         # vLLM slices each item from the request's tensors joined: an item with more rows
         # than its placeholders gives the first ones (refused above when it has fewer).
         array = _as_dtype(embeds, dtype)[:size]
+        placeholder = None if spec.replacement is None else spec.replacement(grid, more)
         grid = grid.astype(grid_dtype, copy=False)
         fields = {
             spec.values: MultiModalFieldElem(_tensor(array, dtype), flat),
             spec.metadata: MultiModalFieldElem(_tensor(grid, grid_dtype), batched),
         }
         hashed = {spec.values: hash_value(array, dtype), spec.metadata: hash_value(grid, "")}
-        out.append((ProcessedItem(modality, size, fields), hashed))
+        for key, extra in more.items():
+            fields[key] = MultiModalFieldElem(_tensor(extra, extra.dtype.name), batched)
+            hashed[key] = hash_value(extra, "")
+        if placeholder is None:
+            out.append((ProcessedItem(modality, size, fields), hashed))
+            continue
+        is_embed = np.asarray(placeholder) == spec.embed_token
+        processed = ProcessedItem(modality, len(placeholder), fields, placeholder, is_embed)
+        out.append((processed, hashed))
     return out
+
+
+def _extra(value: Any, key: str, grid: np.ndarray) -> np.ndarray:
+    # One value per grid step (vLLM asserts it while building the placeholder: a 500 there).
+    if not isinstance(value, Embeds) or value.array.ndim != 1 or value.dtype == "bool":
+        raise MediaError.bad_request(f"{key} must be a 1-D numeric array")
+    if value.array.shape[0] != int(grid[0]):
+        raise InvalidInput(
+            f"The {key} length({value.array.shape[0]}) should be equal video length "
+            f"({int(grid[0])}).",
+            parameter=key,
+        )
+    return np.ascontiguousarray(value.array)
 
 
 def _set(keys: set[str]) -> str:

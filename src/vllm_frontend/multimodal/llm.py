@@ -542,6 +542,9 @@ class MultimodalLlm:
             if spec is None:
                 if modality in getattr(family, "refuses_embeds", ()):
                     self._refuse_embeds(modality, items, loaded)
+                unusable = getattr(family, "unusable_embeds", {}).get(modality)
+                if unusable is not None:
+                    raise MediaError.bad_request(unusable)
                 raise MediaError.bad_request(
                     f"`{modality}_embeds` inputs are not supported by this frontend for model "
                     f"type {self.model_type!r} yet"
@@ -569,8 +572,12 @@ class MultimodalLlm:
                     pool, process_tensor_embeds, spec, modality, tensors
                 )
             else:
+                if spec.bare_refusal is not None and any(
+                    not isinstance(items[i].embeds, dict) for i in indices
+                ):
+                    raise MediaError.bad_request(spec.bare_refusal)
                 decoded: list[Mapping[str, Any]] = [
-                    metadata_arrays(loaded[i], {spec.metadata}) for i in indices
+                    metadata_arrays(loaded[i], {spec.metadata, *spec.extras}) for i in indices
                 ]
                 results = await loop.run_in_executor(pool, process_embeds, spec, modality, decoded)
             for i, (item, value) in zip(indices, results, strict=True):

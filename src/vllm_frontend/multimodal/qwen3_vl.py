@@ -4,7 +4,12 @@ serves it: images as Qwen2-VL's (16-pixel patches), videos through Qwen3-VL's vi
 becomes, per temporal patch, the timestamp text ``<{seconds:.1f} seconds>`` (tokenized on its
 own), ``<|vision_start|>``, the patch's video tokens and ``<|vision_end|>``; only the video
 tokens take embeddings (``is_embed``). Its fields are ``pixel_values_videos``,
-``video_grid_thw`` and ``timestamps`` (a "batched" list of floats kept on the CPU)."""
+``video_grid_thw`` and ``timestamps`` (a "batched" list of floats kept on the CPU).
+
+``video_embeds`` (``--enable-mm-embeds``) are taken as vLLM's ``Qwen3VLMultiModalDataParser``
+takes them: dictionaries of ``video_embeds``, ``video_grid_thw`` and ``timestamps`` (one per
+temporal patch, which the placeholder's text is made of); a bare tensor is refused with
+vLLM's message."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from vllm_frontend.engine.protocol import MultiModalFieldElem
+from vllm_frontend.multimodal.embeds import EmbedsSpec
 from vllm_frontend.multimodal.family import ProcessedItem
 from vllm_frontend.multimodal.media import VideoItem
 from vllm_frontend.multimodal.processors.qwen2_vl_video import Qwen2VLVideoProcessor
@@ -72,6 +78,33 @@ class Qwen3VLFamily(Qwen2VLFamily):
             ids[token] = token_id
         self.vision_start = ids["<|vision_start|>"]
         self.vision_end = ids["<|vision_end|>"]
+        video = self.embeds["video"]
+        self.embeds["video"] = EmbedsSpec(
+            video.values,
+            video.metadata,
+            video.hidden_size,
+            video.tokens,
+            extras=("timestamps",),
+            replacement=self._embeds_placeholder,
+            embed_token=self.token_ids["video"],
+            bare_refusal="Video metadata is required but not found in mm input. Please check "
+            "your video input in `multi_modal_data`",
+        )
+
+    def _embeds_placeholder(self, grid: np.ndarray, extras: dict[str, np.ndarray]) -> list[int]:
+        # A video_embeds item's placeholder: its grid's tokens per frame, after each frame's
+        # timestamp text.
+        per_frame = self.embeds["video"].tokens(np.array([1, grid[1], grid[2]]))
+        return self._timestamped([float(t) for t in extras["timestamps"]], per_frame)
+
+    def _timestamped(self, seconds: list[float], per_frame: int) -> list[int]:
+        tokens: list[int] = []
+        for second in seconds:
+            tokens += self.encode(f"<{second:.1f} seconds>")
+            tokens.append(self.vision_start)
+            tokens += [self.token_ids["video"]] * per_frame
+            tokens.append(self.vision_end)
+        return tokens
 
     def item_tokens(self, modality: str, item: Any, kwargs: Mapping[str, Any]) -> int | None:
         """Placeholder tokens of an image from its size alone; None for a video (its
@@ -115,12 +148,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
                     f"The timestamps length({len(seconds)}) should be equal video length "
                     f"({int(grid[0])})."
                 )
-            tokens: list[int] = []
-            for second in seconds:
-                tokens += self.encode(f"<{second:.1f} seconds>")
-                tokens.append(self.vision_start)
-                tokens += [self.token_ids["video"]] * per_frame
-                tokens.append(self.vision_end)
+            tokens = self._timestamped(seconds, per_frame)
             item.fields["timestamps"] = MultiModalFieldElem(seconds, batched)
             item.replacement = tokens
             item.is_embed = np.asarray(tokens) == self.token_ids["video"]
