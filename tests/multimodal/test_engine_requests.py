@@ -824,3 +824,83 @@ def test_messages_render_with_an_image_is_vllms(sides: dict[str, Side]) -> None:
         rendered[key] = {**response.json(), "request_id": None}
     assert rendered["vllm"]["features"]["mm_hashes"]["image"]
     assert _comparable(rendered["ours"]) == _comparable(rendered["vllm"])
+
+
+# -- the Responses API: input_image parts go the way chat image parts go ---------------------
+
+
+def _responses(side: Side, request_input: list[Any], **extra: Any) -> httpx.Response:
+    body = {"input": request_input, "max_output_tokens": 3, **extra}
+    return httpx.post(side.url + "/v1/responses", json=body, timeout=120)
+
+
+def _input_image(url: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": url, **extra}
+
+
+RESPONSES_INPUTS: dict[str, list[Any]] = {
+    "image and text": [
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "What?"}, _input_image(_png(64, 48, 1))],
+        }
+    ],
+    "images in a system and a user message, detail, uuid": [
+        {"role": "system", "content": [_input_image(_jpeg(97, 431, 3), detail="high")]},
+        {
+            "role": "user",
+            "content": [
+                _input_image(_png(300, 200, 2), uuid="resp-image"),
+                {"type": "input_text", "text": "Same?"},
+            ],
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(RESPONSES_INPUTS))
+def test_responses_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
+    for _ in range(2):  # the second time, the engine holds the items
+        responses = {k: _responses(side, RESPONSES_INPUTS[name]) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == 200
+        [vllm] = sides["vllm"].new_requests()
+        [ours] = sides["ours"].new_requests()
+        compare_requests(vllm, ours, _SENT)
+
+
+RESPONSES_BAD: dict[str, tuple[list[Any], dict[str, Any]]] = {
+    "input_file part": (
+        [
+            {
+                "role": "user",
+                "content": [{"type": "input_file", "file_data": "JVBERi0=", "filename": "a.pdf"}],
+            }
+        ],
+        {},
+    ),
+    "input_image by file_id": (
+        [{"role": "user", "content": [_input_image(None, file_id="file-1")]}],  # type: ignore[arg-type]
+        {},
+    ),
+    "truncated png": ([{"role": "user", "content": [_input_image(_truncated_png())]}], {}),
+    "too many images": (
+        [{"role": "user", "content": [_input_image(_png(8 + i, 8, i)) for i in range(4)]}],
+        {},
+    ),
+    "media_io_kwargs": (RESPONSES_INPUTS["image and text"], {"media_io_kwargs": {"image": {}}}),
+    "mm_processor_kwargs": (
+        RESPONSES_INPUTS["image and text"],
+        {"mm_processor_kwargs": {"max_pixels": 20000}},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RESPONSES_BAD))
+def test_responses_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
+    request_input, extra = RESPONSES_BAD[name]
+    responses = {k: _responses(side, request_input, **extra) for k, side in sides.items()}
+    assert responses["vllm"].status_code != 200, responses["vllm"].text
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []

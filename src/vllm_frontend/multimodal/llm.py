@@ -343,6 +343,7 @@ class MultimodalLlm:
             )
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
+        _check_named(items)
         loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
@@ -422,6 +423,7 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
+        _check_named(items)
         loaded = await asyncio.gather(*(self._load(part, None) for part in items))
         processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
         ids, features = _expand(token_ids, family, items, processed, hashes)
@@ -925,3 +927,18 @@ def truncate_expanded(
             for f in features
         ]
     return ids[start:stop], features
+
+
+def _check_named(items: list[MediaPart]) -> None:
+    # vLLM's renderer (renderers/base.py, _validate_mm_uuids): an item with neither data nor
+    # uuid names nothing (a chat image_url without its url, a Responses input_image given by
+    # file_id).
+    seen: dict[str, int] = {}
+    for part in items:
+        index = seen.get(part.modality, 0)
+        seen[part.modality] = index + 1
+        if part.uuid is None and part.url is None and part.embeds is None:
+            raise MediaError.bad_request(
+                f"multi_modal_data[{part.modality!r}][{index}] is empty but "
+                f"multi_modal_uuids[{part.modality!r}][{index}] is missing."
+            )
