@@ -88,12 +88,12 @@ class InternVLFamily:
     )
 
     placeholders: Mapping[str, str] = {"image": CONTEXT_TOKEN, "video": VIDEO_TOKEN}
+    """vLLM's ``get_placeholder_str`` by modality."""
     unusable_embeds: Mapping[str, str] = {
         "video": "`video_embeds` inputs are not supported for InternVL models: vLLM 0.32's "
         "InternVL processor cannot place them (it answers them with a server error)"
     }
     """Embeddings vLLM's processor fails on (its 500): refused with a 400."""
-    """vLLM's ``get_placeholder_str`` by modality."""
     supported_limits: Mapping[str, int | None] = {"image": None, "video": None}
     """Items per prompt vLLM's processor takes by modality (None: any number)."""
     video_processor_name = "InternVLVideoProcessor"
