@@ -144,3 +144,26 @@ def test_closing_the_facade_closes_its_media_session_and_threads() -> None:
         return session.closed, media.loader._pool is None
 
     assert asyncio.run(run()) == (True, True)
+
+
+def test_held_item_the_request_s_new_image_evicts_goes_with_its_data() -> None:
+    # [new, held] with room for one of them: the engine stores the new image first, evicting
+    # the held one before it reads it, so the held image must go with its data.
+    client = _Client()
+    media = _facade(client)
+    held_url = _jpeg(300, 200, seed=4)
+    first = _generation(media, [held_url], "a")
+    first.source(0).start()
+    [[want]] = client.sent
+    assert media.sender_cache is not None
+    [size] = media.sender_cache._entries.values()
+    media.sender_cache.capacity = size * 3 // 2
+
+    second = _generation(media, [_jpeg(300, 200, seed=5), held_url], "b")
+    new, held = second.prompts[0].mm_features
+    assert held.data is None and new.data is not None  # held when lowered
+    second.source(0).start()
+    sent_new, sent_held = client.sent[1]
+    assert sent_new is not None and sent_held is not None
+    assert np.array_equal(_pixels(sent_held), _pixels(want))
+    assert list(media.sender_cache._entries) == [held.mm_hash]

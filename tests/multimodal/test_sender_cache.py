@@ -105,3 +105,47 @@ def test_mirror_matches_vllms_engine_cache(seed: int) -> None:
         receiver.get_and_update_features([_theirs(f) for f in features])  # raises on a miss
         assert list(receiver._cache.order) == list(mirror._entries)  # LRU order
     assert sent_without_data > 50  # the mirror did drop data, and correctly
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_held_items_an_earlier_item_evicts_go_with_their_data(seed: int) -> None:
+    # Items the mirror holds when a request is lowered are not processed (data=None); an
+    # earlier item of the same request may evict one before the engine reads it, and then
+    # ``fill`` must give its data, or vLLM's receiver raises on the miss.
+    from vllm.multimodal.cache.lru import LruKeyReplicatedReceiverCache
+
+    config = SimpleNamespace(
+        get_multimodal_config=lambda: SimpleNamespace(mm_processor_cache_gb=CAPACITY_GB)
+    )
+    receiver = LruKeyReplicatedReceiverCache(config)  # type: ignore[arg-type]
+    mirror = SenderCache(CAPACITY_GB)
+    rng = random.Random(seed)
+    sizes = {f"h{i}": rng.choice([64, 700, 1400, 2000]) for i in range(12)}  # rows
+    filled: list[str] = []
+
+    def fill(feature: MultiModalFeatureSpec) -> Any:
+        filled.append(feature.mm_hash)
+        return _feature(feature.mm_hash, sizes[feature.mm_hash]).data
+
+    for _ in range(300):
+        hashes = [rng.choice(list(sizes)) for _ in range(rng.randint(1, 4))]
+        features = [_feature(h, sizes[h]) for h in hashes]
+        for feature in features:
+            if feature.mm_hash in mirror:  # held when lowered: not processed
+                feature.data = None
+        mirror.apply(features, fill)
+        receiver.get_and_update_features([_theirs(f) for f in features])  # raises on a miss
+        assert list(receiver._cache.order) == list(mirror._entries)
+    assert filled  # the case happened
+
+
+def test_a_held_item_evicted_by_the_request_s_new_item_is_filled() -> None:
+    # The plain case: [new, held], the new item large enough to push the held one out.
+    mirror = SenderCache(CAPACITY_GB)
+    held = _feature("held", 1400)
+    mirror.apply([held])
+    new, again = _feature("new", 1400), _feature("held", 1400)
+    again.data = None
+    mirror.apply([new, again], lambda f: _feature(f.mm_hash, 1400).data)
+    assert again.data is not None
+    assert list(mirror._entries) == ["held"]  # the engine stores it again, after "new"

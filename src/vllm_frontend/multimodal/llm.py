@@ -784,9 +784,10 @@ class _RecordingCache:
 
 class _FillingCache:
     """One request's view of the sender cache when some of its items were not processed
-    because the engine held them: should one have left the mirror by the time the request is
-    sent (other requests went first), it is processed then, on the spot (rare), so the engine
-    never gets ``data=None`` for an item it lacks."""
+    because the engine held them: should one have left the mirror by the time the engine reads
+    it (other requests went first, or an earlier item of this request evicted it), it is
+    processed then, on the spot (rare), so the engine never gets ``data=None`` for an item it
+    lacks."""
 
     __slots__ = ("_cache", "_pending", "_process")
 
@@ -801,15 +802,17 @@ class _FillingCache:
         self._process = process
 
     def apply(self, features: Iterable[Any]) -> None:
-        """Fill what the engine no longer holds, then :meth:`SenderCache.apply`."""
-        features = list(features)
+        """:meth:`SenderCache.apply`, filling what the engine will no longer hold by then."""
         pending, self._pending = self._pending, None  # the decoded images go with it
-        if pending:
-            for feature in features:
-                if feature.data is None and feature.mm_hash not in self._cache:
-                    [item] = self._process(*pending[feature.mm_hash])
-                    feature.data = item.fields
-        self._cache.apply(features)
+        if not pending:
+            self._cache.apply(features)
+            return
+
+        def fill(feature: Any) -> Any:
+            [item] = self._process(*pending[feature.mm_hash])
+            return item.fields
+
+        self._cache.apply(features, fill)
 
     def invalidate(self, mm_hashes: Iterable[str]) -> None:
         """:meth:`SenderCache.invalidate`."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["GIB", "SenderCache", "item_nbytes"]
@@ -72,9 +72,12 @@ class SenderCache:
         self._size += size
         return True
 
-    def apply(self, features: Iterable[Any]) -> None:
+    def apply(self, features: Iterable[Any], fill: Callable[[Any], Any] | None = None) -> None:
         """Update the mirror for one request's ``MultiModalFeatureSpec`` list as the engine
-        will, and drop the data of the items the engine will find in its cache."""
+        will, and drop the data of the items the engine will find in its cache.
+
+        An item without data that the engine will not find (evicted before, or by an earlier
+        item of this very request) gets its data from ``fill`` (the feature -> its fields)."""
         features = list(features)
         entries = self._entries
         for feature in features:
@@ -85,7 +88,10 @@ class SenderCache:
             if mm_hash in entries:
                 entries.move_to_end(mm_hash)
                 feature.data = None
-            elif feature.data is not None:
+                continue
+            if feature.data is None and fill is not None:
+                feature.data = fill(feature)
+            if feature.data is not None:
                 self._put_if_fits(mm_hash, item_nbytes(feature.data))
 
     def record(self, features: Iterable[Any]) -> None:
