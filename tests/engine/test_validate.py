@@ -329,14 +329,14 @@ def test_prompt_must_be_non_empty_fit_the_context_and_the_vocabulary() -> None:
 
 def test_token_ids_in_sampling_params_must_be_in_the_vocabulary() -> None:
     limits = RequestLimits(vocab_size=100)
-    for fields in (
-        {"stop_token_ids": [100]},
-        {"allowed_token_ids": [3, 200]},
-        {"logit_bias": {100: 1.0}},
-        {"eos_token_id": 128001},
-        {"logprob_token_ids": [5, 100]},
+    for fields, message in (
+        ({"stop_token_ids": [100]}, "in stop_token_ids contain out-of-vocab token ids"),
+        ({"allowed_token_ids": [3, 200]}, "allowed_token_ids contains out-of-vocab token id!"),
+        ({"logit_bias": {100: 1.0}}, "in logit_bias contain out-of-vocab token ids"),
+        ({"eos_token_id": 128001}, "outside the vocabulary"),
+        ({"logprob_token_ids": [5, 100]}, "outside the vocabulary"),
     ):
-        with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
+        with pytest.raises(InvalidRequestError, match=message):
             validate_request(make(SamplingParams(max_tokens=4, **fields)), limits)
     with pytest.raises(InvalidRequestError, match="allowed_token_ids is not None and empty"):
         validate_request(make(SamplingParams(max_tokens=4, allowed_token_ids=[])), limits)

@@ -331,18 +331,25 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     # logits tensor and crash the model step, which kills the engine.
     _check_logprob_limits(p, logprobs, prompt_logprobs, logprob_token_ids, limits)
     vocab = limits.vocab_size
-    if allowed is not None and not allowed:
-        raise InvalidRequestError("allowed_token_ids is not None and empty!", "allowed_token_ids")
+    if logit_bias and vocab is not None:
+        _check_in_vocab(logit_bias, vocab, "logit_bias")
     if trace_ids is not None and vocab is not None:
         _check_trace_replay(p, trace_ids, n, vocab)
+    if vocab is not None and stop_token_ids:
+        _check_in_vocab(stop_token_ids, vocab, "stop_token_ids")
     if vocab is not None:
-        # In this order; empty ones skipped (most are, on most requests).
-        if stop_token_ids:
-            _check_vocab(stop_token_ids, vocab, "stop_token_ids")
-        if allowed:
-            _check_vocab(allowed, vocab, "allowed_token_ids")
-        if logit_bias:
-            _check_vocab(logit_bias, vocab, "logit_bias")
+        if allowed is not None and not allowed:
+            raise InvalidRequestError(
+                "allowed_token_ids is not None and empty!", "allowed_token_ids", allowed
+            )
+        if allowed and any(not 0 <= t < vocab for t in allowed):
+            raise InvalidRequestError(
+                "allowed_token_ids contains out-of-vocab token id!",
+                "allowed_token_ids",
+                [t for t in allowed if not 0 <= t < vocab],
+            )
+        # What vLLM's input processor adds itself (never out of range there): checked so a
+        # hand-made request cannot index past the logits.
         if all_stop:
             _check_vocab(all_stop, vocab, "_all_stop_token_ids")
         eos = p.eos_token_id
@@ -668,6 +675,19 @@ def _ndarray_values(value: Any, name: str) -> np.ndarray:
         return value.numpy()
     except (ProtocolError, ValueError, TypeError) as exc:
         raise InvalidRequestError(f"{name} is not a valid array: {exc}", name) from exc
+
+
+def _check_in_vocab(ids: Iterable[Any], vocab_size: int, name: str) -> None:
+    # vLLM's SamplingParams._validate_logit_bias / _validate_stop_token_ids: their message, the
+    # parameter and every refused id.
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidRequestError(
+            f"token_id(s) {bad} in {name} contain out-of-vocab token ids. "
+            f"Vocabulary size: {vocab_size}",
+            name,
+            bad,
+        )
 
 
 def _check_vocab(ids: Iterable[Any], vocab_size: int, name: str) -> None:
