@@ -805,6 +805,7 @@ def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
             data_parallel_rank=data_parallel_rank(request),
             cache_salt=getattr(req, "cache_salt", None),
             model=req.model,
+            defer_engine_checks=bool(req.stream),
         ),
         tools=getattr(req, "tools", None),
         tool_choice=getattr(req, "tool_choice", None),

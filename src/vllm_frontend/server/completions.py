@@ -563,6 +563,7 @@ def text_request(req: Any, request: Request, request_id: str) -> TextRequest:
         data_parallel_rank=data_parallel_rank(request),
         cache_salt=getattr(req, "cache_salt", None),
         model=req.model,
+        defer_engine_checks=bool(req.stream),
     )
 
 

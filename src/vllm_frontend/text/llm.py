@@ -95,6 +95,11 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     """Prepared for a render route, not for the engines: the request-level sampling parameters
     (vLLM's ``to_sampling_params``), without what vLLM's engine-side input processor adds or
     checks (EOS ids, bad-word ids, the model-dependent checks, the structured-output backend)."""
+    defer_engine_checks: bool = False
+    """A streamed chat or completions request: vLLM's engine client runs its input checks
+    (``SamplingParams.verify``, the structured-output backend) only when the stream is iterated,
+    after the response's head went out, so what they refuse becomes the stream's error event;
+    the request-level checks still refuse the request before."""
 
 
 class TextLlm:
@@ -188,6 +193,7 @@ class TextLlm:
         multimodal layer's expanded prompts)."""
         lowered: SamplingRequest | None = None
         params: list[SamplingParams | BeamSearchParams] = []
+        failure: InvalidRequestError | None = None
         for prompt in prepared:
             max_tokens = self.resolve_max_tokens(request.max_tokens, len(prompt.token_ids))
             if request.use_beam_search:  # vLLM's to_beam_search_params: no sampling lowering
@@ -201,17 +207,30 @@ class TextLlm:
                 max_tokens = 1  # vLLM: echo without generation still runs one step
             if lowered is None:
                 lowered = _sampling_request(request)
-            params.append(
-                self._lowered.lower(
+            try:
+                lowered_params = self._lowered.lower(
                     lowered,
                     max_tokens=max_tokens,
                     model=self.sampling,
                     tokenizer=self.tokenizer,
                     engine_side=not request.render,
                 )
-            )
+            except InvalidRequestError as e:
+                if request.render or not request.defer_engine_checks:
+                    raise
+                # The request-level part refuses now (before the head); an engine-side refusal
+                # waits for the stream (TextGeneration.source).
+                lowered_params = self._lowered.lower(
+                    lowered,
+                    max_tokens=max_tokens,
+                    model=self.sampling,
+                    tokenizer=self.tokenizer,
+                    engine_side=False,
+                )
+                failure = failure or e
+            params.append(lowered_params)
         lora = self.adapters.get(request.model)
-        return TextGeneration(self, request, prepared, params, lora)
+        return TextGeneration(self, request, prepared, params, lora, failure)
 
     def token_prompt(
         self,
@@ -328,7 +347,7 @@ class TextGeneration:
     """A request's prompts, checked and tokenized, with their parameters; each prompt's
     stream of text updates is made (and its engine requests sent) by :meth:`source`."""
 
-    __slots__ = ("_request", "_text", "lora_request", "params", "prompts")
+    __slots__ = ("_request", "_text", "failure", "lora_request", "params", "prompts")
 
     def __init__(
         self,
@@ -337,8 +356,12 @@ class TextGeneration:
         prompts: list[PreparedPrompt],
         params: list[SamplingParams | BeamSearchParams],
         lora_request: LoRARequest | None = None,
+        failure: InvalidRequestError | None = None,
     ) -> None:
         self._text = text
+        self.failure = failure
+        """The engine-side refusal a streamed request meets when its stream starts (see
+        ``TextRequest.defer_engine_checks``); None for a request that runs."""
         self.lora_request = lora_request
         """The adapter the request's ``model`` names (None: the base model)."""
         self._request = request
@@ -359,7 +382,10 @@ class TextGeneration:
         return beam_token_text(text.tokenizer) if self.beam_search else text.strings().token
 
     def source(self, p: int) -> UpdateSource:
-        """Prompt ``p``'s text updates (not started: iterating or ``on_ready`` starts it)."""
+        """Prompt ``p``'s text updates (not started: iterating or ``on_ready`` starts it).
+        Raises :attr:`failure` when there is one."""
+        if self.failure is not None:
+            raise self.failure
         request = self._request
         prompt = self.prompts[p]
         params = self.params[p]
