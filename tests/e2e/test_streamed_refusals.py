@@ -44,6 +44,7 @@ CASES: dict[str, dict[str, Any]] = {
     "bad-regex": {"structured_outputs": {"regex": "(["}},
     "bad-grammar": {"structured_outputs": {"grammar": "root ::= ("}},
     "empty-choice": {"structured_outputs": {"choice": []}},
+    "thinking-budget-without-reasoning": {"thinking_token_budget": 5},
     "two-errors": {"logit_bias": {"999999": 1}, "structured_outputs": {"regex": "(["}},
     # request-level: a 400 before the stream
     "prompt-too-long": {"_prompt": "hello " * 1100},

@@ -113,3 +113,15 @@ def test_requests_as_the_routes_send_them_are_kept() -> None:
     table.lower(SamplingRequest(stop=["x"]), max_tokens=4, model=MODEL, tokenizer=None,
                 engine_side=True)  # fmt: skip
     assert len(table._table) == 1
+
+
+def test_a_thinking_budget_needs_reasoning_configured_on_the_engine_side() -> None:
+    # vLLM's input processor refuses it (engine side); its render routes and parameters do not.
+    req = SamplingRequest(thinking_token_budget=5)
+    without = msgspec.structs.replace(MODEL, thinking_budget=False)
+    with pytest.raises(InvalidRequestError, match="reasoning_config is not configured") as info:
+        lower_sampling_params(req, max_tokens=4, model=without)
+    assert info.value.parameter is None
+    lowered = lower_sampling_params(req, max_tokens=4, model=without, engine_side=False)
+    assert lowered.thinking_token_budget == 5
+    assert lower_sampling_params(req, max_tokens=4, model=MODEL).thinking_token_budget == 5

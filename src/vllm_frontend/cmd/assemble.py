@@ -282,6 +282,7 @@ def build_frontend_app(
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
+        thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
     )
     ctx = ServingContext(
         multimodal=multimodal_facade(config, model, client),
@@ -442,6 +443,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
+        thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
     )
     no_engine = _NoEngine()
     ctx = ServingContext(

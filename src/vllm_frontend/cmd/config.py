@@ -164,6 +164,8 @@ class FrontendConfig(msgspec.Struct):
     structured_outputs_backend: str = "auto"
     watermark_configured: bool = False
     """The engines watermark their output (``--watermark-config``, theirs to apply)."""
+    reasoning_configured: bool = False
+    """``--reasoning-config`` was given (the engines' reasoning settings, theirs to apply)."""
     enable_trace_replay: bool = False
     """The engines replay ``trace_decode_token_ids`` (theirs to apply; requests may set it)."""
     seed: int | None = None
@@ -293,6 +295,9 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
                 "reasoning_parser"
             ):
                 kwargs["reasoning_parser"] = str(reasoning)
+            continue
+        if key == "reasoning_config":
+            kwargs["reasoning_configured"] = True
             continue
         if key == "watermark_config":  # (``--watermark`` is the KV cache's, not this)
             kwargs["watermark_configured"] = True

@@ -164,6 +164,9 @@ class ModelSamplingInfo(msgspec.Struct, frozen=True, kw_only=True):
     mistral_tokenizer: str | None = None
     """``tekken`` or ``spm`` for a mistral_common tokenizer (``--tokenizer-mode mistral``:
     vLLM sends its Lark grammars to guidance, and refuses lm-format-enforcer)."""
+    thinking_budget: bool = True
+    """The engines may take a request's ``thinking_token_budget``: vLLM's input processor
+    refuses it unless a reasoning parser or ``--reasoning-config`` configures reasoning."""
 
 
 def check_prompt_length(num_tokens: int, max_model_len: int, *, from_text: bool) -> None:
@@ -319,6 +322,11 @@ def lower_sampling_params(
             )
             if engine_side
             else req.structured_outputs
+        )
+    if engine_side and params.thinking_token_budget is not None and not model.thinking_budget:
+        raise InvalidRequestError(
+            "thinking_token_budget is set but reasoning_config is not configured. Please set "
+            "--reasoning-parser and/or --reasoning-config to use thinking_token_budget."
         )
     if params.temperature < _SAMPLING_EPS:
         # Greedy: vLLM resets the truncation knobs (n > 1 was refused by the validation), to
