@@ -176,7 +176,14 @@ class ResponsesHandler:
             previous["output"] if previous else None,
         )
         refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
-        gen = await self.chat.generate(self._chat_request(request, req, response_id, messages))
+        chat_request = self._chat_request(request, req, response_id, messages)
+        constraint = chat_request.text.structured_outputs
+        gen = await self.chat.generate(chat_request)
+        engine_constraint = chat_request.text.structured_outputs
+        if engine_constraint is not constraint:
+            # vLLM's tool parser (adjust_request) rewrites request.text for a forced call's
+            # schema (a structural tag leaves it as the request gave it)
+            req.text = _echoed_text(engine_constraint) or req.text
         if req.store and store is not None:
             store.put_messages(response_id, messages)
         if req.background and store is not None:
