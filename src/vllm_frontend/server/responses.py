@@ -259,7 +259,8 @@ class ResponsesHandler:
                 model=req.model,
             ),
             tools=chat_tools(req.tools, req.tool_choice),
-            tool_choice=chat_tool_choice(req.tool_choice) if req.tools else None,
+            # without tools vLLM's request says "none": no tool parsing of a JSON answer
+            tool_choice=chat_tool_choice(req.tool_choice) if req.tools else "none",
             add_generation_prompt=not continue_final,
             continue_final_message=continue_final,
             chat_template_kwargs=req.chat_template_kwargs,
