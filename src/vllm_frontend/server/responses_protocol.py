@@ -15,7 +15,7 @@ import msgspec
 
 from .errors import InvalidParameter
 from .protocol import Int64, StopList, XArgValue, _check_cache_salt, _schema
-from .validation import LazyModel, convert_body, decode_json_object
+from .validation import LazyModel, convert_body, decode_json_object, validation_error
 
 __all__ = ["ResponsesRequest", "parse_responses_request"]
 
@@ -164,4 +164,38 @@ _VALIDATORS = (
 
 def parse_responses_request(body: bytes) -> ResponsesRequest:
     """Decode and validate a ``/v1/responses`` body like vLLM."""
-    return convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
+    req = convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
+    errors = _function_tool_errors(req.tools)
+    if errors:
+        raise validation_error(errors)
+    return req
+
+
+def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # vLLM types ``tools`` as the SDK's tool union: pydantic tries FunctionTool first, so a
+    # malformed function tool's report starts with that branch's errors (its location is
+    # vLLM's ``param``); the other branches' errors, which follow in vLLM's message, are not
+    # listed here.
+    for index, tool in enumerate(tools):
+        if tool.get("type") != "function":
+            continue
+        loc = ("body", "tools", index, "FunctionTool")
+        errors: list[dict[str, Any]] = []
+        if "name" not in tool:
+            errors.append(
+                {"type": "missing", "loc": (*loc, "name"), "msg": "Field required", "input": tool}
+            )
+        elif not isinstance(tool["name"], str):
+            errors.append(
+                {"type": "string_type", "loc": (*loc, "name"),
+                 "msg": "Input should be a valid string", "input": tool["name"]}
+            )  # fmt: skip
+        parameters = tool.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            errors.append(
+                {"type": "dict_type", "loc": (*loc, "parameters"),
+                 "msg": "Input should be a valid dictionary", "input": parameters}
+            )  # fmt: skip
+        if errors:
+            return errors
+    return []
