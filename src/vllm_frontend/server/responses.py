@@ -1015,9 +1015,9 @@ class _StreamState:
             self.call_id = call.id or new_tool_call_id()
             self.call_name = call.name or ""
             self.call_index = call.index
-            item = function_call_item(
-                self.item_id, self.call_id, self.call_name, "", "in_progress", added=True
-            )
+            # vLLM builds this item as the SDK's ResponseFunctionToolCallItem, whose
+            # ``created_by`` its serializer leaves out
+            item = function_call_item(self.item_id, self.call_id, self.call_name, "", "in_progress")
             return [
                 {
                     "item": item,

@@ -56,11 +56,10 @@ def reasoning_item(item_id: str, text: str | None, status: str | None) -> dict[s
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str, added: bool = False
+    item_id: str, call_id: str, name: str, arguments: str, status: str
 ) -> dict[str, Any]:
-    """A ``function_call`` output item (``added``: the in-progress shape of the stream's
-    ``output_item.added``, which also carries ``created_by``)."""
-    item = {
+    """A ``function_call`` output item."""
+    return {
         "arguments": arguments,
         "call_id": call_id,
         "name": name,
@@ -71,9 +70,6 @@ def function_call_item(
         "namespace": None,
         "status": status,
     }
-    if added:
-        item["created_by"] = None
-    return item
 
 
 _FUNCTION_TOOL_FIELDS = (
