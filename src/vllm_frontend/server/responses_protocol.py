@@ -165,10 +165,26 @@ _VALIDATORS = (
 def parse_responses_request(body: bytes) -> ResponsesRequest:
     """Decode and validate a ``/v1/responses`` body like vLLM."""
     req = convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
-    errors = _function_tool_errors(req.tools)
+    errors = _tool_choice_errors(req.tool_choice) + _function_tool_errors(req.tools)
     if errors:
         raise validation_error(errors)
     return req
+
+
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
+
+
+def _tool_choice_errors(tool_choice: Any) -> list[dict[str, Any]]:
+    # vLLM's ToolChoice union starts with the mode literal: an unknown mode's report starts
+    # with that branch's error (then one per object branch, not listed here).
+    if not isinstance(tool_choice, str) or tool_choice in _TOOL_CHOICE_MODES:
+        return []
+    expected = "'none', 'auto' or 'required'"
+    return [
+        {"type": "literal_error", "loc": ("body", "tool_choice"),
+         "msg": f"Input should be {expected}", "input": tool_choice,
+         "ctx": {"expected": expected}}
+    ]  # fmt: skip
 
 
 def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
