@@ -204,3 +204,61 @@ def test_generated_schemas_get_guidances_and_outlines_verdicts(schema: dict[str,
     so = StructuredOutputsParams(json=schema)
     assert guidance_refusal(so) == _vllm_check(validate_guidance_grammar, json=schema)
     assert outlines_refusal(so) == _vllm_check(vllm_outlines, json=schema)
+
+
+TEKKEN_CASES = [
+    ("auto", {"grammar": 'start: <[1]> "a"'}),
+    ("auto", {"grammar": "start: <[999999]>"}),
+    ("auto", {"grammar": "start: <|INST|>"}),
+    ("auto", {"grammar": 'start: <INST> "a"'}),
+    ("auto", {"grammar": "start: foo"}),
+    ("auto", {"grammar": 'start: "a"+'}),
+    ("auto", {"regex": "\\p{L}+"}),
+    ("auto", {"regex": "(?=a)a"}),
+    ("auto", {"json": {"type": "integer", "multipleOf": 3}}),
+    ("guidance", {"grammar": 'start: <[1]> "a"'}),
+    ("guidance", {"grammar": "start: <[999999]>"}),
+    ("guidance", {"grammar": 'root ::= "a" [0-9]'}),
+    ("guidance", {"regex": "(?=a)"}),
+    ("guidance", {"json": {"type": "integer", "minimum": 3, "maximum": 1}}),
+    ("guidance", {"choice": ["a", "b"]}),
+]
+
+
+@pytest.fixture(scope="module")
+def tekken_pair() -> tuple[Any, Any]:
+    """vLLM's and our tokenizer for the tiny tekken model."""
+    from tests.support.tiny_mistral import tiny_mistral_dir
+    from vllm.tokenizers.mistral import MistralTokenizer as VllmMistralTokenizer
+
+    from vllm_frontend.text.tokenizer_mistral import MistralTokenizer
+
+    path = tiny_mistral_dir()
+    return VllmMistralTokenizer.from_pretrained(str(path)), MistralTokenizer.from_dir(path)
+
+
+@pytest.mark.parametrize(("backend", "constraint"), TEKKEN_CASES)
+def test_tekken_tokenizers_are_checked_with_their_own_vocabulary(
+    tekken_pair: tuple[Any, Any], backend: str, constraint: dict[str, Any]
+) -> None:
+    # vLLM's guidance check for a tekken tokenizer knows its special tokens (a grammar may name
+    # them): auto's Lark grammars and the guidance backend's constraints.
+    import msgspec
+
+    from vllm_frontend.text.guidance_checks import tekken_vocabulary
+    from vllm_frontend.text.structured_outputs import resolve_structured_outputs
+
+    theirs_tok, ours_tok = tekken_pair
+    body = {"messages": M, "structured_outputs": constraint}
+    theirs = _unstamped(vllm_outcome(body, True, backend, theirs_tok))
+    try:
+        out = resolve_structured_outputs(
+            StructuredOutputsParams(**constraint), backend, mistral_tokenizer="tekken",
+            tekken=lambda: tekken_vocabulary(ours_tok.mistral),
+        )  # fmt: skip
+    except ValueError as e:
+        ours: Any = _unstamped(("refused", str(e), None))
+    else:
+        fields = msgspec.structs.fields(StructuredOutputsParams)
+        ours = {f.encode_name: getattr(out, f.name) for f in fields}
+    assert ours == theirs

@@ -1,10 +1,13 @@
 """guidance's verdict on a request's constraint, as vLLM 0.32's ``validate_guidance_grammar``
 (vllm/v1/structured_output/backend_guidance.py) reaches it: the constraint turned into an
-llguidance grammar and checked by llguidance's ``LLMatcher.validate_grammar`` without a tokenizer
-(vLLM passes one only for Mistral tekken tokenizers), the refusal worded as vLLM words it.
+llguidance grammar and checked by llguidance's ``LLMatcher.validate_grammar`` without a tokenizer,
+or, as vLLM does for Mistral tekken tokenizers, with the tokenizer's llguidance vocabulary
+(mistral_common's, which lets a grammar name special tokens); the refusal worded as vLLM words
+it.
 
 llguidance is a native package without torch; it is imported on first use, only when a request
-goes to guidance. Verdicts are remembered (a bounded LRU): llguidance's messages carry no time.
+goes to guidance. Verdicts without a vocabulary are remembered (a bounded LRU): llguidance's
+messages carry no time.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from typing import Any
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 
-__all__ = ["LLGUIDANCE_REQUIREMENT", "GuidanceUnavailable", "guidance_lacks", "guidance_refusal"]
+__all__ = [
+    "LLGUIDANCE_REQUIREMENT",
+    "GuidanceUnavailable",
+    "guidance_lacks",
+    "guidance_refusal",
+    "tekken_vocabulary",
+]
 
 LLGUIDANCE_REQUIREMENT = "llguidance>=1.7.0,<1.8.0"
 """The llguidance releases vLLM 0.32 accepts (its own requirement)."""
@@ -44,11 +53,24 @@ def guidance_lacks(schema: Any) -> bool:
     return False
 
 
-def guidance_refusal(so: StructuredOutputsParams) -> str | None:
+def guidance_refusal(so: StructuredOutputsParams, vocabulary: Any = None) -> str | None:
     """vLLM's message refusing ``so``'s constraint with guidance, ``None`` where llguidance takes
-    it. Raises :class:`GuidanceUnavailable` without llguidance."""
+    it (``vocabulary``: an llguidance tokenizer, :func:`tekken_vocabulary`). Raises
+    :class:`GuidanceUnavailable` without llguidance."""
     kind, text = _key(so)
-    return _verdict(kind, text)
+    if vocabulary is None:
+        return _verdict(kind, text)
+    return _verdict_uncached(kind, text, vocabulary)
+
+
+@functools.lru_cache(maxsize=4)
+def tekken_vocabulary(mistral: Any) -> Any:
+    """The llguidance tokenizer vLLM checks a tekken tokenizer's constraints with (``mistral``:
+    mistral_common's ``MistralTokenizer``), built once per tokenizer."""
+    _llguidance()
+    from mistral_common.guidance.tokenizer import from_mistral_tokenizer
+
+    return from_mistral_tokenizer(mistral)
 
 
 def _key(so: StructuredOutputsParams) -> tuple[str, str]:
@@ -71,6 +93,10 @@ def _key(so: StructuredOutputsParams) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def _verdict(kind: str, text: str) -> str | None:
+    return _verdict_uncached(kind, text, None)
+
+
+def _verdict_uncached(kind: str, text: str, vocabulary: Any) -> str | None:
     llg = _llguidance()
     try:
         grammar = _grammar(llg, kind, text)
@@ -80,7 +106,7 @@ def _verdict(kind: str, text: str) -> str | None:
         return f"Invalid grammar specification: {e}"
     except Exception as e:  # vLLM lets these escape as a 500; a 400 here
         return f"Invalid grammar specification: {e}"
-    error = llg.LLMatcher.validate_grammar(grammar, None)
+    error = llg.LLMatcher.validate_grammar(grammar, vocabulary)
     return f"Grammar error: {error}" if error else None
 
 

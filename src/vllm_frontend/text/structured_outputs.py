@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
@@ -99,10 +99,15 @@ def merge_response_format(
 
 
 def resolve_structured_outputs(
-    so: StructuredOutputsParams, backend: str = "auto", *, mistral_tokenizer: str | None = None
+    so: StructuredOutputsParams,
+    backend: str = "auto",
+    *,
+    mistral_tokenizer: str | None = None,
+    tekken: Callable[[], Any] | None = None,
 ) -> StructuredOutputsParams:
     """A copy of `so` as vLLM's input processor sends it to the engine with `backend`
-    (``mistral_tokenizer``: ``tekken`` or ``spm`` with ``--tokenizer-mode mistral``).
+    (``mistral_tokenizer``: ``tekken`` or ``spm`` with ``--tokenizer-mode mistral``; ``tekken``
+    gives a tekken tokenizer's llguidance vocabulary, which guidance's check then uses).
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
@@ -137,7 +142,7 @@ def resolve_structured_outputs(
                 "output backend. Please either use a more recent Mistral model, the ['xgrammar', "
                 "'outlines'] backends or tokenizer_mode='hf' instead."
             )
-        _check_guidance(out, mistral_tokenizer)
+        _check_guidance(out, mistral_tokenizer, tekken)
     elif backend == "outlines":
         _raise_if(outlines_refusal(out))
     elif backend == "lm-format-enforcer":
@@ -156,16 +161,18 @@ def resolve_structured_outputs(
     ):
         # vLLM sends Lark grammars for tekken tokenizers (its Mistral tool parser's included)
         # to guidance, which never lets a rule match a special token.
-        _check_guidance(out, mistral_tokenizer)
+        _check_guidance(out, mistral_tokenizer, tekken)
         out.backend = "guidance"
         out.backend_was_auto = True
     elif backend == "auto":
-        _resolve_auto(out, mistral_tokenizer)
+        _resolve_auto(out, mistral_tokenizer, tekken)
     _check_one_constraint(out)
     return out
 
 
-def _resolve_auto(so: StructuredOutputsParams, mistral_tokenizer: str | None) -> None:
+def _resolve_auto(
+    so: StructuredOutputsParams, mistral_tokenizer: str | None, tekken: Callable[[], Any] | None
+) -> None:
     # vLLM's "auto": xgrammar where its check passes; otherwise outlines (non-tekken Mistral
     # tokenizers, schemas with features guidance lacks) or guidance, whose own check then
     # decides (vllm/sampling_params.py _validate_structured_outputs).
@@ -181,16 +188,20 @@ def _resolve_auto(so: StructuredOutputsParams, mistral_tokenizer: str | None) ->
         _raise_if(outlines_refusal(so))
         so.backend = "outlines"
     else:
-        _check_guidance(so, mistral_tokenizer)
+        _check_guidance(so, mistral_tokenizer, tekken)
         so.backend = "guidance"
 
 
-def _check_guidance(so: StructuredOutputsParams, mistral_tokenizer: str | None) -> None:
+def _check_guidance(
+    so: StructuredOutputsParams, mistral_tokenizer: str | None, tekken: Callable[[], Any] | None
+) -> None:
     if mistral_tokenizer == "tekken":
         # vLLM checks with the tekken tokenizer's own llguidance vocabulary (which lets a
-        # grammar name special tokens); not reproduced: only the structural tag's reading is,
-        # and the engine's compiler judges the rest.
-        if so.structural_tag is not None:
+        # grammar name special tokens). Without it only the structural tag's reading is
+        # reproduced, and the engine's compiler judges the rest.
+        if tekken is not None:
+            _raise_if(guidance_refusal(so, tekken()))
+        elif so.structural_tag is not None:
             _check_guidance_structural_tag(so.structural_tag)
         return
     _raise_if(guidance_refusal(so))
