@@ -262,3 +262,37 @@ def test_tekken_tokenizers_are_checked_with_their_own_vocabulary(
         fields = msgspec.structs.fields(StructuredOutputsParams)
         ours = {f.encode_name: getattr(out, f.name) for f in fields}
     assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("module", "missing", "backend", "constraint"),
+    [
+        ("guidance_checks", "llguidance", "auto", {"regex": "\\p{L}+"}),
+        ("outlines_checks", "outlines_core", "outlines", {"json": {"type": "integer"}}),
+        ("lmfe_checks", "interegular", "lm-format-enforcer", {"regex": "a+"}),
+    ],
+)
+def test_a_missing_checker_library_answers_501_naming_it(
+    monkeypatch: pytest.MonkeyPatch, module: str, missing: str, backend: str,
+    constraint: dict[str, Any],
+) -> None:  # fmt: skip
+    import importlib
+    import sys
+
+    from vllm_frontend.server.errors import classify
+    from vllm_frontend.text.structured_outputs import resolve_structured_outputs
+
+    checks = importlib.import_module(f"vllm_frontend.text.{module}")
+    for loaded in [m for m in sys.modules if m == missing or m.startswith(f"{missing}.")]:
+        monkeypatch.setitem(sys.modules, loaded, None)
+    monkeypatch.setitem(sys.modules, missing, None)
+    for name in ("_llguidance", "_interegular", "_schema_refusal", "_regex_refusal", "_verdict"):
+        if hasattr(checks, name):
+            getattr(checks, name).cache_clear()
+    with pytest.raises(NotImplementedError) as err:
+        resolve_structured_outputs(StructuredOutputsParams(**constraint), backend)
+    status, _, message, _ = classify(err.value)
+    assert status == 501 and missing.replace("_", "-") in message.replace("_", "-")
+    for name in ("_llguidance", "_interegular", "_schema_refusal", "_regex_refusal", "_verdict"):
+        if hasattr(checks, name):
+            getattr(checks, name).cache_clear()
