@@ -44,3 +44,23 @@ def test_xgrammars_native_conversions_load_neither_torch_nor_xgrammars_python_pa
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_other_backends_checks_load_their_libraries_only_when_used_and_never_torch() -> None:
+    # llguidance, outlines-core and interegular are imported by the first request checked with
+    # guidance, outlines or lm-format-enforcer, never by importing the frontend; none pulls torch.
+    code = (
+        "import sys, importlib, pkgutil, vllm_frontend\n"
+        "for m in pkgutil.walk_packages(vllm_frontend.__path__, 'vllm_frontend.'):\n"
+        "    if m.name != 'vllm_frontend.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "libs = {'llguidance', 'outlines_core', 'interegular'}\n"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & libs))\n"
+        "from vllm_frontend.engine.protocol import StructuredOutputsParams as P\n"
+        "from vllm_frontend.text.structured_outputs import resolve_structured_outputs as r\n"
+        "r(P(regex='\\\\p{L}+'), 'auto'); r(P(json={'type': 'integer'}), 'outlines')\n"
+        "r(P(regex='a+'), 'lm-format-enforcer')\n"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & (libs | {'torch'})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "['interegular',", "'llguidance',", "'outlines_core']"]

@@ -14,6 +14,7 @@ import copy
 import functools
 import itertools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -170,6 +171,35 @@ def _vllm_structured_outputs(parser: Any, body: dict[str, Any]) -> dict[str, Any
 
         out["grammar"] = choice_as_grammar(out.pop("choice"))
     return out
+
+
+def _vllm_refusal(constraint: dict[str, Any] | None) -> str | None:
+    """The error message vLLM answers when its input processor refuses the adjusted
+    ``constraint`` (the "auto" backend: xgrammar's check, then guidance's where xgrammar
+    refuses), xgrammar's time stamp removed; ``None`` where it passes."""
+    from types import SimpleNamespace
+
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+    if constraint is None:
+        return None
+    params = SamplingParams(structured_outputs=StructuredOutputsParams(**constraint))
+    try:
+        params._validate_structured_outputs(
+            SimpleNamespace(is_diffusion=False), StructuredOutputsConfig(), tokenizer()
+        )
+    except Exception as e:
+        from vllm.entrypoints.serve.exception_handling.error_response import (
+            create_error_response,
+        )
+
+        return _unstamped(create_error_response(e).model_dump()["error"]["message"])
+    return None
+
+
+def _unstamped(message: str) -> str:
+    return re.sub(r"\[\d\d:\d\d:\d\d\] ", "", message)
 
 
 def _cases() -> list[tuple[Any, ...]]:
@@ -377,6 +407,11 @@ def test_a_constraint_joins_the_calls_as_xgrammar_builds_it(tool: str, tokenizer
             }  # fmt: skip
             expected = _vllm_structured_outputs(parser, body)
             status, raw = _post(app, body)
+            refusal = _vllm_refusal(expected)
+            if refusal is not None:  # left alone, then refused by guidance's check too
+                assert (status, _unstamped(json.loads(raw)["error"]["message"])) == (400, refusal)
+                assert not builds
+                continue
             assert status == 200, raw
             assert _our_structured_outputs(engine) == expected, body
             assert expected is not None
@@ -588,11 +623,15 @@ def test_cohere_command_request_constraints_as_vllm(
         so = adjusted.extract_structured_outputs()
         tag = so.structural_tag if so is not None else None
         grammars += tag is not None and '"grammar"' in tag
-        assert status == 200, (body, raw)
         expected = None
         if so is not None:
             fields = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
             expected = {k: v for k in fields if (v := getattr(so, k)) is not None}
+        refusal = _vllm_refusal(copy.deepcopy(expected))
+        if refusal is not None:  # the input processor's check (xgrammar's, then guidance's)
+            assert (status, _unstamped(json.loads(raw)["error"]["message"])) == (400, refusal)
+            continue
+        assert status == 200, (body, raw)
         assert (_our_structured_outputs(engine) or None) == (expected or None), body
         sent = engine.requests[-1].sampling_params
         assert sent.skip_special_tokens == adjusted.skip_special_tokens, body

@@ -8,6 +8,7 @@ show our frontend hands it what vLLM's does: a JSON schema or JSON-object constr
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -142,19 +143,80 @@ def test_a_plain_request_after_constrained_ones_is_unconstrained_on_both(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
-def test_a_regex_the_grammar_compiler_rejects_fails_only_that_request(
+def test_a_regex_xgrammar_and_guidance_refuse_gets_vllms_error(
     sdk: dict[str, openai.OpenAI], frontends: Frontends, stream: bool
 ) -> None:
     # With the "auto" backend vLLM's frontend hands a regex xgrammar refuses to guidance's check
-    # (llguidance, with the tokenizer), which refuses it (400); this frontend does not reproduce
-    # that check and sends it on to xgrammar, whose build in the engine fails: the client still
-    # gets an error, and the engine lives on. (With the "xgrammar" backend both answer the same
-    # 400: tests/text/test_xgrammar_checks_match_vllm.py.)
+    # (llguidance), which refuses it too: the same error, and the engine lives on.
     body = {"model": frontends.model, "prompt": "x", "max_tokens": 4, "stream": stream,
             "structured_outputs": {"regex": "(unclosed"}}  # fmt: skip
     ours, ref = _post_both(frontends, "/v1/completions", body)
-    # A stream has started (200) before the error: both send it as an SSE error event.
-    expected_status = 200 if stream else 400
-    assert ref.status_code == expected_status and '"error"' in ref.text
-    assert ours.status_code == (200 if stream else 500) and '"error"' in ours.text
+    if stream:
+        # vLLM validates a streamed completion's constraint once its stream has started (200,
+        # the error as an SSE event); this frontend before it (400): the same message.
+        events = [json.loads(line[6:]) for line in ref.text.splitlines()
+                  if line.startswith("data: {")]  # fmt: skip
+        assert ref.status_code == 200 and ours.status_code == 400
+        assert events[0]["error"]["message"] == ours.json()["error"]["message"]
+    else:
+        assert ref.status_code == 400 and ours.json() == ref.json()
+    assert "Grammar error" in ours.text
+    compare(sdk, completion(frontends.model, prompt="Hello world", max_tokens=6, temperature=0))
+
+
+# Constraints xgrammar refuses (or has features vLLM keeps from it), which vLLM's "auto" hands to
+# guidance's or outlines' check: refused by it (400) or served.
+AUTO_FALLBACKS: list[dict[str, Any]] = [
+    {"regex": "(?<=a)b"},
+    {"regex": "[0-9]+(?=x)"},
+    {"grammar": "start: foo"},
+    {"grammar": 'root ::= "a'},
+    {"grammar": 'start: "(" /[a-z]+/ ")"'},
+    {"json": {"type": "integer", "multipleOf": 3, "minimum": 10, "maximum": 5}},
+    {"json": {"type": "integer", "multipleOf": 7}},
+    {"json": {"type": "object", "properties": {"a": {"type": "string", "format": "phone"}},
+              "required": ["a"]}},
+    {"json": {"type": "object", "patternProperties": {"^x": {"type": "integer"}},
+              "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+    {"json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
+              "minItems": 3, "maxItems": 1}},
+    {"choice": ["yes", "no"]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("constraint", AUTO_FALLBACKS, ids=lambda c: json.dumps(c)[:50])
+def test_auto_fallback_constraints_get_vllms_answer(
+    frontends: Frontends, constraint: dict[str, Any]
+) -> None:
+    body = {"model": frontends.model, "prompt": "Answer:", "max_tokens": 8, "temperature": 0,
+            "structured_outputs": constraint}  # fmt: skip
+    ours, ref = _post_both(frontends, "/v1/completions", body)
+    assert ours.status_code == ref.status_code < 500, (ours.text, ref.text)
+    if ref.status_code != 200:
+        assert ours.json() == ref.json()
+    else:
+        assert _text(ours.json()) == _text(ref.json())
+
+
+# Constraints only guidance or outlines take: their check passes in the frontend, then the engine,
+# whose one grammar backend is its first structured request's (xgrammar here), fails to compile
+# them; vLLM answers 500, as this frontend does.
+ENGINE_FAILURES: list[dict[str, Any]] = [
+    {"regex": "\\p{Lu}[a-z]{2,4}"},
+    {"json": {"type": "object", "patternProperties": {"(": {}}, "properties": {"a": {}}}},
+]
+
+
+@pytest.mark.parametrize("constraint", ENGINE_FAILURES, ids=lambda c: json.dumps(c)[:50])
+def test_what_only_guidance_or_outlines_take_fails_in_an_xgrammar_engine_as_in_vllm(
+    sdk: dict[str, openai.OpenAI], frontends: Frontends, constraint: dict[str, Any]
+) -> None:
+    warm = {"model": frontends.model, "prompt": "x", "max_tokens": 2,
+            "structured_outputs": {"regex": "[ab]"}}  # fmt: skip
+    for response in _post_both(frontends, "/v1/completions", warm):  # xgrammar's engine backend
+        assert response.status_code == 200
+    body = {"model": frontends.model, "prompt": "Answer:", "max_tokens": 8, "temperature": 0,
+            "structured_outputs": constraint}  # fmt: skip
+    ours, ref = _post_both(frontends, "/v1/completions", body)
+    assert (ours.status_code, ours.json()) == (ref.status_code, ref.json()) == (500, ref.json())
     compare(sdk, completion(frontends.model, prompt="Hello world", max_tokens=6, temperature=0))

@@ -6,11 +6,9 @@ The peer is vLLM's own path (`to_sampling_params`, then
 `validate_xgrammar_grammar`). xgrammar's error text starts with the time it was raised
 (``[HH:MM:SS]``): both sides' messages are compared with that stamp removed.
 
-What is reproduced: the "xgrammar" backend's whole verdict. guidance's and outlines' own checks
-(llguidance with the tokenizer, outlines-core) are not: where theirs refuse, this frontend hands
-the request to the engine, whose compiler fails it. With "auto", vLLM hands what xgrammar refuses
-to build to guidance's check (which refuses most of it, takes some); this frontend sends it on to
-xgrammar as before (see text/structured_outputs.py for why). The tests pin those gaps too.
+Every backend's verdict is reproduced (with "auto", vLLM's fallback from a build xgrammar refuses
+to guidance's or outlines' check): the tests compare them exactly. More constraints, and
+generated ones, in test_backend_checks_match_vllm.py.
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ SCHEMAS: list[Any] = [
 JSON_TEXTS = ["[1]", "5", '"abc"', "null", "true", '{"type": "nope"}', '{"type": "string"}']
 CHOICES = [["a", "b"], ["(", "\\"], ["\ud800"]]
 
-BACKENDS = ["auto", "xgrammar", "guidance", "outlines"]
+BACKENDS = ["auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"]
 _STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")
 
 
@@ -106,24 +104,7 @@ def test_constraint_verdicts_match_vllms(
     body: dict[str, Any] = {"messages": M, **fields}
     theirs = _unstamped(vllm_outcome(body, True, backend, hf_fast))
     ours = _unstamped(our_outcome(body, True, backend))
-    if ours == theirs:
-        return
-    assert isinstance(ours, dict), (ours, theirs)
-    if backend == "auto":
-        assert ours["_backend_was_auto"] is True
-        assert isinstance(vllm_outcome(body, True, "xgrammar", hf_fast), tuple)
-        if ours["_backend"] == "xgrammar":
-            # A build xgrammar refuses: vLLM's auto tries guidance's check (outlines' for what
-            # guidance lacks), not reproduced; the request goes on to xgrammar.
-            assert isinstance(theirs, tuple) or theirs["_backend"] in ("guidance", "outlines")
-        else:
-            # A schema with features xgrammar lacks: vLLM's fallback, whose own check refused it.
-            assert isinstance(theirs, tuple) and ours["_backend"] in ("guidance", "outlines")
-        return
-    # Only where vLLM's refusal comes from guidance's or outlines' own checks, which this frontend
-    # leaves to the engine: the request goes there with the backend asked for.
-    assert isinstance(theirs, tuple) and ours["_backend"] == backend, (ours, theirs)
-    assert backend in ("guidance", "outlines")
+    assert ours == theirs
 
 
 def test_the_regex_timeout_message_is_vllms(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,14 +155,15 @@ def test_auto_sends_schemas_xgrammar_lacks_to_outlines_for_non_tekken_mistral(
     monkeypatch.setattr("vllm.sampling_params._is_non_tekken_mistral", lambda tokenizer: True)
     body = {"messages": M, "structured_outputs": {"json": schema}}
     theirs = vllm_outcome(body, True, "auto", hf_fast)
-    ours = resolve_structured_outputs(
-        StructuredOutputsParams(json=schema), "auto", mistral_tokenizer="spm"
-    )
-    if isinstance(theirs, tuple):  # outlines' own check refused it: left to the engine
-        assert theirs[1].startswith("Failed to transform json schema into a regex")
+    try:
+        out = resolve_structured_outputs(
+            StructuredOutputsParams(json=schema), "auto", mistral_tokenizer="spm"
+        )
+    except ValueError as e:
+        assert theirs == ("refused", str(e), None)  # outlines' own check refused it
     else:
-        assert (theirs["_backend"], theirs["_backend_was_auto"]) == ("outlines", True)
-    assert (ours.backend, ours.backend_was_auto) == ("outlines", True)
+        assert isinstance(theirs, dict)
+        assert theirs["_backend"] == out.backend == "outlines" and out.backend_was_auto
 
 
 @pytest.mark.parametrize("backend", ["xgrammar", "auto"])

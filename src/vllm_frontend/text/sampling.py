@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -39,6 +39,7 @@ from vllm_frontend.engine.validate import (
     RequestLimits,
     validate_sampling_params,
 )
+from vllm_frontend.text.guidance_checks import tekken_vocabulary
 from vllm_frontend.text.structured_outputs import resolve_structured_outputs
 from vllm_frontend.text.tokenizer import Tokenizer
 
@@ -319,6 +320,7 @@ def lower_sampling_params(
                 req.structured_outputs,
                 model.structured_outputs_backend,
                 mistral_tokenizer=model.mistral_tokenizer,
+                tekken=_tekken_vocabulary(tokenizer, model),
             )
             if engine_side
             else req.structured_outputs
@@ -338,6 +340,14 @@ def lower_sampling_params(
     if tokenizer is not None and bad_words:
         params.bad_words_token_ids = _bad_words_token_ids(bad_words, tokenizer)
     return params
+
+
+def _tekken_vocabulary(tokenizer: Any, model: ModelSamplingInfo) -> Callable[[], Any] | None:
+    # guidance's check with a tekken tokenizer's own vocabulary, as vLLM's (built on first use).
+    mistral = getattr(tokenizer, "mistral", None)
+    if model.mistral_tokenizer != "tekken" or mistral is None:
+        return None
+    return lambda: tekken_vocabulary(mistral)
 
 
 def check_debug_fields(

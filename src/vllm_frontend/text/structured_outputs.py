@@ -12,23 +12,26 @@ Follows vLLM 0.32 in three steps, each with vLLM's messages:
    xgrammar, rewrites `choice` into an EBNF `grammar` (vllm/v1/structured_output/utils.py
    `choice_as_grammar`), which is what the engine then receives.
 
-With the ``xgrammar`` backend the regex, choice, JSON schema or grammar is built by xgrammar's
-native library as vLLM's ``validate_xgrammar_grammar`` does (text/xgrammar_checks.py), and a
-refusal is vLLM's 400; without the library, and for guidance's and outlines' own checks
-(llguidance with the tokenizer, outlines-core), the engine's compiler judges. A request's
-structural tag is checked when the request is read (text/structural_tags.py); guidance's reading
-of it (the legacy form only) is reproduced here.
+The backend's own check then runs as in vLLM, with vLLM's 400 and message for a refusal:
+xgrammar's build (text/xgrammar_checks.py), guidance's (text/guidance_checks.py), outlines'
+(text/outlines_checks.py), lm-format-enforcer's (text/lmfe_checks.py); with ``auto``, xgrammar's,
+then, where it refuses, outlines' or guidance's, whichever vLLM falls back to. Without xgrammar's
+native library its verdict is left to the engine's compiler. A request's structural tag is
+checked when the request is read (text/structural_tags.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.engine.validate import InvalidRequestError
+from vllm_frontend.text.guidance_checks import guidance_lacks, guidance_refusal
+from vllm_frontend.text.lmfe_checks import lmfe_refusal
+from vllm_frontend.text.outlines_checks import outlines_refusal
 from vllm_frontend.text.structural_tags import (
     STRUCTURAL_TAG_WRAPPER_NESTING,
     structural_tag_payload,
@@ -96,10 +99,15 @@ def merge_response_format(
 
 
 def resolve_structured_outputs(
-    so: StructuredOutputsParams, backend: str = "auto", *, mistral_tokenizer: str | None = None
+    so: StructuredOutputsParams,
+    backend: str = "auto",
+    *,
+    mistral_tokenizer: str | None = None,
+    tekken: Callable[[], Any] | None = None,
 ) -> StructuredOutputsParams:
     """A copy of `so` as vLLM's input processor sends it to the engine with `backend`
-    (``mistral_tokenizer``: ``tekken`` or ``spm`` with ``--tokenizer-mode mistral``).
+    (``mistral_tokenizer``: ``tekken`` or ``spm`` with ``--tokenizer-mode mistral``; ``tekken``
+    gives a tekken tokenizer's llguidance vocabulary, which guidance's check then uses).
 
     Raises InvalidRequestError (vLLM's messages) for constraints vLLM refuses before compiling.
     """
@@ -124,15 +132,28 @@ def resolve_structured_outputs(
         raise InvalidRequestError(
             "structured_outputs.regex must not contain a NUL character ('\\x00')"
         )
-    if backend == "lm-format-enforcer" and mistral_tokenizer is not None:
-        raise InvalidRequestError(
-            "Mistral tokenizer is not supported for the 'lm-format-enforcer' structured output "
-            "backend. Please use ['xgrammar', 'outlines'] backends or tokenizer_mode='hf' "
-            "instead."
-        )
-    if backend.startswith("guidance") and out.structural_tag is not None:
-        _check_guidance_structural_tag(out.structural_tag)
-    if (
+    if backend.startswith("xgrammar"):
+        _raise_if(_xgrammar_verdict(out))
+        _choice_to_grammar(out)
+    elif backend.startswith("guidance"):
+        if mistral_tokenizer == "spm":
+            raise InvalidRequestError(
+                "Non-tekken Mistral tokenizers are not supported for the 'guidance' structured "
+                "output backend. Please either use a more recent Mistral model, the ['xgrammar', "
+                "'outlines'] backends or tokenizer_mode='hf' instead."
+            )
+        _check_guidance(out, mistral_tokenizer, tekken)
+    elif backend == "outlines":
+        _raise_if(outlines_refusal(out))
+    elif backend == "lm-format-enforcer":
+        if mistral_tokenizer is not None:
+            raise InvalidRequestError(
+                "Mistral tokenizer is not supported for the 'lm-format-enforcer' structured "
+                "output backend. Please use ['xgrammar', 'outlines'] backends or "
+                "tokenizer_mode='hf' instead."
+            )
+        _raise_if(lmfe_refusal(out))
+    elif (
         backend == "auto"
         and mistral_tokenizer == "tekken"
         and isinstance(out.grammar, str)
@@ -140,41 +161,80 @@ def resolve_structured_outputs(
     ):
         # vLLM sends Lark grammars for tekken tokenizers (its Mistral tool parser's included)
         # to guidance, which never lets a rule match a special token.
+        _check_guidance(out, mistral_tokenizer, tekken)
         out.backend = "guidance"
         out.backend_was_auto = True
-        _check_one_constraint(out)
-        return out
-    if backend.startswith("xgrammar") or backend == "auto":
-        # vLLM's validate_xgrammar_grammar: the checks before compiling, then the constraint
-        # built by xgrammar's native library (without it, the engine's compiler judges).
-        schema = out.json
-        if isinstance(schema, str) and schema:
-            try:
-                schema = json.loads(schema)
-            except ValueError:
-                raise InvalidRequestError("Invalid JSON grammar specification.") from None
-        if schema and _xgrammar_lacks(schema):
-            if backend != "auto":
-                raise InvalidRequestError(
-                    "The provided JSON schema contains features not supported by xgrammar."
-                )
-            return _auto_fallback(out, schema, mistral_tokenizer)
-        # With "auto", vLLM follows a build xgrammar refuses with guidance's check (llguidance
-        # with the tokenizer), which refuses most such constraints but takes some (``\p{L}``);
-        # that check is not reproduced here. The request goes on to xgrammar, whose build in the
-        # engine fails it: sending it unchecked to guidance would instead make a fresh engine's
-        # one grammar backend guidance for good (vLLM's engine takes the first request's).
-        refusal = None if backend == "auto" else _xgrammar_refusal(out, schema)
-        if refusal is not None:
-            raise InvalidRequestError(refusal)
-        if out.choice:
-            out.grammar = choice_as_grammar(out.choice)
-            out.choice = None
-        if backend == "auto":
-            out.backend = "xgrammar"
-            out.backend_was_auto = True
+    elif backend == "auto":
+        _resolve_auto(out, mistral_tokenizer, tekken)
     _check_one_constraint(out)
     return out
+
+
+def _resolve_auto(
+    so: StructuredOutputsParams, mistral_tokenizer: str | None, tekken: Callable[[], Any] | None
+) -> None:
+    # vLLM's "auto": xgrammar where its check passes; otherwise outlines (non-tekken Mistral
+    # tokenizers, schemas with features guidance lacks) or guidance, whose own check then
+    # decides (vllm/sampling_params.py _validate_structured_outputs).
+    so.backend_was_auto = True
+    if _xgrammar_verdict(so) is None:
+        _choice_to_grammar(so)
+        so.backend = "xgrammar"
+        return
+    to_outlines = mistral_tokenizer == "spm" or (
+        bool(so.json) and guidance_lacks(_parsed_schema(so.json))
+    )
+    if to_outlines:
+        _raise_if(outlines_refusal(so))
+        so.backend = "outlines"
+    else:
+        _check_guidance(so, mistral_tokenizer, tekken)
+        so.backend = "guidance"
+
+
+def _check_guidance(
+    so: StructuredOutputsParams, mistral_tokenizer: str | None, tekken: Callable[[], Any] | None
+) -> None:
+    if mistral_tokenizer == "tekken":
+        # vLLM checks with the tekken tokenizer's own llguidance vocabulary (which lets a
+        # grammar name special tokens). Without it only the structural tag's reading is
+        # reproduced, and the engine's compiler judges the rest.
+        if tekken is not None:
+            _raise_if(guidance_refusal(so, tekken()))
+        elif so.structural_tag is not None:
+            _check_guidance_structural_tag(so.structural_tag)
+        return
+    _raise_if(guidance_refusal(so))
+
+
+def _raise_if(refusal: str | None) -> None:
+    if refusal is not None:
+        raise InvalidRequestError(refusal)
+
+
+def _parsed_schema(schema: Any) -> Any:
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except ValueError:
+            raise InvalidRequestError("Invalid JSON grammar specification.") from None
+    return schema
+
+
+def _choice_to_grammar(so: StructuredOutputsParams) -> None:
+    # What vLLM's xgrammar check leaves in the params: a choice as its EBNF grammar.
+    if so.choice:
+        so.grammar = choice_as_grammar(so.choice)
+        so.choice = None
+
+
+def _xgrammar_verdict(so: StructuredOutputsParams) -> str | None:
+    # vLLM's validate_xgrammar_grammar: the checks before compiling, then the constraint built
+    # by xgrammar's native library (without it, the engine's compiler judges).
+    schema = _parsed_schema(so.json) if so.json else so.json
+    if schema and _xgrammar_lacks(schema):
+        return "The provided JSON schema contains features not supported by xgrammar."
+    return _xgrammar_refusal(so, schema)
 
 
 def _xgrammar_refusal(so: StructuredOutputsParams, schema: Any) -> str | None:
@@ -192,19 +252,6 @@ def _xgrammar_refusal(so: StructuredOutputsParams, schema: Any) -> str | None:
     except XgrammarUnavailable:
         return None
     return None
-
-
-def _auto_fallback(
-    so: StructuredOutputsParams, schema: Any, mistral_tokenizer: str | None
-) -> StructuredOutputsParams:
-    # vLLM's "auto" for a schema with features xgrammar lacks: guidance, or outlines for
-    # non-tekken Mistral tokenizers and schemas with features guidance lacks. Their own checks
-    # (llguidance with the tokenizer, outlines-core) are not reproduced: the engine's compiler
-    # judges.
-    to_outlines = mistral_tokenizer == "spm" or _has_key_anywhere(schema, "patternProperties")
-    so.backend = "outlines" if to_outlines else "guidance"
-    so.backend_was_auto = True
-    return so
 
 
 def xgrammar_supports(so: StructuredOutputsParams) -> bool:
@@ -335,10 +382,6 @@ def _schema_objects(schema: Any) -> list[dict[str, Any]]:
                 children.extend(item for item in value if isinstance(item, dict))
         stack.extend(reversed(children))
     return out
-
-
-def _has_key_anywhere(schema: Any, key: str) -> bool:
-    return any(key in node for node in _schema_objects(schema))
 
 
 def choice_as_grammar(choice: list[str]) -> str:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import threading
 from typing import Any
 
+from vllm_frontend.text.regex_timeout import build_regex_with_timeout
 from vllm_frontend.text.xgrammar_native import (
     XgrammarUnavailable,
     ebnf_to_grammar,
@@ -72,7 +71,7 @@ def xgrammar_refusal(
 def _accepted(kind: str, text: str) -> bool:
     # Raises on a refusal, so only acceptances are cached.
     if kind == "regex":
-        _regex_with_timeout(text)
+        build_regex_with_timeout(lambda r: regex_to_ebnf(r), text)
     elif kind == "json":
         json_schema_to_ebnf(text)
     elif kind == "lark":
@@ -80,33 +79,3 @@ def _accepted(kind: str, text: str) -> bool:
     else:
         ebnf_to_grammar(text)
     return True
-
-
-def _regex_with_timeout(regex: str) -> None:
-    # vLLM bounds the regex build by VLLM_REGEX_COMPILATION_TIMEOUT_S (compile_regex_with_timeout
-    # in vllm/v1/structured_output/utils.py) and leaves a build that overruns it running.
-    timeout = int(os.environ.get("VLLM_REGEX_COMPILATION_TIMEOUT_S", "5"))
-    if timeout <= 0:
-        regex_to_ebnf(regex)
-        return
-    outcome: list[BaseException | None] = []
-
-    def build() -> None:
-        try:
-            regex_to_ebnf(regex)
-        except BaseException as e:  # handed to the waiting request
-            outcome.append(e)
-        else:
-            outcome.append(None)
-
-    worker = threading.Thread(target=build, name="xgrammar-regex", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not outcome:
-        raise ValueError(
-            f"Regex compilation timed out after {timeout}s. The pattern may be too complex or "
-            "contain constructs that cause exponential state-space explosion (e.g. nested "
-            f"quantifiers). Pattern: {regex[:200]}"
-        )
-    if outcome[0] is not None:
-        raise outcome[0]
