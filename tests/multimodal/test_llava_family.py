@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.render_reference import lean_render_apps
 from tests.support.tiny_llava import tiny_llava_dir
 from tests.support.tiny_model import cache_root, inputs_hash
 from tests.support.tiny_vlm import VLM_PYTHONPATH
@@ -182,14 +183,10 @@ def _render_app(model: str, dtype: str, kwargs: dict[str, Any]) -> Any:
 
 
 def _reference(out: pathlib.Path) -> None:
-    import vllm.renderers.hf
     from starlette.testclient import TestClient
     from vllm.entrypoints.scale_out.token_in_token_out.mm_serde import decode_mm_kwargs_item
 
-    # vLLM's renderer makes its tokenizer thread-safe with a pool of deep copies, and later
-    # copies of the pooled tokenizer copy the pool again: with the 128k-token vocabulary that is
-    # most of a minute per app. These requests come one at a time; the pool changes no output.
-    vllm.renderers.hf.maybe_make_thread_pool = lambda tokenizer, copies=1: tokenizer  # type: ignore[assignment]
+    lean_render_apps()
     results: dict[tuple[str, str], Any] = {}
     for app_name, (variant, dtype, kwargs) in APPS.items():
         app = _render_app(str(tiny_llava_dir(variant)), dtype, kwargs)

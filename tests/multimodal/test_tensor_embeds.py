@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.render_reference import lean_render_apps
 from tests.support.tiny_gemma3 import tiny_gemma3_dir
 from tests.support.tiny_idefics3 import tiny_idefics3_dir
 from tests.support.tiny_internvl import tiny_internvl_dir
@@ -329,12 +330,11 @@ def _render_app(model: str) -> Any:
 
 
 def _reference(source: pathlib.Path, out: pathlib.Path) -> None:
-    import vllm.renderers.hf
     from starlette.testclient import TestClient
     from vllm.entrypoints.scale_out.token_in_token_out.mm_serde import decode_mm_kwargs_item
     from vllm.multimodal.processing.processor import BaseMultiModalProcessor
 
-    vllm.renderers.hf.maybe_make_thread_pool = lambda tokenizer, copies=1: tokenizer  # type: ignore[assignment]
+    lean_render_apps()
     # The render response leaves out which placeholder positions take embeddings: keep the
     # processor's last output to read them from.
     applied: list[Any] = []
