@@ -15,6 +15,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from tests.support.engines import HeadlessEngines, start_headless_engines
+from tests.support.module_costs import load_costs, slowest_first
 from tests.support.shared_stacks import (
     EarlyStops,
     ToolServers,
@@ -82,7 +83,8 @@ class _SharedStacksPlugin:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """Keep the ``--part`` asked for and run the modules sharing a stack one after another
+        """Keep the ``--part`` asked for, order the no-engine part's modules slowest first
+        (tests/support/module_costs.py) and run the modules sharing a stack one after another
         (after ``-m`` deselected)."""
         part = config.getoption("part")
         if part != "all":
@@ -91,6 +93,8 @@ class _SharedStacksPlugin:
                 config.hook.pytest_deselected(items=drop)
                 dropped = {id(i) for i in drop}
                 items[:] = [i for i in items if id(i) not in dropped]
+        if part == "others":
+            items[:] = slowest_first(items, load_costs())
         _EARLY_STOPS.last_user = group_users(items)
 
     @pytest.hookimpl(hookwrapper=True)
