@@ -59,3 +59,12 @@ def hf(model_dir: Path) -> Any:
     from vllm.tokenizers.hf import CachedHfTokenizer
 
     return CachedHfTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def hf_fast() -> Any:
+    """A fast Hugging Face tokenizer, which vLLM's guidance checks ask for."""
+    from tests.support.tiny_model import tiny_model_dir
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir()))

@@ -11,14 +11,13 @@ schemas, the single checks (`validate_guidance_grammar`, `validate_regex_is_buil
 from __future__ import annotations
 
 import json
-import re
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.text.test_structured_outputs_match_vllm import M, our_outcome, vllm_outcome
+from tests.text.test_structured_outputs_match_vllm import M, our_outcome, unstamped, vllm_outcome
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.text.guidance_checks import guidance_refusal
@@ -32,7 +31,6 @@ pytest.importorskip("llguidance")
 pytest.importorskip("outlines_core")
 
 BACKENDS = ["auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"]
-_STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")
 
 REGEXES = [
     r"\p{L}+", r"\p{Greek}", r"[[:alpha:]]+", r"(?<name>a)", r"a{,3}", r"\Aabc\z", r"a\Z",
@@ -107,29 +105,14 @@ def _fields() -> list[dict[str, Any]]:
 FIELDS = _fields()
 
 
-@pytest.fixture(scope="module")
-def hf_fast() -> Any:
-    """A fast Hugging Face tokenizer, which vLLM's guidance checks ask for."""
-    from tests.support.tiny_model import tiny_model_dir
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model_dir()))
-
-
-def _unstamped(outcome: Any) -> Any:
-    if isinstance(outcome, tuple):
-        return (outcome[0], _STAMP.sub("", outcome[1]), outcome[2])
-    return outcome
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fields", FIELDS, ids=[json.dumps(f)[:70] for f in FIELDS])
 def test_each_backend_judges_a_constraint_as_vllm(
     hf_fast: Any, fields: dict[str, Any], backend: str
 ) -> None:
     body: dict[str, Any] = {"messages": M, **fields}
-    theirs = _unstamped(vllm_outcome(body, True, backend, hf_fast))
-    assert _unstamped(our_outcome(body, True, backend)) == theirs
+    theirs = unstamped(vllm_outcome(body, True, backend, hf_fast))
+    assert unstamped(our_outcome(body, True, backend)) == theirs
 
 
 def test_auto_really_falls_back_in_the_corpus(hf_fast: Any) -> None:
@@ -250,14 +233,14 @@ def test_tekken_tokenizers_are_checked_with_their_own_vocabulary(
 
     theirs_tok, ours_tok = tekken_pair
     body = {"messages": M, "structured_outputs": constraint}
-    theirs = _unstamped(vllm_outcome(body, True, backend, theirs_tok))
+    theirs = unstamped(vllm_outcome(body, True, backend, theirs_tok))
     try:
         out = resolve_structured_outputs(
             StructuredOutputsParams(**constraint), backend, mistral_tokenizer="tekken",
             tekken=lambda: tekken_vocabulary(ours_tok.mistral),
         )  # fmt: skip
     except ValueError as e:
-        ours: Any = _unstamped(("refused", str(e), None))
+        ours: Any = unstamped(("refused", str(e), None))
     else:
         fields = msgspec.structs.fields(StructuredOutputsParams)
         ours = {f.encode_name: getattr(out, f.name) for f in fields}

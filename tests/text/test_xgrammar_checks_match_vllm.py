@@ -14,12 +14,11 @@ generated ones, in test_backend_checks_match_vllm.py.
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 import pytest
-from tests.text.test_structured_outputs_match_vllm import M, our_outcome, vllm_outcome
+from tests.text.test_structured_outputs_match_vllm import M, our_outcome, unstamped, vllm_outcome
 
 from vllm_frontend.engine.protocol import StructuredOutputsParams
 from vllm_frontend.text import xgrammar_checks
@@ -56,7 +55,6 @@ JSON_TEXTS = ["[1]", "5", '"abc"', "null", "true", '{"type": "nope"}', '{"type":
 CHOICES = [["a", "b"], ["(", "\\"], ["\ud800"]]
 
 BACKENDS = ["auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"]
-_STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")
 
 
 def _fields() -> list[dict[str, Any]]:
@@ -81,29 +79,14 @@ def _fields() -> list[dict[str, Any]]:
 FIELDS = _fields()
 
 
-@pytest.fixture(scope="module")
-def hf_fast() -> Any:
-    """A fast Hugging Face tokenizer, which vLLM's guidance checks ask for."""
-    from tests.support.tiny_model import tiny_model_dir
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model_dir()))
-
-
-def _unstamped(outcome: Any) -> Any:
-    if isinstance(outcome, tuple):
-        return (outcome[0], _STAMP.sub("", outcome[1]), outcome[2])
-    return outcome
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fields", FIELDS, ids=[json.dumps(f)[:60] for f in FIELDS])
 def test_constraint_verdicts_match_vllms(
     hf_fast: Any, fields: dict[str, Any], backend: str
 ) -> None:
     body: dict[str, Any] = {"messages": M, **fields}
-    theirs = _unstamped(vllm_outcome(body, True, backend, hf_fast))
-    ours = _unstamped(our_outcome(body, True, backend))
+    theirs = unstamped(vllm_outcome(body, True, backend, hf_fast))
+    ours = unstamped(our_outcome(body, True, backend))
     assert ours == theirs
 
 
