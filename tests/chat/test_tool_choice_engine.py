@@ -55,13 +55,8 @@ MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def sdk(tool_servers: ToolServers) -> Iterator[dict[str, openai.OpenAI]]:
     """SDK clients for our CLI server and vLLM's server (the shared tool-parser stack)."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
-        for name, url in tool_servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with tool_servers.openai_clients() as clients:
+        yield clients
 
 
 def _create(client: openai.OpenAI, **kw: Any) -> Any:

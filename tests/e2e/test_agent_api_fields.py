@@ -92,31 +92,21 @@ RESPONSES_REFUSED_BY_THE_ENGINE: dict[str, dict[str, Any]] = {
 @pytest.fixture(scope="module")
 def model(tool_servers: ToolServers) -> str:
     """The served model name."""
-    return str(httpx.get(tool_servers.vllm + "/v1/models").json()["data"][0]["id"])
+    return tool_servers.served_model()
 
 
 @pytest.fixture(scope="module")
 def openai_sdk(tool_servers: ToolServers) -> Iterator[dict[str, openai.OpenAI]]:
     """``openai`` SDK clients of our server and vLLM's."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
-        for name, url in tool_servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with tool_servers.openai_clients() as clients:
+        yield clients
 
 
 @pytest.fixture(scope="module")
 def anthropic_sdk(tool_servers: ToolServers) -> Iterator[dict[str, anthropic.Anthropic]]:
     """``anthropic`` SDK clients of our server and vLLM's."""
-    clients = {
-        name: anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
-        for name, url in tool_servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with tool_servers.anthropic_clients() as clients:
+        yield clients
 
 
 def _responses_body(model: str, fields: dict[str, Any]) -> dict[str, Any]:

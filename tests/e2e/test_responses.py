@@ -41,13 +41,8 @@ TOOLS: list[Any] = [
 @pytest.fixture(scope="module")
 def sdk(tool_servers: ToolServers) -> Iterator[dict[str, openai.OpenAI]]:
     """SDK clients of our server and vLLM's (the shared tool-parser stack, with the store)."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120)
-        for name, url in tool_servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with tool_servers.openai_clients(timeout=120) as clients:
+        yield clients
 
 
 def _strip(value: Any) -> Any:

@@ -83,7 +83,7 @@ def _answer(url: str, route: str, body: dict[str, Any]) -> tuple[int, str | None
 @pytest.fixture(scope="module")
 def model(tool_servers: ToolServers) -> str:
     """The served model name."""
-    return str(httpx.get(tool_servers.vllm + "/v1/models").json()["data"][0]["id"])
+    return tool_servers.served_model()
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])

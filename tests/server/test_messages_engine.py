@@ -75,21 +75,16 @@ def urls(tool_servers: ToolServers) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sdk(urls: dict[str, str]) -> Iterator[dict[str, anthropic.Anthropic]]:
+def sdk(tool_servers: ToolServers) -> Iterator[dict[str, anthropic.Anthropic]]:
     """Anthropic SDK clients for both servers."""
-    clients = {
-        name: anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
-        for name, url in urls.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with tool_servers.anthropic_clients() as clients:
+        yield clients
 
 
 @pytest.fixture(scope="module")
-def model(urls: dict[str, str]) -> str:
+def model(tool_servers: ToolServers) -> str:
     """The served model name (the same on both servers)."""
-    return str(httpx.get(urls["vllm"] + "/v1/models").json()["data"][0]["id"])
+    return tool_servers.served_model()
 
 
 def _normalized(value: Any) -> Any:

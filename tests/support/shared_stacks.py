@@ -15,9 +15,15 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 from tests.support.engines import (
     engine_env,
@@ -59,6 +65,42 @@ class ToolServers:
     def items(self) -> list[tuple[str, str]]:
         """``[("ours", url), ("vllm", url)]``."""
         return [("ours", self.ours), ("vllm", self.vllm)]
+
+    def served_model(self) -> str:
+        """The served model's name (vLLM's ``/v1/models``; both serve the same)."""
+        import httpx
+
+        return str(httpx.get(self.vllm + "/v1/models").json()["data"][0]["id"])
+
+    @contextmanager
+    def openai_clients(self, timeout: float = 300) -> Iterator[dict[str, openai.OpenAI]]:
+        """``openai`` SDK clients of both servers, by name, closed on exit."""
+        import openai  # the SDKs load only in the modules that use them
+
+        clients = {
+            name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=timeout)
+            for name, url in self.items()
+        }
+        try:
+            yield clients
+        finally:
+            for client in clients.values():
+                client.close()
+
+    @contextmanager
+    def anthropic_clients(self, timeout: float = 300) -> Iterator[dict[str, anthropic.Anthropic]]:
+        """``anthropic`` SDK clients of both servers, by name, closed on exit."""
+        import anthropic  # the SDKs load only in the modules that use them
+
+        clients = {
+            name: anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=timeout)
+            for name, url in self.items()
+        }
+        try:
+            yield clients
+        finally:
+            for client in clients.values():
+                client.close()
 
 
 def tool_servers(model: pathlib.Path) -> Iterator[ToolServers]:
