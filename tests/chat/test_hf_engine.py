@@ -19,10 +19,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
 from tests.e2e.test_differential import assert_same, both
+from tests.server.test_messages_engine import compare
 from tests.support.engines import (
     engine_env,
     free_port,
@@ -42,7 +44,8 @@ FLAGS = ("--tool-call-parser", "hf", *REASONING, "--enable-auto-tool-choice")
 # --reasoning-parser) has seen the reasoning end, unless told to constrain the reasoning too: the
 # random network never closes its reasoning by itself, so the regex must cover it.
 SO_CONFIG = ("--structured-outputs-config", '{"enable_in_reasoning": true}')
-ENGINE_ARGS = ("--max-model-len", "1024", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
+# 2048: Anthropic's smallest thinking budget is 1024 tokens, and max_tokens must exceed it.
+ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.1", *SO_CONFIG)
 # A busy 2-core machine can take more than the default 600 s to start an engine.
 READY_TIMEOUT = 1500
 WEATHER = {
@@ -84,8 +87,8 @@ OUTPUTS = {
 
 
 @pytest.fixture(scope="module")
-def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, openai.OpenAI]]:
-    """SDK clients for our CLI server and vLLM's server, each with its own engine."""
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Base URLs of our CLI server and vLLM's server, each with its own engine."""
     model = hf_template_model(tmp_path_factory.mktemp("hf-model") / "tiny-qwen-template")
     handshake = free_port()
     engines = start_headless_engines(
@@ -104,22 +107,39 @@ def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, openai.O
     ours = subprocess.Popen(
         argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=engine_env({})
     )
-    clients: dict[str, openai.OpenAI] = {}
     try:
         wait_frontend_healthy(f"http://127.0.0.1:{port}", ours, engines, READY_TIMEOUT)
         reference.wait_ready(READY_TIMEOUT)
-        for name, url in (("ours", f"http://127.0.0.1:{port}"), ("vllm", reference.base_url)):
-            clients[name] = openai.OpenAI(
-                base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300
-            )
-        yield clients
+        yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
     finally:
-        for client in clients.values():
-            client.close()
         stop_group(ours)
         log.close()
         reference.stop()
         engines.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(servers: dict[str, str]) -> Iterator[dict[str, openai.OpenAI]]:
+    """``openai`` SDK clients of both servers."""
+    clients = {
+        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        for name, url in servers.items()
+    }
+    yield clients
+    for client in clients.values():
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def anthropic_sdk(servers: dict[str, str]) -> Iterator[dict[str, anthropic.Anthropic]]:
+    """``anthropic`` SDK clients of both servers."""
+    clients = {
+        name: anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
+        for name, url in servers.items()
+    }
+    yield clients
+    for client in clients.values():
+        client.close()
 
 
 def _create(client: openai.OpenAI, case: str, **kw: Any) -> Any:
@@ -214,3 +234,58 @@ def test_forced_stream_matches_vllm(sdk: dict[str, openai.OpenAI], case: str) ->
     assert [c["ids"] for c in theirs["calls"].values()] == [1, 1]
     _check_calls([(c["name"], c["arguments"]) for c in theirs["calls"].values()])
     assert [reason for reason, _ in theirs["finish"]] == ["tool_calls"]
+
+
+THINKING = {
+    "enabled": {"type": "enabled", "budget_tokens": 1024},
+    "disabled": {"type": "disabled"},
+    "adaptive": {"type": "adaptive"},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("thinking", list(THINKING))
+def test_messages_thinking_matches_vllm(
+    sdk: dict[str, openai.OpenAI],
+    anthropic_sdk: dict[str, anthropic.Anthropic],
+    thinking: str,
+    stream: bool,
+) -> None:
+    """Anthropic ``thinking`` on a reasoning model: a token budget for the engine when enabled,
+    the template's thinking switched off when disabled (vLLM probes which reasoning effort does
+    that), thinking blocks read by the reasoning parser; greedy, so both answer alike."""
+    model = str(anthropic_sdk["vllm"].models.list().data[0].id)
+    kwargs: dict[str, Any] = {"max_tokens": 16}
+    if thinking == "enabled":
+        # The smallest budget is 1024 tokens and max_tokens must exceed it: a stop sequence
+        # from the greedy thinking's start (the same with any max_tokens) ends it early.
+        start = sdk["vllm"].chat.completions.create(
+            model=model,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=12,
+            temperature=0,
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+        )
+        reasoning = start.choices[0].message.reasoning  # type: ignore[attr-defined]
+        stop = reasoning[len(reasoning) // 2 :][:4]
+        assert stop.strip()
+        kwargs = {
+            "max_tokens": 1032,
+            "stop_sequences": [stop],
+            # This template thinks only when asked.
+            "extra_body": {"chat_template_kwargs": {"enable_thinking": True}},
+        }
+    answer = compare(
+        anthropic_sdk,
+        model,
+        stream=stream,
+        messages=MESSAGES[1:],
+        system=MESSAGES[0]["content"],
+        thinking=THINKING[thinking],
+        **kwargs,
+    )
+    if not stream:
+        kinds = [block["type"] for block in answer["content"]]
+        assert kinds == (["thinking"] if thinking == "enabled" else ["text"])
+        if thinking == "enabled":
+            assert answer["stop_reason"] == "stop_sequence"

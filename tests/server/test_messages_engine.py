@@ -103,7 +103,9 @@ def _create(client: anthropic.Anthropic, model: str, **kw: Any) -> Any:
     kw.setdefault("max_tokens", 24)
     kw.setdefault("temperature", 0)
     # This SDK release has no sampling parameters of its own: they go as extra body fields.
-    extra = {k: kw.pop(k) for k in ("temperature", "top_p", "top_k") if k in kw}
+    extra = kw.pop("extra_body", {}) | {
+        k: kw.pop(k) for k in ("temperature", "top_p", "top_k") if k in kw
+    }
     return client.messages.create(model=model, extra_body=extra, **kw)
 
 
@@ -123,7 +125,9 @@ def _stream_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
             delta = event["delta"]
             field = next(k for k in delta if k != "type")
             deltas = blocks[event["index"]]["deltas"]
-            deltas[delta["type"]] = deltas.get(delta["type"], "") + delta[field]
+            # A thinking block's signature is random, as in the whole response.
+            piece = "<random>" if field == "signature" else delta[field]
+            deltas[delta["type"]] = deltas.get(delta["type"], "") + piece
         elif kind == "content_block_stop":
             blocks[event["index"]]["stops"] += 1
         else:
