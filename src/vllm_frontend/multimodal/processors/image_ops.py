@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from vllm_frontend.multimodal.processors.band_resize import resize_in_bands
+
 # transformers' PILImageResampling values are Pillow's own filter numbers.
 NEAREST = Image.Resampling.NEAREST
 LANCZOS = Image.Resampling.LANCZOS
@@ -54,8 +56,9 @@ def prepare(image: Image.Image, convert_rgb: bool) -> Image.Image:
 
 
 def resize(image: Image.Image, height: int, width: int, resample: Image.Resampling) -> Image.Image:
-    """The image resized to ``height`` x ``width`` with Pillow's ``resample`` filter."""
-    return image.resize((width, height), resample=resample)
+    """The image resized to ``height`` x ``width`` with Pillow's ``resample`` filter (its two
+    passes spread over threads, the pixels Pillow's own)."""
+    return resize_in_bands(image, (width, height), resample)
 
 
 def to_channels_first(image: Image.Image) -> np.ndarray:

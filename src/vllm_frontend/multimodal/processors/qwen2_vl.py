@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vllm_frontend.engine.tensors import to_bfloat16_words
+from vllm_frontend.multimodal.processors.band_resize import resize_in_bands
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -153,7 +154,7 @@ class Qwen2VLImageProcessor:
         width, height = image.size
         if self.do_resize:
             h, w = self.resized_size(height, width)
-            image = image.resize((w, h), resample=self.resample)
+            image = resize_in_bands(image, (w, h), self.resample)
         pixels = np.asarray(image)
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
