@@ -115,3 +115,15 @@ def test_bands_queued_behind_a_busy_pool_run_on_the_caller() -> None:
         release.set()
         blocker.result()
         pool.shutdown()
+
+
+def test_no_split_while_the_cores_are_busy_resizing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With as many resizes under way as bands, a resize is Pillow's whole one (no band
+    submitted), and the count of resizes under way comes back to where it was."""
+    monkeypatch.setattr(band_resize, "_resizing", band_resize._BANDS)
+    submitted: list[object] = []
+    monkeypatch.setattr(band_resize, "_run_all", lambda jobs: submitted.append(jobs))
+    rng = np.random.default_rng(5)
+    _same(random_image(rng, 1024, 768), (364, 280), Image.Resampling.BICUBIC)
+    assert submitted == []
+    assert band_resize._resizing == band_resize._BANDS

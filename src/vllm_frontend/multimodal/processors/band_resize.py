@@ -12,9 +12,11 @@ and output lengths along its axis (and the box, here the whole image), so:
   same width (no horizontal pass), is exactly those columns of the output.
 
 Each band of a stage runs on its own thread (Pillow releases the GIL while it resamples), the
-stages meet once, and nothing rounds differently. Only the modes and filters whose resize is this
-plain two-pass path are split (Pillow converts ``RGBA``/``LA`` to premultiplied alpha around the
-resize and uses another path for ``NEAREST``); the others go to ``Image.resize`` unchanged.
+stages meet once, and nothing rounds differently. A resize is split only while fewer images are
+being resized than there are cores (otherwise the cores are busy anyway), and only in the modes
+and filters whose resize is this plain two-pass path (Pillow converts ``RGBA``/``LA`` to
+premultiplied alpha around the resize and uses another path for ``NEAREST``); the others go to
+``Image.resize`` unchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
@@ -39,6 +42,8 @@ _SPLIT_FILTERS = frozenset({1, 2, 3, 4, 5})
 # Below this many source pixels a resize is cheaper than the threads' hand-offs.
 _MIN_PIXELS = 256 * 256
 _pool: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+_resizing = 0  # resizes under way in this process
 
 
 def _bands_count() -> int:
@@ -125,7 +130,19 @@ def resize_in_bands(image: Image, size: tuple[int, int], resample: int) -> Image
         or height == out_height
     ):
         return image.resize(size, resample=resample)
-    image.load()
-    if _vertical_first(image.size, size):
-        return _pass(_pass(image, out_height, 1, resample), out_width, 0, resample)
-    return _pass(_pass(image, out_width, 0, resample), out_height, 1, resample)
+    global _resizing
+    with _lock:
+        # Bands only while the cores are not all busy resizing other images: when they are,
+        # splitting adds hand-offs and cache misses and no parallelism.
+        split = _resizing < _BANDS
+        _resizing += 1
+    try:
+        if not split:
+            return image.resize(size, resample=resample)
+        image.load()
+        if _vertical_first(image.size, size):
+            return _pass(_pass(image, out_height, 1, resample), out_width, 0, resample)
+        return _pass(_pass(image, out_width, 0, resample), out_height, 1, resample)
+    finally:
+        with _lock:
+            _resizing -= 1
