@@ -8,11 +8,13 @@ the project's mock engine serving the tiny Qwen2-VL (max_pixels 128*28*28).
 Every request is a streaming chat completion with one 1024x768 JPEG (~110 KB) as a base64
 ``data:`` URL and a short text, ``max_tokens`` 8. ``distinct-*``: every request has its own image
 (no cache can help); ``repeated-*``: one image for all (after the first, the engines' multimodal
-cache holds it and a frontend that mirrors it sends no pixels). The load client is asyncio +
-aiohttp in this process. Per frontend and workload: the frontend's CPU time per request
-(utime+stime of its process tree from /proc over the run), images/s, TTFT and latency p50, peak
-RSS (sampled every 0.1 s). The frontends run one after the other; on a shared machine compare the
-CPU per request first. A markdown table goes to stdout, JSON to bench/results/.
+cache holds it and a frontend that mirrors it sends no pixels). The load client runs in this
+process: pre-encoded requests over raw asyncio streams (bench/raw_sse.py; ``--client aiohttp``
+for the earlier sessions' aiohttp client). Per frontend and workload: the frontend's CPU time
+per request (utime+stime of its process tree from /proc over the run), images/s, TTFT and
+latency p50, peak RSS (sampled every 0.1 s), and the budget (the client's, the mock engine's and
+the frontend's threads' CPU per request). The frontends run one after the other; on a shared
+machine compare the CPU per request first. A markdown table goes to stdout, JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from frontends import (
     tree_rss_bytes,
     wait_healthy,
 )
+from raw_sse import drive_raw
 
 RESULTS = REPO / "bench" / "results"
 FRONTENDS = ("ours", "vllm", "vllm-rs")
@@ -164,8 +167,13 @@ async def _drive(port: int, bodies: list[bytes], concurrency: int) -> list[Timin
     return out
 
 
+CLIENT = "raw"  # --client: "raw" (bench/raw_sse.py) or "aiohttp"
+
+
 def drive(port: int, bodies: list[bytes], concurrency: int) -> list[Timing]:
     """Send ``bodies`` with ``concurrency`` requests in flight; each one's timing."""
+    if CLIENT == "raw":
+        return drive_raw(port, bodies, concurrency)  # type: ignore[return-value]
     return asyncio.run(_drive(port, bodies, concurrency))
 
 
@@ -388,7 +396,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--py-spy", action="store_true", help="profile each workload (native frames; slows it)"
     )
+    parser.add_argument(
+        "--client",
+        choices=("raw", "aiohttp"),
+        default="raw",
+        help="the load client: pre-encoded requests over raw asyncio streams (bench/raw_sse.py, "
+        "the cheaper) or aiohttp (the earlier sessions' tables)",
+    )
     args = parser.parse_args(argv)
+    global CLIENT
+    CLIENT = args.client
     sys.path.insert(0, str(REPO))
     from tests.support.tiny_vlm import tiny_vlm_dir
 
@@ -411,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.output or RESULTS / f"multimodal-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "max_tokens": MAX_TOKENS,
-            "step_ms": STEP_MS}  # fmt: skip
+            "step_ms": STEP_MS, "client": CLIENT}  # fmt: skip
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\nJSON: {out}")
     return 0 if all(r["ok"] == r["requests"] for r in rows) else 1
