@@ -11,6 +11,7 @@ reordering, on a uint8 array a quarter of the size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -170,17 +171,37 @@ class Qwen2VLImageProcessor:
         grid_h, grid_w = height // p, width // p
         grid_t = max(1, num_frames // t)
         frames_per_patch = t if num_frames > 1 else 1
-        values = self._values(frames[: grid_t * frames_per_patch], dtype)
+        frames = frames[: grid_t * frames_per_patch]
+        shape = (grid_t, frames_per_patch, grid_h // m, m, p, grid_w // m, m, p, channels)
+        order = (0, 2, 5, 3, 6, 8, 1, 4, 7)
+        table = self._word_table(dtype)
+        if table is not None:
+            # Reorder the uint8 pixels (a quarter of the bytes float32 values would move), then
+            # one 256-entry table gives each its 16-bit word.
+            ordered = np.ascontiguousarray(frames.reshape(shape).transpose(order))
+            words = table[ordered]
+            if frames_per_patch != t:
+                words = np.repeat(words, t, axis=6)
+            return Qwen2VLOutput(
+                words.reshape(grid_t * grid_h * grid_w, channels * t * p * p),
+                (grid_t, grid_h, grid_w),
+            )
+        values = self._values(frames, dtype)
         # (gt, T, gh/m, m, p, gw/m, m, p, C) -> (gt, gh/m, gw/m, m, m, C, T, p, p): one copy
-        patches = values.reshape(
-            grid_t, frames_per_patch, grid_h // m, m, p, grid_w // m, m, p, channels
-        ).transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+        patches = values.reshape(shape).transpose(order)
         if frames_per_patch != t:
             patches = np.broadcast_to(patches, (*patches.shape[:6], t, p, p))
         pixel_values = np.ascontiguousarray(patches).reshape(
             grid_t * grid_h * grid_w, channels * t * p * p
         )
         return Qwen2VLOutput(pixel_values, (grid_t, grid_h, grid_w))
+
+    def _word_table(self, dtype: str) -> np.ndarray | None:
+        """The 16-bit ``dtype`` word of each uint8 value when the pixels go as their raw values
+        in 16 bits (neither rescaled nor normalized), else None."""
+        if dtype in ("bfloat16", "float16") and not self.do_rescale and not self.do_normalize:
+            return _raw_words(dtype)
+        return None
 
     def _values(self, pixels: np.ndarray, dtype: str) -> np.ndarray:
         """Each uint8 of ``pixels`` (channels last) as the float it becomes, in ``dtype``."""
@@ -204,6 +225,15 @@ class Qwen2VLImageProcessor:
         for c in range(channels):
             np.take(table[c], flat[:, c], out=out[:, c])
         return out.reshape(pixels.shape)
+
+
+@functools.cache
+def _raw_words(dtype: str) -> np.ndarray:
+    """The 16-bit word of each uint8 value as a ``dtype`` float (exact: integers below 256)."""
+    values = np.arange(256, dtype=np.float32)
+    if dtype == "bfloat16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16)
+    return values.astype(np.float16)
 
 
 def _per_channel(value: Any, channels: int) -> np.ndarray:

@@ -90,6 +90,10 @@ class Qwen2VLVideoProcessor(Qwen2VLImageProcessor):
             frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
         return self._patchify(frames, dtype)
 
+    def _word_table(self, dtype: str) -> np.ndarray | None:
+        """None: raw video pixels stay ``uint8`` (see :meth:`_values`)."""
+        return None
+
     def _values(self, pixels: np.ndarray, dtype: str) -> np.ndarray:
         """Each uint8 of ``pixels`` as the value it becomes: itself, still ``uint8``, when
         neither rescaled nor normalized (transformers' torch path keeps the bytes; the engine
