@@ -120,10 +120,35 @@ def test_bands_queued_behind_a_busy_pool_run_on_the_caller() -> None:
 def test_no_split_while_the_cores_are_busy_resizing(monkeypatch: pytest.MonkeyPatch) -> None:
     """With as many resizes under way as bands, a resize is Pillow's whole one (no band
     submitted), and the count of resizes under way comes back to where it was."""
-    monkeypatch.setattr(band_resize, "_resizing", band_resize._BANDS)
+    gate = band_resize._Gate()
+    gate.resizing = band_resize._BANDS
+    monkeypatch.setattr(band_resize, "_gate", gate)
     submitted: list[object] = []
     monkeypatch.setattr(band_resize, "_run_all", lambda jobs: submitted.append(jobs))
     rng = np.random.default_rng(5)
     _same(random_image(rng, 1024, 768), (364, 280), Image.Resampling.BICUBIC)
     assert submitted == []
-    assert band_resize._resizing == band_resize._BANDS
+    assert gate.resizing == band_resize._BANDS
+
+
+def test_splits_that_found_no_free_core_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a split whose helpers did no band, the next resize is whole; after the back-off,
+    a split the helpers shared resets it."""
+    monkeypatch.setattr(band_resize, "_gate", band_resize._Gate())
+    calls: list[int] = []
+    share = {"here": 1.0}
+
+    def run_all(jobs: list) -> tuple[list, int]:
+        calls.append(len(jobs))
+        return [job() for job in jobs], round(share["here"] * len(jobs))
+
+    monkeypatch.setattr(band_resize, "_run_all", run_all)
+    rng = np.random.default_rng(6)
+    image = random_image(rng, 1024, 768)
+    _same(image, (364, 280), Image.Resampling.BICUBIC)  # split; the helpers did nothing
+    assert len(calls) == 2 and band_resize._gate.skip == 1
+    _same(image, (364, 280), Image.Resampling.BICUBIC)  # whole
+    assert len(calls) == 2 and band_resize._gate.skip == 0
+    share["here"] = 0.5
+    _same(image, (364, 280), Image.Resampling.BICUBIC)  # split, shared
+    assert len(calls) == 4 and band_resize._gate.backoff == 1

@@ -11,22 +11,24 @@ and output lengths along its axis (and the box, here the whole image), so:
 - the vertical pass of a band of whole intermediate columns, resized to the output height at the
   same width (no horizontal pass), is exactly those columns of the output.
 
-Each band of a stage runs on its own thread (Pillow releases the GIL while it resamples), the
-stages meet once, and nothing rounds differently. A resize is split only while fewer images are
-being resized than there are cores (otherwise the cores are busy anyway), and only in the modes
-and filters whose resize is this plain two-pass path (Pillow converts ``RGBA``/``LA`` to
-premultiplied alpha around the resize and uses another path for ``NEAREST``); the others go to
-``Image.resize`` unchanged.
+The bands of a pass are shared by the calling thread and the band pool's threads (Pillow
+releases the GIL while it resamples), the passes run in Pillow's order (Pillow 13 runs the
+vertical one first when the height shrinks much more than the width) and meet once, and nothing
+rounds differently. A resize is split only while there seem to be idle cores (see ``_Gate``),
+and only in the modes and filters whose resize is this plain two-pass path (Pillow converts
+``RGBA``/``LA`` to premultiplied alpha around the resize and uses another path for ``NEAREST``);
+the others go to ``Image.resize`` unchanged.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -41,9 +43,45 @@ _SPLIT_MODES = frozenset({"RGB", "L"})
 _SPLIT_FILTERS = frozenset({1, 2, 3, 4, 5})
 # Below this many source pixels a resize is cheaper than the threads' hand-offs.
 _MIN_PIXELS = 256 * 256
+# Bands per thread: small enough that a helper thread's band in progress is a short wait.
+_PIECES = 3
 _pool: ThreadPoolExecutor | None = None
-_lock = threading.Lock()
-_resizing = 0  # resizes under way in this process
+
+
+class _Gate:
+    """Whether a resize is split: only while fewer images are being resized than there are cores
+    (when they all are, splitting adds hand-offs and no parallelism), and not while recent splits
+    found no free core (the helper threads did under a quarter of the bands: on a loaded machine
+    the caller would wait for them). After such a split the next ``backoff`` resizes are whole,
+    ``backoff`` doubling up to 64 while it lasts and back to 1 after a split the helpers shared."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.resizing = 0
+        self.skip = 0
+        self.backoff = 1
+
+    def enter(self) -> bool:
+        with self.lock:
+            self.resizing += 1
+            if self.skip:
+                self.skip -= 1
+                return False
+            return self.resizing <= _BANDS
+
+    def leave(self, helped: float | None) -> None:
+        with self.lock:
+            self.resizing -= 1
+            if helped is None:
+                return
+            if helped < 0.25:
+                self.skip = self.backoff
+                self.backoff = min(2 * self.backoff, 64)
+            else:
+                self.backoff = 1
+
+
+_gate = _Gate()
 
 
 def _bands_count() -> int:
@@ -73,15 +111,29 @@ def _band_pool() -> ThreadPoolExecutor:
     return _pool
 
 
-def _run_all(jobs: Sequence[Callable[[], _T]]) -> list[_T]:
-    """Every job's result, the first run on this thread and the others on the band pool; a job
-    still queued when this thread is done with its own is taken back and run here, so a busy
-    pool costs no waiting."""
-    pending: list[Future[_T]] = [_band_pool().submit(job) for job in jobs[1:]]
-    results = [jobs[0]()]
-    for job, future in zip(jobs[1:], pending, strict=True):
-        results.append(job() if future.cancel() else future.result())
-    return results
+def _run_all(jobs: Sequence[Callable[[], _T]]) -> tuple[list[_T], int]:
+    """Every job's result, and how many ran on this thread: this thread and the band pool's
+    threads take jobs from one queue, so a helper slow to get a core leaves its share to this
+    thread, which waits at most for the jobs already running elsewhere."""
+    results: list[_T | None] = [None] * len(jobs)
+    queue = collections.deque(range(len(jobs)))
+
+    def drain() -> int:
+        done = 0
+        while True:
+            try:
+                index = queue.popleft()
+            except IndexError:
+                return done
+            results[index] = jobs[index]()
+            done += 1
+
+    helpers = [_band_pool().submit(drain) for _ in range(min(_BANDS, len(jobs)) - 1)]
+    here = drain()
+    for helper in helpers:
+        if not helper.cancel():
+            helper.result()
+    return results, here  # type: ignore[return-value]  # every slot was filled
 
 
 def _vertical_first(size: tuple[int, int], out: tuple[int, int]) -> bool:
@@ -91,14 +143,16 @@ def _vertical_first(size: tuple[int, int], out: tuple[int, int]) -> bool:
     return _PILLOW_13 and shrink_y > 0 and shrink_y > 2 * shrink_x
 
 
-def _pass(image: Image, length: int, axis: int, resample: int) -> Image:
+def _pass(image: Image, length: int, axis: int, resample: int) -> tuple[Image, float]:
     """One of Pillow's passes over ``image`` (``axis`` 0: the width becomes ``length``, row
-    bands on threads; 1: the height, column bands), assembled into one image."""
+    bands on threads; 1: the height, column bands), assembled into one image, and the share of
+    the bands the helper threads resized."""
     from PIL import Image as PilImage
 
     width, height = image.size
     across = height if axis == 0 else width  # the side the bands cut
-    edges = [across * k // _BANDS for k in range(_BANDS + 1)]
+    pieces = _PIECES * _BANDS
+    edges = [across * k // pieces for k in range(pieces + 1)]
 
     def band(start: int, stop: int) -> Image:
         if axis == 0:
@@ -109,9 +163,10 @@ def _pass(image: Image, length: int, axis: int, resample: int) -> Image:
 
     jobs = [functools.partial(band, a, b) for a, b in itertools.pairwise(edges)]
     out = PilImage.new(image.mode, (length, height) if axis == 0 else (width, length))
-    for start, part in zip(edges, _run_all(jobs), strict=False):
+    parts, here = _run_all(jobs)
+    for start, part in zip(edges, parts, strict=False):
         out.paste(part, (0, start) if axis == 0 else (start, 0))
-    return out
+    return out, 1 - here / len(jobs)
 
 
 def resize_in_bands(image: Image, size: tuple[int, int], resample: int) -> Image:
@@ -125,24 +180,23 @@ def resize_in_bands(image: Image, size: tuple[int, int], resample: int) -> Image
         or image.mode not in _SPLIT_MODES
         or resample not in _SPLIT_FILTERS
         or width * height < _MIN_PIXELS
-        or min(width, height, out_width, out_height) < _BANDS
+        or min(width, height, out_width, out_height) < _PIECES * _BANDS
         or width == out_width
         or height == out_height
     ):
         return image.resize(size, resample=resample)
-    global _resizing
-    with _lock:
-        # Bands only while the cores are not all busy resizing other images: when they are,
-        # splitting adds hand-offs and cache misses and no parallelism.
-        split = _resizing < _BANDS
-        _resizing += 1
+    helped: float | None = None
+    split = _gate.enter()
     try:
         if not split:
             return image.resize(size, resample=resample)
         image.load()
-        if _vertical_first(image.size, size):
-            return _pass(_pass(image, out_height, 1, resample), out_width, 0, resample)
-        return _pass(_pass(image, out_width, 0, resample), out_height, 1, resample)
+        first, second = (out_height, 1), (out_width, 0)
+        if not _vertical_first(image.size, size):
+            first, second = second, first
+        middle, helped_first = _pass(image, *first, resample)
+        out, helped_second = _pass(middle, *second, resample)
+        helped = (helped_first + helped_second) / 2
+        return out
     finally:
-        with _lock:
-            _resizing -= 1
+        _gate.leave(helped)
