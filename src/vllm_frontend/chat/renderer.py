@@ -173,6 +173,9 @@ class ChatRenderer:
             )
             if isinstance(source, str)
         )
+        # The server's own template by ``has_tools`` (no request or --chat-template source):
+        # what selecting and compiling it gives, kept once it compiled.
+        self._own_templates: dict[bool, CompiledTemplate] = {}
 
     def _compile(self, source: str) -> CompiledTemplate:
         cache = self._code_cache if source in self._own_sources else None
@@ -216,18 +219,33 @@ class ChatRenderer:
             tool_choice == "none" and opts.exclude_tools_when_tool_choice_none
         ):
             tool_dicts = normalize_tools(tools)
-        kwargs = self._merged_kwargs(
-            tool_dicts,
-            request_kwargs=dict(chat_template_kwargs or {}),
-            fields={
-                "add_generation_prompt": True
-                if add_generation_prompt is None
-                else add_generation_prompt,
+        generation_prompt = True if add_generation_prompt is None else add_generation_prompt
+        if (
+            tool_dicts is None
+            and not chat_template_kwargs
+            and documents is None
+            and reasoning_effort is None
+            and not opts.default_chat_template_kwargs
+            and type(generation_prompt) is bool
+            and type(continue_final_message) is bool
+        ):
+            # Nothing to merge (the common request): what the merge below gives, directly.
+            kwargs: dict[str, Any] = {
+                "tokenize": False,
+                "add_generation_prompt": generation_prompt,
                 "continue_final_message": continue_final_message,
-                "documents": documents,
-                "reasoning_effort": reasoning_effort,
-            },
-        )
+            }
+        else:
+            kwargs = self._merged_kwargs(
+                tool_dicts,
+                request_kwargs=dict(chat_template_kwargs or {}),
+                fields={
+                    "add_generation_prompt": generation_prompt,
+                    "continue_final_message": continue_final_message,
+                    "documents": documents,
+                    "reasoning_effort": reasoning_effort,
+                },
+            )
         tools_for_template = kwargs.pop("tools", None)
         has_tools = tools_for_template is not None
         # vLLM detects the content format on the request/server template, but renders with the
@@ -243,10 +261,7 @@ class ChatRenderer:
         kwargs.pop("tokenize", None)
         if render_source is not None and not isinstance(render_source, str):
             raise ChatError("chat_template must be a string.", param="chat_template")
-        source = self.templates.select(render_source, has_tools=has_tools)
-        if source is None:
-            raise ChatError(NO_TEMPLATE_MESSAGE)
-        template = self._compile(source)
+        template = self._template(render_source, has_tools)
 
         template_conversation: Conversation = conversation
         if not template.supports_developer_role and any(
@@ -254,8 +269,8 @@ class ChatRenderer:
         ):
             template_conversation = _fold_developer_messages(conversation)
 
-        accepted = _APPLY_PARAMS | template.variables
-        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+        variables = template.variables
+        kwargs = {k: v for k, v in kwargs.items() if k in _APPLY_PARAMS or k in variables}
         for name in ("self", "conversation"):
             if name in kwargs:
                 raise ChatError(
@@ -307,10 +322,27 @@ class ChatRenderer:
                 out[key] = value
         return out
 
+    def _template(self, render_source: str | None, has_tools: bool) -> CompiledTemplate:
+        if render_source is None:
+            own = self._own_templates.get(has_tools)
+            if own is not None:
+                return own
+        source = self.templates.select(render_source, has_tools=has_tools)
+        if source is None:
+            raise ChatError(NO_TEMPLATE_MESSAGE)
+        template = self._compile(source)
+        if render_source is None:
+            self._own_templates[has_tools] = template
+        return template
+
     def _content_format(self, requested: str | None, has_tools: bool) -> ContentFormat:
         option = self.options.content_format
         if option != "auto":
             return option
+        if requested is None:
+            own = self._own_templates.get(has_tools)
+            if own is not None:  # what the lines below find for it
+                return own.content_format
         source = self.templates.select(requested, has_tools=has_tools)
         if source is None:
             return "string"
