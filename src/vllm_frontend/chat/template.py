@@ -67,8 +67,25 @@ def _tojson(
     )
 
 
+# strftime_now's last result per format, with the second it was made in: chat templates ask
+# for the date on every render, and a second's formats are the same (bar ``%f``).
+_strftime_cache: dict[str, tuple[datetime, str]] = {}
+_STRFTIME_CACHE_SIZE = 64
+
+
 def _strftime_now(format: str) -> str:
-    return _now().strftime(format)
+    now = _now()
+    if "f" in format:  # %f (microseconds) changes within a second: never kept
+        return now.strftime(format)
+    second = now.replace(microsecond=0)
+    hit = _strftime_cache.get(format)
+    if hit is not None and hit[0] == second:
+        return hit[1]
+    text = now.strftime(format)
+    if len(_strftime_cache) >= _STRFTIME_CACHE_SIZE:
+        _strftime_cache.clear()
+    _strftime_cache[format] = (second, text)
+    return text
 
 
 def _generation_tag() -> type[jinja2.ext.Extension]:
@@ -157,7 +174,14 @@ class CompiledTemplate:
 
     def render_raw(self, context: Mapping[str, Any]) -> str:
         """Render with exactly ``context`` (no chat semantics); Jinja errors propagate."""
-        return self._template.render(**context)
+        # jinja2's Template.render without its two copies of the context (keyword arguments,
+        # then a dict of them): one, into the render's own context.
+        template = self._template
+        ctx = template.new_context(context)  # type: ignore[arg-type]
+        try:
+            return template.environment.concat(template.root_render_func(ctx))  # type: ignore[attr-defined,no-any-return]
+        except Exception:
+            template.environment.handle_exception()
 
 
 def _template_of(code: CodeType) -> jinja2.Template:
