@@ -179,7 +179,7 @@ class CompiledTemplate:
         template = self._template
         ctx = template.new_context(context)  # type: ignore[arg-type]
         try:
-            return template.environment.concat(template.root_render_func(ctx))  # type: ignore[attr-defined,no-any-return]
+            return template.environment.concat(template.root_render_func(ctx))
         except Exception:
             template.environment.handle_exception()
 
