@@ -404,6 +404,7 @@ def server_settings(config: FrontendConfig, max_model_len: int) -> ServerSetting
         max_header_count=config.h11_max_header_count,
         max_body_size=config.http_max_body_size,
         root_path=config.root_path,
+        scheme="https" if config.ssl_certfile else "http",
     )
 
 

@@ -23,6 +23,7 @@ import msgspec
 from vllm_frontend.metrics.http_series import HttpMetrics, metrics_excluded
 
 from . import errors
+from .redirects import slash_toggled, trailing_slash_redirect
 from .transport import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEAD_TIMEOUT,
@@ -103,6 +104,8 @@ class ServerSettings(msgspec.Struct):
     ``root_path`` as vLLM sets it; paths outside it are routed as they are)."""
     http_metrics: bool = True
     """Record vLLM's ``http_*`` Prometheus series (its instrumentator's defaults)."""
+    scheme: str = "http"
+    """``https`` when the server speaks TLS: the scheme of the trailing-slash redirects."""
 
 
 class _Cors:
@@ -264,7 +267,9 @@ class App:
             pattern = re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path))
             self._templates.append((re.compile(pattern + "$"), path))
         self._routes.setdefault(path, {})[method] = handler
-        self._allow[path] = ", ".join(self._routes[path])
+        # vLLM registers one route per method, and Starlette's 405 names the methods of the
+        # first route on the path only (GET and POST /ping: ``allow: GET``)
+        self._allow.setdefault(path, method)
         self._excluded[path] = metrics_excluded(path)
 
     def mount(self, prefix: str, handler: Handler) -> None:
@@ -293,6 +298,7 @@ class App:
         return response
 
     async def _dispatch(self, request: Request) -> AnyResponse:
+        full_path = request.path
         if self._root_path:
             request.path = _route_path(request.path, self._root_path)
         path = request.path
@@ -310,26 +316,30 @@ class App:
             and b"access-control-request-method" in request.headers
         ):
             return self._cors.preflight_response(request, origin)
-        response = await self._route(request, path)
+        response = await self._route(request, path, full_path)
         self._cors.decorate(response.headers, origin)
         return response
 
-    async def _route(self, request: Request, path: str) -> AnyResponse:
-        start = time.perf_counter()
+    def _methods(self, path: str) -> tuple[str, dict[str, Handler] | None]:
+        """The route (or template) taking ``path``, and its handlers by method."""
         methods = self._routes.get(path)
         if methods is None and self._templates:
             for pattern, template in self._templates:
                 if pattern.match(path):
-                    path = template  # routes, metrics and load tracking go by the template
-                    methods = self._routes[template]
-                    break
+                    return template, self._routes[template]
+        return path, methods
+
+    async def _route(self, request: Request, path: str, full_path: str) -> AnyResponse:
+        start = time.perf_counter()
+        # routes, metrics and load tracking go by the template
+        path, methods = self._methods(path)
         handler = None if methods is None else methods.get(request.method)
         if handler is None:
             for prefix, mounted in self._mounts:
                 if path.startswith(prefix):
                     return await self._mounted(request, prefix, mounted, start)
             if methods is None:
-                response: AnyResponse = errors.not_found()
+                response: AnyResponse = self._not_found(request, path, full_path)
             else:
                 response = errors.method_not_allowed(self._allow[path])
             # vLLM's instrumentator labels what did not fully match a route "none"
@@ -355,6 +365,18 @@ class App:
         if self.metrics is not None and not self._excluded[path]:
             self._instrument(request, path, response, start)
         return response
+
+    def _not_found(self, request: Request, path: str, full_path: str) -> Response:
+        """FastAPI's 404, or Starlette's trailing-slash redirect when a route takes the path
+        with its trailing slash toggled."""
+        if path != "/" and self._methods(slash_toggled(path))[1] is not None:
+            return trailing_slash_redirect(
+                self.settings.scheme,
+                request.header(b"host"),
+                slash_toggled(full_path),
+                request.query,
+            )
+        return errors.not_found()
 
     async def _mounted(
         self, request: Request, prefix: str, handler: Handler, start: float

@@ -933,9 +933,14 @@ def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeC
             + _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
         )
     completion_errors = _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
-    if not completion_errors:
+    # When both forms fit, pydantic's smart union takes the one with more fields set, nested
+    # ones counted: the messages form as soon as it has a message (extra keys count for both)
+    messages = data.get("messages")
+    if not completion_errors and not (isinstance(messages, list) and messages):
         return convert_body(data, TokenizeCompletionRequest, _TOKENIZE_COMPLETION_SCHEMA)
     chat_errors = _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
+    if not completion_errors and chat_errors:
+        return convert_body(data, TokenizeCompletionRequest, _TOKENIZE_COMPLETION_SCHEMA)
     if not chat_errors:
         return convert_body(
             data, TokenizeChatRequest, _TOKENIZE_CHAT_SCHEMA, [_check_generation_prompt]

@@ -488,8 +488,15 @@ BODY_PARSE_ERROR = "There was an error parsing the body"
 
 def decode_json_object(body: bytes) -> Any:
     """The JSON value of a request body, or FastAPI's error for an empty or malformed body."""
-    if not body:
-        return _raise(validation_error([_err("missing", ("body",), "Field required", None)]))
+    if body:
+        value = _decode_json(body)
+        if value is not None:
+            return value
+    # FastAPI takes a JSON null body for no body at all: the required body is missing
+    return _raise(validation_error([_err("missing", ("body",), "Field required", None)]))
+
+
+def _decode_json(body: bytes) -> Any:
     try:
         return _decode(body)
     except (msgspec.DecodeError, RecursionError):
