@@ -5,8 +5,8 @@ engine of the same build and arguments, give the same responses and stream event
 Both servers run with ``VLLM_ENABLE_RESPONSES_API_STORE=1`` (store, ``previous_response_id``,
 background mode) and the ``llama3_json`` tool parser. Compared is everything but what is
 random or not reproduced: ids (``id``, ``item_id``, ``call_id``, ``previous_response_id``),
-timestamps, and ``cache_write_tokens`` (the engine's prefill stats, which our engine client
-does not surface: ours is always 0).
+timestamps, and ``cache_write_tokens`` (the engines' prefix-cache writes, compared on the mock
+engine by tests/mock/test_clients_match_vllm.py).
 """
 
 from __future__ import annotations

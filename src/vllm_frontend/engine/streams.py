@@ -245,6 +245,10 @@ class RequestStream:
         batch = state.items
         if batch:
             state.items = []
+            if state.error is not None:
+                # Failed behind these outputs: announce the stream again, so that a consumer
+                # which keeps them to itself (FINAL_ONLY) comes back and meets the failure.
+                state._wake()
             return batch
         if state.done:
             self._raise_failure()

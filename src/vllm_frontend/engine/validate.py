@@ -392,7 +392,8 @@ def _check_prompt(request: EngineCoreRequest, limits: RequestLimits) -> None:
             # vLLM's renderer check (renderers/base.py validate_token_ids): no parameter named.
             raise InvalidRequestError(f"Token id {max(tokens)} is out of vocabulary")
     if length == 0:
-        raise InvalidRequestError("the prompt cannot be empty", "prompt_token_ids")
+        # vLLM's input processor (v1/engine/input_processor.py), a plain ValueError
+        raise InvalidRequestError("The decoder prompt cannot be empty")
     if limits.max_model_len is not None and length > limits.max_model_len:
         raise InvalidRequestError(
             f"the prompt has {length} tokens, more than the engine's maximum context length "

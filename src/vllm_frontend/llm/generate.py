@@ -135,13 +135,14 @@ def _finish_reason(value: Any) -> str | None:
 
 
 def _num_cached_tokens(output: Any) -> int | None:
+    return _prefill_stat(output, "num_cached_tokens")
+
+
+def _prefill_stat(output: Any, name: str) -> int | None:
     stats = getattr(output, "prefill_stats", None)
     if stats is None:
         return None
-    if isinstance(stats, dict):
-        value = stats.get("num_cached_tokens")
-    else:
-        value = getattr(stats, "num_cached_tokens", None)
+    value = stats.get(name) if isinstance(stats, dict) else getattr(stats, name, None)
     return int(value) if value is not None else None
 
 
@@ -361,6 +362,7 @@ class GenerationStream:
         "_samples",
         "_waiter",
         "finished",
+        "num_cache_creation_tokens",
         "prompt_token_id_logprobs",
     )
 
@@ -387,6 +389,9 @@ class GenerationStream:
         self.prompt_token_id_logprobs: Any = None
         """The engine's scores of ``prompt_logprob_token_ids`` (a float32 ``Tensor``
         ``[rows, ids]``, on a request's first output), or None."""
+        self.num_cache_creation_tokens = 0
+        """Prompt tokens the engine computed and wrote to its prefix cache (its first output's
+        ``prefill_stats``; vLLM's ``RequestOutput.num_cache_creation_tokens``); 0 before."""
 
     @property
     def request_id(self) -> str:
@@ -542,6 +547,7 @@ class GenerationStream:
         cached = None
         if getattr(output, "prefill_stats", None) is not None:
             cached = _num_cached_tokens(output)
+            self.num_cache_creation_tokens = _prefill_stat(output, "num_cache_creation_tokens") or 0
             scores = getattr(output, "prompt_token_id_logprobs", None)
             if scores is not None:
                 self.prompt_token_id_logprobs = scores

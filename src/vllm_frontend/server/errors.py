@@ -20,6 +20,7 @@ from http import HTTPStatus
 
 import msgspec
 
+from vllm_frontend.engine.errors import EngineDeadError
 from vllm_frontend.llm.admission import AdmissionRejected
 from vllm_frontend.multimodal.media.errors import MediaError
 
@@ -172,12 +173,19 @@ def sanitize_message(message: str) -> str:
     return message.strip()
 
 
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+"""What a request failed by a dead engine is told (vllm/v1/engine/exceptions.py)."""
+
+
 def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
     """(status, type, message, param) for any exception, following vLLM's mapping."""
     if isinstance(exc, ApiError):
         return exc.status, exc.err_type, exc.message, exc.param
     if isinstance(exc, MediaError):
         return exc.status, exc.err_type, exc.message, exc.param
+    if isinstance(exc, EngineDeadError):
+        # vLLM's EngineDeadError says only this, whatever killed the engine (the log has ours)
+        return 500, "InternalServerError", ENGINE_DEAD_MESSAGE, None
     if isinstance(exc, AdmissionRejected):
         # vLLM's GracefulHTTPError: ``type`` is the status phrase.
         return 503, HTTPStatus.SERVICE_UNAVAILABLE.phrase, exc.message, None

@@ -46,6 +46,7 @@ from .validation import (
     Union,
     convert_body,
     decode_json_object,
+    lax_int,
     validation_error,
 )
 from .validation import Literal as LiteralSpec
@@ -289,7 +290,7 @@ def _spec_of(t: mi.Type) -> Spec:
     if isinstance(t, mi.IntType):
         return Int(t.ge, t.le)
     if isinstance(t, mi.FloatType):
-        return Float()
+        return Float(t.ge, t.le)
     if isinstance(t, mi.BoolType):
         return Bool()
     if isinstance(t, mi.StrType):
@@ -903,13 +904,25 @@ _CHAT_UNCONVERTED = (
 
 def parse_completion_request(body: bytes) -> CompletionRequest:
     """Decode and validate a ``/v1/completions`` body like vLLM."""
-    return convert_body(
+    req = convert_body(
         decode_json_object(body),
         CompletionRequest,
         _COMPLETION_SCHEMA,
         _COMPLETION_VALIDATORS,
         _COMPLETION_UNCONVERTED,
     )
+    if not _plain_prompt(req.prompt):
+        req.prompt = _lax_token_ids(req.prompt)
+    return req
+
+
+def _lax_token_ids(prompt: Any) -> Any:
+    # The schema took it: token ids pydantic reads in lax mode (True, 1.0, "1") are its ints.
+    if not isinstance(prompt, list) or not prompt or isinstance(prompt[0], str):
+        return prompt
+    if isinstance(prompt[0], list):
+        return [_lax_token_ids(p) for p in prompt]
+    return [lax_int(t) for t in prompt]
 
 
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:

@@ -498,6 +498,7 @@ class ResponsesHandler:
                 if seq.finished:
                     final = seq
             transfer = transfer_params(outputs)
+            writes = outputs.num_cache_creation_tokens
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -505,7 +506,7 @@ class ResponsesHandler:
         output = self._output_items(req, gen, final, parser)
         reasoning_tokens = parser.count_reasoning_tokens(final.token_ids) if parser else 0
         return self._finish(
-            req, response_id, gen, created, final, output, cached, reasoning_tokens,
+            req, response_id, gen, created, final, output, (cached, writes), reasoning_tokens,
             transfer,
         )  # fmt: skip
 
@@ -517,10 +518,12 @@ class ResponsesHandler:
         created: int,
         final: SequenceOutput,
         output: list[Any],
-        cached: int,
+        cache: tuple[int, int],
         reasoning_tokens: int,
         transfer: dict[str, Any],
     ) -> dict[str, Any]:
+        """The final response; ``cache``: the prompt tokens the engine found in its prefix cache
+        and those it wrote there."""
         [prompt] = gen.text.prompts
         status = "incomplete" if final.finish_reason == "length" else "completed"
         response = response_json(
@@ -532,7 +535,7 @@ class ResponsesHandler:
             output=output,
             status=status,
             usage=usage_json(
-                len(prompt.token_ids), final.num_output_tokens, cached, reasoning_tokens
+                len(prompt.token_ids), final.num_output_tokens, *cache, reasoning_tokens
             ),
         )
         response.update(transfer)  # the KV and encoder-cache connectors', or None
@@ -673,6 +676,7 @@ class ResponsesHandler:
                         for event in state.feed(part, logprobs):
                             yield numbered(event)
                 transfer = transfer_params(outputs)
+                writes = outputs.num_cache_creation_tokens
         except GenerationFailed as exc:
             yield numbered(_error_event(exc))
             return
@@ -682,8 +686,8 @@ class ResponsesHandler:
         reasoning_tokens = parser.count_reasoning_tokens(token_ids) if parser else 0
         final.num_output_tokens = len(token_ids)
         response = self._finish(
-            req, response_id, gen, created, final, state.items, cached, reasoning_tokens,
-            transfer,
+            req, response_id, gen, created, final, state.items, (cached, writes),
+            reasoning_tokens, transfer,
         )  # fmt: skip
         yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
 

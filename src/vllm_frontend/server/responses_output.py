@@ -149,14 +149,15 @@ def _reasoning_json(reasoning: dict[str, Any] | None) -> Any:
 
 
 def usage_json(
-    input_tokens: int, output_tokens: int, cached: int, reasoning_tokens: int
+    input_tokens: int, output_tokens: int, cached: int, cache_writes: int, reasoning_tokens: int
 ) -> dict[str, Any]:
-    """``usage`` (one turn: vLLM leaves the per-turn lists empty for plain models)."""
+    """``usage`` (one turn: vLLM leaves the per-turn lists empty for plain models);
+    ``cache_writes``: the prompt tokens the engine wrote to its prefix cache."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
             "cached_tokens": cached,
-            "cache_write_tokens": 0,
+            "cache_write_tokens": cache_writes,
             "input_tokens_per_turn": [],
             "cached_tokens_per_turn": [],
         },

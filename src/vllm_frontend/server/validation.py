@@ -163,14 +163,18 @@ def _lax_float(text: str) -> float | None:
 
 
 class Float(Spec):
-    """``float`` (lax: ints, booleans and numeric strings accepted)."""
+    """``float`` with optional ``ge``/``le`` (lax: ints, booleans and numeric strings
+    accepted)."""
+
+    def __init__(self, ge: float | None = None, le: float | None = None) -> None:
+        self.ge, self.le = ge, le
 
     def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
         if isinstance(value, (int, float)):
-            return []
+            return self._bounds(float(value), value, loc)
         if isinstance(value, str):
-            if _lax_float(value) is not None:
-                return []
+            if (number := _lax_float(value)) is not None:
+                return self._bounds(number, value, loc)
             return [
                 _err(
                     "float_parsing",
@@ -185,6 +189,22 @@ class Float(Spec):
         if isinstance(value, str):
             return _lax_float(value)
         return float(value)
+
+    def _bounds(self, number: float, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        # pydantic names an integral bound without its fraction ("less than or equal to 2")
+        if self.ge is not None and number < self.ge:
+            bound = _number(self.ge)
+            msg = f"Input should be greater than or equal to {bound}"
+            return [_err("greater_than_equal", loc, msg, value, {"ge": self.ge})]
+        if self.le is not None and number > self.le:
+            bound = _number(self.le)
+            msg = f"Input should be less than or equal to {bound}"
+            return [_err("less_than_equal", loc, msg, value, {"le": self.le})]
+        return []
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
 
 
 _BOOL_PARSING = "Input should be a valid boolean, unable to interpret input"

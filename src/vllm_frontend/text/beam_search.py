@@ -422,6 +422,11 @@ class BeamSearchStream:
         """Always None, as :attr:`kv_transfer_params`."""
         return None
 
+    @property
+    def num_cache_creation_tokens(self) -> int:
+        """Always 0: vLLM's beam search result reports no prefix-cache writes."""
+        return 0
+
     def start(self) -> None:
         """Start the search task (idempotent)."""
         if self._task is None and not self._finished:

@@ -56,6 +56,12 @@ class UpdateSource(Protocol):
         ``RequestOutput.ec_transfer_params``)."""
         ...
 
+    @property
+    def num_cache_creation_tokens(self) -> int:
+        """Prompt tokens the engine wrote to its prefix cache (vLLM's
+        ``RequestOutput.num_cache_creation_tokens``); 0 until the prefill is done."""
+        ...
+
     def on_ready(self, callback: Callable[[], None] | None) -> None:
         """Start, and call ``callback()`` whenever :meth:`take` may have something."""
 
@@ -171,6 +177,12 @@ class SequenceStream:
         """The engine's scores of the ``prompt_logprob_token_ids`` rows (a float32 ``Tensor``
         ``[rows, ids]``) once the prefill is done; None without."""
         return self._gen.prompt_token_id_logprobs
+
+    @property
+    def num_cache_creation_tokens(self) -> int:
+        """Prompt tokens the engine wrote to its prefix cache for this prompt (vLLM's
+        ``RequestOutput.num_cache_creation_tokens``), once the prefill is done; 0 before."""
+        return self._gen.num_cache_creation_tokens
 
     def start(self) -> None:
         """Send the engine requests (idempotent; iterating or :meth:`on_ready` also does)."""

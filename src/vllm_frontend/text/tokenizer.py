@@ -365,16 +365,22 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
         fast = self._fast
-        if fast is not None and (
-            self._fast_blind_spot is None or self._fast_blind_spot not in text
-        ):
-            ids = fast.encode(text, add_special_tokens=add_special_tokens).ids
-            # fastokens builds a new list on each access: no copy needed (5 µs per 1.6k ids)
-            return ids if type(ids) is list else list(ids)
-        pieces = self._pieces
-        if pieces is not None and not add_special_tokens:
-            return pieces.encode(text)
-        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        try:
+            if fast is not None and (
+                self._fast_blind_spot is None or self._fast_blind_spot not in text
+            ):
+                ids = fast.encode(text, add_special_tokens=add_special_tokens).ids
+                # fastokens builds a new list on each access: no copy needed (5 µs per 1.6k ids)
+                return ids if type(ids) is list else list(ids)
+            pieces = self._pieces
+            if pieces is not None and not add_special_tokens:
+                return pieces.encode(text)
+            return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        except (UnicodeEncodeError, TypeError):
+            # A lone surrogate: the Rust tokenizer refuses it, with the message of the batch call
+            # transformers' fast tokenizer makes for one text (thus vLLM's)
+            self._backend.encode_batch([text], add_special_tokens=add_special_tokens)
+            raise
 
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True
@@ -382,9 +388,11 @@ class Tokenizer:
         """Token ids of several texts, encoded in parallel by the Rust library (GIL released)."""
         fast = self._fast
         spot = self._fast_blind_spot
+        encodings = None
         if fast is not None and (spot is None or not any(spot in text for text in texts)):
-            encodings = fast.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        else:
+            with contextlib.suppress(UnicodeEncodeError, TypeError):  # as in encode
+                encodings = fast.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        if encodings is None:
             encodings = self._backend.encode_batch_fast(
                 list(texts), add_special_tokens=add_special_tokens
             )
