@@ -406,7 +406,8 @@ CHANGES += [
     {"prompt": [[]]}, {"prompt": [True, 2]}, {"prompt": [1.0, 2]}, {"prompt": [[True], [2.0]]},
     {"messages": [{"role": "user", "content": None}]},
     {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
-    {"reasoning": {"effort": "bogus"}},
+    {"reasoning": {"effort": "bogus"}}, {"reasoning": {"effort": "low", "summary": 5}},
+    {"reasoning": {"context": "x", "summary": "none"}},
 ]  # fmt: skip
 # Where we still differ from vLLM, and why.
 _UNION_REPORT = "vLLM reports every branch of the message union; we report the first"
@@ -414,7 +415,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("/v1/chat/completions", '{"messages": [{"role": "user", "content": null}]}'): _UNION_REPORT,
     ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}'):
         "vLLM's message is pydantic's report of its content-part union",
-    ("/v1/responses", '{"reasoning": {"effort": "bogus"}}'): "the effort literal is not checked",
 }  # fmt: skip
 
 

@@ -165,10 +165,39 @@ _VALIDATORS = (
 def parse_responses_request(body: bytes) -> ResponsesRequest:
     """Decode and validate a ``/v1/responses`` body like vLLM."""
     req = convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
-    errors = _tool_choice_errors(req.tool_choice) + _function_tool_errors(req.tools)
+    errors = (
+        _reasoning_errors(req.reasoning)
+        + _tool_choice_errors(req.tool_choice)
+        + _function_tool_errors(req.tools)
+    )
     if errors:
         raise validation_error(errors)
     return req
+
+
+# The literal fields of the SDK's Reasoning model (openai/types/shared/reasoning.py), in its
+# field order
+_REASONING_LITERALS = (
+    ("context", ("auto", "current_turn", "all_turns")),
+    ("effort", ("none", "minimal", "low", "medium", "high", "xhigh", "max")),
+    ("generate_summary", ("auto", "concise", "detailed")),
+    ("summary", ("auto", "concise", "detailed")),
+)
+
+
+def _reasoning_errors(reasoning: dict[str, Any] | None) -> list[dict[str, Any]]:
+    errors: list[dict[str, Any]] = []
+    for name, allowed in () if reasoning is None else _REASONING_LITERALS:
+        value = reasoning.get(name) if reasoning is not None else None
+        if value is None or value in allowed:
+            continue
+        expected = ", ".join(f"'{a}'" for a in allowed[:-1]) + f" or '{allowed[-1]}'"
+        errors.append(
+            {"type": "literal_error", "loc": ("body", "reasoning", name),
+             "msg": f"Input should be {expected}", "input": value,
+             "ctx": {"expected": expected}}
+        )  # fmt: skip
+    return errors
 
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
