@@ -39,7 +39,8 @@ class Reference:
 
 
 def _routed(method: bytes, target: bytes, body: bytes) -> Routed:
-    path, _, query = target.partition(b"?")
+    # the server drops a fragment, as uvicorn's parse_url does
+    path, _, query = target.partition(b"#")[0].partition(b"?")
     text = path.decode("latin-1")
     return Routed(method.decode("ascii"), unquote(text) if "%" in text else text, query, body)
 

@@ -261,6 +261,9 @@ class RequestReader(ResponseWriter):
             self._cancel_read_timer()
             self._message_started = 0.0
         url = self._url
+        hpos = url.find(b"#")
+        if hpos >= 0:
+            url = url[:hpos]  # a fragment is the client's business (uvicorn's parse_url drops it)
         qpos = url.find(b"?")
         if qpos >= 0:
             raw_path, query = url[:qpos], url[qpos + 1 :]
