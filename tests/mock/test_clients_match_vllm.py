@@ -14,6 +14,7 @@ import contextlib
 import json
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -362,6 +363,170 @@ def test_a_large_body_and_large_headers_are_served_like_uvicorn(stack: Stack) ->
     header = b"X-Big: " + b"a" * 30_000 + b"\r\n"
     [(status, _, _)] = assert_same(stack, post("/v1/completions", completion(), header))
     assert status == 200
+
+
+def _curl(port: int, *args: str) -> Any:
+    out = subprocess.run(
+        ["curl", "-s", "-i", "--http1.1", *args, f"http://127.0.0.1:{port}/v1/completions"],
+        capture_output=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    return responses(out.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b""))
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-H", "Content-Type: application/json", "--data-binary", "@BODY"],  # Expect: 100-continue
+        ["-H", "Content-Type: application/json", "-H", "Transfer-Encoding: chunked",
+         "--data-binary", "@BODY"],
+        ["-H", "Content-Type: application/json", "-H", "Expect:", "--data-binary", "@BODY"],
+    ],
+    ids=["expect", "chunked", "no-expect"],
+)  # fmt: skip
+def test_curl_uploads_are_answered_like_vllm(
+    stack: Stack, tmp_path: pathlib.Path, args: list[str]
+) -> None:
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(completion(prompt="y" * 3000)))
+    args = [a.replace("@BODY", f"@{body}") for a in args]
+    assert _curl(stack.ports["ours"], *args) == _curl(stack.ports["vllm"], *args)
+
+
+async def _aiohttp(port: int) -> list[Any]:
+    import aiohttp
+
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    body = {"model": str(tiny_model_dir()), "messages": M, "max_tokens": 3}
+    out: list[Any] = []
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=body) as r:
+            out.append((r.status, r.content_type, _scrub(await r.json())))
+        async with session.post(url, json={**body, "stream": True}) as r:
+            lines = [line async for line in r.content]
+            events = _coalesced(_body("text/event-stream", b"".join(lines)))
+            out.append((r.status, r.content_type, events))
+    return out
+
+
+def _requests(port: int) -> list[Any]:
+    import requests
+
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    out: list[Any] = []
+    with requests.Session() as session:
+        r = session.post(url, json=completion())
+        out.append((r.status_code, r.headers["content-type"], _scrub(r.json())))
+        with session.post(url, json=completion(stream=True), stream=True) as r:
+            events = _coalesced(_body("text/event-stream", b"\n".join(r.iter_lines())))
+            out.append((r.status_code, r.headers["content-type"], events))
+        r = session.post(url + "/", json=completion())  # follows the 307, body and all
+        out.append((r.status_code, [h.status_code for h in r.history], _scrub(r.json())))
+    return out
+
+
+def _text_of(event: Any) -> str | None:
+    """The text an SDK stream event adds (None: not a text delta)."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("type") == "response.output_text.delta":
+        return str(event["delta"])
+    if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
+        return str(event["delta"]["text"])
+    choices = event.get("choices")
+    running = bool(choices) and choices[0]["finish_reason"] is None
+    if event.get("object") == "text_completion" and running and "usage" not in event:
+        return str(choices[0]["text"])
+    if event.get("object") == "chat.completion.chunk" and choices:
+        delta = choices[0]["delta"]
+        others = [v for k, v in delta.items() if k != "content" and v is not None]
+        if choices[0]["finish_reason"] is None and not others:
+            return delta.get("content")
+    return None
+
+
+def _final_text(event: Any) -> tuple[Any, str] | None:
+    """A finishing completion or chat chunk without its text, and the text (None otherwise)."""
+    if not isinstance(event, dict) or not event.get("choices"):
+        return None
+    choice = event["choices"][0]
+    if choice.get("finish_reason") is None:
+        return None
+    if event.get("object") == "text_completion" and choice.get("text"):
+        return {**event, "choices": [{**choice, "text": ""}]}, choice["text"]
+    delta = choice.get("delta") or {}
+    if event.get("object") == "chat.completion.chunk" and delta.get("content"):
+        blank = {**choice, "delta": {**delta, "content": ""}}
+        return {**event, "choices": [blank]}, delta["content"]
+    return None
+
+
+def _coalesced(events: list[Any]) -> list[Any]:
+    """``events`` with runs of text deltas joined into the first (how many tokens an engine
+    step's message carries, and so how deltas split, depends on timing) and without the
+    numbering and text snapshots that follow from the split."""
+    out: list[Any] = []
+    joined = False
+    for event in events:
+        if isinstance(event, dict) and event.get("type") == "text":
+            continue  # the anthropic SDK's running text snapshot
+        if isinstance(event, dict):
+            event = {k: v for k, v in event.items() if k != "sequence_number"}
+        text = _text_of(event)
+        if text is None and (last := _final_text(event)) is not None:
+            # the last tokens may come with the finish, or in a chunk of their own
+            event, text = last
+            if joined:
+                out[-1] = ("text", out[-1][1] + text)
+            else:
+                out.append(("text", text))
+            out.append(event)
+            joined = False
+            continue
+        if text is not None and joined:
+            out[-1] = ("text", out[-1][1] + text)
+            continue
+        joined = text is not None
+        out.append(("text", text) if text is not None else event)
+    return out
+
+
+def _sdks(port: int) -> list[Any]:
+    import anthropic
+    import openai
+
+    model = str(tiny_model_dir())
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+    out: list[Any] = [
+        client.completions.create(model=model, prompt="hi", max_tokens=3).model_dump(),
+        _coalesced([c.model_dump() for c in client.chat.completions.create(
+            model=model, messages=M, max_tokens=3, stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True})]),
+        client.responses.create(model=model, input="hi", max_output_tokens=3).model_dump(),
+        _coalesced([e.model_dump() for e in client.responses.create(
+            model=model, input="hi", max_output_tokens=3, stream=True)]),
+    ]  # fmt: skip
+    try:
+        client.completions.create(model="nope", prompt="hi", max_tokens=3)
+    except openai.APIStatusError as e:
+        out.append((e.status_code, e.body))
+    claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="x", max_retries=0)
+    out.append(claude.messages.create(model=model, messages=M, max_tokens=3).model_dump())  # type: ignore[arg-type]
+    with claude.messages.stream(model=model, messages=M, max_tokens=3) as stream:  # type: ignore[arg-type]
+        out.append(_coalesced([e.model_dump() for e in stream]))
+    return [_scrub(o) for o in out]
+
+
+def test_python_clients_see_the_same_answers(stack: Stack) -> None:
+    import asyncio
+
+    for name in ("vllm", "ours"):
+        assert _settled(stack, name, 0)
+    got = {
+        name: [_requests(port), asyncio.run(_aiohttp(port)), _sdks(port)]
+        for name, port in stack.ports.items()
+    }
+    assert got["ours"] == got["vllm"]
 
 
 # -- 2. inputs ------------------------------------------------------------------------------------
