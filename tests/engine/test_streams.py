@@ -75,3 +75,30 @@ def test_a_handler_that_declines_keeps_every_output_in_order(steps: int) -> None
         assert stream.finish_reason is FinishReason.STOP
 
     asyncio.run(main())
+
+
+def test_a_push_consumer_taking_outputs_queued_before_a_failure_is_called_again_for_it() -> None:
+    # A FINAL_ONLY consumer keeps running outputs to itself and waits for the next call: the
+    # engine's death behind them must still reach it.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        state = RequestState("r", 0, Notifier(loop))
+        stream = RequestStream(_Owner(loop), state)
+        seen: list[object] = []
+
+        def ready() -> None:
+            try:
+                seen.append(stream.take())
+            except RuntimeError as e:
+                seen.append(e)
+
+        stream.on_ready(ready)
+        state.put(_out(1))
+        state.fail(RuntimeError("engine died"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(seen) == 2
+        assert [o.new_token_ids for o in seen[0]] == [[1]]  # type: ignore[attr-defined]
+        assert isinstance(seen[1], RuntimeError)
+
+    asyncio.run(main())
