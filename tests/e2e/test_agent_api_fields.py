@@ -4,9 +4,8 @@ request fields vLLM 0.32's protocols accept), each sent whole and streamed throu
 engine of the same build (the shared tool-parser stack, with the Responses store).
 
 Compared: the whole response JSON, and the whole event sequence of a stream (deltas of one kind
-joined, as engine steps may coalesce differently), normalising only ids, timestamps and what
-tests/e2e/test_responses.py explains (``cache_write_tokens``). Bad requests: the same status and
-error body.
+joined, as engine steps may coalesce differently), normalising only ids and timestamps. Bad
+requests: the same status and error body.
 """
 
 from __future__ import annotations
