@@ -169,6 +169,8 @@ def _pinned_date(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 CACHED = 64
 """The engine's prefix-cache hits for every prompt (on its first output, as the engine sends)."""
+WRITTEN = 16
+"""The prompt tokens the engine writes to its prefix cache, reported with :data:`CACHED`."""
 
 
 class CachingEngine(ScriptedEngine):
@@ -179,7 +181,9 @@ class CachingEngine(ScriptedEngine):
         async for output in super()._run(request):
             if first:
                 output.prefill_stats = PrefillStats(
-                    num_prompt_tokens=len(request.prompt_token_ids), num_cached_tokens=CACHED
+                    num_prompt_tokens=len(request.prompt_token_ids),
+                    num_cached_tokens=CACHED,
+                    num_cache_creation_tokens=WRITTEN,
                 )
                 first = False
             yield output
@@ -345,9 +349,11 @@ async def theirs(
 
     def output(ids: list[int], last: bool) -> Any:
         done = CompletionOutput(0, "", ids, None, None, finish_reason=finish if last else None)
+        # vLLM's output processor stamps the prefill stats on every output of the request
         return RequestOutput(
-            "r", None, prompt, None, [done], finished=last, num_cached_tokens=CACHED
-        )
+            "r", None, prompt, None, [done], finished=last, num_cached_tokens=CACHED,
+            num_cache_creation_tokens=WRITTEN,
+        )  # fmt: skip
 
     all_ids = [t for step in steps for t in step]
     parts = steps if request.stream else [all_ids]

@@ -379,6 +379,7 @@ class ResponsesHandler:
                 if seq.finished:
                     final = seq
             transfer = transfer_params(outputs)
+            turn.cache_writes = outputs.num_cache_creation_tokens
         assert final is not None
         turn.append(final.token_ids, final.finish_reason, True)
         return self._harmony_finish(req, response_id, gen, created, turn, cached,
@@ -427,6 +428,7 @@ class ResponsesHandler:
                         for event in stream.feed(segment):
                             yield numbered(event)
                 transfer = transfer_params(outputs)
+                turn.cache_writes = outputs.num_cache_creation_tokens
             response = self._harmony_finish(
                 req, response_id, gen, created, turn, cached, transfer, stream.streamed
             )

@@ -131,6 +131,9 @@ class HarmonyTurn:
         self.prompt_tokens = 0
         self.output_tokens = 0
         self.cached_tokens = 0
+        self.cache_writes = 0
+        """Prompt tokens the engine wrote to its prefix cache (vLLM's HarmonyContext counts
+        them on each turn's first output)."""
         self.finish_reason: str | None = None
         self.flushed = False
         """The output ended inside a message (its last item is ``incomplete``)."""
@@ -173,12 +176,12 @@ class HarmonyTurn:
         return out
 
     def usage(self) -> dict[str, Any]:
-        """``usage`` with one turn's lists (cache writes are not reported: 0)."""
+        """``usage`` with one turn's lists."""
         return {
             "input_tokens": self.prompt_tokens,
             "input_tokens_details": {
                 "cached_tokens": self.cached_tokens,
-                "cache_write_tokens": 0,
+                "cache_write_tokens": self.cache_writes,
                 "input_tokens_per_turn": [self.prompt_tokens],
                 "cached_tokens_per_turn": [self.cached_tokens],
             },
