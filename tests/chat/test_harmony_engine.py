@@ -34,7 +34,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
-    stop_group,
+    stop_all,
     wait_frontend_healthy,
 )
 from tests.support.tiny_gptoss import tiny_gptoss_dir
@@ -105,10 +105,8 @@ def sdk() -> Iterator[dict[str, openai.OpenAI]]:
     finally:
         for client in clients.values():
             client.close()
-        stop_group(ours)
+        stop_all([ours, reference, engines])
         log.close()
-        reference.stop()
-        engines.stop()
 
 
 def _create(client: openai.OpenAI, **kw: Any) -> Any:

@@ -31,7 +31,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
-    stop_group,
+    stop_all,
     wait_frontend_healthy,
 )
 from tests.support.tiny_hf_template import hf_template_model
@@ -112,10 +112,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         reference.wait_ready(READY_TIMEOUT)
         yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
     finally:
-        stop_group(ours)
+        stop_all([ours, reference, engines])
         log.close()
-        reference.stop()
-        engines.stop()
 
 
 @pytest.fixture(scope="module")

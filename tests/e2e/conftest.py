@@ -23,7 +23,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
-    stop_group,
+    stop_all,
 )
 from tests.support.otlp_collector import Collector, grpc_collector
 from tests.support.tiny_lora import RANK as LORA_RANK
@@ -154,10 +154,7 @@ def frontends(tiny_model: pathlib.Path) -> Iterator[Frontends]:
         finally:
             if ours is not None:
                 ours.stop()
-            if cli is not None:
-                stop_group(cli)
-            reference.stop()
-            engines.stop()
+            stop_all([*([cli] if cli is not None else []), reference, engines])
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from tests.support.engines import (
     start_headless_engines,
     start_vllm,
     start_vllm_server,
+    stop_all,
 )
 
 READY_TIMEOUT = 900
@@ -64,8 +65,7 @@ def engine_pair(
             time.sleep(1)
         yield {"ours": f"http://127.0.0.1:{port}", "vllm": reference.base_url}
     finally:
-        for p in reversed(started):
-            p.stop()
+        stop_all(started)
 
 
 def jpeg_part(width: int, height: int, seed: int) -> dict[str, Any]:

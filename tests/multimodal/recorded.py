@@ -18,6 +18,7 @@ from tests.support.engines import (
     http_status,
     start_vllm,
     start_vllm_server,
+    stop_all,
 )
 from vllm_frontend.mock.recording import read_requests
 
@@ -94,8 +95,7 @@ def recorded_sides(
         server.wait_ready(600)
         yield out
     finally:
-        for p in reversed(started):
-            p.stop()
+        stop_all(started)
 
 
 def _tensor(data: Any) -> tuple[str, tuple[int, ...], np.ndarray]:

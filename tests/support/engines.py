@@ -535,7 +535,39 @@ def stop_processes(processes: Sequence[VllmProcess], timeout: float = 15.0) -> N
     _stop_groups([process.popen for process in processes], timeout)
 
 
-def _stop_groups(popens: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+Stoppable = VllmProcess | VllmServer | HeadlessEngines | subprocess.Popen[Any]
+"""Anything a fixture starts in a process group of its own."""
+
+
+# A fixture's teardown needs its processes gone, not a clean exit: a headless launcher (`vllm
+# serve --headless`) takes 5 s to exit after SIGTERM though it has killed its engine within the
+# first (CoreEngineProcManager's shutdown, then its own exit), vLLM's server 1-2 s.
+TEARDOWN_GRACE = 2.0
+
+
+def stop_all(
+    stoppables: Sequence[Stoppable], timeout: float = 15.0, grace: float = TEARDOWN_GRACE
+) -> None:
+    """Stop the process groups of a whole stack at once, for a fixture's teardown: SIGTERM to
+    all, SIGKILL to a group's leader still there after ``grace`` seconds (its resource tracker
+    then cleans up and exits) and to whatever is left after ``timeout``. One after another, and
+    each waited for in full, a stack's teardown took the sum of its processes' slow exits."""
+    popens: list[subprocess.Popen[Any]] = []
+    for item in stoppables:
+        if isinstance(item, VllmServer):
+            popens.append(item.process.popen)
+        elif isinstance(item, VllmProcess):
+            popens.append(item.popen)
+        elif isinstance(item, HeadlessEngines):
+            popens += [launcher.popen for _, launcher in item.launchers]
+        else:
+            popens.append(item)
+    _stop_groups(popens, timeout, grace)
+
+
+def _stop_groups(
+    popens: Sequence[subprocess.Popen[Any]], timeout: float, grace: float | None = None
+) -> None:
     # start_new_session made each launcher the leader of its own process group: signalling the
     # group reaches the engines and their workers too, even after the launcher itself is gone.
     members: list[psutil.Process] = []
@@ -543,8 +575,15 @@ def _stop_groups(popens: Sequence[subprocess.Popen[bytes]], timeout: float) -> N
         with contextlib.suppress(psutil.NoSuchProcess):
             members += psutil.Process(popen.pid).children(recursive=True)
     deadline = time.monotonic() + timeout
+    leaders_by = deadline if grace is None else min(deadline, time.monotonic() + grace)
     for popen in popens:
         _signal_group(popen.pid, signal.SIGTERM)
+    for popen in popens:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(max(0.0, leaders_by - time.monotonic()))
+    for popen in popens:
+        if popen.poll() is None:
+            popen.kill()
     for popen in popens:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(max(0.0, deadline - time.monotonic()))

@@ -31,7 +31,7 @@ from tests.support.engines import (
     log_dir,
     start_headless_engines,
     start_vllm_server,
-    stop_group,
+    stop_all,
     wait_frontend_healthy,
 )
 
@@ -129,10 +129,8 @@ def tool_servers(model: pathlib.Path) -> Iterator[ToolServers]:
         reference.wait_ready(READY_TIMEOUT)
         yield ToolServers(f"http://127.0.0.1:{port}", reference.base_url)
     finally:
-        stop_group(ours)
+        stop_all([ours, reference, engines])
         log.close()
-        reference.stop()
-        engines.stop()
 
 
 def _module_of(item: pytest.Item) -> str:
