@@ -32,6 +32,7 @@ from tests.chat.tool_family_harness import (
     options_of,
     vllm_request,
 )
+from tests.support.hf_tokenizer import fresh_tokenizer
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.output_parser import OutputParsers, ParserConfigError
@@ -88,9 +89,7 @@ def shapes() -> list[Any]:
 
 @functools.cache
 def _tokenizer(name: str, special: tuple[str, ...]) -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok = fresh_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": list(special)})
     tok.response_template = template(name)  # what tokenizer_config.json gives transformers
     vocab = tok.get_vocab()

@@ -9,7 +9,6 @@ client assembles), with and without the chat template kwargs that switch thinkin
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.tiny_model import tiny_model_dir
+from tests.support.hf_tokenizer import fresh_tokenizer
 from vllm_frontend.chat.output_parser import (
     OutputParsers,
     ParserConfigError,
@@ -485,24 +484,10 @@ def corpus(name: str) -> list[str]:
 
 
 @functools.cache
-def _loaded_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir())
-
-
-def _fresh_tokenizer() -> Any:
-    """The tiny model's tokenizer, loaded once and copied for each use: a load parses the
-    128k-token tokenizer.json and then deep-copies what it parsed, twice a copy's cost (the 47
-    loads took half of this module's time)."""
-    return copy.deepcopy(_loaded_tokenizer())
-
-
-@functools.cache
 def tokenizer(name: str) -> Any:
     """The tiny model's tokenizer with the family's markers as single tokens."""
     fam = FAMILIES[name]
-    tok = _fresh_tokenizer()
+    tok = fresh_tokenizer()
     tok.add_tokens(list(fam.tokens))
     tok.add_tokens(list(fam.special), special_tokens=True)
     vocab = tok.get_vocab()
@@ -750,7 +735,7 @@ def test_startup_names_the_missing_marker_tokens() -> None:
 
 
 def _model_tokenizer(tokens: list[str], **attrs: Any) -> Any:
-    tok = _fresh_tokenizer()
+    tok = fresh_tokenizer()
     tok.add_tokens(tokens)
     for key, value in attrs.items():
         setattr(tok, key, value)

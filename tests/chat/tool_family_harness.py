@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.tiny_model import tiny_model_dir
+from tests.support.hf_tokenizer import fresh_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers, RequestToolOptions
 
 ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}|call_(?:[0-9]+_)?[0-9a-f]{16}|call_[0-9a-f]{32}")
@@ -50,9 +50,7 @@ TOOLS = [WEATHER_TOOL, TIME_TOOL]
 def tokenizer(markers: tuple[str, ...], special: tuple[str, ...] = ()) -> Any:
     """The tiny model's tokenizer with ``markers`` as single (non-special) tokens and
     ``special`` as special tokens (as the family's real tokenizer has them)."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir())
+    tok = fresh_tokenizer()
     if markers:
         tok.add_tokens(list(markers))
     if special:
