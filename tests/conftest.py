@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _pytest.mark.expression import Expression
 
-from tests.support.engines import HeadlessEngines, start_headless_engines
+from tests.support.engines import HeadlessEngines, start_headless_engines, stop_all
 from tests.support.module_costs import load_costs, slowest_first
 from tests.support.shared_stacks import (
     EarlyStops,
@@ -180,7 +180,7 @@ def start_engines(
 
     yield start
     for engines in started:
-        engines.stop()
+        stop_all([engines])
         request.node.add_report_section("teardown", "vLLM engine logs", engines.logs())
 
 

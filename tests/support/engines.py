@@ -412,7 +412,7 @@ def headless_engines(
     try:
         yield engines
     finally:
-        engines.stop()
+        stop_all([engines])
 
 
 def _engine_children(launcher_pid: int, first_rank: int) -> dict[int, int]:
@@ -508,7 +508,7 @@ def vllm_server(
         server.wait_ready(ready_timeout)
         yield server
     finally:
-        server.stop()
+        stop_all([server])
 
 
 def http_status(
@@ -540,8 +540,8 @@ Stoppable = VllmProcess | VllmServer | HeadlessEngines | subprocess.Popen[Any]
 
 
 # A fixture's teardown needs its processes gone, not a clean exit: a headless launcher (`vllm
-# serve --headless`) takes 5 s to exit after SIGTERM though it has killed its engine within the
-# first (CoreEngineProcManager's shutdown, then its own exit), vLLM's server 1-2 s.
+# serve --headless`) takes 5 s to exit after SIGTERM, vLLM's server 1-2 s; an engine whose
+# launcher is killed before it kills the engine itself lingers until the SIGKILL at `timeout`.
 TEARDOWN_GRACE = 2.0
 
 
@@ -549,9 +549,10 @@ def stop_all(
     stoppables: Sequence[Stoppable], timeout: float = 15.0, grace: float = TEARDOWN_GRACE
 ) -> None:
     """Stop the process groups of a whole stack at once, for a fixture's teardown: SIGTERM to
-    all, SIGKILL to a group's leader still there after ``grace`` seconds (its resource tracker
-    then cleans up and exits) and to whatever is left after ``timeout``. One after another, and
-    each waited for in full, a stack's teardown took the sum of its processes' slow exits."""
+    all; SIGKILL, after ``grace`` seconds, to a group whose leader is still there (but not to
+    its resource tracker, which then cleans up and exits) and to whatever is left after
+    ``timeout``. One after another, and each waited for in full, a stack's teardown took the
+    sum of its processes' slow exits."""
     popens: list[subprocess.Popen[Any]] = []
     for item in stoppables:
         if isinstance(item, VllmServer):
@@ -581,9 +582,16 @@ def _stop_groups(
     for popen in popens:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(max(0.0, leaders_by - time.monotonic()))
-    for popen in popens:
-        if popen.poll() is None:
-            popen.kill()
+    late = [popen for popen in popens if popen.poll() is None]
+    for popen in late:
+        # The leader and what it started, but not multiprocessing's resource tracker: left
+        # alone, it removes the semaphores it tracks once the others are gone, and exits.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process(popen.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "resource_tracker" not in " ".join(child.cmdline()):
+                        child.kill()
+        popen.kill()
     for popen in popens:
         with contextlib.suppress(subprocess.TimeoutExpired):
             popen.wait(max(0.0, deadline - time.monotonic()))
