@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.engines import free_port, http_status, start_vllm
+from tests.support.engines import free_port, http_status, start_vllm, stop_all
 from tests.support.tiny_vlm import tiny_vlm_dir
 from vllm_frontend.mock.recording import read_requests
 
@@ -57,8 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, path
             time.sleep(0.5)
         yield f"http://127.0.0.1:{port}", record
     finally:
-        for p in reversed(started):
-            p.stop()
+        stop_all(started)
 
 
 def _image(seed: int) -> dict[str, Any]:
