@@ -311,7 +311,8 @@ def _media_part(
         url = value.get("url") if isinstance(value, dict) else value
         if url is not None and not isinstance(url, str):
             raise ChatError(f"{where}.{key}.url must be a string.", param=f"{where}.{key}")
-        placeholder = media.add(MediaPart(modality, url, uuid))
+        # An empty URL names no media, as vLLM reads it (chat_utils: ``if image_url else None``).
+        placeholder = media.add(MediaPart(modality, url or None, uuid))
     if content_format != "openai":
         if placeholder is not None:
             placeholders.append(placeholder)
