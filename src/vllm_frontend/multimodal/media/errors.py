@@ -79,3 +79,11 @@ class MediaError(Exception):
 
     def __repr__(self) -> str:
         return f"MediaError({self.status}, {self.err_type!r}, {self.message!r})"
+
+
+def cause_of(exc: BaseException) -> BaseException | None:
+    """What ``raise MediaError.from_exception(exc) from ...`` names as the cause: ``exc``, or
+    None when ``exc`` is already the MediaError raised (an exception that is its own cause is
+    a reference cycle through its traceback: every frame it passed, the request's body among
+    their locals, would stay alive until the cyclic GC's next run)."""
+    return None if isinstance(exc, MediaError) else exc
