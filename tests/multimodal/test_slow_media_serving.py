@@ -30,6 +30,7 @@ from vllm_frontend.mock.recording import read_requests
 def media() -> Iterator[MediaServer]:
     server = MediaServer()
     server.files["a.png"] = encode(noise("RGB", (40, 30), 1), "PNG")
+    server.files["big.png"] = encode(noise("RGB", (200, 100), 2), "PNG", compress_level=0)
     with server.running() as running:
         yield running
 
@@ -55,16 +56,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MockServe
             os.environ["VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB"] = saved
 
 
-def _body(url: str | None) -> dict[str, Any]:
-    content: list[Any] = [{"type": "text", "text": "What is it?"}]
-    if url is not None:
-        content.insert(0, {"type": "image_url", "image_url": {"url": url}})
+def _body(*urls: str) -> dict[str, Any]:
+    content: list[Any] = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    content.append({"type": "text", "text": "What is it?"})
     return {"messages": [{"role": "user", "content": content}], "max_tokens": 2}
 
 
-def _chat(serve: MockServe, url: str | None) -> httpx.Response:
+def _chat(serve: MockServe, *urls: str) -> httpx.Response:
     base = f"http://127.0.0.1:{serve.port}"
-    return httpx.post(base + "/v1/chat/completions", json=_body(url), timeout=60)
+    return httpx.post(base + "/v1/chat/completions", json=_body(*urls), timeout=60)
 
 
 def test_text_requests_are_answered_while_an_image_is_slow(
@@ -82,7 +82,7 @@ def test_text_requests_are_answered_while_an_image_is_slow(
     time.sleep(0.3)  # the slow request is waiting on its image by now
     started = time.monotonic()
     for _ in range(3):
-        assert _chat(serve, None).status_code == 200
+        assert _chat(serve).status_code == 200
     text_done = time.monotonic()
     thread.join(30)
     assert text_done - started < 1.5
@@ -113,7 +113,7 @@ def test_a_request_abandoned_during_its_fetch_never_reaches_the_engine(
     served: tuple[MockServe, pathlib.Path], media: MediaServer
 ) -> None:
     serve, record = served
-    assert _chat(serve, None).status_code == 200
+    assert _chat(serve).status_code == 200
     seen = len(read_requests(record))
     body = json.dumps(_body(media.url("faulty/slow/a.png?delay=1.5"))).encode()
     with socket.create_connection(("127.0.0.1", serve.port)) as client:
@@ -125,6 +125,25 @@ def test_a_request_abandoned_during_its_fetch_never_reaches_the_engine(
         )
         time.sleep(0.3)  # the image is being fetched
     time.sleep(2.5)  # past the image's arrival
-    assert _chat(serve, None).status_code == 200
+    assert _chat(serve).status_code == 200
     requests = read_requests(record)[seen:]
     assert [r.mm_features for r in requests] == [None]  # only the text request
+
+
+def test_a_failed_image_stops_the_requests_other_fetches(
+    served: tuple[MockServe, pathlib.Path], media: MediaServer
+) -> None:
+    # One image cannot be decoded while another is still arriving: the answer is the first
+    # one's 400, at once, and the other fetch is dropped rather than read on for nobody.
+    media.sent_dripping = 0
+    slow = media.url("drip/big.png?delay=0.1&pieces=40")  # 4 s to arrive
+    started = time.monotonic()
+    response = _chat(serve := served[0], slow, "data:image/png;base64,aGVsbG8=")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["message"].startswith("Failed to load image")
+    assert time.monotonic() - started < 1.5
+    time.sleep(0.4)
+    sent = media.sent_dripping
+    time.sleep(0.5)
+    assert media.sent_dripping == sent < len(media.files["big.png"])
+    assert _chat(serve).status_code == 200

@@ -18,6 +18,7 @@ class MediaServer:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.sent_forever = 0
+        self.sent_dripping = 0
         self.requests: list[str] = []
         self.base = ""
         self._loop = asyncio.new_event_loop()
@@ -63,10 +64,14 @@ class MediaServer:
         response = web.StreamResponse(headers={"Content-Length": str(len(body))})
         await response.prepare(request)
         step = -(-len(body) // pieces)
-        for start in range(0, len(body), step):
-            await response.write(body[start : start + step])
-            await asyncio.sleep(delay)
-        await response.write_eof()
+        try:
+            for start in range(0, len(body), step):
+                await response.write(body[start : start + step])
+                self.sent_dripping += len(body[start : start + step])
+                await asyncio.sleep(delay)
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
         return response
 
     async def _faulty(self, request: web.Request) -> web.StreamResponse:
