@@ -203,7 +203,16 @@ BAD = {
     "urlsafe base64": [
         {"role": "user", "content": [_image(_png(40, 40, 10).replace("+", "-").replace("/", "_"))]}
     ],
-}
+    # Audio to a model without audio.
+    "input_audio": [
+        {"role": "user", "content": [{"type": "input_audio",
+                                      "input_audio": {"data": "AAAA", "format": "wav"}}]}
+    ],
+    "audio_url": [
+        {"role": "user", "content": [{"type": "audio_url",
+                                      "audio_url": {"url": "data:audio/wav;base64,AAAA"}}]}
+    ],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(BAD))
@@ -213,6 +222,31 @@ def test_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
     assert responses["ours"].json() == responses["vllm"].json()
     for side in sides.values():
         assert side.new_requests() == []
+
+
+@pytest.mark.parametrize("detail", ["bogus", None, 3])
+def test_an_unknown_image_detail_is_refused_as_vllm_refuses_it(
+    sides: dict[str, Side], detail: Any
+) -> None:
+    # vLLM's message is pydantic's report over every content-part type; ours names the field.
+    part = {"type": "image_url", "image_url": {"url": _png(20, 20, 13), "detail": detail}}
+    responses = {k: _post(side, [{"role": "user", "content": [part]}]) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    theirs, ours = responses["vllm"].json()["error"], responses["ours"].json()["error"]
+    assert "Input should be 'auto', 'low', 'high' or 'original'" in theirs["message"]
+    assert ours["type"] == theirs["type"] == "BadRequestError"
+    assert ours["message"] == (
+        "messages.0.content.0.image_url.detail must be one of 'auto', 'low', 'high' or "
+        "'original'. (parameter=messages.0.content.0.image_url.detail)"
+    )
+    for side in sides.values():
+        assert side.new_requests() == []
+    for detail in ("auto", "low", "high", "original"):
+        part["image_url"]["detail"] = detail  # type: ignore[index]
+        good = {k: _post(side, [{"role": "user", "content": [part]}]) for k, side in sides.items()}
+        assert good["ours"].status_code == good["vllm"].status_code == 200
+    for side in sides.values():
+        side.new_requests()
 
 
 def _bomb() -> str:
