@@ -90,6 +90,7 @@ def _image(url: str) -> dict[str, Any]:
 
 def _cases(media: MediaServer) -> dict[str, tuple[list[Any], int]]:
     truncated = _PNG[: len(_PNG) // 2]
+    wide = noise("RGB", (4000, 1), 2)
     return {
         "an image": ([_image(data_url(_PNG))], 200),
         "not an image": ([_image(data_url(b"hello" * 1000))], 400),
@@ -100,6 +101,15 @@ def _cases(media: MediaServer) -> dict[str, tuple[list[Any], int]]:
         "404": ([_image(media.url("status/404"))], 422),
         "not an image over http": ([_image(media.url("files/junk"))], 400),
         "endless body": ([_image(media.url("forever"))], 422),
+        "4000x1 (the processor refuses it)": ([_image(data_url(encode(wide, "PNG")))], 400),
+        "not a video": (
+            [{"type": "video_url", "video_url": {"url": data_url(b"hello" * 100, "video/mp4")}}],
+            400,
+        ),
+        "audio to an image-only model": (
+            [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}],
+            400,
+        ),
         "a good image and a bad one": (
             [_image(data_url(_PNG)), _image(_junk_png_url())],
             400,
@@ -114,6 +124,7 @@ def _junk_png_url() -> str:
 CASES = [
     "an image", "not an image", "truncated png", "bad base64", "decompression bomb",
     "too many images", "404", "not an image over http", "endless body",
+    "4000x1 (the processor refuses it)", "not a video", "audio to an image-only model",
     "a good image and a bad one",
 ]  # fmt: skip
 
