@@ -128,6 +128,11 @@ def test_servers_that_lie_get_vllms_answer(server: MediaServer, fault: str) -> N
 def test_a_server_slower_than_the_fetch_timeout(
     server: MediaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # vLLM answers 500 with TimeoutError's (empty) message; a 400 here.
+    # vLLM answers 500 with TimeoutError's empty message; a 400 here that says what happened.
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
-    same(server.url("faulty/slow/a.png?delay=2.5"))
+    url = server.url("faulty/slow/a.png?delay=2.5")
+    assert theirs(url) == ("error", (400, "BadRequestError", "", None))  # its 500, as a 400
+    assert ours(url) == (
+        "error",
+        (400, "BadRequestError", "Failed to fetch media from URL: timed out after 1 s", None),
+    )

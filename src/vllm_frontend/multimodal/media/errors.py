@@ -24,8 +24,9 @@ class MediaError(Exception):
     One deliberate difference: vLLM answers 500 for media a request names that cannot be fetched
     or read (an unreachable host, a timeout, an upstream error status, a missing file, a
     decompression bomb, a ``file://`` URL the server does not serve). The request is at fault
-    there, not the server, so such errors are 400 ``BadRequestError`` here, with vLLM's message;
-    ``vllm_status`` keeps vLLM's status. Only ``server_fault`` errors (this installation lacks
+    there, not the server, so such errors are 400 ``BadRequestError`` here, with vLLM's message
+    (but for a fetch that timed out, which vLLM answers with an empty one); ``vllm_status``
+    keeps vLLM's status. Only ``server_fault`` errors (this installation lacks
     a decoder) stay 500."""
 
     def __init__(
