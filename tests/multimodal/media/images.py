@@ -106,6 +106,9 @@ def unusual() -> dict[str, bytes]:
         "1x4000": encode(noise("RGB", (1, 4000), 14), "PNG"),
         "4000x1": encode(noise("RGB", (4000, 1), 15), "PNG"),
         "la.tiff": encode(noise("LA", (9, 7), 16), "TIFF"),
+        "avif": encode(noise("RGB", (16, 12), 17), "AVIF"),
+        "jpeg2000": encode(noise("RGB", (16, 12), 18), "JPEG2000"),
+        "rgba.avif": encode(noise("RGBA", (16, 12), 19), "AVIF"),
     }
     for orientation in range(1, 9):
         image = noise("RGB", (12, 7), 20 + orientation)
