@@ -765,6 +765,8 @@ BAD_CONTENT_PARTS = {
         [_part("image_url", _png(30, 32 + i, 322)) for i in range(4)],
     ),
     "truncated png": (IMAGE_PAD, [_part("image_url", _truncated_png())]),
+    "empty url": (IMAGE_PAD, [_part("image_url", "")]),
+    "4000x1": (IMAGE_PAD, [_part("image_url", _png(4000, 1, 323))]),
 }
 
 

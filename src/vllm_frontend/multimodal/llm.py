@@ -406,7 +406,7 @@ class MultimodalLlm:
                 raise BadInput(f"Invalid url of a {modality} content part: expected a string.")
             if uuid is not None and not isinstance(uuid, str):
                 raise BadInput(f"Invalid uuid of a {modality} content part: expected a string.")
-            parts.add(MediaPart(modality, url, uuid))
+            parts.add(MediaPart(modality, url or None, uuid))  # "": no media, as vLLM reads it
         return parts
 
     async def expand_token_prompt(
