@@ -65,12 +65,11 @@ def sampled_fps(metadata: Mapping[str, Any]) -> float:
 _MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 """The model types of this family (Qwen3-VL's through the ``multimodal.qwen3_vl`` subclass)."""
 _VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-# The Hugging Face processor vLLM calls for each model type (named in its failure message).
+# The Hugging Face processor vLLM calls for each model type (named in its failure message;
+# Qwen3-VL's: see ``Qwen3VLFamily._failure``).
 _HF_PROCESSORS = {
     "qwen2_vl": "Qwen2VLProcessor",
     "qwen2_5_vl": "Qwen2_5_VLProcessor",
-    "qwen3_vl": "Qwen3VLProcessor",
-    "qwen3_vl_moe": "Qwen3VLProcessor",
 }
 """The model types whose videos this class processes (a subclass may add its own)."""
 
