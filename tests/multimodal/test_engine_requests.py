@@ -192,7 +192,27 @@ BAD = {
     "too many videos": [
         {"role": "user", "content": [_video(4, 4.0, (32, 32 + 2 * i)) for i in range(3)]}
     ],
-}
+    # Untrusted media: an empty URL (no media, no uuid), an aspect ratio transformers'
+    # processor refuses (alone and beside a good image), an SVG, the urlsafe base64 alphabet.
+    "empty url": [{"role": "user", "content": [_image("")]}],
+    "4000x1": [{"role": "user", "content": [_image(_png(4000, 1, 7))]}],
+    "1x4000 after a good image": [
+        {"role": "user", "content": [_image(_png(30, 20, 8, "RGBA")), _image(_png(1, 4000, 9))]}
+    ],
+    "svg": [{"role": "user", "content": [_image("data:image/svg+xml;base64,PHN2Zy8+")]}],
+    "urlsafe base64": [
+        {"role": "user", "content": [_image(_png(40, 40, 10).replace("+", "-").replace("/", "_"))]}
+    ],
+    # Audio to a model without audio.
+    "input_audio": [
+        {"role": "user", "content": [{"type": "input_audio",
+                                      "input_audio": {"data": "AAAA", "format": "wav"}}]}
+    ],
+    "audio_url": [
+        {"role": "user", "content": [{"type": "audio_url",
+                                      "audio_url": {"url": "data:audio/wav;base64,AAAA"}}]}
+    ],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(BAD))
@@ -200,6 +220,105 @@ def test_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
     responses = {k: _post(side, BAD[name]) for k, side in sides.items()}
     assert responses["ours"].status_code == responses["vllm"].status_code
     assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+@pytest.mark.parametrize("detail", ["bogus", None, 3])
+def test_an_unknown_image_detail_is_refused_as_vllm_refuses_it(
+    sides: dict[str, Side], detail: Any
+) -> None:
+    # vLLM's message is pydantic's report over every content-part type; ours names the field.
+    part = {"type": "image_url", "image_url": {"url": _png(20, 20, 13), "detail": detail}}
+    responses = {k: _post(side, [{"role": "user", "content": [part]}]) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    theirs, ours = responses["vllm"].json()["error"], responses["ours"].json()["error"]
+    assert "Input should be 'auto', 'low', 'high' or 'original'" in theirs["message"]
+    assert ours["type"] == theirs["type"] == "BadRequestError"
+    assert ours["message"] == (
+        "messages.0.content.0.image_url.detail must be one of 'auto', 'low', 'high' or "
+        "'original'. (parameter=messages.0.content.0.image_url.detail)"
+    )
+    for side in sides.values():
+        assert side.new_requests() == []
+    for detail in ("auto", "low", "high", "original"):
+        part["image_url"]["detail"] = detail  # type: ignore[index]
+        good = {k: _post(side, [{"role": "user", "content": [part]}]) for k, side in sides.items()}
+        assert good["ours"].status_code == good["vllm"].status_code == 200
+    for side in sides.values():
+        side.new_requests()
+
+
+def _bomb() -> str:
+    # A valid 30000 x 30000 PNG in a few KB: Pillow refuses to decode it.
+    from tests.multimodal.media.images import png_declaring
+
+    return "data:image/png;base64," + base64.b64encode(png_declaring(30000, 30000)).decode()
+
+
+def test_a_decompression_bomb_is_a_400_with_vllms_message(sides: dict[str, Side]) -> None:
+    # vLLM answers 500 (Pillow's DecompressionBombError reaches its error handler); the
+    # request is at fault, so ours answers 400 with the same message. Nothing reaches the
+    # engines, and both go on serving.
+    messages = [{"role": "user", "content": [_image(_bomb()), _text("What?")]}]
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    theirs, ours = responses["vllm"].json()["error"], responses["ours"].json()["error"]
+    assert responses["vllm"].status_code == 500 and theirs["type"] == "InternalServerError"
+    assert responses["ours"].status_code == 400
+    assert ours == {**theirs, "type": "BadRequestError", "code": 400}
+    assert "could be decompression bomb" in ours["message"]
+    for side in sides.values():
+        assert side.new_requests() == []
+    good = {k: _post(side, REQUESTS["one image"]) for k, side in sides.items()}
+    assert good["ours"].status_code == good["vllm"].status_code == 200
+    for side in sides.values():
+        side.new_requests()
+
+
+def _agent_requests(side: Side, url: str) -> dict[str, httpx.Response]:
+    """The image at ``url`` sent as a Responses ``input_image`` and, base64 ``data:`` URLs
+    only, as an Anthropic Messages ``image`` block."""
+    model = httpx.get(side.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    image = {"type": "input_image", "image_url": url}
+    body = {"model": model, "input": [{"role": "user", "content": [image]}]}
+    out = {
+        "responses": httpx.post(
+            side.url + "/v1/responses", json={**body, "max_output_tokens": 3}, timeout=120
+        )
+    }
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        block = {"type": "image", "source": {"type": "base64", "media_type": media_type,
+                                             "data": data}}  # fmt: skip
+        out["messages"] = httpx.post(
+            side.url + "/v1/messages",
+            json={"model": model, "max_tokens": 3,
+                  "messages": [{"role": "user", "content": [block]}]},
+            timeout=120,
+        )  # fmt: skip
+    return out
+
+
+AGENT_BAD = {
+    "truncated png": _truncated_png(),
+    "bad padding": "data:image/png;base64,abc",
+    "urlsafe base64": _png(40, 40, 11).replace("+", "-").replace("/", "_"),
+    "4000x1": _png(4000, 1, 12),
+    "empty url": "",
+    "unknown scheme": "ftp://example.com/a.png",
+}
+
+
+@pytest.mark.parametrize("name", list(AGENT_BAD))
+def test_bad_images_through_the_agent_apis_answer_as_vllm(
+    sides: dict[str, Side], name: str
+) -> None:
+    answers = {k: _agent_requests(side, AGENT_BAD[name]) for k, side in sides.items()}
+    assert answers["ours"].keys() == answers["vllm"].keys()
+    for api, theirs in answers["vllm"].items():
+        ours = answers["ours"][api]
+        assert theirs.status_code == 400, (api, theirs.text)
+        assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json()), api
     for side in sides.values():
         assert side.new_requests() == []
 
@@ -646,6 +765,8 @@ BAD_CONTENT_PARTS = {
         [_part("image_url", _png(30, 32 + i, 322)) for i in range(4)],
     ),
     "truncated png": (IMAGE_PAD, [_part("image_url", _truncated_png())]),
+    "empty url": (IMAGE_PAD, [_part("image_url", "")]),
+    "4000x1": (IMAGE_PAD, [_part("image_url", _png(4000, 1, 323))]),
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.multimodal.recorded import Side, compare_requests, recorded_sides
-from tests.multimodal.test_engine_requests import LIMITS, REQUESTS, _post
+from tests.multimodal.test_engine_requests import BAD, LIMITS, REQUESTS, _post
 from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
 from tests.support.tiny_vlm import VLM_PYTHONPATH
@@ -52,3 +52,16 @@ def test_engine_requests_equal(
         videos = [f for f in ours.mm_features or [] if f.modality == "video" and f.data]
         extra = "timestamps" if qwen3 else "second_per_grid_ts"
         assert all(extra in f.data for f in videos)
+
+
+@pytest.mark.parametrize("name", ["4000x1", "1x4000 after a good image"])
+def test_an_aspect_ratio_the_processor_refuses_answers_as_vllm(
+    sides: dict[str, Side], name: str
+) -> None:
+    # vLLM names its Hugging Face processor (Qwen2_5_VLProcessor, Qwen3VLProcessor) and the
+    # request's images in its message.
+    responses = {k: _post(side, BAD[name]) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []

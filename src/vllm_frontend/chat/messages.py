@@ -265,6 +265,19 @@ def _with_placeholders(text: str, placeholders: list[str]) -> str:
     return "\n".join([*missing, text] if text else missing)
 
 
+_IMAGE_DETAILS = ("auto", "low", "high", "original")
+
+
+def _check_detail(where: str, detail: Any) -> None:
+    # vLLM's request model types ``image_url.detail`` as one of these literals: anything else
+    # is a 400 (its message is pydantic's report over every content-part type; ours is short).
+    if detail not in _IMAGE_DETAILS:
+        raise ChatError(
+            f"{where}.image_url.detail must be one of 'auto', 'low', 'high' or 'original'.",
+            param=f"{where}.image_url.detail",
+        )
+
+
 def _media_part(
     where: str,
     kind: str,
@@ -311,7 +324,10 @@ def _media_part(
         url = value.get("url") if isinstance(value, dict) else value
         if url is not None and not isinstance(url, str):
             raise ChatError(f"{where}.{key}.url must be a string.", param=f"{where}.{key}")
-        placeholder = media.add(MediaPart(modality, url, uuid))
+        if kind == "image_url" and isinstance(value, dict) and "detail" in value:
+            _check_detail(where, value["detail"])
+        # An empty URL names no media, as vLLM reads it (chat_utils: ``if image_url else None``).
+        placeholder = media.add(MediaPart(modality, url or None, uuid))
     if content_format != "openai":
         if placeholder is not None:
             placeholders.append(placeholder)

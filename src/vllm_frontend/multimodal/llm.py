@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -344,7 +344,7 @@ class MultimodalLlm:
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
         _check_named(items)
-        loaded = await asyncio.gather(*(self._load(part, media_io_kwargs) for part in items))
+        loaded = await _all_or_none(self._load(part, media_io_kwargs) for part in items)
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
@@ -406,7 +406,7 @@ class MultimodalLlm:
                 raise BadInput(f"Invalid url of a {modality} content part: expected a string.")
             if uuid is not None and not isinstance(uuid, str):
                 raise BadInput(f"Invalid uuid of a {modality} content part: expected a string.")
-            parts.add(MediaPart(modality, url, uuid))
+            parts.add(MediaPart(modality, url or None, uuid))  # "": no media, as vLLM reads it
         return parts
 
     async def expand_token_prompt(
@@ -424,7 +424,7 @@ class MultimodalLlm:
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
         _check_named(items)
-        loaded = await asyncio.gather(*(self._load(part, None) for part in items))
+        loaded = await _all_or_none(self._load(part, None) for part in items)
         processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
         ids, features = _expand(token_ids, family, items, processed, hashes)
         cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
@@ -930,6 +930,26 @@ def truncate_expanded(
             for f in features
         ]
     return ids[start:stop], features
+
+
+_T = TypeVar("_T")
+
+
+async def _all_or_none(loads: Iterable[Awaitable[_T]]) -> list[_T]:
+    """The results of ``loads`` run concurrently; when one fails, the others are cancelled
+    (a fetch still arriving is dropped, not read on for nobody) and its error is raised."""
+    tasks = [asyncio.ensure_future(load) for load in loads]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        _cancel(tasks)
+        del tasks  # the error's traceback keeps this frame: no cycle through the failed task
+        raise
+
+
+def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
 
 
 def _check_named(items: list[MediaPart]) -> None:

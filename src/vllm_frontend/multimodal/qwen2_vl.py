@@ -65,6 +65,12 @@ def sampled_fps(metadata: Mapping[str, Any]) -> float:
 _MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 """The model types of this family (Qwen3-VL's through the ``multimodal.qwen3_vl`` subclass)."""
 _VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+# The Hugging Face processor vLLM calls for each model type (named in its failure message;
+# Qwen3-VL's: see ``Qwen3VLFamily._failure``).
+_HF_PROCESSORS = {
+    "qwen2_vl": "Qwen2VLProcessor",
+    "qwen2_5_vl": "Qwen2_5_VLProcessor",
+}
 """The model types whose videos this class processes (a subclass may add its own)."""
 
 _FIELDS = {
@@ -78,6 +84,7 @@ class Qwen2VLFamily:
     videos (Qwen3-VL: :class:`multimodal.qwen3_vl.Qwen3VLFamily`)."""
 
     __slots__ = (
+        "_server_raw",
         "device_normalize",
         "embeds",
         "image_processor",
@@ -119,6 +126,7 @@ class Qwen2VLFamily:
         self.image_processor = Qwen2VLImageProcessor.from_config(preprocessor_config).with_kwargs(
             processor_kwargs
         )
+        self._server_raw = dict(processor_kwargs)
         video_config = (
             preprocessor_config if video_preprocessor_config is None else video_preprocessor_config
         )
@@ -171,6 +179,22 @@ class Qwen2VLFamily:
             return None
         return patches // processor.merge_size**2
 
+    def _failure(self, images: list[ImageItem], kwargs: Mapping[str, Any]) -> str:
+        """vLLM's message when the Hugging Face processor refuses the request's images (an
+        aspect ratio over 200): the processor, the images and the keyword arguments it was
+        called with (vllm/multimodal/processing/context.py, ``call_hf_processor``)."""
+        shown = ", ".join(
+            f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
+            for i in images
+        )
+        called: dict[str, Any] = {**self._server_raw, **kwargs}
+        if self.device_normalize:
+            called["do_normalize"] = False
+            called["do_rescale"] = False
+        called.setdefault("return_tensors", "pt")
+        name = _HF_PROCESSORS[self.model_type]
+        return f"Failed to apply {name} on data={{'images': [{shown}]}} with kwargs={called}"
+
     def _image_processor(self, kwargs: Mapping[str, Any]) -> Qwen2VLImageProcessor:
         return self.image_processor.with_kwargs(kwargs) if kwargs else self.image_processor
 
@@ -197,8 +221,8 @@ class Qwen2VLFamily:
             images: list[ImageItem] = items
             try:
                 outputs = [processor.preprocess(item.image, dtype) for item in images]
-            except ValueError as e:
-                raise MediaError.bad_request(str(e)) from None
+            except ValueError:
+                raise MediaError.bad_request(self._failure(images, kwargs)) from None
         elif modality == "video":
             if self.model_type not in self.video_model_types:
                 raise MediaError.bad_request(

@@ -21,7 +21,7 @@ import numpy as np
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.multimodal.embeds import EmbedsSpec
 from vllm_frontend.multimodal.family import ProcessedItem
-from vllm_frontend.multimodal.media import VideoItem
+from vllm_frontend.multimodal.media import ImageItem, VideoItem
 from vllm_frontend.multimodal.processors.qwen2_vl_video import Qwen2VLVideoProcessor
 from vllm_frontend.multimodal.processors.qwen3_vl_video import (
     Qwen3VLVideoProcessor,
@@ -105,6 +105,28 @@ class Qwen3VLFamily(Qwen2VLFamily):
             tokens += [self.token_ids["video"]] * per_frame
             tokens.append(self.vision_end)
         return tokens
+
+    def _failure(self, images: list[ImageItem], kwargs: Mapping[str, Any]) -> str:
+        """vLLM's message when the Hugging Face processor refuses the request's images: Qwen3-VL's
+        processor is called with each image's placeholder text and its keyword arguments by
+        scope (as vLLM 0.32 calls it without ``mm_processor_kwargs``; with them, vLLM routes them
+        into the scopes, not shown here)."""
+        shown = ", ".join(
+            f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
+            for i in images
+        )
+        text = self.placeholders["image"] * len(images)
+        raw = {"do_normalize": False, "do_rescale": False} if self.device_normalize else {}
+        called = {
+            "text_kwargs": {"truncation": False},
+            "images_kwargs": raw,
+            "videos_kwargs": raw,
+            "return_tensors": "pt",
+        }
+        return (
+            f"Failed to apply Qwen3VLProcessor on data={{'text': {text!r}, 'images': [{shown}]}} "
+            f"with kwargs={called}"
+        )
 
     def item_tokens(self, modality: str, item: Any, kwargs: Mapping[str, Any]) -> int | None:
         """Placeholder tokens of an image from its size alone; None for a video (its

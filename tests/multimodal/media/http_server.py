@@ -1,9 +1,10 @@
 """A small HTTP server on 127.0.0.1 (its own thread and event loop) serving the media tests'
-images, statuses, redirects, endless and slow bodies."""
+images, statuses, redirects, endless and slow bodies, and bodies that lie about themselves."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ class MediaServer:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.sent_forever = 0
+        self.sent_dripping = 0
         self.requests: list[str] = []
         self.base = ""
         self._loop = asyncio.new_event_loop()
@@ -62,10 +64,38 @@ class MediaServer:
         response = web.StreamResponse(headers={"Content-Length": str(len(body))})
         await response.prepare(request)
         step = -(-len(body) // pieces)
-        for start in range(0, len(body), step):
-            await response.write(body[start : start + step])
-            await asyncio.sleep(delay)
-        await response.write_eof()
+        try:
+            for start in range(0, len(body), step):
+                await response.write(body[start : start + step])
+                self.sent_dripping += len(body[start : start + step])
+                await asyncio.sleep(delay)
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        return response
+
+    async def _faulty(self, request: web.Request) -> web.StreamResponse:
+        # /faulty/{fault}/{name}: the file, served wrongly.
+        self.requests.append(request.path)
+        fault, body = request.match_info["fault"], self.files[request.match_info["name"]]
+        if fault == "gzip":  # compressed, and says so
+            return web.Response(body=gzip.compress(body), headers={"Content-Encoding": "gzip"})
+        if fault == "false-gzip":  # says gzip, is not
+            return web.Response(body=body, headers={"Content-Encoding": "gzip"})
+        if fault == "html":
+            return web.Response(body=body, content_type="text/html")
+        if fault == "loop":
+            return web.Response(status=302, headers={"Location": request.path})
+        if fault == "slow":
+            await asyncio.sleep(float(request.query.get("delay", "3")))
+            return web.Response(body=body)
+        # "long": declares 100 bytes more than it sends; "reset": sends half, then closes.
+        declared = len(body) + 100 if fault == "long" else len(body)
+        response = web.StreamResponse(headers={"Content-Length": str(declared)})
+        await response.prepare(request)
+        await response.write(body if fault == "long" else body[: len(body) // 2])
+        assert request.transport is not None
+        request.transport.close()
         return response
 
     async def _start(self) -> None:
@@ -75,6 +105,7 @@ class MediaServer:
         app.router.add_get("/redirect", self._redirect)
         app.router.add_get("/forever", self._forever)
         app.router.add_get("/drip/{name}", self._drip)
+        app.router.add_get("/faulty/{fault}/{name}", self._faulty)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

@@ -61,3 +61,58 @@ def corpus() -> dict[str, bytes]:
         "one_bit.png": encode(noise("L", (30, 10), 10).convert("1"), "PNG"),
     }
     return cases
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A valid 1-bit greyscale PNG of ``width`` x ``height`` (zlib squeezes its zero rows to
+    a few KB: how a decompression bomb arrives)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    rows = b"\0" * (height * (1 + (width + 7) // 8))
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
+def animated(fmt: str, frames: int = 3, size: tuple[int, int] = (10, 8)) -> bytes:
+    """An animated GIF or WebP of distinct random frames."""
+    images = [noise("RGB", size, seed) for seed in range(frames)]
+    buffer = io.BytesIO()
+    extra: dict[str, object] = {"lossless": True} if fmt == "WEBP" else {}
+    images[0].save(
+        buffer, fmt, save_all=True, append_images=images[1:], duration=100, loop=0, **extra
+    )
+    return buffer.getvalue()
+
+
+def unusual() -> dict[str, bytes]:
+    """Images in modes, formats, orientations and shapes an untrusted client may send."""
+    sixteen = Image.fromarray((np.arange(120).reshape(10, 12) * 500).astype(np.uint16))
+    cases = {
+        "I;16 png": encode(sixteen, "PNG"),
+        "animated gif": animated("GIF"),
+        "animated webp": animated("WEBP"),
+        "ico": encode(noise("RGBA", (16, 16), 12), "ICO"),
+        "1x1": encode(noise("RGB", (1, 1), 13), "PNG"),
+        "1x4000": encode(noise("RGB", (1, 4000), 14), "PNG"),
+        "4000x1": encode(noise("RGB", (4000, 1), 15), "PNG"),
+        "la.tiff": encode(noise("LA", (9, 7), 16), "TIFF"),
+        "avif": encode(noise("RGB", (16, 12), 17), "AVIF"),
+        "jpeg2000": encode(noise("RGB", (16, 12), 18), "JPEG2000"),
+        "rgba.avif": encode(noise("RGBA", (16, 12), 19), "AVIF"),
+    }
+    for orientation in range(1, 9):
+        image = noise("RGB", (12, 7), 20 + orientation)
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        cases[f"exif orientation {orientation}"] = encode(image, "JPEG", exif=exif.tobytes())
+    return cases

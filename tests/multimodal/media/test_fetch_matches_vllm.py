@@ -115,3 +115,24 @@ def test_local_files(tmp_path: pathlib.Path) -> None:
     for name in ["a.png", "../b.png", "link.png", "missing.png", "", "a.png/x"]:
         same(f"file://{root}/{name}", allowed_local_media_path=str(root))
     same(f"file://{root}/a.png")
+
+
+@pytest.mark.parametrize("fault", ["long", "reset", "gzip", "false-gzip", "html", "loop"])
+def test_servers_that_lie_get_vllms_answer(server: MediaServer, fault: str) -> None:
+    # A Content-Length past the body, a connection reset mid-body, a gzip body (decoded, as
+    # aiohttp decodes it for vLLM), a false gzip header, a text/html content type (ignored,
+    # as vLLM ignores it) and an endless redirect loop (aiohttp's limit of 10).
+    same(server.url(f"faulty/{fault}/a.png"))
+
+
+def test_a_server_slower_than_the_fetch_timeout(
+    server: MediaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM answers 500 with TimeoutError's empty message; a 400 here that says what happened.
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
+    url = server.url("faulty/slow/a.png?delay=2.5")
+    assert theirs(url) == ("error", (400, "BadRequestError", "", None))  # its 500, as a 400
+    assert ours(url) == (
+        "error",
+        (400, "BadRequestError", "Failed to fetch media from URL: timed out after 1 s", None),
+    )

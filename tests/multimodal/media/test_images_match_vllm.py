@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.multimodal.media.images import corpus, data_url, encode, noise
+from tests.multimodal.media.images import (
+    corpus,
+    data_url,
+    encode,
+    noise,
+    png_declaring,
+    unusual,
+)
 from tests.multimodal.media.vllm_reference import our_error, vllm_connector, vllm_outcome
 from vllm_frontend.multimodal.media import MediaError, MediaLoader, MediaPolicy
 
@@ -138,3 +145,66 @@ def test_a_large_base64_payload_decodes_the_same() -> None:
     url = "data:image/jpeg;base64," + base64.b64encode(data).decode()
     (_, item), (_, media) = ours(url, None), theirs(url, None)
     assert np.array_equal(np.asarray(item.image), np.asarray(media.media))
+
+
+def _same_item(url: str, kwargs: dict[str, Any] | None = None) -> None:
+    mine, reference = ours(url, kwargs), theirs(url, kwargs)
+    assert mine[0] == reference[0], (mine, reference)
+    if mine[0] == "error":
+        assert mine == reference
+        return
+    item, media = mine[1], reference[1]
+    assert (item.image.mode, item.image.size) == (media.media.mode, media.media.size)
+    assert np.array_equal(np.asarray(item.image), np.asarray(media.media))
+    assert item.original_bytes == media.original_bytes
+    assert item.io_config == media.io_config
+
+
+@pytest.mark.parametrize("name", list(unusual()))
+def test_unusual_images_decode_as_vllm(name: str) -> None:
+    # 16-bit, animated (the first frame), ICO, every EXIF orientation, 1x1 and 1x4000.
+    _same_item(data_url(unusual()[name]))
+
+
+def test_a_16_bit_image_kept_in_its_mode_as_vllm() -> None:
+    _same_item(data_url(unusual()["I;16 png"]), {"image": {"image_mode": None}})
+
+
+HOSTILE = {
+    # 30000 x 30000 in 1 KB: over Pillow's MAX_IMAGE_PIXELS, refused before any pixel is
+    # decoded (vLLM answers 500 for Pillow's DecompressionBombError; a 400 here, same message).
+    "decompression bomb": png_declaring(30000, 30000),
+    "past VLLM_MAX_IMAGE_PIXELS, under twice Pillow's": png_declaring(20000, 10000),
+    "zero-size png": png_declaring(0, 0),
+    "svg": b'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>',
+    "heic signature": b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(40),
+    "avif signature": b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf" + bytes(40),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_images_get_vllms_answer(name: str) -> None:
+    _same_item(data_url(HOSTILE[name]))
+
+
+_PNG = encode(noise("RGB", (6, 5), 40), "PNG")
+_B64 = base64.b64encode(_PNG).decode()
+DATA_URLS = {
+    "declared jpeg": "data:image/jpeg;base64," + _B64,
+    "no media type": "data:;base64," + _B64,
+    "text/plain": "data:text/plain;base64," + _B64,
+    "svg media type": "data:image/svg+xml;base64," + _B64,
+    "with a parameter": "data:image/png;charset=utf-8;base64," + _B64,
+    "upper-case scheme": "DATA:image/png;base64," + _B64,
+    "a newline inside": "data:image/png;base64," + _B64[:12] + "\n" + _B64[12:],
+    "a space inside": "data:image/png;base64," + _B64[:12] + " " + _B64[12:],
+    "padding dropped": "data:image/png;base64," + _B64.rstrip("="),
+    "padding added": "data:image/png;base64," + _B64 + "==",
+    "urlsafe alphabet": "data:image/png;base64," + base64.urlsafe_b64encode(_PNG).decode(),
+    "percent-encoded": "data:image/png;base64," + _B64.replace("+", "%2B").replace("/", "%2F"),
+}
+
+
+@pytest.mark.parametrize("name", list(DATA_URLS))
+def test_data_url_spellings_get_vllms_answer(name: str) -> None:
+    _same_item(DATA_URLS[name])

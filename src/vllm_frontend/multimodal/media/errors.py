@@ -24,8 +24,9 @@ class MediaError(Exception):
     One deliberate difference: vLLM answers 500 for media a request names that cannot be fetched
     or read (an unreachable host, a timeout, an upstream error status, a missing file, a
     decompression bomb, a ``file://`` URL the server does not serve). The request is at fault
-    there, not the server, so such errors are 400 ``BadRequestError`` here, with vLLM's message;
-    ``vllm_status`` keeps vLLM's status. Only ``server_fault`` errors (this installation lacks
+    there, not the server, so such errors are 400 ``BadRequestError`` here, with vLLM's message
+    (but for a fetch that timed out, which vLLM answers with an empty one); ``vllm_status``
+    keeps vLLM's status. Only ``server_fault`` errors (this installation lacks
     a decoder) stay 500."""
 
     def __init__(
@@ -79,3 +80,11 @@ class MediaError(Exception):
 
     def __repr__(self) -> str:
         return f"MediaError({self.status}, {self.err_type!r}, {self.message!r})"
+
+
+def cause_of(exc: BaseException) -> BaseException | None:
+    """What ``raise MediaError.from_exception(exc) from ...`` names as the cause: ``exc``, or
+    None when ``exc`` is already the MediaError raised (an exception that is its own cause is
+    a reference cycle through its traceback: every frame it passed, the request's body among
+    their locals, would stay alive until the cyclic GC's next run)."""
+    return None if isinstance(exc, MediaError) else exc

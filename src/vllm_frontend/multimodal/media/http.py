@@ -159,6 +159,15 @@ class HttpFetcher:
                 raise exc.error from None
             except Exception as exc:
                 if not _is_retryable(exc) or attempt + 1 >= attempts:
+                    if isinstance(exc, TimeoutError) and not str(exc):
+                        # vLLM's answer is a 500 with TimeoutError's empty message: say what
+                        # happened (a 400, as every fetch failure here).
+                        waited = timeout * _BACKOFF**attempt
+                        raise MediaError(
+                            500,
+                            "InternalServerError",
+                            f"Failed to fetch media from URL: timed out after {waited:g} s",
+                        ) from None
                     raise _fetch_error(shown, exc) from exc
             await asyncio.sleep(_BACKOFF**attempt)
         raise AssertionError("unreachable")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .errors import MediaError
+from .errors import MediaError, cause_of
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -123,5 +123,5 @@ def decode_image(data: bytes, options: ImageOptions, max_pixels: int) -> ImageIt
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from exc
+        raise MediaError.from_exception(exc) from cause_of(exc)
     return ImageItem(converted, data, None if converted is image else options.io_config())
