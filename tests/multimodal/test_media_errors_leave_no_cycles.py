@@ -8,23 +8,16 @@ mock engine."""
 from __future__ import annotations
 
 import base64
-import gc
-import json
-import subprocess
-import sys
-import time
 import types
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvloop
 
-from tests.e2e.ours import OurServer, start_our_server
+from tests.e2e.ours import OurServer
 from tests.multimodal.media.http_server import MediaServer
 from tests.multimodal.media.images import data_url, encode, noise, png_declaring
-from tests.server.support import raw_exchange
-from tests.support.engines import free_port
+from tests.support.cyclic_garbage import cyclic_garbage, ours_on_mock_engine, post
 from tests.support.tiny_vlm import tiny_vlm_dir
 
 MODEL = "m"
@@ -42,46 +35,22 @@ def media() -> Iterator[MediaServer]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OurServer]:
-    rpc = free_port()
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "vllm_frontend", "mock-engine",
-         "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--max-model-len", "2048"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("VLLM_USE_FASTOKENS", "0")
-            patch.setenv("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB", "1")
-            patch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
-            ours = start_our_server(
-                tiny_vlm_dir(),
-                f"tcp://127.0.0.1:{rpc}",
-                free_port(),
-                timeout=120,
-                args={
-                    "served_model_name": [MODEL],
-                    "allow_private_media_addresses": True,
-                    "limit_mm_per_prompt": {"image": 2},
-                },
-                loop_factory=uvloop.new_event_loop,
-            )
-        try:
-            yield ours
-        finally:
-            ours.stop()
-    finally:
-        engine.terminate()
-        engine.wait(30)
+    with ours_on_mock_engine(
+        tiny_vlm_dir(),
+        max_model_len=2048,
+        args={
+            "served_model_name": [MODEL],
+            "allow_private_media_addresses": True,
+            "limit_mm_per_prompt": {"image": 2},
+        },
+        env={"VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB": "1", "VLLM_MEDIA_FETCH_MAX_RETRIES": "1"},
+    ) as ours:
+        yield ours
 
 
 def _post(server: OurServer, content: list[Any]) -> bytes:
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 2}
-    data = json.dumps(body).encode()
-    head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-    )
-    return raw_exchange(server.port, head.encode() + data)
+    return post(server, "/v1/chat/completions", body)
 
 
 def _image(url: str) -> dict[str, Any]:
@@ -136,17 +105,7 @@ def test_a_media_request_leaves_no_cyclic_garbage(
     content, status = _cases(media)[name]
     reply = _post(server, content)  # warm-up: lazily built caches and sessions
     assert reply.startswith(f"HTTP/1.1 {status} ".encode()), reply[:300]
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for _ in range(3):
-            _post(server, content)
-        time.sleep(0.2)
-        gc.collect()
-        garbage = sorted(filter(None, map(_ours, gc.garbage)))
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
+    garbage = cyclic_garbage(lambda: _post(server, content), _ours)
     assert garbage == []
 
 

@@ -10,21 +10,16 @@ front of the mock engine; every request goes on its own connection, closed after
 
 from __future__ import annotations
 
-import gc
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvloop
 
-from tests.e2e.ours import OurServer, start_our_server
-from tests.server.support import raw_exchange
-from tests.support.engines import free_port
+from tests.e2e.ours import OurServer
+from tests.support.cyclic_garbage import cyclic_garbage, ours_on_mock_engine, post
 from tests.support.tiny_model import tiny_model_dir
 
 MODEL = "m"
@@ -69,40 +64,14 @@ REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
 @pytest.fixture(scope="module")
 def server() -> Iterator[OurServer]:
     """Ours (uvloop, the tokenizers encoder) in front of a mock engine with 1 ms steps."""
-    rpc = free_port()
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "vllm_frontend", "mock-engine",
-         "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--max-model-len", "256"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            # fastokens' load, on a thread, frees a ctypes handle (cyclic) whenever it ends.
-            patch.setenv("VLLM_USE_FASTOKENS", "0")
-            ours = start_our_server(
-                tiny_model_dir(),
-                f"tcp://127.0.0.1:{rpc}",
-                free_port(),
-                timeout=120,
-                args={"served_model_name": [MODEL]},
-                loop_factory=uvloop.new_event_loop,
-            )
-        try:
-            yield ours
-        finally:
-            ours.stop()
-    finally:
-        engine.terminate()
-        engine.wait(30)
+    with ours_on_mock_engine(
+        tiny_model_dir(), max_model_len=256, args={"served_model_name": [MODEL]}
+    ) as ours:
+        yield ours
 
 
 def _post(server: OurServer, path: str, body: dict[str, Any]) -> bytes:
-    data = json.dumps({"model": MODEL, **body}).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-    )
-    return raw_exchange(server.port, head.encode() + data)
+    return post(server, path, {"model": MODEL, **body})
 
 
 def _cut_off(server: OurServer, path: str, body: dict[str, Any]) -> None:
@@ -121,18 +90,7 @@ def _garbage_after(
     server: OurServer, path: str, body: dict[str, Any], send: Any = _post
 ) -> list[str]:
     """The types of what the cyclic GC finds after three such requests."""
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for _ in range(3):
-            send(server, path, body)
-        # The server's loop closes the connection after the client has read to the end.
-        time.sleep(0.2)
-        gc.collect()
-        return sorted(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
+    return cyclic_garbage(lambda: send(server, path, body))
 
 
 @pytest.mark.parametrize("kind", list(REQUESTS))
