@@ -34,6 +34,7 @@ from tests.support.engines import (
     stop_all,
     wait_frontend_healthy,
 )
+from tests.support.sdk_clients import anthropic_clients, openai_clients
 from tests.support.tiny_hf_template import hf_template_model
 
 pytestmark = pytest.mark.engine
@@ -119,25 +120,15 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 @pytest.fixture(scope="module")
 def sdk(servers: dict[str, str]) -> Iterator[dict[str, openai.OpenAI]]:
     """``openai`` SDK clients of both servers."""
-    clients = {
-        name: openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=300)
-        for name, url in servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with openai_clients(servers.items()) as clients:
+        yield clients
 
 
 @pytest.fixture(scope="module")
 def anthropic_sdk(servers: dict[str, str]) -> Iterator[dict[str, anthropic.Anthropic]]:
     """``anthropic`` SDK clients of both servers."""
-    clients = {
-        name: anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=300)
-        for name, url in servers.items()
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
+    with anthropic_clients(servers.items()) as clients:
+        yield clients
 
 
 def _create(client: openai.OpenAI, case: str, **kw: Any) -> Any:

@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from tests.support.engines import (
     stop_all,
     wait_frontend_healthy,
 )
+from tests.support.sdk_clients import anthropic_clients, openai_clients
 
 # The session fixtures whose users are grouped and which stop after their last user.
 SHARED_FIXTURES = ("tool_servers",)
@@ -72,35 +73,17 @@ class ToolServers:
 
         return str(httpx.get(self.vllm + "/v1/models").json()["data"][0]["id"])
 
-    @contextmanager
-    def openai_clients(self, timeout: float = 300) -> Iterator[dict[str, openai.OpenAI]]:
+    def openai_clients(
+        self, timeout: float = 300
+    ) -> AbstractContextManager[dict[str, openai.OpenAI]]:
         """``openai`` SDK clients of both servers, by name, closed on exit."""
-        import openai  # the SDKs load only in the modules that use them
+        return openai_clients(self.items(), timeout)
 
-        clients = {
-            name: openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=timeout)
-            for name, url in self.items()
-        }
-        try:
-            yield clients
-        finally:
-            for client in clients.values():
-                client.close()
-
-    @contextmanager
-    def anthropic_clients(self, timeout: float = 300) -> Iterator[dict[str, anthropic.Anthropic]]:
+    def anthropic_clients(
+        self, timeout: float = 300
+    ) -> AbstractContextManager[dict[str, anthropic.Anthropic]]:
         """``anthropic`` SDK clients of both servers, by name, closed on exit."""
-        import anthropic  # the SDKs load only in the modules that use them
-
-        clients = {
-            name: anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=timeout)
-            for name, url in self.items()
-        }
-        try:
-            yield clients
-        finally:
-            for client in clients.values():
-                client.close()
+        return anthropic_clients(self.items(), timeout)
 
 
 def tool_servers(model: pathlib.Path) -> Iterator[ToolServers]:
