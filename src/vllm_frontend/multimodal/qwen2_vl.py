@@ -65,18 +65,27 @@ def sampled_fps(metadata: Mapping[str, Any]) -> float:
 _MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 """The model types of this family (Qwen3-VL's through the ``multimodal.qwen3_vl`` subclass)."""
 _VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+"""The model types whose videos this class processes (a subclass may add its own)."""
 # The Hugging Face processor vLLM calls for each model type (named in its failure message;
 # Qwen3-VL's: see ``Qwen3VLFamily._failure``).
 _HF_PROCESSORS = {
     "qwen2_vl": "Qwen2VLProcessor",
     "qwen2_5_vl": "Qwen2_5_VLProcessor",
 }
-"""The model types whose videos this class processes (a subclass may add its own)."""
 
 _FIELDS = {
     "image": ("pixel_values", "image_grid_thw"),
     "video": ("pixel_values_videos", "video_grid_thw"),
 }
+
+
+def shown_images(images: list[ImageItem]) -> str:
+    """The images as vLLM's processor-failure messages print them (``repr`` of each PIL image,
+    without its address)."""
+    return ", ".join(
+        f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
+        for i in images
+    )
 
 
 class Qwen2VLFamily:
@@ -183,10 +192,7 @@ class Qwen2VLFamily:
         """vLLM's message when the Hugging Face processor refuses the request's images (an
         aspect ratio over 200): the processor, the images and the keyword arguments it was
         called with (vllm/multimodal/processing/context.py, ``call_hf_processor``)."""
-        shown = ", ".join(
-            f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
-            for i in images
-        )
+        shown = shown_images(images)
         called: dict[str, Any] = {**self._server_raw, **kwargs}
         if self.device_normalize:
             called["do_normalize"] = False

@@ -27,7 +27,7 @@ from vllm_frontend.multimodal.processors.qwen3_vl_video import (
     Qwen3VLVideoProcessor,
     frame_timestamps,
 )
-from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily
+from vllm_frontend.multimodal.qwen2_vl import Qwen2VLFamily, shown_images
 
 __all__ = ["Qwen3VLFamily"]
 
@@ -111,10 +111,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
         processor is called with each image's placeholder text and its keyword arguments by
         scope (as vLLM 0.32 calls it without ``mm_processor_kwargs``; with them, vLLM routes them
         into the scopes, not shown here)."""
-        shown = ", ".join(
-            f"<PIL.Image.Image image mode={i.image.mode} size={i.image.width}x{i.image.height}>"
-            for i in images
-        )
+        shown = shown_images(images)
         text = self.placeholders["image"] * len(images)
         raw = {"do_normalize": False, "do_rescale": False} if self.device_normalize else {}
         called = {
