@@ -508,7 +508,7 @@ class ResponsesHandler:
         output = self._output_items(req, gen, final, parser)
         reasoning_tokens = parser.count_reasoning_tokens(final.token_ids) if parser else 0
         return self._finish(
-            req, response_id, gen, created, final, output, (cached, writes), reasoning_tokens,
+            req, response_id, gen, created, final, output, cached, writes, reasoning_tokens,
             transfer,
         )  # fmt: skip
 
@@ -520,12 +520,13 @@ class ResponsesHandler:
         created: int,
         final: SequenceOutput,
         output: list[Any],
-        cache: tuple[int, int],
+        cached: int,
+        cache_writes: int,
         reasoning_tokens: int,
         transfer: dict[str, Any],
     ) -> dict[str, Any]:
-        """The final response; ``cache``: the prompt tokens the engine found in its prefix cache
-        and those it wrote there."""
+        """The final response; ``cached`` and ``cache_writes``: the prompt tokens the engine
+        found in its prefix cache and those it wrote there."""
         [prompt] = gen.text.prompts
         status = "incomplete" if final.finish_reason == "length" else "completed"
         response = response_json(
@@ -537,7 +538,11 @@ class ResponsesHandler:
             output=output,
             status=status,
             usage=usage_json(
-                len(prompt.token_ids), final.num_output_tokens, *cache, reasoning_tokens
+                len(prompt.token_ids),
+                final.num_output_tokens,
+                cached,
+                cache_writes,
+                reasoning_tokens,
             ),
         )
         response.update(transfer)  # the KV and encoder-cache connectors', or None
@@ -688,7 +693,7 @@ class ResponsesHandler:
         reasoning_tokens = parser.count_reasoning_tokens(token_ids) if parser else 0
         final.num_output_tokens = len(token_ids)
         response = self._finish(
-            req, response_id, gen, created, final, state.items, (cached, writes),
+            req, response_id, gen, created, final, state.items, cached, writes,
             reasoning_tokens, transfer,
         )  # fmt: skip
         yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
