@@ -476,6 +476,7 @@ def run_workload(
         argv = _stream_client(w, launch, model, result)
     engine_cpu0 = sum(tree_cpu_seconds(p) for p in launch.engine_pids)
     user0, sys0 = tree_cpu_times(launch.fe.pid, exclude=launch.engine_pids)
+    main0 = main_thread_cpu(launch.fe.pid)
     spy = (
         _start_py_spy(launch.fe.pid, work / f"{tag}.pyspy.txt", profile == "native")
         if profile
@@ -488,6 +489,7 @@ def run_workload(
         spy.wait(60)
         row["profile"] = str(work / f"{tag}.pyspy.txt")
     user1, sys1 = tree_cpu_times(launch.fe.pid, exclude=launch.engine_pids)
+    main_cpu = main_thread_cpu(launch.fe.pid) - main0
     cpu_sys = sys1 - sys0
     cpu = user1 - user0 + cpu_sys
     engine_cpu = sum(tree_cpu_seconds(p) for p in launch.engine_pids) - engine_cpu0
@@ -540,6 +542,9 @@ def run_workload(
         frontend_cpu_s=cpu,
         frontend_cpu_us_per_token=cpu / tokens * 1e6,
         frontend_cpu_us_per_request=cpu / max(row["completed"], 1) * 1e6,
+        # The served process's main thread alone (ours: the event loop, which bounds requests/s
+        # once saturated); not corrected for idling.
+        frontend_main_thread_us_per_request=main_cpu / max(row["completed"], 1) * 1e6,
         # Kernel time (stime) of the frontend, not corrected for idling: sends and wake-ups.
         frontend_sys_us_per_token=cpu_sys / tokens * 1e6,
         client_cpu_s=client_cpu,
@@ -550,6 +555,19 @@ def run_workload(
         idle_cpu_rate=idle_cpu_rate,
     )
     return row
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def main_thread_cpu(pid: int) -> float:
+    """CPU seconds (user+sys) of the main thread of ``pid`` (0 when it is gone)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1]
+    except OSError:
+        return 0.0
+    parts = fields.split()
+    return (int(parts[11]) + int(parts[12])) / _TICK
 
 
 def idle_rate(launch: Launch, seconds: float) -> float:
@@ -972,7 +990,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"JSON: {out}\n")
     if args.interleave:
         for key, what in (("frontend_cpu_us_per_request", "CPU µs per request"),
-                          ("requests_s", "requests/s")):  # fmt: skip
+                          ("requests_s", "requests/s"),
+                          ("frontend_main_thread_us_per_request",
+                           "main-thread CPU µs per request (ours: the event loop)")):  # fmt: skip
             print(f"{what}, rounds (median), and the median of the per-round ratios:\n")
             print(interleaved_table(rows, frontends, key) + "\n")
         starts = {r["frontend"]: r["startup_s"] for r in rows if "startup_s" in r}
