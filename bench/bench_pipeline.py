@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 import uvloop
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from support.generation_app import generation_app
-from support.stream_client import StreamClient
-from support.tiny_model import tiny_model_dir
+from tests.support.generation_app import generation_app
+from tests.support.stream_client import StreamClient
+from tests.support.tiny_model import tiny_model_dir
+
 from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm_frontend.metrics.frontend import FrontendMetrics
