@@ -182,12 +182,18 @@ class Launch:
 # `--baseline DIR`: another checkout of this project (e.g. `git worktree add DIR BASE_COMMIT`),
 # served as "ours-base" by the same interpreter, for before/after figures from one run.
 BASELINE: list[pathlib.Path] = []
+# `--baseline-python PY`: the interpreter (a venv's python with the project's dependencies) that
+# serves "ours-base" instead of this one, for an interpreter A/B.
+BASELINE_PYTHON: list[str] = []
 
 
 def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) -> list[str]:
     if name == "ours-base":  # its sources ahead of this checkout's editable install
         path = os.pathsep.join([str(BASELINE[0] / "src"), str(REPO)])
-        return ["env", f"PYTHONPATH={path}", *frontend_command("ours", model, port, handshake)]
+        argv = frontend_command("ours", model, port, handshake)
+        if BASELINE_PYTHON:
+            argv = [BASELINE_PYTHON[0], "-m", "vllm_frontend", *argv[1:]]
+        return ["env", f"PYTHONPATH={path}", *argv]
     if name.startswith("ours-x"):  # ours with N API-server processes
         extra = ["--api-server-count", name.removeprefix("ours-x")]
         return frontend_command("ours", model, port, handshake, extra=extra)
@@ -823,6 +829,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "also run as `ours-base` for before/after figures in one run",
     )
     p.add_argument(
+        "--baseline-python",
+        default=None,
+        metavar="PY",
+        help="serve `ours-base` with this interpreter (a venv's python that has the project's "
+        "dependencies) instead of this one; without --baseline, ours-base is this checkout",
+    )
+    p.add_argument(
         "--interleave",
         type=int,
         default=0,
@@ -880,6 +893,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if scale_n > 1 and wanted and f"ours-x{scale_n}" not in frontends:
         frontends.append(f"ours-x{scale_n}")
+    if args.baseline_python is not None:
+        BASELINE_PYTHON.append(args.baseline_python)
+        if args.baseline is None:
+            args.baseline = str(REPO)
     if args.baseline is not None:
         base = pathlib.Path(args.baseline)
         if not base.is_dir():
