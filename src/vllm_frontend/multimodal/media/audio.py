@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .errors import MediaError, cause_of
+from .errors import MediaError
 from .policy import MIB
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def decode_audio(source: bytes | Path, options: AudioOptions) -> tuple[np.ndarra
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)
 
 
 def _decode(source: bytes | Path, options: AudioOptions) -> tuple[np.ndarray, int]:
@@ -195,7 +195,7 @@ def _decode(source: bytes | Path, options: AudioOptions) -> tuple[np.ndarray, in
             # libsndfile knows fewer containers than FFmpeg: anything it does not recognise
             # goes to PyAV (in "auto"); a recognised but broken file is the client's.
             if backend == "soundfile" or exc.code not in _UNRECOGNISED:
-                raise MediaError.from_exception(exc) from cause_of(exc)
+                MediaError.raise_from(exc)
     return _pyav_or_missing(opened(), options)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .dataurl import b64decode
-from .errors import MediaError, cause_of
+from .errors import MediaError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,4 +161,4 @@ def decode_embeds(payload: str, parameter: str, max_bytes: int) -> Embeds:
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)

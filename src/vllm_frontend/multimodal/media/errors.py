@@ -4,7 +4,7 @@ server does not allow)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _with_extras(message: str, parameter: str | None, value: Any) -> str:
@@ -77,6 +77,17 @@ class MediaError(Exception):
         if isinstance(exc, NotImplementedError):
             return cls(501, "NotImplementedError", str(exc))
         return cls(500, "InternalServerError", str(exc))
+
+    @classmethod
+    def raise_from(cls, exc: BaseException) -> NoReturn:
+        """Raise :meth:`from_exception` of ``exc`` (inside its ``except`` block), caused by
+        ``exc`` unless ``exc`` is that very error (see :func:`cause_of`)."""
+        try:
+            raise cls.from_exception(exc) from cause_of(exc)
+        finally:
+            # The traceback keeps this frame: without its ``exc``, a MediaError passed in does
+            # not reach itself through it (a cycle, as in :func:`cause_of`).
+            del exc
 
     def __repr__(self) -> str:
         return f"MediaError({self.status}, {self.err_type!r}, {self.message!r})"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .errors import MediaError, cause_of
+from .errors import MediaError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -123,5 +123,5 @@ def decode_image(data: bytes, options: ImageOptions, max_pixels: int) -> ImageIt
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)
     return ImageItem(converted, data, None if converted is image else options.io_config())

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import dataurl, local
 from .audio import AudioOptions, check_base64_size, decode_audio
 from .embeds import Embeds, decode_embeds
-from .errors import MediaError, cause_of
+from .errors import MediaError
 from .http import HttpFetcher, check_domain
 from .image import ImageItem, ImageOptions, decode_image
 from .policy import MediaPolicy
@@ -89,7 +89,7 @@ class MediaLoader:
         try:
             spec = parse_url(url)
         except ValueError as exc:
-            raise MediaError.from_exception(exc) from cause_of(exc)
+            MediaError.raise_from(exc)
         if spec.scheme and spec.scheme.startswith("http"):
             check_domain(self.policy, spec.hostname)
             if spec.scheme not in ("http", "https"):
@@ -121,7 +121,7 @@ class MediaLoader:
                 timeout=self.policy.image_fetch_timeout,
             )
         except Exception as exc:
-            raise MediaError.from_exception(exc) from cause_of(exc)
+            MediaError.raise_from(exc)
 
     async def load_image(
         self, url: str, media_io_kwargs: MediaIOKwargs | None = None
@@ -163,7 +163,7 @@ class MediaLoader:
                 decode_data=jpeg_frames,
             )
         except Exception as exc:
-            raise MediaError.from_exception(exc) from cause_of(exc)
+            MediaError.raise_from(exc)
 
     async def load_video(
         self,
@@ -208,7 +208,7 @@ class MediaLoader:
                 decode_file=lambda path: decode_audio(path, options),
             )
         except Exception as exc:
-            raise MediaError.from_exception(exc) from cause_of(exc)
+            MediaError.raise_from(exc)
 
     async def load_embeds(self, data: str, modality: str = "image") -> Embeds:
         """A base64 embeddings payload (``.npy`` or ``torch.save``) of ``modality`` (image,
@@ -217,7 +217,7 @@ class MediaLoader:
             limit = self.policy.max_embed_decode_bytes
             return await self._off_loop(decode_embeds, data, f"{modality}_embeds", limit)
         except Exception as exc:
-            raise MediaError.from_exception(exc) from cause_of(exc)
+            MediaError.raise_from(exc)
 
     async def load_image_embeds(self, data: str | Mapping[str, Any]) -> Embeds | dict[str, Any]:
         """``image_embeds`` as vLLM accepts it: a base64 payload, or a mapping whose string

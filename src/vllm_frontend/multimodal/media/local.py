@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import MediaError, cause_of
+from .errors import MediaError
 
 
 def local_path(netloc: str, path: str, root: Path | None) -> Path:
@@ -36,4 +36,4 @@ def read_local(netloc: str, path: str, root: Path | None) -> bytes:
     try:
         return resolved.read_bytes()
     except OSError as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)

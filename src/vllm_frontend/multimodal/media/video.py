@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from .dataurl import b64decode
-from .errors import MediaError, cause_of
+from .errors import MediaError
 from .image import ImageOptions, decode_image
 
 if TYPE_CHECKING:
@@ -345,7 +345,7 @@ def decode_video(data: bytes, options: VideoOptions, max_pixels: int) -> VideoIt
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)
     if len(valid) < len(wanted):
         logger.warning("video loading: expected %d frames, got %d", len(wanted), len(valid))
     metadata = {
@@ -404,7 +404,7 @@ def decode_jpeg_sequence(payload: str, options: VideoOptions, max_pixels: int) -
     except MediaError:
         raise
     except Exception as exc:
-        raise MediaError.from_exception(exc) from cause_of(exc)
+        MediaError.raise_from(exc)
     metadata = {
         "total_num_frames": total_frames,
         "fps": fps,
