@@ -8,6 +8,7 @@ must raise too, and must accept everything vLLM accepts.
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from typing import Any
@@ -325,6 +326,58 @@ def test_prompt_must_be_non_empty_fit_the_context_and_the_vocabulary() -> None:
             validate_request(make(prompt_token_ids=prompt), limits)
     with pytest.raises(InvalidRequestError, match="prompt_token_ids or prompt_embeds"):
         validate_request(make(prompt_token_ids=None), limits)
+
+
+class _Level(enum.IntEnum):
+    TWO = 2
+
+
+_prompt_id = st.one_of(
+    st.integers(0, 120),
+    st.integers(-3, 2**65),
+    st.sampled_from([True, False, 1.0, "1", None, np.int64(5), np.int32(-1), _Level.TWO]),
+    st.just(2**64),
+)
+
+
+def _expected_prompt_error(tokens: list[Any], vocab: int | None, rows: int | None) -> str | None:
+    # The order the checks are documented in: each id a non-negative int (numpy integers and
+    # int subclasses but bool count), the embeddings' rows, the largest id against the
+    # vocabulary, then the length.
+    for t in tokens:
+        is_int = (isinstance(t, int) and not isinstance(t, bool)) or isinstance(t, np.integer)
+        if not is_int or t < 0:
+            return f"prompt_token_ids must be non-negative ints, got {t!r}"
+    if rows is not None and rows != len(tokens):
+        return "prompt_embeds must have one row per prompt token"
+    if vocab is not None and tokens and max(tokens) >= vocab:
+        return f"Token id {max(tokens)} is out of vocabulary"
+    if not tokens:
+        return "The decoder prompt cannot be empty"
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tokens=st.lists(_prompt_id, max_size=6),
+    vocab=st.sampled_from([None, 0, 1, 100, 2**64]),
+    rows=st.sampled_from([None, 0, 1, 3]),
+    as_tuple=st.booleans(),
+)
+def test_prompt_id_checks_keep_their_order_and_messages(
+    tokens: list[Any], vocab: int | None, rows: int | None, as_tuple: bool
+) -> None:
+    # The usual prompt passes one fast check; whatever it refuses is decided by the element
+    # checks: both give exactly these outcomes.
+    embeds = None if rows is None else Tensor.from_numpy(np.zeros((rows, 2), np.float32))
+    request = make(prompt_token_ids=tuple(tokens) if as_tuple else tokens, prompt_embeds=embeds)
+    expected = _expected_prompt_error(tokens, vocab, rows)
+    try:
+        validate_request(request, RequestLimits(vocab_size=vocab))
+    except InvalidRequestError as exc:
+        assert str(exc) == expected
+    else:
+        assert expected is None
 
 
 def test_token_ids_in_sampling_params_must_be_in_the_vocabulary() -> None:

@@ -15,7 +15,7 @@ import math
 import operator
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -34,6 +34,7 @@ __all__ = ["InvalidRequestError", "PlainValueError", "RequestLimits", "validate_
 _SAMPLING_EPS = 1e-5  # vLLM: below this temperature sampling is greedy
 _MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's MAX_LOGPROB_TOKEN_IDS
 _INT64_MIN = -(2**63)
+_INT64_END = 2**63 - 1
 _UINT64_END = 2**64
 # torch dtypes without a numpy equivalent, with their item sizes.
 _TORCH_ONLY_ITEMSIZE = {
@@ -374,21 +375,18 @@ def _check_prompt(request: EngineCoreRequest, limits: RequestLimits) -> None:
     else:
         if not isinstance(tokens, list | tuple):
             raise InvalidRequestError("prompt_token_ids must be a list of ints", "prompt_token_ids")
-        # Plain non-negative ints (the usual case) are checked at C speed; anything else
-        # element by element.
-        if not set(map(type, tokens)) <= _PLAIN_INT or (tokens and min(tokens) < 0):
-            for t in tokens:
-                if not _is_int(t) or t < 0:
-                    raise InvalidRequestError(
-                        f"prompt_token_ids must be non-negative ints, got {t!r}",
-                        "prompt_token_ids",
-                    )
+        vocab = limits.vocab_size
+        # The usual prompt (ints in the vocabulary) passes msgspec's check of types and range in
+        # one pass at C speed; anything it refuses goes through the checks below, which decide.
+        in_range = _ids_in_range(tokens, vocab)
+        if not in_range:
+            _check_ids_are_ints(tokens)
         length = len(tokens)
         if embeds is not None and _check_embeds(embeds) != length:
             raise InvalidRequestError(
                 "prompt_embeds must have one row per prompt token", "prompt_embeds"
             )
-        if limits.vocab_size is not None and tokens and max(tokens) >= limits.vocab_size:
+        if not in_range and vocab is not None and tokens and max(tokens) >= vocab:
             # vLLM's renderer check (renderers/base.py validate_token_ids): no parameter named.
             raise InvalidRequestError(f"Token id {max(tokens)} is out of vocabulary")
     if length == 0:
@@ -409,6 +407,30 @@ def _check_prompt(request: EngineCoreRequest, limits: RequestLimits) -> None:
         raise InvalidRequestError(
             "prompt_is_token_ids must be one bool per prompt position", "prompt_is_token_ids"
         )
+
+
+def _ids_in_range(tokens: list[int] | tuple[int, ...], vocab: int | None) -> bool:
+    # Whether every id is an int (not a bool) in [0, vocab), by msgspec's validation: a subset
+    # of what _check_prompt's own checks accept (numpy integers and ids from 2**63 - 1 on, which
+    # msgspec's int64 bounds cannot express, are left to them).
+    ids_type = _ID_LIST_TYPES.get(vocab)
+    if ids_type is None:
+        lt = _INT64_END if vocab is None else min(vocab, _INT64_END)
+        bound = msgspec.Meta(ge=0, lt=lt)
+        ids_type = _ID_LIST_TYPES[vocab] = list[Annotated[int, bound]]
+    try:
+        msgspec.convert(tokens, ids_type)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def _check_ids_are_ints(tokens: list[Any] | tuple[Any, ...]) -> None:
+    for t in tokens:
+        if not _is_int(t) or t < 0:
+            raise InvalidRequestError(
+                f"prompt_token_ids must be non-negative ints, got {t!r}", "prompt_token_ids"
+            )
 
 
 def _check_pooling(params: Any, limits: RequestLimits) -> None:
@@ -699,7 +721,8 @@ def _check_vocab(ids: Iterable[Any], vocab_size: int, name: str) -> None:
         )
 
 
-_PLAIN_INT = frozenset({int})
+_ID_LIST_TYPES: dict[int | None, Any] = {}
+"""The msgspec type of a valid prompt, per vocabulary size."""
 
 
 def _is_int(value: object) -> bool:
