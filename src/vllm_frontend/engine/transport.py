@@ -67,6 +67,8 @@ _MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
+_COPY_THRESHOLD = zmq.COPY_THRESHOLD
+_send_frame = zmq.backend.Socket.send
 _EVENT_HEADER = struct.Struct("=HI")
 _monitor_ids = itertools.count()
 
@@ -145,12 +147,16 @@ def recv_ready(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
 
 def send_parts(sock: zmq.Socket[bytes], parts: Sequence[Any]) -> None:
     """``sock.send_multipart(parts, copy=False)`` for parts known to be buffers, without its
-    per-part type checks and ``SNDMORE | flags`` (a Python-level enum operation): 5 µs against
-    11 µs for a request's three parts (timeit, inproc PAIR)."""
+    per-part type checks and ``SNDMORE | flags`` (a Python-level enum operation), through
+    pyzmq's compiled ``send`` (the sugar class's Python override only adds the draft sockets'
+    ``routing_id`` and ``group``); ``bytes`` below pyzmq's copy threshold, which pyzmq copies
+    anyway, are sent as copies at once. A request's three parts: 1.93 -> 0.82 us (thread CPU,
+    a ROUTER over inproc)."""
     last = len(parts) - 1
-    send = sock.send
+    send = _send_frame
     for i, part in enumerate(parts):
-        send(part, _SNDMORE if i < last else 0, copy=False)
+        copy = type(part) is bytes and len(part) < _COPY_THRESHOLD
+        send(sock, part, _SNDMORE if i < last else 0, copy)
 
 
 def recv_nowait(sock: zmq.Socket[bytes]) -> list[zmq.Frame] | None:
