@@ -34,6 +34,11 @@ REQUESTS: list[dict[str, Any]] = [
     {"stop": (), "stop_token_ids": []},
     {"stop": None, "stop_token_ids": [], "bad_words": []},
     {"logit_bias": {"5": 1.5}, "stream": True},
+    {"temperature": 0.0, "top_p": 1},
+    {"temperature": -0.0, "top_p": 1},  # equal to 0.0 as a key, not the same wire bytes
+    {"seed": 2**70},  # past msgpack's integers: lowered afresh
+    {"logit_bias": {}, "extra_args": {}},
+    {"stop": "\n"},
     {"top_p": 0.0},  # refused
     {"min_tokens": 9},  # refused: above max_tokens
 ]
@@ -113,6 +118,9 @@ def test_requests_as_the_routes_send_them_are_kept() -> None:
     table.lower(SamplingRequest(stop=["x"]), max_tokens=4, model=MODEL, tokenizer=None,
                 engine_side=True)  # fmt: skip
     assert len(table._table) == 1
+    table.lower(SamplingRequest(stop="x"), max_tokens=4, model=MODEL, tokenizer=None,
+                engine_side=True)  # fmt: skip
+    assert len(table._table) == 2  # a stop string is kept (a str, not a list)
 
 
 def test_a_thinking_budget_needs_reasoning_configured_on_the_engine_side() -> None:

@@ -5,14 +5,17 @@ EOS ids) is a pure function of the request's sampling values, the resolved ``max
 the model's constants, and was ~10 µs of a short request's ~200 µs of CPU. Clients mostly send
 the same few settings, so :class:`LoweredParams` keeps the result per distinct set of values
 and hands each request its own shallow copy (the lowering's own lists are never changed in
-place, and what a request sets on its copy stays its own). Values that cannot be hashed (a
-non-empty list such as ``stop``, ``logit_bias``, a constraint …) are lowered afresh each time;
-a refused request is never kept.
+place, and what a request sets on its copy stays its own), keyed by the values' msgpack
+encoding (one C call, and it tells 1, 1.0 and True apart). A request with a non-empty list, a
+dict or a constraint (``stop_token_ids``, ``logit_bias``, ``structured_outputs`` …) is lowered
+afresh each time; a refused request is never kept.
 """
 
 from __future__ import annotations
 
-import copy
+import operator
+import types
+import typing
 
 import msgspec
 
@@ -25,22 +28,32 @@ __all__ = ["LoweredParams"]
 MAX_ENTRIES = 256
 """Distinct lowerings kept; the table starts over when it is full."""
 
+_SCALARS = (int, float, str, bool, type(None))
+_key_encoder = msgspec.msgpack.Encoder()
 
-_LIST_FIELDS = tuple(
-    i
-    for i, name in enumerate(SamplingRequest.__struct_fields__)
-    if name in ("stop", "stop_token_ids", "logprob_token_ids", "allowed_token_ids", "bad_words")
+
+def _is_scalar(annotation: object) -> bool:
+    args = typing.get_args(annotation)
+    if args and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_is_scalar(a) for a in args)
+    return annotation in _SCALARS
+
+
+_COMPOUND_FIELDS = tuple(
+    name
+    for name, annotation in typing.get_type_hints(SamplingRequest).items()
+    if not _is_scalar(annotation)
 )
+"""The fields that may hold a list, a dict or a struct (``stop``, ``logit_bias``, ...)."""
+_compound_values = operator.attrgetter(*_COMPOUND_FIELDS)
 
 
-def _empty_lists_as_none(values: tuple[object, ...]) -> tuple[object, ...]:
-    """``values`` with the list fields' empty lists as None (the key's types tell them apart);
-    a non-empty list stays, and makes the key unhashable."""
-    out = list(values)
-    for i in _LIST_FIELDS:
-        if out[i] == []:
-            out[i] = None
-    return tuple(out)
+def _keepable(values: tuple[object, ...]) -> bool:
+    """Whether the compound fields' values let a lowering be kept: each None, an empty list (the
+    routes send absent lists so) or a string (``stop``)."""
+    if values.count(None) + values.count([]) == len(values):  # the usual request, at C speed
+        return True
+    return all(v is None or v == [] or type(v) is str for v in values)
 
 
 class LoweredParams:
@@ -67,19 +80,20 @@ class LoweredParams:
         if model is not self._model or tokenizer is not self._tokenizer:
             self._table.clear()  # another model's constants: nothing kept applies
             self._model, self._tokenizer = model, tokenizer
-        values = msgspec.structs.astuple(req)
-        # The types too: 1 and 1.0 (or True) are equal keys but not the same wire bytes.
-        types = tuple(map(type, values))
-        if list in types:  # the routes send empty lists for absent ones: keyed as None
-            values = _empty_lists_as_none(values)
-        key = (values, types, max_tokens, engine_side)
-        try:
-            params = self._table.get(key)
-        except TypeError:  # an unhashable value (a list, a dict, a constraint)
+        key: object = None
+        if _keepable(_compound_values(req)):
+            # msgpack tells 1, 1.0 and True apart (equal as Python keys, not as wire bytes), and
+            # an empty list from None.
+            try:
+                key = (_key_encoder.encode(msgspec.structs.astuple(req)), max_tokens, engine_side)
+            except (TypeError, OverflowError, msgspec.EncodeError):
+                key = None  # left to the lowering to refuse
+        if key is None:
             return lower_sampling_params(
                 req, max_tokens=max_tokens, model=model, tokenizer=tokenizer,
                 engine_side=engine_side,
             )  # fmt: skip
+        params = self._table.get(key)
         if params is None:
             params = lower_sampling_params(
                 req, max_tokens=max_tokens, model=model, tokenizer=tokenizer,
@@ -89,4 +103,4 @@ class LoweredParams:
             if len(table) >= MAX_ENTRIES:
                 table.clear()
             table[key] = params
-        return copy.copy(params)
+        return params.__copy__()  # type: ignore[attr-defined]  # msgspec.Struct's, without copy.copy
