@@ -93,6 +93,7 @@ RequestPayload: TypeAlias = EngineCoreRequest | list[str] | UtilityRequest | Sta
 """What :func:`decode_request` returns for ADD, ABORT, UTILITY and START_DP_WAVE."""
 
 _T = TypeVar("_T")
+_ADD = RequestType.ADD.value  # a plain constant: an enum member's .value is a Python property
 _Ext = msgspec.msgpack.Ext
 
 
@@ -144,7 +145,7 @@ class MessageEncoder:
     def encode_request(self, request: EngineCoreRequest) -> list[Buffer]:
         """ADD frames: ``[b"\\x00", payload, aux…]`` (prepend the identity for a ROUTER)."""
         payload, aux = self.encode(request)
-        return [RequestType.ADD.value, payload, *aux]
+        return [_ADD, payload, *aux]
 
     def encode_abort(self, request_ids: Sequence[str]) -> list[Buffer]:
         """ABORT frames: ``[b"\\x01", msgpack array of request ids]``."""
