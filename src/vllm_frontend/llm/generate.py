@@ -830,13 +830,20 @@ class LLM:
 
     def generate(self, request: GenerateRequest) -> GenerationStream:
         """Start a request; returns its stream (use ``async with`` to guarantee cleanup)."""
-        arrival = request.arrival_time if request.arrival_time is not None else time.time()
+        now = time.time()
+        arrival = request.arrival_time if request.arrival_time is not None else now
+        # The monotonic clock's reading at arrival, for the latency series (one for all samples).
+        arrival_monotonic = time.monotonic() - max(0.0, now - arrival)
         parent_id = engine_request_id(request.request_id)
         params = request.sampling_params
+        n = request.n
+        engine_index = request.data_parallel_rank or 0
+        lora_request = request.lora_request
+        factory = self._request_factory
         samples: list[_Sample] = []
         engine_requests: list[Any] = []
-        for i in range(request.n):
-            if request.n == 1:
+        for i in range(n):
+            if n == 1:
                 engine_id = parent_id
                 child_params = params
             else:
@@ -845,23 +852,19 @@ class LLM:
                 seed = getattr(params, "seed", None)
                 if seed is not None:
                     child_params = msgspec.structs.replace(child_params, seed=seed + i)
-            stats = RequestStats(
-                arrival_time=arrival,
-                arrival_monotonic=time.monotonic() - max(0.0, time.time() - arrival),
-                engine_index=request.data_parallel_rank or 0,
-            )
-            if request.lora_request is not None:
-                stats.lora_name = request.lora_request.lora_name
+            stats = RequestStats(arrival, arrival_monotonic, engine_index)
+            if lora_request is not None:
+                stats.lora_name = lora_request.lora_name
             samples.append(_Sample(i, engine_id, stats))
             engine_requests.append(
-                self._request_factory(
+                factory(
                     request_id=engine_id,
                     prompt_token_ids=request.prompt_token_ids,
                     mm_features=request.mm_features,
                     sampling_params=child_params,
                     pooling_params=None,
                     arrival_time=arrival,
-                    lora_request=request.lora_request,
+                    lora_request=lora_request,
                     cache_salt=request.cache_salt,
                     data_parallel_rank=request.data_parallel_rank,
                     priority=request.priority,
