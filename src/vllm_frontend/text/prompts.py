@@ -150,7 +150,10 @@ class PromptPreparer:
         when their texts come to :func:`off_loop_encode_chars` or more, they are encoded on a
         worker thread (the library releases the GIL there), so running streams are not held up
         for the milliseconds a long prompt takes to encode."""
-        chars = sum(len(p) for p in prompts if isinstance(p, str))
+        chars = 0
+        for p in prompts:  # (a loop: a generator's set-up is most of the cost for one prompt)
+            if isinstance(p, str):
+                chars += len(p)
         if chars < off_loop_encode_chars(self.tokenizer) or (
             truncate is not None and truncation_side is None
         ):
