@@ -216,12 +216,13 @@ def resolve_max_tokens(
             f"Input length ({prompt_len}) exceeds model's maximum context length ({max_model_len})."
         )
     fallback = requested if requested is not None else default_max_tokens
-    candidates = [max_model_len - prompt_len]
-    if fallback is not None:
-        candidates.append(fallback)
-    if override_max_tokens is not None:
-        candidates.append(override_max_tokens)
-    return min(candidates)
+    # The smallest of the context's rest, the request's (or default) and the override.
+    max_tokens = max_model_len - prompt_len
+    if fallback is not None and fallback < max_tokens:
+        max_tokens = fallback
+    if override_max_tokens is not None and override_max_tokens < max_tokens:
+        max_tokens = override_max_tokens
+    return max_tokens
 
 
 def lower_sampling_params(
