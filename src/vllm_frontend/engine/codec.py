@@ -117,6 +117,9 @@ class MessageEncoder:
         # so another thread sharing this encoder (the mock engine's DP ranks) may interleave.
         self._calls = threading.local()
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
+        # Without a hook: what it encodes, it encodes to the same bytes, and it refuses
+        # exactly the values the hook would be asked about (arrays).
+        self._plain = msgspec.msgpack.Encoder()
 
     def _enc_hook(self, obj: object) -> object:
         numpy = loaded("numpy")  # an array means numpy is imported
@@ -134,6 +137,10 @@ class MessageEncoder:
 
     def encode(self, message: object) -> tuple[bytes, list[memoryview]]:
         """Encode one message; returns the msgpack payload and its aux buffers (index 1, 2, …)."""
+        try:  # the usual message has no array: no aux list to set up for the hook
+            return self._plain.encode(message), []
+        except TypeError:
+            pass
         calls = self._calls
         aux: list[memoryview] = []
         calls.aux = aux
