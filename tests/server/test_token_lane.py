@@ -133,12 +133,34 @@ async def _stream(
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
     assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
     reading = asyncio.create_task(body_of(response))
+    await _play(client)
+    return _seen((await reading).decode(), registry, client)
+
+
+async def _full(model: pathlib.Path, lane: bool, path: str, body: dict[str, Any]) -> Any:
+    """As :func:`_stream`, for a non-streamed request (its running outputs are accumulated
+    where the lane takes them, its handler woken only for the others)."""
+    client = StepClient(_tokenizer(model), lane)
+    registry = MetricsRegistry()
+    app = _app(model, client, registry)
+    raw = json.dumps({**body, "model": "m"}).encode()
+    headers = {b"content-type": b"application/json"}
+    handling = asyncio.create_task(app(Request("POST", path, b"", headers, raw)))
+    await _play(client)
+    response = await handling
+    assert response.status == 200, getattr(response, "body", response)
+    return _seen((await body_of(response)).decode(), registry, client)
+
+
+async def _play(client: StepClient) -> None:
     while not client.live:
         await asyncio.sleep(0)
     while client.live:
         client.step()
         await asyncio.sleep(0)  # one loop iteration per engine step
-    data = (await reading).decode()
+
+
+def _seen(data: str, registry: MetricsRegistry, client: StepClient) -> Any:
     # Ids and timestamps differ from run to run; everything else must not.
     data = re.sub(r'"(chatcmpl|cmpl)-[^"]*"', '"ID"', data)
     data = re.sub(r'"created":\d+', '"created":0', data)
@@ -211,3 +233,35 @@ def test_without_metrics_the_lane_also_takes_the_first_tokens(
     assert general[3] == 0
     with_metrics = asyncio.run(_stream(tiny_model, True, path, body))
     assert with_lane[3] == with_metrics[3] + 1  # the first output as well
+
+
+# (route, body, whether the lane takes its outputs: one sample without logprobs or stops)
+FULL_BODIES = [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "return_token_ids": True}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "echo": True}, True),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "logprobs": 1}, False),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "stop": ["lazy"]}, False),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 60, "n": 2}, False),
+    ("/v1/completions", {"prompt": ["hi", "there"], "max_tokens": 60}, True),  # one each
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60}, True),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60, "logprobs": True,
+                              "top_logprobs": 1}, False),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 60, "stop": "dog"}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path,body,laned", FULL_BODIES)
+def test_the_lane_changes_no_full_response_and_no_metric(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool
+) -> None:
+    with_lane = asyncio.run(_full(tiny_model, True, path, body))
+    general = asyncio.run(_full(tiny_model, False, path, body))
+    assert with_lane[0] == general[0]
+    assert with_lane[1] == general[1]
+    assert with_lane[2] == general[2]
+    assert general[3] == 0
+    assert (with_lane[3] > 10) if laned else (with_lane[3] == 0)
+    assert json.loads(with_lane[0])["usage"]["completion_tokens"] > 8  # it ran
+    itl = ("vllm:inter_token_latency_seconds_count", (("engine", "0"), ("model_name", "m")))
+    assert with_lane[2][itl] > 8

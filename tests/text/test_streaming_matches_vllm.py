@@ -108,7 +108,12 @@ def scenarios(draw: st.DrawFn, tok: Tokenizer) -> dict[str, Any]:
     }
 
 
-def run_both(ours: Tokenizer, hf: Any, sc: dict[str, Any]) -> list[tuple[Any, Any]]:
+def run_both(
+    ours: Tokenizer, hf: Any, sc: dict[str, Any], direct: bool = False
+) -> list[tuple[Any, Any]]:
+    """vLLM's and our updates, step by step; ``direct``: a running step goes to
+    ``take_final`` first (what a non-streamed request's engine client read does), to
+    ``process`` only where that declines."""
     options: Options = sc["options"]
     ref = VllmSequence(hf, sc["prompt"], vllm_params(options))
     mine = SequenceProcessor(ours, sc["prompt"], options)
@@ -118,6 +123,9 @@ def run_both(ours: Tokenizer, hf: Any, sc: dict[str, Any]) -> list[tuple[Any, An
         finish = sc["finish"] if last else None
         stop_reason = sc["stop_reason"] if last else None
         r = ref.step(step, finish, stop_reason)
+        if direct and finish is None and mine.take_final(step):
+            pairs.append((r, None))
+            continue
         m = mine.process(step, finish, stop_reason)
         pairs.append((r, m))
         if m is not None and m.finished:
@@ -147,6 +155,25 @@ def assert_same(pairs: list[tuple[Any, Any]]) -> None:
 def test_streamed_text_tokens_and_finish_match_vllm(ours: Tokenizer, hf: Any, data: Any) -> None:
     sc = data.draw(scenarios(ours))
     assert_same(run_both(ours, hf, sc))
+
+
+@pytest.mark.oracle
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_running_tokens_taken_by_take_final_give_vllms_updates(
+    ours: Tokenizer, hf: Any, data: Any
+) -> None:
+    # take_final's fast path (FINAL_ONLY without stop strings or logprobs) and process, which
+    # decides everything else, agree with vLLM whichever of them handled a running step.
+    sc = data.draw(scenarios(ours))
+    if data.draw(st.booleans()):
+        sc["options"].stop = []
+        sc["options"].output_kind = FINAL_ONLY
+    assert_same(run_both(ours, hf, sc, direct=True))
 
 
 @settings(

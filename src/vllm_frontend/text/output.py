@@ -103,6 +103,7 @@ class SequenceProcessor:
         "_detok",
         "_fast",
         "_final_only",
+        "_final_plain",
         "_include_stop",
         "_interval",
         "_logprobs",
@@ -160,6 +161,9 @@ class SequenceProcessor:
         # Streaming without stop strings, logprobs or batching: a running sequence's new text
         # goes out as it is decoded (nothing to hold back, search or trim).
         self._fast = self._delta and not stops and self._logprobs is None and self._interval == 1
+        # Not streamed, without stop strings or logprobs: a running sequence's tokens only add
+        # to the text, and nothing goes out before the end.
+        self._final_plain = self._final_only and not stops and self._logprobs is None
         self.finished = False
 
     def take_text(self, new_token_ids: Sequence[int]) -> str | None:
@@ -178,6 +182,16 @@ class SequenceProcessor:
         if len(new_token_ids) == 1:
             return decode(new_token_ids[0])
         return "".join(map(decode, new_token_ids))
+
+    def take_final(self, new_token_ids: Sequence[int]) -> bool:
+        """:meth:`process` of a running output's new tokens (no logprobs) where it would return
+        None having only decoded them (a FINAL_ONLY sequence without stop strings or logprobs,
+        not finished): True, with the state advanced as :meth:`process` advances it. False,
+        having done nothing, where :meth:`process` would have more to do."""
+        if not self._final_plain or self.finished:
+            return False
+        self._detokenize(list(new_token_ids), False)
+        return True
 
     def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:
         """The update :meth:`process` returns for the tokens :meth:`take_text` just took."""

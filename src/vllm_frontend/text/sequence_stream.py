@@ -314,12 +314,15 @@ class Finals:
         "ec_transfer_params",
         "kv_transfer_params",
         "outputs",
+        "proc",
         "source",
     )
 
     def __init__(self, source: UpdateSource, done: asyncio.Future[None]) -> None:
         self.source = source
         self.done = done
+        self.proc: SequenceProcessor | None = None
+        """The single sample's processor once :meth:`tokens` is registered (``on_tokens``)."""
         self.outputs: dict[int, SequenceOutput] = {}
         """The finished choices by index (a beam search may return fewer than ``n``)."""
         self.cached: int | None = None
@@ -347,6 +350,13 @@ class Finals:
         except Exception as e:
             done.set_exception(e)
 
+    def tokens(self, token_ids: list[int]) -> bool:
+        """A running sample's plain new tokens as the engine client reads them: taken into its
+        processor where that only accumulates them (nothing goes out before the end, so the
+        handler is not woken for them), else False and they come through :meth:`__call__`."""
+        proc = self.proc
+        return proc is not None and not self.done.done() and proc.take_final(token_ids)
+
 
 async def collect_finals(source: UpdateSource) -> Finals:
     """Run ``source`` to its end push-style and return its :class:`Finals` (what ``async for``
@@ -356,6 +366,7 @@ async def collect_finals(source: UpdateSource) -> Finals:
     finals = Finals(source, asyncio.get_running_loop().create_future())
     try:
         source.on_ready(finals)
+        finals.proc = source.on_tokens(finals)
         finals()
         await finals.done
     finally:
