@@ -230,6 +230,22 @@ def test_byte_level_streams_the_same_chunks_as_vllms_detokenizer(tok: Tokenizer,
                 assert stream.decode_next(token_id) == expected
 
 
+@pytest.mark.oracle
+@SETTINGS
+@given(data=st.data())
+def test_the_prompts_pending_bytes_shortcut_agrees_with_the_scan(tok: Tokenizer, data: Any) -> None:
+    # A prompt ending with a token known as text of its own leaves nothing pending: the
+    # shortcut must say what scanning the prompt's last bytes says (with the tables filled
+    # ahead, the "-prefilled" tokenizers, the shortcut is taken wherever it can be).
+    tables = detokenizer._byte_tables(tok)
+    assert tables is not None
+    prompt, generated = data.draw(token_streams(tok))
+    for table in (tables.skip, tables.keep):
+        for ids in (prompt, prompt + generated, generated):
+            expected = detokenizer._scanned_prompt_bytes(table, ids)
+            assert detokenizer._pending_prompt_bytes(table, ids) == expected, ids
+
+
 def byte_tokens(tok: Tokenizer, raw: bytes) -> list[int]:
     """One single-byte token per byte of `raw`."""
     chars = byte_chars()

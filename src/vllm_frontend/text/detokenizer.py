@@ -407,21 +407,34 @@ def _decode_pieces(pieces: list[str]) -> list[str | None]:
 _TABLES: weakref.WeakKeyDictionary[Tokenizer, _ByteTables | None] = weakref.WeakKeyDictionary()
 
 
+# The tokenizer _byte_tables found last and its tables: a server has one tokenizer, and the
+# weak dictionary's lookup (a new weak reference each time) costs more than this check.
+_last_tables: tuple[weakref.ref[Tokenizer], _ByteTables | None] | None = None
+
+
 def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
+    global _last_tables
+    last = _last_tables
+    if last is not None and last[0]() is tokenizer:
+        return last[1]
     if tokenizer.is_mistral:
         return None  # (no tokenizers backend: its detokenizer is _MistralDetokenizer)
     try:
-        return _TABLES[tokenizer]
+        tables = _TABLES[tokenizer]
     except KeyError:
         cacheable = True
     except TypeError:  # not weakly referenceable: a table per detokenizer, still correct
         cacheable = False
+    else:
+        _last_tables = (weakref.ref(tokenizer), tables)
+        return tables
     backend = tokenizer.backend
     # Decoding only involves the id -> token lookup and the decoder (normalizer, pre-tokenizer
     # and post-processor play no part), so an exact ByteLevel decoder is all the fast path needs.
     tables = _ByteTables(backend) if isinstance(backend.decoder, decoders.ByteLevel) else None
     if cacheable:
         _TABLES[tokenizer] = tables
+        _last_tables = (weakref.ref(tokenizer), tables)
     return tables
 
 
@@ -533,6 +546,17 @@ def _pending_prompt_bytes(table: _ByteTable, prompt: Sequence[int]) -> bytes:
     tokens: UTF-8 resynchronises at any non-continuation byte, and 4 trailing continuation
     bytes cannot end a valid character.
     """
+    if prompt:
+        last = prompt[-1]
+        if type(last) is int and 0 <= last < len(table.text) and table.text[last]:
+            # The last token's bytes are complete UTF-8 of their own, not ending with U+FFFD,
+            # and start a character: whatever comes before, the decoding ends with their text.
+            return b""
+    return _scanned_prompt_bytes(table, prompt)
+
+
+def _scanned_prompt_bytes(table: _ByteTable, prompt: Sequence[int]) -> bytes:
+    """:func:`_pending_prompt_bytes` from the bytes of the prompt's last tokens."""
     try:
         tail = b""
         i = len(prompt)

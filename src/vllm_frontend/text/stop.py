@@ -66,10 +66,13 @@ class TextAccumulator:
         self._stop = list(stop)
         self._include = include_stop_str_in_output
         self._min_tokens = min_tokens
-        longest = max((len(s) for s in self._stop), default=0)
-        self._hold = longest - 1 if self._stop and not include_stop_str_in_output else 0
-        # The search for a stop string never needs more old text than longest - 1 chars.
-        self._tail_len = max(longest - 1, 0)
+        if self._stop:
+            longest = max(map(len, self._stop))
+            self._hold = 0 if include_stop_str_in_output else longest - 1
+            # The search for a stop string never needs more old text than longest - 1 chars.
+            self._tail_len = max(longest - 1, 0)
+        else:
+            self._hold = self._tail_len = 0
         self._tail = ""
         self._length = 0
         self._num_tokens = 0
