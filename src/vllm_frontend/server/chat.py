@@ -45,7 +45,15 @@ from .generation import (
     usage,
     usage_chunk,
 )
-from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
+from .sse import (
+    ChoiceTemplates,
+    RequestTemplates,
+    SseTemplate,
+    TextEvent,
+    push_sequences,
+    send_text_event,
+    sse,
+)
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["ChatHandler", "chat_request", "refuse_request_mm_kwargs"]
@@ -740,17 +748,24 @@ class _StreamChunks:
 _OBJECT = "chat.completion.chunk"
 
 
+def _text_chunk(request_id: str, created: int, key: tuple[str, int], text: str) -> Chunk:
+    """A running choice's chunk that carries only new content (``key``: model, choice)."""
+    model, index = key
+    return Chunk(
+        id=request_id,
+        object="chat.completion.chunk",
+        created=created,
+        model=model,
+        choices=[DeltaChoice(index, ContentDelta(text), None, None, None)],
+    )
+
+
+_TEXT_TEMPLATES = RequestTemplates(_text_chunk)
+
+
 def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:
     """The event of a running choice's chunk that carries only new content."""
-    return SseTemplate.of(
-        lambda text: Chunk(
-            id=request_id,
-            object="chat.completion.chunk",
-            created=created,
-            model=model,
-            choices=[DeltaChoice(index, ContentDelta(text), None, None, None)],
-        )
-    )
+    return _TEXT_TEMPLATES.template(request_id, created, (model, index))
 
 
 def _delta_json(

@@ -39,7 +39,15 @@ from .generation import (
     usage,
     usage_chunk,
 )
-from .sse import ChoiceTemplates, SseTemplate, TextEvent, push_sequences, send_text_event, sse
+from .sse import (
+    ChoiceTemplates,
+    RequestTemplates,
+    SseTemplate,
+    TextEvent,
+    push_sequences,
+    send_text_event,
+    sse,
+)
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
 __all__ = ["CompletionsHandler", "text_request"]
@@ -567,14 +575,21 @@ def text_request(req: Any, request: Request, request_id: str) -> TextRequest:
     )
 
 
+def _text_chunk(request_id: str, created: int, key: tuple[str, int], text: str) -> StreamChunk:
+    """A running choice's chunk that carries only new text (``key``: model, choice)."""
+    model, index = key
+    return StreamChunk(
+        id=request_id,
+        object="text_completion",
+        created=created,
+        model=model,
+        choices=[StreamChoice(index, text, None, None, None, None, None)],
+    )
+
+
+_TEXT_TEMPLATES = RequestTemplates(_text_chunk)
+
+
 def _text_template(request_id: str, created: int, model: str, index: int) -> SseTemplate | None:
     """The event of a running choice's chunk that carries only new text."""
-    return SseTemplate.of(
-        lambda text: StreamChunk(
-            id=request_id,
-            object="text_completion",
-            created=created,
-            model=model,
-            choices=[StreamChoice(index, text, None, None, None, None, None)],
-        )
-    )
+    return _TEXT_TEMPLATES.template(request_id, created, (model, index))

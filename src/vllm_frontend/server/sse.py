@@ -5,7 +5,7 @@ updates into a connection push-style (the per-token path)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import msgspec
@@ -19,6 +19,7 @@ from .transport import StreamSink
 __all__ = [
     "DONE",
     "ChoiceTemplates",
+    "RequestTemplates",
     "SseTemplate",
     "TextEvent",
     "TextEvents",
@@ -67,6 +68,65 @@ class SseTemplate:
     def render(self, text: str) -> bytes:
         """``sse(make(text))``."""
         return self.head + _encode_str(text) + self.tail
+
+
+# Markers for a request's id and created time (a Unix time is never negative).
+_ID_MARK_JSON = _json.encode("\x00chunk-id\x00")
+_CREATED_MARK = -48_271_931_170_113
+_CREATED_MARK_JSON = b"%d" % _CREATED_MARK
+
+
+class RequestTemplates:
+    """:meth:`SseTemplate.of` for chunks that differ from request to request only in their id
+    and created time besides the text: ``make(request_id, created, key, text)`` is encoded once
+    per ``key`` (e.g. model and choice index) with markers in those three places, and each
+    request's template is spliced from the pieces, without encoding a chunk per request.
+
+    Where the markers do not split the event cleanly (``make``'s other fields hold one), every
+    request's template comes from :meth:`SseTemplate.of`, as before.
+    """
+
+    __slots__ = ("_make", "_pieces")
+
+    _LIMIT = 256  # keys kept (model names come from requests)
+
+    def __init__(self, make: Callable[[str, int, Any, str], Any]) -> None:
+        self._make = make
+        self._pieces: dict[Hashable, tuple[bytes, bytes, bytes, bytes] | None] = {}
+
+    def template(self, request_id: str, created: int, key: Hashable) -> SseTemplate | None:
+        """``SseTemplate.of(lambda text: make(request_id, created, key, text))``."""
+        try:
+            pieces = self._pieces[key]
+        except KeyError:
+            pieces = self._split(key)
+            if len(self._pieces) < self._LIMIT:
+                self._pieces[key] = pieces
+        if pieces is None or type(created) is not int:
+            make = self._make
+            return SseTemplate.of(lambda text: make(request_id, created, key, text))
+        before_id, before_created, before_text, tail = pieces
+        return SseTemplate(
+            before_id + _encode_str(request_id) + before_created + b"%d" % created + before_text,
+            tail,
+        )
+
+    def _split(self, key: Hashable) -> tuple[bytes, bytes, bytes, bytes] | None:
+        # The event with every marker once, in the order id, created, text; else None.
+        event = sse(self._make("\x00chunk-id\x00", _CREATED_MARK, key, _MARK))
+        if not (
+            event.count(_ID_MARK_JSON) == event.count(_CREATED_MARK_JSON) == 1
+            and event.count(_MARK_JSON) == 1
+        ):
+            return None
+        before_id, rest = event.split(_ID_MARK_JSON)
+        if _CREATED_MARK_JSON not in rest or _MARK_JSON not in rest:
+            return None
+        before_created, rest = rest.split(_CREATED_MARK_JSON)
+        if _MARK_JSON not in rest:
+            return None
+        before_text, tail = rest.split(_MARK_JSON)
+        return before_id, before_created, before_text, tail
 
 
 class ChoiceTemplates:
