@@ -94,3 +94,12 @@ def test_a_model_holding_a_marker_falls_back_to_a_template_per_request() -> None
         assert (template is None) == (expected is None)
         if template is not None and expected is not None:
             assert template.render("hi") == expected.render("hi")
+
+
+def test_past_the_key_limit_templates_are_made_per_request() -> None:
+    templates = RequestTemplates(_chat_text_chunk)
+    for k in range(RequestTemplates._LIMIT + 3):
+        template = templates.template("chatcmpl-1", 17, (f"m{k}", 0))
+        assert template is not None
+        assert template.render("hi") == sse(_chat_text_chunk("chatcmpl-1", 17, (f"m{k}", 0), "hi"))
+    assert len(templates._pieces) == RequestTemplates._LIMIT

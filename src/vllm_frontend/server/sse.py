@@ -99,8 +99,10 @@ class RequestTemplates:
         try:
             pieces = self._pieces[key]
         except KeyError:
-            pieces = self._split(key)
-            if len(self._pieces) < self._LIMIT:
+            # Past the limit a key is not split at all: a template per request, as before.
+            full = len(self._pieces) >= self._LIMIT
+            pieces = None if full else self._split(key)
+            if not full:
                 self._pieces[key] = pieces
         if pieces is None or type(created) is not int:
             make = self._make
