@@ -1,11 +1,11 @@
 """Observations kept pending and folded in bulk show exactly what observing them eagerly shows.
 
-Finished requests (``metrics/finish_records.py``) are kept as records and folded into their
-series when the page is rendered and whenever the records pass a bound; the folds go through
-``HistogramChild.observe_many`` (and ``SummaryChild.observe_many``). prometheus_client's own
-metrics, observed one value at a time, are the oracle: whatever the bound and wherever the
-scrapes fall, the pages are the same byte for byte (a histogram's ``_sum`` is the float
-additions in observation order, to the last bit).
+Finished requests (``metrics/finish_records.py``) and HTTP exchanges (``metrics/http_series.py``)
+are kept as records and folded into their series when the page is rendered and whenever the
+records pass a bound; the folds go through ``HistogramChild.observe_many`` and
+``SummaryChild.observe_many``. prometheus_client's own metrics, observed one value at a time,
+are the oracle: whatever the bound and wherever the scrapes fall, the pages are the same byte
+for byte (a histogram's ``_sum`` is the float additions in observation order, to the last bit).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import Histogram, Summary
 from tests.llm.test_metrics_exposition import drive, make_pair
+from tests.server.test_http_metrics_exposition import make_pair as make_http_pair
 from tests.support.exposition import created_series_switch
 
-from vllm_frontend.metrics import frontend
+from vllm_frontend.metrics import frontend, http_series
 from vllm_frontend.metrics.exposition import render
 from vllm_frontend.metrics.series import HistogramChild, SummaryChild, _sequential_sum
 
@@ -41,12 +42,12 @@ values = st.one_of(
 @contextmanager
 def fold_bound(n: int) -> Iterator[None]:
     """Pending records folded every ``n`` (instead of the production bound)."""
-    before = frontend._FOLD_AT
-    frontend._FOLD_AT = n
+    before = frontend._FOLD_AT, http_series._FOLD_AT
+    frontend._FOLD_AT = http_series._FOLD_AT = n
     try:
         yield
     finally:
-        frontend._FOLD_AT = before
+        frontend._FOLD_AT, http_series._FOLD_AT = before
 
 
 def same_page(pair: object) -> None:
@@ -110,4 +111,33 @@ def test_finished_requests_folded_anywhere_show_the_eager_page(
         pair = make_pair(rng.choice([1, 128, 4096]), engines)
         for steps in chunks:
             drive(rng, pair, engines, steps, stray_steps=False)
+            same_page(pair)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    bound=st.integers(1, 40),
+    chunks=st.lists(st.integers(1, 120), min_size=1, max_size=5),
+)
+def test_http_exchanges_folded_anywhere_show_the_eager_page(
+    seed: int, bound: int, chunks: list[int]
+) -> None:
+    """Exchanges over several routes, methods and statuses (a route's size summaries shared by
+    its statuses), scraped between random stretches and folded every ``bound`` exchanges."""
+    rng = random.Random(seed)
+    handlers = ["/v1/completions", "/v1/chat/completions", "none"]
+    with fold_bound(bound), created_series_switch() as switch:
+        switch(False)
+        pair = make_http_pair()
+        for steps in chunks:
+            for _ in range(steps):
+                pair.observe(
+                    rng.choice(["GET", "POST"]),
+                    rng.choice(handlers),
+                    rng.choice([200, 200, 400, 503]),
+                    rng.choice([0, rng.randrange(0, 1 << 20)]),
+                    rng.randrange(0, 1 << 22),
+                    rng.choice([rng.random() * 0.2, rng.random() * 90, 0.1, 0.5]),
+                )
             same_page(pair)
