@@ -24,7 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from vllm_frontend.metrics.finish_records import FinishRecord, FinishSeries, fold_finished
+from vllm_frontend.metrics.finish_records import FIELDS, FinishSeries, fold_finished
 from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.request_stats import RequestStats
 from vllm_frontend.metrics.series import CounterChild, HistogramChild
@@ -34,9 +34,6 @@ __all__ = ["FrontendMetrics", "StatsLogSink", "StepSeries"]
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
-
-_ParentRecord = tuple[tuple[HistogramChild, HistogramChild], int, int]
-"""A finished parent request: its engine's ``n`` and longest-sample series, ``n``, longest."""
 
 _FOLD_AT = 256
 """Finished requests (and parent requests) kept pending before they are folded into their
@@ -64,10 +61,10 @@ class FrontendMetrics(VllmFamilies):
         self._finished: dict[int, FinishSeries] = {}
         self._prompt: dict[int, CounterChild] = {}
         self._parent: dict[int, tuple[HistogramChild, HistogramChild]] = {}
-        # What finished since the last fold (see metrics/finish_records.py): one record per
-        # request, one (series, n, longest sample) per parent request, in finish order.
-        self._pending: list[FinishRecord] = []
-        self._pending_parents: list[_ParentRecord] = []
+        # What finished since the last fold (see metrics/finish_records.py): FIELDS values per
+        # request, three (series, n, longest sample) per parent request, in finish order.
+        self._pending: list[Any] = []
+        self._pending_parents: list[Any] = []  # flat: series, n, longest, series, ...
         self.stats_log: StatsLogSink | None = None
         """The periodic stats log (``--disable-log-stats`` off), told each step's cache stats."""
         self.lora_info: LoraInfo | None = None
@@ -237,12 +234,12 @@ class FrontendMetrics(VllmFamilies):
                 return
             series = self._finish_series(stats.engine_index)
         pending = self._pending
-        pending.append((
+        pending.extend((
             series, finish_reason, now - stats.arrival_monotonic, num_prompt_tokens, max_tokens,
             stats.num_generation_tokens, stats.first_token_ts, stats.last_token_ts,
             stats.num_preemptions, stats.num_cached_tokens, stats.queued_ts, stats.scheduled_ts,
         ))  # fmt: skip
-        if len(pending) >= _FOLD_AT:
+        if len(pending) >= _FOLD_AT * FIELDS:
             self.fold()
 
     def fold(self) -> None:
@@ -319,8 +316,8 @@ class FrontendMetrics(VllmFamilies):
                 self.request_max_num_generation_tokens.child(key),
             )
         pending = self._pending_parents
-        pending.append((series, n, max_generation_tokens))
-        if len(pending) >= _FOLD_AT:
+        pending.extend((series, n, max_generation_tokens))
+        if len(pending) >= _FOLD_AT * 3:
             self.fold()
 
 
@@ -353,17 +350,18 @@ class StepSeries(NamedTuple):
     cached_on_device: CounterChild
 
 
-def _fold_parents(parents: Sequence[_ParentRecord]) -> None:
-    """Observe finished parent requests' ``n`` and longest sample, per engine in finish order."""
-    first = parents[0][0]
-    if all(series is first for series, _, _ in parents):  # one engine: the usual
+def _fold_parents(parents: list[Any]) -> None:
+    """Observe finished parent requests' ``n`` and longest sample (flat: series, n, longest per
+    parent request), per engine in finish order."""
+    engines = parents[::3]
+    first = engines[0]
+    if engines.count(first) == len(engines):  # one engine: the usual
         groups = [(first, parents)]
     else:
-        by_engine: dict[int, list[_ParentRecord]] = {}
-        for parent in parents:
-            by_engine.setdefault(id(parent[0]), []).append(parent)
-        groups = [(group[0][0], group) for group in by_engine.values()]
+        by_engine: dict[int, list[Any]] = {}
+        for i, series in enumerate(engines):
+            by_engine.setdefault(id(series), []).extend(parents[3 * i : 3 * i + 3])
+        groups = [(group[0], group) for group in by_engine.values()]
     for (n_series, longest_series), group in groups:
-        _, n, longest = zip(*group, strict=True)
-        n_series.observe_many(n)
-        longest_series.observe_many(longest)
+        n_series.observe_many(group[1::3])
+        longest_series.observe_many(group[2::3])

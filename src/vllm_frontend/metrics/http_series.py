@@ -12,9 +12,9 @@ not recorded.
 Like the ``vllm:`` series (``vllm_frontend.metrics.frontend``), these are the plain accumulators
 of ``vllm_frontend.metrics.series``, exported at scrape time sample for sample as
 prometheus_client's ``Counter``, ``Summary`` and ``Histogram`` would. An exchange is kept as one
-record (its series, sizes and duration) and the records are folded into the series in bulk, in
-order, before the series are read and every :data:`_FOLD_AT` exchanges: observing five series one
-by one per request cost ~1 µs of the event loop.
+record (its series, sizes and duration, appended to a flat list) and the records are folded into
+the series in bulk, in order, before the series are read and every :data:`_FOLD_AT` exchanges:
+observing five series one by one per request cost ~1 µs of the event loop.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import Counter as _Tally
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from vllm_frontend.metrics.exposition import MetricFamily
 from vllm_frontend.metrics.registry import MetricsRegistry
@@ -51,7 +52,9 @@ _FOLD_AT = 256
 """Exchanges kept pending before they are folded into the series."""
 
 _Series = tuple[CounterChild, SummaryChild, SummaryChild, HistogramChild]
-_Record = tuple[_Series, int, int, float]  # series, request size, response size, duration
+_FIELDS = 4
+"""Values per exchange in the flat list of records: series, request size, response size and
+duration."""
 
 _HIGHR_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 7.5, 10,
@@ -98,8 +101,9 @@ class _HttpFamilies(SeriesCollector):
         super().__init__(
             [self.total, self.request_size, self.response_size, self.highr_family, self.lowr]
         )
-        self.pending: list[_Record] = []
-        """Exchanges not yet folded into the series, in the order they finished."""
+        self.pending: list[Any] = []
+        """Exchanges not yet folded into the series, in the order they finished (flat: series,
+        request size, response size, duration of each)."""
 
     def collect(self) -> Iterator[MetricFamily]:
         """Every family with its current values (the pending exchanges folded in first)."""
@@ -111,7 +115,9 @@ class _HttpFamilies(SeriesCollector):
         if not self.pending:
             return
         records, self.pending = self.pending, []
-        series, request_sizes, response_sizes, durations = zip(*records, strict=True)
+        series, request_sizes, response_sizes, durations = (
+            records[i::_FIELDS] for i in range(_FIELDS)
+        )
         self.highr.observe_many(durations)
         first = series[0]
         if series.count(first) == len(series):  # one route and status: the usual
@@ -188,8 +194,8 @@ class HttpMetrics:
                 method, f"{status // 100}xx", handler
             )
         pending = self._families.pending
-        pending.append((series, request_size, response_size, duration))
-        if len(pending) >= _FOLD_AT:
+        pending.extend((series, request_size, response_size, duration))
+        if len(pending) >= _FOLD_AT * _FIELDS:
             self._families.fold()
 
     def observe_since(
@@ -209,6 +215,6 @@ class HttpMetrics:
             self.observe(method, handler, status, request_size, response_size, duration)
             return
         pending = self._families.pending
-        pending.append((series, request_size, response_size, duration))
-        if len(pending) >= _FOLD_AT:
+        pending.extend((series, request_size, response_size, duration))
+        if len(pending) >= _FOLD_AT * _FIELDS:
             self._families.fold()
