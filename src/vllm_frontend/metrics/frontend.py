@@ -176,8 +176,12 @@ class FrontendMetrics(VllmFamilies):
         """The engine's QUEUED/SCHEDULED/PREEMPTED events of a request."""
         lora = self.lora_info if stats.lora_name is not None else None
         for event in events:
-            kind = getattr(event, "type", None)
-            ts = float(getattr(event, "timestamp", 0.0) or 0.0)
+            try:  # the engine's EngineCoreEvent (attribute reads ~5x cheaper than getattr's)
+                kind, ts = event.type, event.timestamp  # type: ignore[attr-defined]
+            except AttributeError:
+                kind = getattr(event, "type", None)
+                ts = getattr(event, "timestamp", 0.0)
+            ts = float(ts or 0.0)
             if kind == _QUEUED:
                 stats.queued_ts = ts
             elif kind == _SCHEDULED and stats.scheduled_ts == 0.0:
