@@ -1,11 +1,12 @@
 """Observations kept pending and folded in bulk show exactly what observing them eagerly shows.
 
-Finished requests (``metrics/finish_records.py``) and HTTP exchanges (``metrics/http_series.py``)
-are kept as records and folded into their series when the page is rendered and whenever the
-records pass a bound; the folds go through ``HistogramChild.observe_many`` and
-``SummaryChild.observe_many``. prometheus_client's own metrics, observed one value at a time,
-are the oracle: whatever the bound and wherever the scrapes fall, the pages are the same byte
-for byte (a histogram's ``_sum`` is the float additions in observation order, to the last bit).
+Finished requests (``metrics/finish_records.py``), time-to-first-token and inter-token latencies
+(``metrics/frontend.py``) and HTTP exchanges (``metrics/http_series.py``) are kept pending and
+folded into their series when the page is rendered and whenever they pass a bound; the folds go
+through ``HistogramChild.observe_many`` and ``SummaryChild.observe_many``. prometheus_client's
+own metrics, observed one value at a time, are the oracle: whatever the bound and wherever the
+scrapes fall, the pages are the same byte for byte (a histogram's ``_sum`` is the float
+additions in observation order, to the last bit).
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ values = st.one_of(
 @contextmanager
 def fold_bound(n: int) -> Iterator[None]:
     """Pending records folded every ``n`` (instead of the production bound)."""
-    before = frontend._FOLD_AT, http_series._FOLD_AT
-    frontend._FOLD_AT = http_series._FOLD_AT = n
+    before = frontend._FOLD_AT, frontend._FOLD_VALUES, http_series._FOLD_AT
+    frontend._FOLD_AT = frontend._FOLD_VALUES = http_series._FOLD_AT = n
     try:
         yield
     finally:
-        frontend._FOLD_AT, http_series._FOLD_AT = before
+        frontend._FOLD_AT, frontend._FOLD_VALUES, http_series._FOLD_AT = before
 
 
 def same_page(pair: object) -> None:
@@ -103,7 +104,8 @@ def test_finished_requests_folded_anywhere_show_the_eager_page(
 ) -> None:
     """Random traffic (requests on several engines, an unconfigured one, finishes with and
     without tokens and engine events, parent requests), scraped between random stretches and
-    folded every ``bound`` finishes: the page equals prometheus_client's observed eagerly."""
+    folded every ``bound`` finishes (or latencies): the page equals prometheus_client's observed
+    eagerly."""
     rng = random.Random(seed)
     engines = rng.choice([(0,), (0, 1), (2, 5, 3)])
     with fold_bound(bound), created_series_switch() as switch:

@@ -20,7 +20,6 @@ sample as prometheus_client's own metrics would be.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -34,6 +33,10 @@ __all__ = ["FrontendMetrics", "StatsLogSink", "StepSeries"]
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
+
+_FOLD_VALUES = 1024
+"""Time-to-first-token or inter-token latencies kept pending per engine before they are folded
+into their histogram."""
 
 _FOLD_AT = 256
 """Finished requests (and parent requests) kept pending before they are folded into their
@@ -54,7 +57,7 @@ class FrontendMetrics(VllmFamilies):
         """Register the families in ``registry`` (None: a registry of their own)."""
         super().__init__(model_name, max_model_len, engine_indexes, registry)
         # Label tuples per engine index, and the series the per-token path touches: resolved once
-        # so that a token costs two attribute updates and a bisect.
+        # so that a token costs an attribute update and an append.
         self._keys: dict[int, tuple[str, str]] = {}
         self._series: dict[int, _EngineSeries] = {}
         self._steps: dict[int, StepSeries] = {}
@@ -160,15 +163,14 @@ class FrontendMetrics(VllmFamilies):
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
         if stats.num_generation_tokens:
-            # HistogramChild.observe, inline: this runs per engine output.
-            itl = series.inter_token_latency
-            value = now - stats.last_token_ts
-            if value == value:
-                itl.counts[bisect_left(itl.bounds, value)] += 1
-            itl.sum += value
+            pending = series.itl  # folded by fold()
+            pending.append(now - stats.last_token_ts)
         else:
-            series.time_to_first_token.observe(now - stats.arrival_monotonic)
+            pending = series.ttft
+            pending.append(now - stats.arrival_monotonic)
             stats.first_token_ts = now
+        if len(pending) >= _FOLD_VALUES:
+            series.fold()
         stats.last_token_ts = now
         stats.num_generation_tokens += num_new_tokens
 
@@ -204,12 +206,11 @@ class FrontendMetrics(VllmFamilies):
             now = time.monotonic()
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
-        # HistogramChild.observe, inline: this runs per streamed token.
-        itl = series.inter_token_latency
-        value = now - stats.last_token_ts
-        if value == value:
-            itl.counts[bisect_left(itl.bounds, value)] += 1
-        itl.sum += value
+        # kept pending, folded by fold(): this runs per streamed token
+        pending = series.itl
+        pending.append(now - stats.last_token_ts)
+        if len(pending) >= _FOLD_VALUES:
+            series.fold()
         stats.last_token_ts = now
         stats.num_generation_tokens += num_new_tokens
 
@@ -252,6 +253,8 @@ class FrontendMetrics(VllmFamilies):
         if self._pending:
             records, self._pending = self._pending, []
             fold_finished(records)
+        for series in self._series.values():
+            series.fold()
         if self._pending_parents:
             parents, self._pending_parents = self._pending_parents, []
             _fold_parents(parents)
@@ -333,12 +336,33 @@ class StatsLogSink(Protocol):
         ...
 
 
-class _EngineSeries(NamedTuple):
-    """The series a request's token outputs update."""
+class _EngineSeries:
+    """The series a request's token outputs update, with the time-to-first-token and
+    inter-token latencies observed since the last fold (appending a float costs a third of an
+    observation; the fold observes them in order)."""
 
-    generation_tokens: CounterChild
-    time_to_first_token: HistogramChild
-    inter_token_latency: HistogramChild
+    __slots__ = ("generation_tokens", "inter_token_latency", "itl", "time_to_first_token", "ttft")
+
+    def __init__(
+        self,
+        generation_tokens: CounterChild,
+        time_to_first_token: HistogramChild,
+        inter_token_latency: HistogramChild,
+    ) -> None:
+        self.generation_tokens = generation_tokens
+        self.time_to_first_token = time_to_first_token
+        self.inter_token_latency = inter_token_latency
+        self.ttft: list[float] = []
+        self.itl: list[float] = []
+
+    def fold(self) -> None:
+        """Observe the pending latencies."""
+        if self.ttft:
+            values, self.ttft = self.ttft, []
+            self.time_to_first_token.observe_many(values)
+        if self.itl:
+            values, self.itl = self.itl, []
+            self.inter_token_latency.observe_many(values)
 
 
 class StepSeries(NamedTuple):
