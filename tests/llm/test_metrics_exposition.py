@@ -381,9 +381,12 @@ def interesting_time(rng: random.Random) -> float:
     return rng.expovariate(rng.choice([100.0, 10.0, 0.5]))
 
 
-def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) -> None:
+def drive(
+    rng: random.Random, pair: Pair, engines: Sequence[int], steps: int, stray_steps: bool = True
+) -> None:
     """Interleaved requests over ``engines`` (plus sometimes an engine not configured), each side
-    getting the same calls with the same arguments."""
+    getting the same calls with the same arguments (``stray_steps``: engine messages from the
+    unconfigured engine too, whose step series ours creates all at once, on the first)."""
     # One RequestStats per side: the observe calls update them.
     active: list[tuple[RequestStats, RequestStats, int]] = []
     for _ in range(steps):
@@ -413,7 +416,7 @@ def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) ->
             pair.ours.observe_output(ours, tokens, events, now, num_cached_tokens=cached)
             pair.reference.observe_output(ref, tokens, events, now, num_cached_tokens=cached)
             if rng.random() < 0.5:
-                message, tracked = random_message(rng, engines)
+                message, tracked = random_message(rng, engines, stray_steps)
                 observe_step(pair.ours, message, tracked)
                 pair.reference.observe_step(message, tracked)
             continue
@@ -430,7 +433,7 @@ def drive(rng: random.Random, pair: Pair, engines: Sequence[int], steps: int) ->
 
 
 def random_message(
-    rng: random.Random, engines: Sequence[int]
+    rng: random.Random, engines: Sequence[int], stray: bool = True
 ) -> tuple[EngineCoreOutputs, set[str]]:
     """An engine's outputs message: some requests' outputs (first ones with prefill stats),
     often scheduler stats, sometimes a KV connector's and performance estimates; and which of
@@ -468,7 +471,7 @@ def random_message(
                  "num_write_bytes_per_gpu": 0},
             ]  # fmt: skip
             stats.perf_stats = rng.choice(perf)
-    engine = rng.choice(engines) if rng.random() < 0.9 else 7
+    engine = rng.choice(engines) if rng.random() < 0.9 or not stray else 7
     tracked = {o.request_id for o in outputs if rng.random() < 0.8}
     return EngineCoreOutputs(engine, outputs, stats), tracked
 

@@ -320,7 +320,9 @@ def _observe_finished(
     if last:
         metrics.observe_parent_finished(
             request.n,
-            max(s.stats.num_generation_tokens for s in samples),
+            sample.stats.num_generation_tokens
+            if len(samples) == 1
+            else max(s.stats.num_generation_tokens for s in samples),
             samples[0].stats.engine_index,
         )
 

@@ -7,9 +7,9 @@
   text page.
 - ``series``: counters, histograms and summaries as plain accumulators; ``registry``:
   ``MetricsRegistry`` (what ``/metrics`` renders) and ``render_metrics``.
-- ``vllm_families``, ``frontend``, ``request_stats``, ``engine_gauges``: vLLM's ``vllm:*``
-  series and what feeds them (plain values; ``vllm_frontend.llm.step_metrics`` reads engine
-  messages for them); ``http_series``: vLLM's ``http_*`` series; ``process``: the
+- ``vllm_families``, ``frontend``, ``finish_records``, ``request_stats``, ``engine_gauges``:
+  vLLM's ``vllm:*`` series and what feeds them (plain values; ``vllm_frontend.llm.step_metrics``
+  reads engine messages for them); ``http_series``: vLLM's ``http_*`` series; ``process``: the
   ``process_*``/``python_*`` series of a single-process server.
 - ``merge``: one exposition out of several API server processes' own.
 - ``tracing``: vLLM's per-request OpenTelemetry spans (``--otlp-traces-endpoint``), from the same

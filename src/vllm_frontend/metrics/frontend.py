@@ -14,16 +14,20 @@ The counters and histograms are the plain accumulators of ``vllm_frontend.metric
 than prometheus_client's ``Counter``/``Histogram``: those take a lock per value and walk the
 buckets in Python on every observation, which showed as ~5-8% of the frontend's CPU since
 ``observe_output`` runs for every engine output. They are exported at scrape time, sample for
-sample as prometheus_client's own metrics would be.
+sample as prometheus_client's own metrics would be. The histograms a request's finish observes
+and the first-token and inter-token latencies are kept pending (one record per finished request,
+``metrics/finish_records.py``; a float per latency) and folded in bulk, in observation order,
+before every collection and when they pass a bound: per request that is a fraction of a dozen
+observations, and every reader of the series sees what eager observation would have shown.
 """
 
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from vllm_frontend.metrics.finish_records import FIELDS, FinishSeries, fold_finished
 from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.request_stats import RequestStats
 from vllm_frontend.metrics.series import CounterChild, HistogramChild
@@ -33,6 +37,15 @@ __all__ = ["FrontendMetrics", "StatsLogSink", "StepSeries"]
 
 # EngineCoreEvent types (engine-protocol.md §5.5).
 _QUEUED, _SCHEDULED, _PREEMPTED = 1, 2, 3
+
+_FOLD_VALUES = 1024
+"""Time-to-first-token or inter-token latencies kept pending per engine before they are folded
+into their histogram."""
+
+_FOLD_AT = 256
+"""Finished requests (and parent requests) kept pending before they are folded into their
+series: a fold of this many costs ~0.12 ms on the event loop, and memory stays flat without
+scrapes."""
 
 
 class FrontendMetrics(VllmFamilies):
@@ -48,11 +61,17 @@ class FrontendMetrics(VllmFamilies):
         """Register the families in ``registry`` (None: a registry of their own)."""
         super().__init__(model_name, max_model_len, engine_indexes, registry)
         # Label tuples per engine index, and the series the per-token path touches: resolved once
-        # so that a token costs two attribute updates and a bisect.
+        # so that a token costs an attribute update and an append.
         self._keys: dict[int, tuple[str, str]] = {}
         self._series: dict[int, _EngineSeries] = {}
         self._steps: dict[int, StepSeries] = {}
-        self._finished: dict[int, _FinishSeries] = {}
+        self._finished: dict[int, FinishSeries] = {}
+        self._prompt: dict[int, CounterChild] = {}
+        self._parent: dict[int, tuple[HistogramChild, HistogramChild]] = {}
+        # What finished since the last fold (see metrics/finish_records.py): FIELDS values per
+        # request, three (series, n, longest sample) per parent request, in finish order.
+        self._pending: list[Any] = []
+        self._pending_parents: list[Any] = []  # flat: series, n, longest, series, ...
         self.stats_log: StatsLogSink | None = None
         """The periodic stats log (``--disable-log-stats`` off), told each step's cache stats."""
         self.lora_info: LoraInfo | None = None
@@ -119,7 +138,11 @@ class FrontendMetrics(VllmFamilies):
 
     def observe_prefill(self, stats: RequestStats, num_prompt_tokens: int) -> None:
         """Account a finished prefill (vLLM counts prompt tokens when the prefill completes)."""
-        self.prompt_tokens.child(self._labels(stats.engine_index)).value += num_prompt_tokens
+        child = self._prompt.get(stats.engine_index)
+        if child is None:
+            key = self._labels(stats.engine_index)
+            child = self._prompt[stats.engine_index] = self.prompt_tokens.child(key)
+        child.value += num_prompt_tokens
 
     def observe_output(
         self,
@@ -138,30 +161,42 @@ class FrontendMetrics(VllmFamilies):
         if num_cached_tokens is not None:
             stats.num_cached_tokens = num_cached_tokens
         if events:
-            lora = self.lora_info if stats.lora_name is not None else None
-            for event in events:
-                kind = getattr(event, "type", None)
-                ts = float(getattr(event, "timestamp", 0.0) or 0.0)
-                if kind == _QUEUED:
-                    stats.queued_ts = ts
-                elif kind == _SCHEDULED and stats.scheduled_ts == 0.0:
-                    stats.scheduled_ts = ts
-                elif kind == _PREEMPTED:
-                    stats.num_preemptions += 1
-                    self.num_preemptions.child(self._labels(stats.engine_index)).value += 1
-                if lora is not None:
-                    lora.request_event(stats, kind == _SCHEDULED)
+            self._observe_events(stats, events)
         if num_new_tokens <= 0:
-            return
-        if stats.num_generation_tokens:
-            self.observe_tokens(stats, num_new_tokens, now)
             return
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
-        series.time_to_first_token.observe(now - stats.arrival_monotonic)
-        stats.first_token_ts = now
+        if stats.num_generation_tokens:
+            pending = series.itl  # folded by fold()
+            pending.append(now - stats.last_token_ts)
+        else:
+            pending = series.ttft
+            pending.append(now - stats.arrival_monotonic)
+            stats.first_token_ts = now
+        if len(pending) >= _FOLD_VALUES:
+            series.fold()
         stats.last_token_ts = now
         stats.num_generation_tokens += num_new_tokens
+
+    def _observe_events(self, stats: RequestStats, events: Sequence[object]) -> None:
+        """The engine's QUEUED/SCHEDULED/PREEMPTED events of a request."""
+        lora = self.lora_info if stats.lora_name is not None else None
+        for event in events:
+            try:  # the engine's EngineCoreEvent (attribute reads ~5x cheaper than getattr's)
+                kind, ts = event.type, event.timestamp  # type: ignore[attr-defined]
+            except AttributeError:
+                kind = getattr(event, "type", None)
+                ts = getattr(event, "timestamp", 0.0)
+            ts = float(ts or 0.0)
+            if kind == _QUEUED:
+                stats.queued_ts = ts
+            elif kind == _SCHEDULED and stats.scheduled_ts == 0.0:
+                stats.scheduled_ts = ts
+            elif kind == _PREEMPTED:
+                stats.num_preemptions += 1
+                self.num_preemptions.child(self._labels(stats.engine_index)).value += 1
+            if lora is not None:
+                lora.request_event(stats, kind == _SCHEDULED)
 
     def observe_tokens(
         self, stats: RequestStats, num_new_tokens: int, now: float | None = None
@@ -175,12 +210,11 @@ class FrontendMetrics(VllmFamilies):
             now = time.monotonic()
         series = self._series.get(stats.engine_index) or self._engine(stats.engine_index)
         series.generation_tokens.value += num_new_tokens
-        # HistogramChild.observe, inline: this runs per streamed token.
-        itl = series.inter_token_latency
-        value = now - stats.last_token_ts
-        if value == value:
-            itl.counts[bisect_left(itl.bounds, value)] += 1
-        itl.sum += value
+        # kept pending, folded by fold(): this runs per streamed token
+        pending = series.itl
+        pending.append(now - stats.last_token_ts)
+        if len(pending) >= _FOLD_VALUES:
+            series.fold()
         stats.last_token_ts = now
         stats.num_generation_tokens += num_new_tokens
 
@@ -208,29 +242,26 @@ class FrontendMetrics(VllmFamilies):
                                                     max_tokens, now)  # fmt: skip
                 return
             series = self._finish_series(stats.engine_index)
-        success = series.success.get(finish_reason)
-        if success is None:  # not one of FINISH_REASON_LABELS
-            success = series.success["abort"]
-        success.value += 1
-        series.e2e_latency.observe(now - stats.arrival_monotonic)
-        series.prompt_tokens.observe(num_prompt_tokens)
-        num_generation_tokens = stats.num_generation_tokens
-        series.generation_tokens.observe(num_generation_tokens)
-        if max_tokens:
-            series.max_tokens.observe(max_tokens)
-        decode = stats.last_token_ts - stats.first_token_ts if stats.first_token_ts else 0.0
-        tpot = decode / (num_generation_tokens - 1) if num_generation_tokens > 1 else 0
-        series.time_per_output_token.observe(tpot)
-        series.decode_time.observe(decode)
-        series.num_preemptions.observe(stats.num_preemptions)
-        series.prefill_kv_computed_tokens.observe(
-            num_prompt_tokens - max(stats.num_cached_tokens, 0)
-        )
-        if stats.scheduled_ts:
-            series.queue_time.observe(max(0.0, stats.scheduled_ts - stats.queued_ts))
-            if stats.first_token_ts:
-                series.prefill_time.observe(max(0.0, stats.first_token_ts - stats.scheduled_ts))
-                series.inference_time.observe(max(0.0, stats.last_token_ts - stats.scheduled_ts))
+        pending = self._pending
+        pending.extend((
+            series, finish_reason, now - stats.arrival_monotonic, num_prompt_tokens, max_tokens,
+            stats.num_generation_tokens, stats.first_token_ts, stats.last_token_ts,
+            stats.num_preemptions, stats.num_cached_tokens, stats.queued_ts, stats.scheduled_ts,
+        ))  # fmt: skip
+        if len(pending) >= _FOLD_AT * FIELDS:
+            self.fold()
+
+    def fold(self) -> None:
+        """Observe the finished requests kept pending in their series (before the series are
+        read: each collection, and every :data:`_FOLD_AT` requests)."""
+        if self._pending:
+            records, self._pending = self._pending, []
+            fold_finished(records)
+        for series in self._series.values():
+            series.fold()
+        if self._pending_parents:
+            parents, self._pending_parents = self._pending_parents, []
+            _fold_parents(parents)
 
     def _observe_finished_unconfigured(
         self,
@@ -266,9 +297,9 @@ class FrontendMetrics(VllmFamilies):
                     max(0.0, stats.last_token_ts - stats.scheduled_ts)
                 )
 
-    def _finish_series(self, engine_index: int) -> _FinishSeries:
+    def _finish_series(self, engine_index: int) -> FinishSeries:
         key = self._labels(engine_index)
-        series = self._finished[engine_index] = _FinishSeries(
+        series = self._finished[engine_index] = FinishSeries(
             {reason: self.request_success.child((*key, reason)) for reason in FINISH_REASON_LABELS},
             self.e2e_latency.child(key),
             self.request_prompt_tokens.child(key),
@@ -288,9 +319,17 @@ class FrontendMetrics(VllmFamilies):
         self, n: int, max_generation_tokens: int, engine_index: int = 0
     ) -> None:
         """Account a whole request once all its samples finished (``n`` and the longest sample)."""
-        key = self._labels(engine_index)
-        self.request_params_n.child(key).observe(n)
-        self.request_max_num_generation_tokens.child(key).observe(max_generation_tokens)
+        series = self._parent.get(engine_index)
+        if series is None:
+            key = self._labels(engine_index)
+            series = self._parent[engine_index] = (
+                self.request_params_n.child(key),
+                self.request_max_num_generation_tokens.child(key),
+            )
+        pending = self._pending_parents
+        pending.extend((series, n, max_generation_tokens))
+        if len(pending) >= _FOLD_AT * 3:
+            self.fold()
 
 
 class StatsLogSink(Protocol):
@@ -301,30 +340,33 @@ class StatsLogSink(Protocol):
         ...
 
 
-class _EngineSeries(NamedTuple):
-    """The series a request's token outputs update."""
+class _EngineSeries:
+    """The series a request's token outputs update, with the time-to-first-token and
+    inter-token latencies observed since the last fold (appending a float costs a third of an
+    observation; the fold observes them in order)."""
 
-    generation_tokens: CounterChild
-    time_to_first_token: HistogramChild
-    inter_token_latency: HistogramChild
+    __slots__ = ("generation_tokens", "inter_token_latency", "itl", "time_to_first_token", "ttft")
 
+    def __init__(
+        self,
+        generation_tokens: CounterChild,
+        time_to_first_token: HistogramChild,
+        inter_token_latency: HistogramChild,
+    ) -> None:
+        self.generation_tokens = generation_tokens
+        self.time_to_first_token = time_to_first_token
+        self.inter_token_latency = inter_token_latency
+        self.ttft: list[float] = []
+        self.itl: list[float] = []
 
-class _FinishSeries(NamedTuple):
-    """The series a request's finish updates (resolved once per engine: ~12 lookups less per
-    request). Every one exists from startup (VllmFamilies creates the per-engine children)."""
-
-    success: dict[str, CounterChild]  # by finish reason (FINISH_REASON_LABELS)
-    e2e_latency: HistogramChild
-    prompt_tokens: HistogramChild
-    generation_tokens: HistogramChild
-    max_tokens: HistogramChild
-    time_per_output_token: HistogramChild
-    decode_time: HistogramChild
-    num_preemptions: HistogramChild
-    prefill_kv_computed_tokens: HistogramChild
-    queue_time: HistogramChild
-    prefill_time: HistogramChild
-    inference_time: HistogramChild
+    def fold(self) -> None:
+        """Observe the pending latencies."""
+        if self.ttft:
+            values, self.ttft = self.ttft, []
+            self.time_to_first_token.observe_many(values)
+        if self.itl:
+            values, self.itl = self.itl, []
+            self.inter_token_latency.observe_many(values)
 
 
 class StepSeries(NamedTuple):
@@ -338,3 +380,20 @@ class StepSeries(NamedTuple):
     prefix_cache_queries: CounterChild
     prefix_cache_hits: CounterChild
     cached_on_device: CounterChild
+
+
+def _fold_parents(parents: list[Any]) -> None:
+    """Observe finished parent requests' ``n`` and longest sample (flat: series, n, longest per
+    parent request), per engine in finish order."""
+    engines = parents[::3]
+    first = engines[0]
+    if engines.count(first) == len(engines):  # one engine: the usual
+        groups = [(first, parents)]
+    else:
+        by_engine: dict[int, list[Any]] = {}
+        for i, series in enumerate(engines):
+            by_engine.setdefault(id(series), []).extend(parents[3 * i : 3 * i + 3])
+        groups = [(group[0], group) for group in by_engine.values()]
+    for (n_series, longest_series), group in groups:
+        n_series.observe_many(group[1::3])
+        longest_series.observe_many(group[2::3])

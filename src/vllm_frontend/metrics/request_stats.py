@@ -52,5 +52,4 @@ class RequestStats:
     @classmethod
     def start(cls, engine_index: int = 0) -> RequestStats:
         """Stats for a request arriving now."""
-        return cls(arrival_time=time.time(), arrival_monotonic=time.monotonic(),
-                   engine_index=engine_index)  # fmt: skip
+        return cls(time.time(), time.monotonic(), engine_index)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import reduce
+from operator import add
 from typing import Generic, TypeVar
 
 from vllm_frontend.metrics.exposition import (
@@ -39,6 +41,39 @@ __all__ = [
 ]
 
 _Child = TypeVar("_Child")
+
+
+def _reduce_sum(values: Sequence[float], start: float) -> float:
+    return reduce(add, values, start)
+
+
+# A series' sum is the float additions of its observations one by one, in order, as
+# prometheus_client makes them. Python 3.11's ``sum`` adds floats that way (in C, ~5x faster
+# than ``reduce``); from 3.12 it compensates the rounding, which the check below detects.
+_sequential_sum: Callable[[Sequence[float], float], float] = (
+    sum if sum([1e16, 1.0, -1e16], 0.0) == 0.0 else _reduce_sum
+)
+_FEW = 8  # below this many values, counting them one by one beats sorting them
+
+
+def _count_into(counts: list[int], bounds: tuple[float, ...], values: Sequence[float]) -> None:
+    """Add ``values`` to the per-bucket ``counts`` (bucket ``i``: the first bound ``>=`` the
+    value; NaN in none), as observing them one by one would."""
+    if len(values) < _FEW:
+        for value in values:
+            if value == value:
+                counts[bisect_left(bounds, value)] += 1
+        return
+    ordered = sorted(values)
+    total, below = len(ordered), 0
+    for i, bound in enumerate(bounds):
+        # values <= bound, i.e. the cumulative count up to this bucket
+        upto = bisect_right(ordered, bound)
+        if upto != below:
+            counts[i] += upto - below
+            below = upto
+            if upto == total:
+                return
 
 
 class CounterChild:
@@ -75,6 +110,16 @@ class HistogramChild:
             self.counts[bisect_left(self.bounds, value)] += 1
         # NaN falls in no bucket but poisons the sum, as in prometheus_client.
         self.sum += value
+
+    def observe_many(self, values: Sequence[float]) -> None:
+        """:meth:`observe` each of ``values`` in order (the same counts and, to the last bit,
+        the same sum), at a fraction of the cost."""
+        before = self.sum
+        total = self.sum = _sequential_sum(values, before)
+        if total != total and len(values) >= _FEW:
+            # a NaN among them (or inf - inf): sorting needs them out
+            values = [value for value in values if value == value]
+        _count_into(self.counts, self.bounds, values)
 
 
 class Family(Generic[_Child]):
@@ -202,6 +247,12 @@ class SummaryChild:
         self.count += 1.0
         self.sum += value
 
+    def observe_many(self, values: Sequence[float]) -> None:
+        """:meth:`observe` each of ``values`` in order (the same count and sum, to the last
+        bit: the count stays an integral float)."""
+        self.count += len(values)
+        self.sum = _sequential_sum(values, self.sum)
+
 
 class Summary(Family[SummaryChild]):
     """A labelled summary (count and sum) exported as prometheus_client's ``Summary`` would."""
@@ -231,11 +282,20 @@ class SeriesCollector(Collector):
     """Exports the families at scrape time, in the order prometheus_client would have (the order
     they were created in)."""
 
-    def __init__(self, families: Sequence[Counter | Histogram | Summary]) -> None:
+    def __init__(
+        self,
+        families: Sequence[Counter | Histogram | Summary],
+        before_collect: Callable[[], None] | None = None,
+    ) -> None:
+        """``before_collect``: brings the families up to date (folds observations kept
+        pending by their owner) before each collection."""
         self._families = list(families)
+        self._before_collect = before_collect
 
     def collect(self) -> Iterator[MetricFamily]:
         """Every family with its current values."""
+        if self._before_collect is not None:
+            self._before_collect()
         # Read at each scrape, as prometheus_client's own metrics read their switch.
         with_created = created_series_enabled()
         for family in self._families:

@@ -280,7 +280,7 @@ class VllmFamilies:
             self.prefill_time, self.decode_time, self.request_num_preemptions,
             self.request_prefill_kv_computed_tokens,
         ]  # fmt: skip
-        registry.register(SeriesCollector(families))
+        registry.register(SeriesCollector(families, self.fold))
         # vLLM creates every per-engine child up front so the series exist (at 0) from startup.
         # Its labelled families create theirs label value by label value (source by source):
         # the same order here.
@@ -304,6 +304,10 @@ class VllmFamilies:
                 self.prompt_tokens_cached_by_source.child((model_name, engine, source))
         for reason in ADMISSION_REASONS:
             self.admission_rejections.child((model_name, reason))
+
+    def fold(self) -> None:
+        """Bring every series up to date with what was observed (read before each collection;
+        :class:`~vllm_frontend.metrics.frontend.FrontendMetrics` keeps observations pending)."""
 
     @property
     def model_name(self) -> str:

@@ -17,6 +17,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 import msgspec
 
@@ -397,13 +398,12 @@ class App:
         length = request.headers.get(b"content-length")
         request_size = int(length) if length is not None and length.isdigit() else 0
         response_size = len(response.body) if isinstance(response, Response) else 0
-        method, status = request.method, response.status
-
-        def record() -> None:
-            duration = time.perf_counter() - start
-            metrics.observe(method, handler, status, request_size, response_size, duration)
-
-        _on_sent(response, record)
+        record = partial(metrics.observe_since, request.method, handler, response.status,
+                         request_size, response_size, start)  # fmt: skip
+        if response.background is None:
+            response.background = record
+        else:
+            _on_sent(response, record)
 
     def record_refusal(self, method: str, status: int, duration: float) -> None:
         """Count a request the transport refused before routing (handler ``"none"``, as vLLM's
