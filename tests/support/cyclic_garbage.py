@@ -9,6 +9,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -81,6 +82,11 @@ def cyclic_garbage(
 ) -> list[str]:
     """What the cyclic GC finds after ``send()`` three times (described, those described as None
     left out), sorted."""
+    # A tokenizer another module of this worker made may still be loading fastokens on its
+    # thread: that load frees a ctypes handle (cyclic) when it ends, which must not land here.
+    for thread in threading.enumerate():
+        if thread.name == "fastokens-load":
+            thread.join(60)
     gc.collect()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
