@@ -28,6 +28,6 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[_dt.datetime]:
 
     from vllm_frontend.chat import template as ours
 
-    monkeypatch.setattr(ours, "_now", lambda: FROZEN_NOW)
+    monkeypatch.setattr(ours, "_time_ns", lambda: int(FROZEN_NOW.timestamp()) * 1_000_000_000)
     monkeypatch.setattr(hf_utils, "datetime", _FrozenDatetime)
     yield FROZEN_NOW

@@ -322,7 +322,7 @@ def test_tokenize_messages_form_renders_the_models_chat_template(
         def now(cls, tz: dt.tzinfo | None = None) -> FrozenDatetime:  # type: ignore[override]
             return cls.fromtimestamp(now.timestamp(), tz)
 
-    monkeypatch.setattr(chat_template, "_now", lambda: now)
+    monkeypatch.setattr(chat_template, "_time_ns", lambda: int(now.timestamp()) * 1_000_000_000)
     monkeypatch.setattr(hf_utils, "datetime", FrozenDatetime)
 
     tokenizer = Tokenizer.from_dir(tiny_model)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -44,9 +45,9 @@ ContentFormat = Literal["string", "openai"]
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 
-def _now() -> datetime:
-    # A module-level hook so tests can freeze the clock seen by strftime_now.
-    return datetime.now()
+# A module-level hook so tests can freeze the clock seen by strftime_now: nanoseconds since
+# the epoch (``datetime.now()`` reads the same clock, floored to the microsecond).
+_time_ns = time.time_ns
 
 
 def _raise_exception(message: Any) -> None:
@@ -69,19 +70,20 @@ def _tojson(
 
 # strftime_now's last result per format, with the second it was made in: chat templates ask
 # for the date on every render, and a second's formats are the same (bar ``%f``).
-_strftime_cache: dict[str, tuple[datetime, str]] = {}
+_strftime_cache: dict[str, tuple[int, str]] = {}
 _STRFTIME_CACHE_SIZE = 64
 
 
 def _strftime_now(format: str) -> str:
-    now = _now()
+    now_ns = _time_ns()
+    second = now_ns // 1_000_000_000  # local time changes its second (and offset) with it
     if "f" in format:  # %f (microseconds) changes within a second: never kept
+        now = datetime.fromtimestamp(second).replace(microsecond=now_ns // 1000 % 1_000_000)
         return now.strftime(format)
-    second = now.replace(microsecond=0)
     hit = _strftime_cache.get(format)
     if hit is not None and hit[0] == second:
         return hit[1]
-    text = now.strftime(format)
+    text = datetime.fromtimestamp(second).strftime(format)
     if len(_strftime_cache) >= _STRFTIME_CACHE_SIZE:
         _strftime_cache.clear()
     _strftime_cache[format] = (second, text)
