@@ -111,6 +111,38 @@ def _generation_tag() -> type[jinja2.ext.Extension]:
     return _GenerationTag
 
 
+def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
+    # The names a dict has as attributes (its type's and object's): ``message.role`` on a
+    # dict without them is the sandbox's item lookup after a failed getattr.
+    dict_attributes = frozenset(dir(dict))
+    own_functions = (_strftime_now, _raise_exception)
+
+    class _ChatTemplateEnvironment(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        """transformers' sandbox, with two of its lookups made without their detours (the
+        results are the sandbox's own: ``tests/chat/test_template_environment.py``)."""
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            # A plain dict's key: the sandbox tries getattr first, which raises (an exception
+            # per ``message.role``), then the item.
+            if type(obj) is dict and attribute not in dict_attributes:
+                try:
+                    return obj[attribute]
+                except KeyError:
+                    return self.undefined(obj=obj, name=attribute)
+            return super().getattr(obj, attribute)
+
+        def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            # Our own globals (strftime_now, raise_exception) are plain functions: safe to
+            # call, given no context, and never raising StopIteration.
+            if obj is own_functions[0] or obj is own_functions[1]:
+                kwargs.pop("_block_vars", None)
+                kwargs.pop("_loop_vars", None)
+                return obj(*args, **kwargs)
+            return super().call(context, obj, *args, **kwargs)
+
+    return _ChatTemplateEnvironment
+
+
 class _Environments:
     """The Jinja environments, made when the first template is compiled."""
 
@@ -119,7 +151,7 @@ class _Environments:
     def __init__(self) -> None:
         extensions = [_generation_tag(), jinja2.ext.loopcontrols]
         options: dict[str, Any] = {"trim_blocks": True, "lstrip_blocks": True}
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(**options, extensions=extensions)
+        env = _environment_class()(**options, extensions=extensions)
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
