@@ -209,13 +209,16 @@ class CompiledTemplate:
     def render_raw(self, context: Mapping[str, Any]) -> str:
         """Render with exactly ``context`` (no chat semantics); Jinja errors propagate."""
         # jinja2's Template.render without its two copies of the context (keyword arguments,
-        # then a dict of them): one, into the render's own context.
+        # then a dict of them) and new_context's third: one, into the render's own context
+        # (the globals first, the context's values over them, as new_context merges them).
         template = self._template
-        ctx = template.new_context(context)  # type: ignore[arg-type]
+        env = template.environment
+        names = template.globals
+        ctx = env.context_class(env, {**names, **context}, template.name, template.blocks, names)
         try:
-            return template.environment.concat(template.root_render_func(ctx))
+            return env.concat(template.root_render_func(ctx))
         except Exception:
-            template.environment.handle_exception()
+            env.handle_exception()
 
 
 def _template_of(code: CodeType) -> jinja2.Template:
