@@ -220,7 +220,9 @@ class ChatRenderer:
         ):
             tool_dicts = normalize_tools(tools)
         generation_prompt = True if add_generation_prompt is None else add_generation_prompt
-        if (
+        # Nothing to merge (the common request): the kwargs the merge would give, {tokenize,
+        # add_generation_prompt, continue_final_message}, all three consumed before the render.
+        plain_kwargs = (
             tool_dicts is None
             and not chat_template_kwargs
             and documents is None
@@ -228,14 +230,9 @@ class ChatRenderer:
             and not opts.default_chat_template_kwargs
             and type(generation_prompt) is bool
             and type(continue_final_message) is bool
-        ):
-            # Nothing to merge (the common request): what the merge below gives, directly.
-            kwargs: dict[str, Any] = {
-                "tokenize": False,
-                "add_generation_prompt": generation_prompt,
-                "continue_final_message": continue_final_message,
-            }
-        else:
+        )
+        kwargs: dict[str, Any] = {}
+        if not plain_kwargs:
             kwargs = self._merged_kwargs(
                 tool_dicts,
                 request_kwargs=dict(chat_template_kwargs or {}),
@@ -256,18 +253,24 @@ class ChatRenderer:
         content_format = self._content_format(requested, has_tools)
         conversation = normalize_messages(messages, content_format, media)
 
+        if plain_kwargs:
+            template = self._template(requested, has_tools)
+            prompt = render_template(
+                template,
+                _template_conversation(template, conversation),
+                add_generation_prompt=generation_prompt,
+                continue_final_message=continue_final_message,
+                special_tokens=self.special_tokens,
+            )
+            return RenderedChat(prompt, conversation, content_format)
+
         render_source = requested if requested is not None else kwargs.get("chat_template")
         kwargs.pop("chat_template", None)
         kwargs.pop("tokenize", None)
         if render_source is not None and not isinstance(render_source, str):
             raise ChatError("chat_template must be a string.", param="chat_template")
         template = self._template(render_source, has_tools)
-
-        template_conversation: Conversation = conversation
-        if not template.supports_developer_role and any(
-            m["role"] == "developer" for m in conversation
-        ):
-            template_conversation = _fold_developer_messages(conversation)
+        template_conversation = _template_conversation(template, conversation)
 
         variables = template.variables
         kwargs = {k: v for k, v in kwargs.items() if k in _APPLY_PARAMS or k in variables}
@@ -362,6 +365,16 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _is_unset(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == "auto")
+
+
+def _template_conversation(template: CompiledTemplate, conversation: Conversation) -> Conversation:
+    # The conversation as the template gets it: developer messages folded into the system
+    # message for a template that does not know that role.
+    if not template.supports_developer_role:
+        for message in conversation:
+            if message["role"] == "developer":
+                return _fold_developer_messages(conversation)
+    return conversation
 
 
 def _fold_developer_messages(conversation: Conversation) -> Conversation:
