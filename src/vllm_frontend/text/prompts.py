@@ -44,7 +44,7 @@ class PromptPreparer:
     """Prompt preparation for one model: its tokenizer, context length and default truncation
     side (vLLM loads generation models' tokenizers with ``truncation_side="left"``)."""
 
-    __slots__ = ("max_model_len", "tokenizer", "tokenizer_truncation_side")
+    __slots__ = ("_max_text_chars", "max_model_len", "tokenizer", "tokenizer_truncation_side")
 
     def __init__(
         self, tokenizer: Tokenizer, max_model_len: int, tokenizer_truncation_side: str = "left"
@@ -52,6 +52,16 @@ class PromptPreparer:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.tokenizer_truncation_side = tokenizer_truncation_side
+        self._max_text_chars: tuple[int, int] | None = None
+
+    def _text_limit(self) -> int:
+        # The longest text the context can hold, for this max_model_len (the tokenizer's
+        # longest piece never changes; reading it walks a property and the vocabulary stats).
+        kept = self._max_text_chars
+        if kept is None or kept[0] != self.max_model_len:
+            kept = (self.max_model_len, self.max_model_len * self.tokenizer.max_chars_per_token)
+            self._max_text_chars = kept
+        return kept[1]
 
     def check_prompt_length(self, num_tokens: int, from_text: bool) -> None:
         """vLLM's renderer check (``TokenizeParams._token_len_check``): 400 when the prompt
@@ -74,7 +84,7 @@ class PromptPreparer:
     def check_text_length(self, text: str) -> None:
         """vLLM's ``TokenizeParams._text_len_check``: a text that cannot fit even at the
         longest token's length is refused before tokenizing."""
-        limit = self.max_model_len * self.tokenizer.max_chars_per_token
+        limit = self._text_limit()
         if len(text) > limit:
             raise InvalidInput(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
@@ -113,6 +123,12 @@ class PromptPreparer:
     ) -> PreparedPrompt:
         """Tokenize (or take) a prompt and apply vLLM's renderer steps: the text-length guard,
         truncation (``truncate`` from :meth:`truncation`) and the context-length check."""
+        if truncate is None and not isinstance(prompt, list):
+            # no truncation (the common prompt): the two length checks around the encode
+            self.check_text_length(prompt)
+            ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+            self.check_prompt_length(len(ids), from_text=True)
+            return PreparedPrompt(ids, prompt)
         side = truncation_side or self.tokenizer_truncation_side
         if isinstance(prompt, list):
             ids = list(prompt)
@@ -235,7 +251,7 @@ class PromptPreparer:
             self.check_text_length(text)
             return text
         # vLLM trims the text by characters first, then tokenizes it whole and slices.
-        limit = self.max_model_len * self.tokenizer.max_chars_per_token
+        limit = self._text_limit()
         if len(text) > limit:
             text = text[-limit:] if truncation_side == "left" else text[:limit]
         return text
