@@ -138,7 +138,12 @@ class ChatLlm:
         if self._parsers is not None:
             # vLLM builds the request's parser before rendering: what it refuses comes first.
             self._parsers.check_request(self._options(request))
-        if self.harmony is None and self.mistral is None and request.check_tool_choice:
+        if (
+            request.tool_choice is not None
+            and self.harmony is None
+            and self.mistral is None
+            and request.check_tool_choice
+        ):
             # (vLLM: any tool choice goes with Harmony or a mistral tokenizer)
             self._check_tool_choice(request)
         self.text.prompts.check_max_tokens_param(
@@ -174,11 +179,11 @@ class ChatLlm:
         parsers = self._parsers
         if parsers is not None:
             parsers.check_adjusted(self._options(request))  # the parsers' adjust_request
-        if parsers is not None and parsers.unified == "cohere":
-            self._apply_cohere_tag(request)
-        if not self._apply_mistral_grammar(request):
-            self._force_tool_calls(request)
-            if parsers is not None:
+        if parsers is not None:  # (without parsers, nothing below adjusts the request)
+            if parsers.unified == "cohere":
+                self._apply_cohere_tag(request)
+            if not self._apply_mistral_grammar(request):
+                self._force_tool_calls(request)
                 options = self._options(request)
                 if parsers.needs_special_tokens(options):
                     text_request.sampling.skip_special_tokens = False  # parsers' adjust_request
