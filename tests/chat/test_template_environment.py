@@ -1,5 +1,6 @@
-"""The chat template environment's shortcuts (a plain dict's items, our own globals' calls) give
-what transformers' sandbox gives, for the common inputs and the edge cases around them."""
+"""The chat template environment's shortcuts (a plain dict's items, our own globals' calls, the
+compiled ``name is defined``) give what transformers' sandbox gives, for the common inputs and
+the edge cases around them."""
 
 from __future__ import annotations
 
@@ -100,12 +101,29 @@ TEMPLATES = [
     "{{ messages[0].__class__ }}",
     "{{ raise_exception('stop') }}",
     "{{ messages[0].role.upper() }}{{ '{0}'.format(messages[0].content) }}",
+    # `name is defined`, compiled without an Undefined per test
+    "{{ x is defined }}|{{ x is not defined }}|{{ not x is defined }}|{{ x is defined and x }}",
+    "{% if not x is defined %}{% set x = none %}{% endif %}{{ x }}|{{ x is defined }}",
+    "{% set y = nothing %}{{ y is defined }}|{% set y = x %}{{ y is defined }}",
+    "{% macro m(a, b=1) %}{{ a is defined }}{{ b is defined }}{{ x is defined }}{% endmacro %}"
+    "{{ m() }}|{{ m(1) }}|{{ m(1, x) }}",
+    "{% for i in messages %}{{ i is defined }}{{ loop is defined }}{{ z is defined }}"
+    "{% set z = 1 %}{{ z is defined }}{% endfor %}{{ z is defined }}",
+    "{% set ns = namespace(a=1) %}{{ ns is defined }}{{ ns.a is defined }}{{ ns.b is defined }}",
+    "{{ messages[0].role is defined }}{{ messages[0].x is defined }}{{ (x or y) is defined }}",
+    "{% filter upper %}{{ x is defined }}{% endfilter %}{% call m2() %}{{ x is defined }}"
+    "{% endcall %}{% macro m2() %}{{ caller() }}{{ caller is defined }}{% endmacro %}",
+    "{{ strftime_now is defined }}{{ raise_exception is defined }}{{ range is defined }}",
+    "{{ x is defined(1) }}",
+    "{{ x is undefined }}{{ x is none }}",
 ]
 CONTEXTS = [
     {"messages": [{"role": "user", "content": "hi"}]},
     {"messages": [{"role": "x", "content": "hi", "items": 1, "keys": "k"}]},
     {"messages": [{"role": "user"}], "strftime_now": "a request's text"},
     {"messages": [{"role": "user"}], "raise_exception": "not callable"},
+    {"messages": [{"role": "user"}], "x": None},
+    {"messages": [{"role": "user"}], "x": "v", "y": ""},
 ]
 
 

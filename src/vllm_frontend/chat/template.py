@@ -26,6 +26,7 @@ from vllm_frontend.lazy import LazyModule
 
 if TYPE_CHECKING:
     import jinja2
+    import jinja2.compiler
     import jinja2.ext
     import jinja2.meta
     import jinja2.nodes
@@ -111,6 +112,37 @@ def _generation_tag() -> type[jinja2.ext.Extension]:
     return _GenerationTag
 
 
+def _code_generator_class() -> type[jinja2.compiler.CodeGenerator]:
+    stock_defined = jinja2.tests.test_defined
+
+    class _ChatTemplateCodeGenerator(jinja2.compiler.CodeGenerator):
+        """Jinja's code generator, with ``name is defined`` written as the test's own check on
+        the name's variable: Jinja otherwise makes an Undefined object for every undefined
+        name it tests (templates test their optional variables on every render)."""
+
+        def visit_Test(self, node: jinja2.nodes.Test, frame: jinja2.compiler.Frame) -> None:
+            target = node.node
+            if (
+                node.name == "defined"
+                and isinstance(target, jinja2.nodes.Name)
+                and target.ctx == "load"
+                and not node.args
+                and not node.kwargs
+                and node.dyn_args is None
+                and node.dyn_kwargs is None
+                and self.environment.tests.get("defined") is stock_defined
+                and not self.environment.is_async
+            ):
+                # test_defined(value) is "not an Undefined"; the name's variable holds
+                # `missing` where the stock code would pass a fresh Undefined.
+                ref = frame.symbols.ref(target.name)
+                self.write(f"({ref} is not missing and not isinstance({ref}, Undefined))")
+                return
+            super().visit_Test(node, frame)
+
+    return _ChatTemplateCodeGenerator
+
+
 def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
     # The names a dict has as attributes (its type's and object's): ``message.role`` on a
     # dict without them is the sandbox's item lookup after a failed getattr.
@@ -119,7 +151,10 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
 
     class _ChatTemplateEnvironment(jinja2.sandbox.ImmutableSandboxedEnvironment):
         """transformers' sandbox, with two of its lookups made without their detours (the
-        results are the sandbox's own: ``tests/chat/test_template_environment.py``)."""
+        results are the sandbox's own: ``tests/chat/test_template_environment.py``), whose
+        compiled code tests names for being defined without making Undefined objects."""
+
+        code_generator_class = _code_generator_class()
 
         def getattr(self, obj: Any, attribute: str) -> Any:
             # A plain dict's key: the sandbox tries getattr first, which raises (an exception
@@ -230,7 +265,7 @@ def _template_of(code: CodeType) -> jinja2.Template:
     return env.template_class.from_code(env, code, dict(env.make_globals(None)), None)
 
 
-ENVIRONMENT = "transformers-chat-template-env/1"
+ENVIRONMENT = "transformers-chat-template-env/2"
 """Describes how the environment (:class:`_Environments`) compiles, for the keys of
 :class:`TemplateCodeCache`: change it whenever its options, extensions, filters or globals
 change."""
