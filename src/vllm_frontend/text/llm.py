@@ -178,12 +178,20 @@ class TextLlm:
         """Tokenize and check ``prompts`` (admission and ``max_tokens`` already checked), and
         resolve each one's parameters."""
         preparer = self.prompts
-        prepared = await preparer.prepare_prompts(
+        truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
+        prepared = preparer.prepare_prompts_in_loop(
             prompts,
             add_special_tokens=request.add_special_tokens,
-            truncate=preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0),
+            truncate=truncate,
             truncation_side=request.truncation_side,
         )
+        if prepared is None:  # long texts: encoded on a worker thread
+            prepared = await preparer.prepare_prompts(
+                prompts,
+                add_special_tokens=request.add_special_tokens,
+                truncate=truncate,
+                truncation_side=request.truncation_side,
+            )
         return self.generate_prepared(request, prepared)
 
     def generate_prepared(

@@ -154,6 +154,35 @@ class PromptPreparer:
         ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
         return self._encoded_prompt(prompt, ids, truncate, side)
 
+    def prepare_prompts_in_loop(
+        self,
+        prompts: Sequence[str | list[int]],
+        *,
+        add_special_tokens: bool,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+    ) -> list[PreparedPrompt] | None:
+        """What :meth:`prepare_prompts` gives when it encodes on the event loop (texts under
+        :func:`off_loop_encode_chars`, or truncated by the tokenizer), without a coroutine;
+        None when it would encode on a worker thread (then await it)."""
+        chars = 0
+        for p in prompts:  # (a loop: a generator's set-up is most of the cost for one prompt)
+            if isinstance(p, str):
+                chars += len(p)
+        if chars >= off_loop_encode_chars(self.tokenizer) and (
+            truncate is None or truncation_side is not None
+        ):
+            return None
+        return [
+            self.prepare_prompt(
+                p,
+                add_special_tokens=add_special_tokens,
+                truncate=truncate,
+                truncation_side=truncation_side,
+            )
+            for p in prompts
+        ]
+
     async def prepare_prompts(
         self,
         prompts: Sequence[str | list[int]],
@@ -166,22 +195,14 @@ class PromptPreparer:
         when their texts come to :func:`off_loop_encode_chars` or more, they are encoded on a
         worker thread (the library releases the GIL there), so running streams are not held up
         for the milliseconds a long prompt takes to encode."""
-        chars = 0
-        for p in prompts:  # (a loop: a generator's set-up is most of the cost for one prompt)
-            if isinstance(p, str):
-                chars += len(p)
-        if chars < off_loop_encode_chars(self.tokenizer) or (
-            truncate is not None and truncation_side is None
-        ):
-            return [
-                self.prepare_prompt(
-                    p,
-                    add_special_tokens=add_special_tokens,
-                    truncate=truncate,
-                    truncation_side=truncation_side,
-                )
-                for p in prompts
-            ]
+        prepared = self.prepare_prompts_in_loop(
+            prompts,
+            add_special_tokens=add_special_tokens,
+            truncate=truncate,
+            truncation_side=truncation_side,
+        )
+        if prepared is not None:
+            return prepared
         # The texts prepare_prompt would encode, up to the first one it refuses unencoded.
         texts: dict[int, str] = {}
         refused: tuple[int, InvalidInput] | None = None
