@@ -1,6 +1,6 @@
 """The chat template environment's shortcuts (a plain dict's items, our own globals' calls, the
-compiled ``name is defined``) give what transformers' sandbox gives, for the common inputs and
-the edge cases around them."""
+compiled ``name is defined``, ``none`` and ``string`` tests) give what transformers' sandbox
+gives, for the common inputs and the edge cases around them."""
 
 from __future__ import annotations
 
@@ -116,6 +116,13 @@ TEMPLATES = [
     "{{ strftime_now is defined }}{{ raise_exception is defined }}{{ range is defined }}",
     "{{ x is defined(1) }}",
     "{{ x is undefined }}{{ x is none }}",
+    # the `none` and `string` tests, compiled as their one expression
+    "{{ x is none }}{{ x is not none }}{{ x is string }}{{ x is not string }}{{ y is string }}",
+    "{{ messages[0].content is string }}{{ messages[0].missing is none }}{{ (x or y) is none }}",
+    "{{ none is none }}{{ 'a' is string }}{{ 1 is string }}{% if x is none %}n{% endif %}",
+    "{% for m in messages %}{{ m.content is string and m.content is not none }}{% endfor %}",
+    "{{ x is none(1) }}",
+    "{{ x is string('a') }}",
 ]
 CONTEXTS = [
     {"messages": [{"role": "user", "content": "hi"}]},

@@ -113,30 +113,48 @@ def _generation_tag() -> type[jinja2.ext.Extension]:
 
 
 def _code_generator_class() -> type[jinja2.compiler.CodeGenerator]:
-    stock_defined = jinja2.tests.test_defined
+    tests = jinja2.tests
+    # Stock tests whose whole body is one expression on the value, written in its place.
+    inlined = {
+        "none": (tests.test_none, "({} is None)"),
+        "string": (tests.test_string, "isinstance({}, str)"),
+    }
 
     class _ChatTemplateCodeGenerator(jinja2.compiler.CodeGenerator):
         """Jinja's code generator, with ``name is defined`` written as the test's own check on
-        the name's variable: Jinja otherwise makes an Undefined object for every undefined
-        name it tests (templates test their optional variables on every render)."""
+        the name's variable (Jinja otherwise makes an Undefined object for every undefined
+        name it tests: templates test their optional variables on every render), and the
+        ``none`` and ``string`` tests as their one expression (no call per test)."""
 
         def visit_Test(self, node: jinja2.nodes.Test, frame: jinja2.compiler.Frame) -> None:
             target = node.node
             if (
+                node.args
+                or node.kwargs
+                or node.dyn_args is not None
+                or node.dyn_kwargs is not None
+                or self.environment.is_async
+                or isinstance(target, jinja2.nodes.Const)  # (Jinja folds those)
+            ):
+                super().visit_Test(node, frame)
+                return
+            if (
                 node.name == "defined"
                 and isinstance(target, jinja2.nodes.Name)
                 and target.ctx == "load"
-                and not node.args
-                and not node.kwargs
-                and node.dyn_args is None
-                and node.dyn_kwargs is None
-                and self.environment.tests.get("defined") is stock_defined
-                and not self.environment.is_async
+                and self.environment.tests.get("defined") is tests.test_defined
             ):
                 # test_defined(value) is "not an Undefined"; the name's variable holds
                 # `missing` where the stock code would pass a fresh Undefined.
                 ref = frame.symbols.ref(target.name)
                 self.write(f"({ref} is not missing and not isinstance({ref}, Undefined))")
+                return
+            stock, expression = inlined.get(node.name, (None, ""))
+            if stock is not None and self.environment.tests.get(node.name) is stock:
+                before, after = expression.split("{}")
+                self.write(before)
+                self.visit(target, frame)
+                self.write(after)
                 return
             super().visit_Test(node, frame)
 
@@ -265,7 +283,7 @@ def _template_of(code: CodeType) -> jinja2.Template:
     return env.template_class.from_code(env, code, dict(env.make_globals(None)), None)
 
 
-ENVIRONMENT = "transformers-chat-template-env/2"
+ENVIRONMENT = "transformers-chat-template-env/3"
 """Describes how the environment (:class:`_Environments`) compiles, for the keys of
 :class:`TemplateCodeCache`: change it whenever its options, extensions, filters or globals
 change."""
