@@ -89,6 +89,12 @@ PAIRS: list[dict[str, Any]] = [
     {"return_mm_kwargs": False},
     {"return_mm_kwargs": False, "mm_payload": "tensors"},
     {"stream": False, "stream_options": {"include_usage": True}},
+    {"stream": True, "stream_options": {"include_usage": True}},
+    {"stream": True, "stream_options": {"include_usage": "x"}},
+    {"stream": True, "stream_options": None},
+    {"stream": True, "stream_options": {}},
+    {"stream": 1, "stream_options": {"include_usage": True}},
+    {"stream": "true", "stream_options": {"include_usage": True}},
     {"stream": True, "prompt_logprobs": 1},
     {"echo": True, "logprob_token_ids": [1], "max_tokens": 0},
     {"tools": [{"type": "function", "function": {"name": "f"}}]},
@@ -156,7 +162,7 @@ def test_completion_bodies_parse_alike_on_both_paths() -> None:
 
 def test_the_benchmark_bodies_take_the_fast_path() -> None:
     # what the fast path is for: the common bodies skip the validators
-    chat = {**CHAT_BASE, "stream": True, "ignore_eos": True}
+    chat = {**CHAT_BASE, "stream": True, "stream_options": {"include_usage": True}}
     assert protocol._plain_chat(msgspec.json.decode(json.dumps(chat)))
-    completion = {**COMPLETION_BASE, "prompt": [1, 2, 3], "stream": False}
+    completion = {**COMPLETION_BASE, "prompt": [1, 2, 3], "ignore_eos": True}
     assert protocol._plain_completion(msgspec.json.decode(json.dumps(completion)))

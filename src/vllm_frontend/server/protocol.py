@@ -910,7 +910,6 @@ _CHAT_UNCONVERTED = (
 _COMPLETION_CHECKED = frozenset(
     {
         "prompt_embeds",
-        "stream_options",
         "logprob_token_ids",
         "use_beam_search",
         "echo",
@@ -927,7 +926,7 @@ _COMPLETION_CHECKED = frozenset(
     }
 )
 """Completion body keys a validator or an unconverted field's check reads (besides
-``prompt`` and ``max_tokens``, which the fast path checks itself)."""
+``prompt``, ``max_tokens`` and ``stream_options``, which the fast path checks itself)."""
 _COMPLETION_PLAIN = frozenset(CompletionRequest.__struct_fields__) - _COMPLETION_CHECKED
 
 _CHAT_CHECKED = frozenset(
@@ -942,7 +941,6 @@ _CHAT_CHECKED = frozenset(
         "logprobs",
         "prompt_logprobs",
         "top_logprobs",
-        "stream_options",
         "response_format",
         "cache_salt",
         "return_mm_kwargs",
@@ -951,14 +949,16 @@ _CHAT_CHECKED = frozenset(
         "repetition_detection",
     }
 )
-"""Chat body keys a validator or an unconverted field's check reads (besides ``messages``,
-which the fast path checks itself)."""
+"""Chat body keys a validator or an unconverted field's check reads (besides ``messages`` and
+``stream_options``, which the fast path checks itself)."""
 _CHAT_PLAIN = frozenset(ChatCompletionRequest.__struct_fields__) - _CHAT_CHECKED
 
 
 def _plain_completion(data: Any) -> bool:
     # a non-empty text or token-id prompt, and max_tokens given (else a validator sets it)
     if type(data) is not dict or not data.keys() <= _COMPLETION_PLAIN:
+        return False
+    if "stream_options" in data and data.get("stream") is not True:
         return False
     prompt = data.get("prompt")
     if type(prompt) is str:
@@ -968,8 +968,11 @@ def _plain_completion(data: Any) -> bool:
 
 
 def _plain_chat(data: Any) -> bool:
-    # messages as dicts with a role, none with vLLM's reasoning_content alias to normalise
+    # messages as dicts with a role, none with vLLM's reasoning_content alias to normalise;
+    # stream options only on a stream
     if type(data) is not dict or not data.keys() <= _CHAT_PLAIN:
+        return False
+    if "stream_options" in data and data.get("stream") is not True:
         return False
     messages = data.get("messages")
     if type(messages) is not list:
