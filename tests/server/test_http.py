@@ -501,6 +501,43 @@ def test_a_streamed_head_goes_out_alone_when_the_body_is_late(
     assert rest == b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"
 
 
+def test_a_held_head_is_not_released_by_an_earlier_streams_tick(
+    server: RunningServer, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two streams on one keep-alive connection: the first one's entry, released at the second
+    # tick, must not release the second one's head, held for less than one period by then.
+    hold = 0.6
+    monkeypatch.setattr(state, "HEAD_HOLD", hold)
+    request = b"GET /late_stream HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        started = time.monotonic()
+        s.sendall(request)  # held from here; the first tick comes at `hold`
+        while probe.release is None:
+            time.sleep(0.01)
+        server.loop.call_soon_threadsafe(probe.release.set)
+        first = b""
+        while not first.endswith(b"0\r\n\r\n"):
+            first += s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+        probe.release = None
+        time.sleep(max(0.0, started + hold + 0.1 - time.monotonic()))
+        s.sendall(request)  # after the first tick: its own release is due at the third
+        s.settimeout(hold * 1.25)  # past the second tick (at 2 * hold), before the third
+        try:
+            early = s.recv(65536)
+        except TimeoutError:
+            early = b""
+        assert early == b""
+        s.settimeout(10)
+        while probe.release is None:
+            time.sleep(0.01)
+        server.loop.call_soon_threadsafe(probe.release.set)
+        second = b""
+        while not second.endswith(b"0\r\n\r\n"):
+            second += s.recv(65536)
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
 def test_too_many_headers_get_431_and_close(server: RunningServer) -> None:
     headers = b"".join(b"X-H%d: v\r\n" % i for i in range(300))
     out = raw_exchange(server.port, b"GET /echo HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")

@@ -24,7 +24,7 @@ class Flushable(Protocol):
 
     def _flush(self) -> None: ...
 
-    def _release_head(self) -> None: ...
+    def _release_head(self, head: bytes) -> None: ...
 
 
 class SharedState:
@@ -61,9 +61,9 @@ class SharedState:
         self.dirty: list[Flushable] = []
         """Connections with output waiting, flushed together once per loop iteration."""
         self.flush_pending = False
-        self.held: list[Flushable] = []
+        self.held: list[tuple[Flushable, bytes]] = []
         """Connections that held a streamed response's head since the last release tick."""
-        self.held_before: list[Flushable] = []
+        self.held_before: list[tuple[Flushable, bytes]] = []
         """Those held before it: released (if still held) at the next tick."""
 
     def flush_dirty(self) -> None:
@@ -76,18 +76,18 @@ class SharedState:
             except Exception:  # one broken connection must not hold back the others' output
                 logger.exception("Error while writing to a connection")
 
-    def hold(self, conn: Flushable) -> None:
-        """Let ``conn``'s queued head wait for its body's first chunk (which flushes it), for
-        one to two ``HEAD_HOLD`` periods at most: then it goes out alone."""
+    def hold(self, conn: Flushable, head: bytes) -> None:
+        """Let ``head``, queued on ``conn``, wait for its body's first chunk (which flushes
+        it), for one to two ``HEAD_HOLD`` periods at most: then it goes out alone."""
         held = self.held
         if not held and not self.held_before:
             asyncio.get_running_loop().call_later(HEAD_HOLD, self._release_held)
-        held.append(conn)
+        held.append((conn, head))
 
     def _release_held(self) -> None:
         # Two generations: a head held during the last period is released at the next tick.
         released, self.held_before, self.held = self.held_before, self.held, []
-        for conn in released:
-            conn._release_head()
+        for conn, head in released:
+            conn._release_head(head)
         if self.held_before:
             asyncio.get_running_loop().call_later(HEAD_HOLD, self._release_held)

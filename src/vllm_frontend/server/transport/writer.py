@@ -66,8 +66,9 @@ class ResponseWriter(StreamSink):
         # closes the connection after it, and chunks go out as they are.
         # The head waits for the body's first chunk (a bounded while: see ``SharedState.hold``):
         # one write, and one wake-up of the client, where the head alone would be a second.
-        self._out.append(response_head(response, keep_alive, chunked))
-        self._server.hold(self)
+        head = response_head(response, keep_alive, chunked)
+        self._out.append(head)
+        self._server.hold(self, head)
         sink: StreamSink = self if chunked else _CloseDelimitedSink(self)
         self._idle_chunk = KEEP_ALIVE_CHUNK if chunked else SSE_KEEP_ALIVE_COMMENT
         interval = response.keep_alive_interval
@@ -161,9 +162,11 @@ class ResponseWriter(StreamSink):
             server.flush_pending = True
             self._loop.call_soon(server.flush_dirty)
 
-    def _release_head(self) -> None:
-        # A head still held (queued output and no flush due) goes out with this iteration's.
-        if self._out and not self._flush_scheduled:
+    def _release_head(self, head: bytes) -> None:
+        # ``head`` (this very object: not a later stream's head on this connection, held for
+        # less long) goes out with this iteration's output if it is still held.
+        out = self._out
+        if out and out[0] is head and not self._flush_scheduled:
             self._schedule_flush()
 
     def _flush(self) -> None:
