@@ -26,6 +26,7 @@ from vllm_frontend.server.transport import (
     bind_unix,
     json_response,
     socket_from_fd,
+    state,
 )
 
 from .support import HTTP, RunningServer, raw_exchange
@@ -114,6 +115,17 @@ def make_app(probe: Probe) -> App:
 
         return StreamingResponse(gen(), keep_alive_interval=0.05)
 
+    async def late_stream(request: Request) -> PushedStreamingResponse:
+        # The first chunk waits for the test (as a first token waits for the engine).
+        probe.release = asyncio.Event()
+        release = probe.release
+
+        async def produce(sink: StreamSink) -> None:
+            await release.wait()
+            sink.send(b"data: 1\n\n")
+
+        return PushedStreamingResponse(produce)
+
     async def broken_stream(request: Request) -> StreamingResponse:
         async def gen() -> AsyncIterator[bytes]:
             yield b"data: 1\n\n"
@@ -186,6 +198,7 @@ def make_app(probe: Probe) -> App:
     app.route("GET", "/boom", boom)
     app.route("GET", "/broken_stream", broken_stream)
     app.route("GET", "/idle_stream", idle_stream)
+    app.route("GET", "/late_stream", late_stream)
     return app
 
 
@@ -445,6 +458,84 @@ def test_idle_stream_gets_sse_keep_alive_comments(server: RunningServer, probe: 
     events = [e for e in received.split(b"\n\n") if e]
     assert events[0] == b"data: 1" and events[-1] == b"data: 2"
     assert set(events[1:-1]) == {b": keep-alive"}
+
+
+def _late_stream_first_read(
+    server: RunningServer, probe: Probe, wait: float
+) -> tuple[bytes, bytes]:
+    # What one recv() gets within ``wait`` seconds of the request (b"" if nothing), then the
+    # rest of the response once the first chunk is released.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /late_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.settimeout(wait)
+        try:
+            first = s.recv(65536)
+        except TimeoutError:
+            first = b""
+        s.settimeout(10)
+        assert probe.release is not None
+        server.loop.call_soon_threadsafe(probe.release.set)
+        rest = b""
+        while not (first + rest).endswith(b"0\r\n\r\n"):
+            rest += s.recv(65536)
+    return first, rest
+
+
+def test_a_streamed_head_leaves_with_the_first_chunk(
+    server: RunningServer, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state, "HEAD_HOLD", 30.0)
+    first, rest = _late_stream_first_read(server, probe, 0.3)
+    assert first == b""  # the head waits for the body
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
+    _, _, body = rest.partition(b"\r\n\r\n")
+    assert body == b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"
+
+
+def test_a_streamed_head_goes_out_alone_when_the_body_is_late(
+    server: RunningServer, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state, "HEAD_HOLD", 0.02)
+    first, rest = _late_stream_first_read(server, probe, 5.0)
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"\r\n\r\n")
+    assert rest == b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"
+
+
+def test_a_held_head_is_not_released_by_an_earlier_streams_tick(
+    server: RunningServer, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two streams on one keep-alive connection: the first one's entry, released at the second
+    # tick, must not release the second one's head, held for less than one period by then.
+    hold = 0.6
+    monkeypatch.setattr(state, "HEAD_HOLD", hold)
+    request = b"GET /late_stream HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        started = time.monotonic()
+        s.sendall(request)  # held from here; the first tick comes at `hold`
+        while probe.release is None:
+            time.sleep(0.01)
+        server.loop.call_soon_threadsafe(probe.release.set)
+        first = b""
+        while not first.endswith(b"0\r\n\r\n"):
+            first += s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+        probe.release = None
+        time.sleep(max(0.0, started + hold + 0.1 - time.monotonic()))
+        s.sendall(request)  # after the first tick: its own release is due at the third
+        s.settimeout(hold * 1.25)  # past the second tick (at 2 * hold), before the third
+        try:
+            early = s.recv(65536)
+        except TimeoutError:
+            early = b""
+        assert early == b""
+        s.settimeout(10)
+        while probe.release is None:
+            time.sleep(0.01)
+        server.loop.call_soon_threadsafe(probe.release.set)
+        second = b""
+        while not second.endswith(b"0\r\n\r\n"):
+            second += s.recv(65536)
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")
 
 
 def test_too_many_headers_get_431_and_close(server: RunningServer) -> None:

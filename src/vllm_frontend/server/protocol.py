@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
@@ -902,10 +902,109 @@ _CHAT_UNCONVERTED = (
 )
 
 
+# The fast path of the parse functions: a body whose keys are all "plain" (no "before"
+# validator reads them, none is an unconverted field) and whose checked fields hold their
+# common valid values leaves every validator and unconverted check a no-op, so converting it
+# straight away gives what the general path gives; anything else, and every conversion that
+# fails, takes the general path, which decides every error and its precedence.
+_COMPLETION_CHECKED = frozenset(
+    {
+        "prompt_embeds",
+        "logprob_token_ids",
+        "use_beam_search",
+        "echo",
+        "logprobs",
+        "prompt_logprobs",
+        "structured_outputs",
+        "response_format",
+        "cache_salt",
+        "return_mm_kwargs",
+        "mm_payload",
+        "top_logprobs",
+        "thinking_token_budget",
+        "repetition_detection",
+    }
+)
+"""Completion body keys a validator or an unconverted field's check reads (besides
+``prompt``, ``max_tokens`` and ``stream_options``, which the fast path checks itself)."""
+_COMPLETION_PLAIN = frozenset(CompletionRequest.__struct_fields__) - _COMPLETION_CHECKED
+
+_CHAT_CHECKED = frozenset(
+    {
+        "continue_final_message",
+        "add_generation_prompt",
+        "tools",
+        "tool_choice",
+        "structured_outputs",
+        "logprob_token_ids",
+        "use_beam_search",
+        "logprobs",
+        "prompt_logprobs",
+        "top_logprobs",
+        "response_format",
+        "cache_salt",
+        "return_mm_kwargs",
+        "mm_payload",
+        "thinking_token_budget",
+        "repetition_detection",
+    }
+)
+"""Chat body keys a validator or an unconverted field's check reads (besides ``messages`` and
+``stream_options``, which the fast path checks itself)."""
+_CHAT_PLAIN = frozenset(ChatCompletionRequest.__struct_fields__) - _CHAT_CHECKED
+
+
+def _plain_completion(data: Any) -> bool:
+    # a non-empty text or token-id prompt, and max_tokens given (else a validator sets it)
+    if type(data) is not dict or not data.keys() <= _COMPLETION_PLAIN:
+        return False
+    if "stream_options" in data and data.get("stream") is not True:
+        return False
+    prompt = data.get("prompt")
+    if type(prompt) is str:
+        return prompt != "" and data.get("max_tokens") is not None
+    # (a plain token-id list is a non-empty one of non-negative ints)
+    return type(prompt) is list and _plain_prompt(prompt) and data.get("max_tokens") is not None
+
+
+def _plain_chat(data: Any) -> bool:
+    # messages as dicts with a role, none with vLLM's reasoning_content alias to normalise;
+    # stream options only on a stream
+    if type(data) is not dict or not data.keys() <= _CHAT_PLAIN:
+        return False
+    if "stream_options" in data and data.get("stream") is not True:
+        return False
+    messages = data.get("messages")
+    if type(messages) is not list:
+        return False
+    for m in messages:  # a loop, not all(<generator>): ~0.3 us less per request
+        if type(m) is not dict or type(m.get("role")) is not str or "reasoning_content" in m:
+            return False
+    return True
+
+
+_S = TypeVar("_S")
+
+
+def _convert_plain(data: dict[str, Any], struct: type[_S]) -> _S | None:
+    try:
+        return msgspec.convert(data, struct, strict=False)
+    except msgspec.ValidationError:
+        return None  # the general path decides the error
+
+
 def parse_completion_request(body: bytes) -> CompletionRequest:
     """Decode and validate a ``/v1/completions`` body like vLLM."""
+    data = decode_json_object(body)
+    if _plain_completion(data) and (fast := _convert_plain(data, CompletionRequest)) is not None:
+        return fast
+    return _completion_request(data)
+
+
+def _completion_request(data: Any) -> CompletionRequest:
+    # the general path: every validator, every check, every error
     req = convert_body(
-        decode_json_object(body),
+        data,
         CompletionRequest,
         _COMPLETION_SCHEMA,
         _COMPLETION_VALIDATORS,
@@ -927,12 +1026,16 @@ def _lax_token_ids(prompt: Any) -> Any:
 
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     """Decode and validate a ``/v1/chat/completions`` body like vLLM."""
+    data = decode_json_object(body)
+    if _plain_chat(data) and (fast := _convert_plain(data, ChatCompletionRequest)) is not None:
+        return fast
+    return _chat_request(data)
+
+
+def _chat_request(data: Any) -> ChatCompletionRequest:
+    # the general path: every validator, every check, every error
     return convert_body(
-        decode_json_object(body),
-        ChatCompletionRequest,
-        _CHAT_SCHEMA,
-        _CHAT_VALIDATORS,
-        _CHAT_UNCONVERTED,
+        data, ChatCompletionRequest, _CHAT_SCHEMA, _CHAT_VALIDATORS, _CHAT_UNCONVERTED
     )
 
 

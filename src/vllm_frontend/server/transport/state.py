@@ -1,8 +1,10 @@
 """What the connections of one server share: the app, the limits and refusal hooks, the set of
-open connections, and the batch of output flushed once per loop iteration."""
+open connections, the batch of output flushed once per loop iteration, and the streamed
+responses' heads held for their first chunk."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -12,10 +14,17 @@ from .messages import App
 logger = logging.getLogger(__name__)
 
 
+HEAD_HOLD = 0.025
+"""Seconds per generation of held response heads: a streamed response's head waits at least
+this long, and at most twice this, for its body's first chunk before it goes out alone."""
+
+
 class Flushable(Protocol):
     """A connection with framed output waiting."""
 
     def _flush(self) -> None: ...
+
+    def _release_head(self, head: bytes) -> None: ...
 
 
 class SharedState:
@@ -27,6 +36,8 @@ class SharedState:
         "connections",
         "dirty",
         "flush_pending",
+        "held",
+        "held_before",
         "limits",
         "on_refusal",
         "refusal",
@@ -50,6 +61,10 @@ class SharedState:
         self.dirty: list[Flushable] = []
         """Connections with output waiting, flushed together once per loop iteration."""
         self.flush_pending = False
+        self.held: list[tuple[Flushable, bytes]] = []
+        """Connections that held a streamed response's head since the last release tick."""
+        self.held_before: list[tuple[Flushable, bytes]] = []
+        """Those held before it: released (if still held) at the next tick."""
 
     def flush_dirty(self) -> None:
         """Flush every connection that queued output (scheduled by the first of them)."""
@@ -60,3 +75,19 @@ class SharedState:
                 conn._flush()
             except Exception:  # one broken connection must not hold back the others' output
                 logger.exception("Error while writing to a connection")
+
+    def hold(self, conn: Flushable, head: bytes) -> None:
+        """Let ``head``, queued on ``conn``, wait for its body's first chunk (which flushes
+        it), for one to two ``HEAD_HOLD`` periods at most: then it goes out alone."""
+        held = self.held
+        if not held and not self.held_before:
+            asyncio.get_running_loop().call_later(HEAD_HOLD, self._release_held)
+        held.append((conn, head))
+
+    def _release_held(self) -> None:
+        # Two generations: a head held during the last period is released at the next tick.
+        released, self.held_before, self.held = self.held_before, self.held, []
+        for conn, head in released:
+            conn._release_head(head)
+        if self.held_before:
+            asyncio.get_running_loop().call_later(HEAD_HOLD, self._release_held)

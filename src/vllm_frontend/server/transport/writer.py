@@ -3,6 +3,8 @@
 A streamed chunk is one ``<hex len>\\r\\n<bytes>\\r\\n`` appended to a per-connection buffer;
 the server flushes every connection that produced output once per loop iteration, so chunks
 made without an await in between (e.g. every SSE event of one engine step) leave in one send().
+A streamed response's head waits for its body's first chunk (for a bounded while), so that the
+two leave in one send() too: the client is woken once, not twice.
 """
 
 from __future__ import annotations
@@ -62,8 +64,11 @@ class ResponseWriter(StreamSink):
     ) -> None:
         # Without chunked framing (an HTTP/1.0 client) the body is close-delimited: the caller
         # closes the connection after it, and chunks go out as they are.
-        self._out.append(response_head(response, keep_alive, chunked))
-        self._schedule_flush()
+        # The head waits for the body's first chunk (a bounded while: see ``SharedState.hold``):
+        # one write, and one wake-up of the client, where the head alone would be a second.
+        head = response_head(response, keep_alive, chunked)
+        self._out.append(head)
+        self._server.hold(self, head)
         sink: StreamSink = self if chunked else _CloseDelimitedSink(self)
         self._idle_chunk = KEEP_ALIVE_CHUNK if chunked else SSE_KEEP_ALIVE_COMMENT
         interval = response.keep_alive_interval
@@ -156,6 +161,13 @@ class ResponseWriter(StreamSink):
         if not server.flush_pending:
             server.flush_pending = True
             self._loop.call_soon(server.flush_dirty)
+
+    def _release_head(self, head: bytes) -> None:
+        # ``head`` (this very object: not a later stream's head on this connection, held for
+        # less long) goes out with this iteration's output if it is still held.
+        out = self._out
+        if out and out[0] is head and not self._flush_scheduled:
+            self._schedule_flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
