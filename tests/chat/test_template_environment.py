@@ -30,6 +30,9 @@ class _Dict(dict[str, Any]):
 class _Obj:
     role = "attribute"
 
+    def __repr__(self) -> str:  # a test id the same in every xdist worker (not an address)
+        return "_Obj()"
+
 
 MESSAGE = {"role": "user", "content": "hi", "items": "an item", "keys": 3, "__class__": "x"}
 OBJECTS: list[Any] = [MESSAGE, {}, _Dict(role="item"), _Obj(), "text", 3, None, [1, 2], (1,)]

@@ -172,7 +172,14 @@ def _environment_class() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
         results are the sandbox's own: ``tests/chat/test_template_environment.py``), whose
         compiled code tests names for being defined without making Undefined objects."""
 
-        code_generator_class = _code_generator_class()
+        # The generator writes code against Jinja 3.1's generated-code conventions (its
+        # `missing` sentinel, `Undefined` in the module's namespace): other versions compile
+        # with the stock one.
+        code_generator_class = (
+            _code_generator_class()
+            if jinja2.__version__.startswith("3.1.")
+            else jinja2.compiler.CodeGenerator
+        )
 
         def getattr(self, obj: Any, attribute: str) -> Any:
             # A plain dict's key: the sandbox tries getattr first, which raises (an exception
