@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from vllm_frontend.engine.outbox import Outbox
+from vllm_frontend.engine.outbox import BURST_WINDOW_S, Outbox
 from vllm_frontend.engine.transport import recv_ready
 
 
@@ -77,3 +77,35 @@ def test_send_now_goes_after_what_is_queued(
         return received
 
     assert asyncio.run(main()) == [[b"add", b"1"], [b"add", b"2"], [b"abort", b"2"]]
+
+
+def test_a_burst_held_past_its_window_sends_the_queue_with_the_late_request(
+    pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair
+    clock = [100.0]
+    monkeypatch.setattr("vllm_frontend.engine.outbox.time.perf_counter", lambda: clock[0])
+
+    async def main() -> list[list[list[bytes]]]:
+        outbox = Outbox(a, asyncio.get_running_loop())
+        seen = []
+        outbox.send([b"e", b"1"])  # opens the burst at t=100
+        clock[0] += BURST_WINDOW_S / 2
+        outbox.send([b"e", b"2"])  # within the window: held
+        seen.append(_received(b))
+        clock[0] += BURST_WINDOW_S / 2
+        outbox.send([b"e", b"3"])  # the window has passed: 2 and 3 go now, in order
+        seen.append(_received(b))
+        clock[0] += BURST_WINDOW_S / 4
+        outbox.send([b"e", b"4"])  # a new window began with that send: held again
+        seen.append(_received(b))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        seen.append(_received(b))  # the end of the burst sends it
+        return seen
+
+    first, late, held, end = asyncio.run(main())
+    assert first == [[b"e", b"1"]]
+    assert late == [[b"e", b"2"], [b"e", b"3"]]
+    assert held == []
+    assert end == [[b"e", b"4"]]
