@@ -31,9 +31,12 @@ def is_public_address(host: str) -> bool:
             return is_public_address(str(address.ipv4_mapped))
         if address in _NAT64:  # DNS64/NAT64 networks reach IPv4 hosts so: judge the host
             return is_public_address(str(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)))
-        embedded: list[ipaddress.IPv4Address] = []
         if address.sixtofour is not None:
-            embedded.append(address.sixtofour)
+            # 6to4 (2002::/16) reaches the IPv4 host it embeds: judge that host alone. Python's
+            # own tables disagree on the range between patch releases (3.11.2 calls all of it
+            # private, 3.11.7 global).
+            return is_public_address(str(address.sixtofour))
+        embedded: list[ipaddress.IPv4Address] = []
         if address.teredo is not None:
             embedded.extend(address.teredo)
         if any(not is_public_address(str(inner)) for inner in embedded):
