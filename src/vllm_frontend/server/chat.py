@@ -753,7 +753,7 @@ def _text_chunk(request_id: str, created: int, key: tuple[str, int], text: str) 
     model, index = key
     return Chunk(
         id=request_id,
-        object="chat.completion.chunk",
+        object=_OBJECT,
         created=created,
         model=model,
         choices=[DeltaChoice(index, ContentDelta(text), None, None, None)],
