@@ -186,7 +186,7 @@ class TextLlm:
             truncation_side=request.truncation_side,
         )
         if prepared is None:  # long texts: encoded on a worker thread
-            prepared = await preparer.prepare_prompts(
+            prepared = await preparer.prepare_prompts_off_loop(
                 prompts,
                 add_special_tokens=request.add_special_tokens,
                 truncate=truncate,

@@ -203,6 +203,23 @@ class PromptPreparer:
         )
         if prepared is not None:
             return prepared
+        return await self.prepare_prompts_off_loop(
+            prompts,
+            add_special_tokens=add_special_tokens,
+            truncate=truncate,
+            truncation_side=truncation_side,
+        )
+
+    async def prepare_prompts_off_loop(
+        self,
+        prompts: Sequence[str | list[int]],
+        *,
+        add_special_tokens: bool,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+    ) -> list[PreparedPrompt]:
+        """:meth:`prepare_prompts` where :meth:`prepare_prompts_in_loop` returned None: the
+        texts encoded on a worker thread, the same results and errors."""
         # The texts prepare_prompt would encode, up to the first one it refuses unencoded.
         texts: dict[int, str] = {}
         refused: tuple[int, InvalidInput] | None = None
