@@ -7,9 +7,10 @@ their own tables), and both paths must agree on the request or on the error resp
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+import pytest
 
 from vllm_frontend.server import protocol
 from vllm_frontend.server.errors import error_response
@@ -166,3 +167,40 @@ def test_the_benchmark_bodies_take_the_fast_path() -> None:
     assert protocol._plain_chat(msgspec.json.decode(json.dumps(chat)))
     completion = {**COMPLETION_BASE, "prompt": [1, 2, 3], "ignore_eos": True}
     assert protocol._plain_completion(msgspec.json.decode(json.dumps(completion)))
+
+
+_TOKEN_ID_LIST = list[Annotated[int, msgspec.Meta(ge=0)]]
+
+
+def _plain_by_alias(value: Any) -> bool:
+    # what _plain_prompt decides, with the typing alias msgspec validates the same way
+    if value is None or isinstance(value, str):
+        return True
+    if not (isinstance(value, list) and value and type(value[0]) is int):
+        return False
+    try:
+        msgspec.convert(value, _TOKEN_ID_LIST)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *PROMPT_VALUES,
+        [0, 2**63 - 1],
+        [1, 2**63],
+        [1, 2**64],
+        [1, -(2**63)],
+        [1, None],
+        [1, {}],
+        [1, [2]],
+        [5, *range(200)],
+        [1, 2.5],
+        [False],
+    ],
+    ids=repr,
+)
+def test_plain_prompt_decides_as_the_element_type(value: Any) -> None:
+    assert protocol._plain_prompt(value) is _plain_by_alias(value)

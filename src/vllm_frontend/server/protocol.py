@@ -863,14 +863,18 @@ def _plain_prompt(value: Any) -> bool:
         return True
     if isinstance(value, list) and value and type(value[0]) is int:
         try:
-            msgspec.convert(value, _TokenIds)  # one C pass instead of a Python loop
+            msgspec.convert((value,), _TokenIds)  # one C pass instead of a Python loop
             return True
         except msgspec.ValidationError:
             return False
     return False
 
 
-_TokenIds = list[Annotated[int, msgspec.Meta(ge=0)]]
+_TokenIds = msgspec.defstruct(
+    "_TokenIds", [("ids", list[Annotated[int, msgspec.Meta(ge=0)]])], array_like=True, gc=False
+)
+"""A plain token-id prompt, in a one-field struct: msgspec looks a struct type up by identity,
+a typing alias (``list[Annotated[...]]``) by a hash computed in Python on every call."""
 
 
 def _is_none(value: Any) -> bool:
