@@ -304,3 +304,74 @@ def test_a_finished_request_cannot_be_aborted() -> None:
         assert engine.aborted == []
 
     asyncio.run(run())
+
+
+class _PushStream:
+    """An engine-client stream with the push surface of the engine client's streams (take,
+    on_ready, on_output, finish_reason); records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.items: list[Output] = []
+        self.finish_reason: int | None = None
+        self.engine_index = 0
+        self.closed = False
+        self.callback: Any = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def take(self) -> list[Output]:
+        items, self.items = self.items, []
+        return items
+
+    def on_ready(self, callback: Any) -> None:
+        self.callback = callback
+
+    def on_output(self, handler: Any) -> None:
+        pass
+
+    def put(self, output: Output) -> None:
+        self.items.append(output)
+        if output.finish_reason is not None:
+            self.finish_reason = output.finish_reason
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class PushEngine(ScriptedEngine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.streams: list[_PushStream] = []
+
+    def add_request(self, request: Any) -> Any:
+        self.added.append(request)
+        self.streams.append(_PushStream())
+        return self.streams[-1]
+
+
+@pytest.mark.parametrize("finished", [2, 1, 0])
+def test_close_nowait_closes_only_when_nothing_is_left_to_abort(finished: int) -> None:
+    # Every sample ended with its final engine output: closed at once, as aclose would (nothing
+    # aborted, the engine streams' callbacks dropped); otherwise aclose must run and aborts.
+    engine = PushEngine()
+    req = GenerateRequest(request_id="r", prompt_token_ids=[1], n=2, sampling_params=Params(n=2))
+
+    async def main() -> None:
+        stream = _llm(engine).generate(req)
+        stream.on_ready(lambda: None)
+        stream.start()
+        for i, (added, s) in enumerate(zip(engine.added, engine.streams, strict=True)):
+            s.put(Output(added.request_id, [7], None, 1 if i < finished else None))
+        stream.take()
+        closed = stream.close_nowait()
+        assert closed is (finished == 2)
+        if closed:
+            assert all(s.callback is None and not s.closed for s in engine.streams)
+        await stream.aclose()  # idempotent after close_nowait
+        unfinished = [a.request_id for a in engine.added[finished:]]
+        assert engine.aborted == unfinished
+        assert stream.close_nowait()
+
+    asyncio.run(main())

@@ -694,6 +694,29 @@ class GenerationStream:
                 self._mark_done(s, "abort", record=False)
         return ids
 
+    def close_nowait(self) -> bool:
+        """:meth:`aclose` when it has nothing to wait for: every sample has finished and every
+        engine stream has ended with its final output (no abort to send; closing such a stream
+        aborts nothing). Returns whether it closed; False: await :meth:`aclose`."""
+        if self._closed:
+            return True
+        for sample in self._samples:
+            if not sample.done:
+                return False
+        for it in self._iters:
+            if getattr(it, "finish_reason", None) is None:  # failed, or not an engine stream
+                return False
+        self._closed = True
+        self._callback = None
+        for sample in self._samples:
+            sample.consumer = None
+        for it in self._iters:
+            it.on_ready(None)
+            on_output = getattr(it, "on_output", None)
+            if on_output is not None:
+                on_output(None)
+        return True
+
     async def aclose(self) -> None:
         """Abort whatever has not finished and close the engine streams (idempotent)."""
         if self._closed:

@@ -276,6 +276,11 @@ class SequenceStream:
                 await waiter
                 waiter = None
 
+    def close_nowait(self) -> bool:
+        """:meth:`aclose` when nothing is left to abort or wait for (every sample ended with
+        its final engine output); returns whether it closed (False: await :meth:`aclose`)."""
+        return self._gen.close_nowait()
+
     async def aclose(self) -> None:
         """Abort whatever still runs on the engine (idempotent)."""
         await self._gen.aclose()
@@ -370,7 +375,9 @@ async def collect_finals(source: UpdateSource) -> Finals:
         finals()
         await finals.done
     finally:
-        await source.aclose()
+        close_nowait = getattr(source, "close_nowait", None)
+        if close_nowait is None or not close_nowait():  # (the common end: nothing to await)
+            await source.aclose()
     finals.kv_transfer_params = source.kv_transfer_params
     finals.ec_transfer_params = source.ec_transfer_params
     return finals
