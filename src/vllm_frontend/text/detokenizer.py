@@ -313,7 +313,7 @@ class _ByteTables:
     def prefill(self, start: int, stop: int) -> None:
         """Fill both tables' `text` for the plain vocabulary pieces among ids [start, stop)."""
         added_ids, added_pieces = self._added
-        id_to_token = self._pieces_of
+        id_to_token = self._pieces_of.id_to_token
         pieces: list[str] = []
         skip: list[int] = []  # positions (in this slice) left to the lazy path
         for k, token_id in enumerate(range(start, stop)):

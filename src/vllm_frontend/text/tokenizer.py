@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -594,6 +594,11 @@ class PieceLookup:
     def __call__(self, token_id: int) -> str | None:
         """The piece of ``token_id`` (None when it has none; OverflowError when not a u32)."""
         return self._to_token(token_id)
+
+    @property
+    def id_to_token(self) -> Callable[[int], str | None]:
+        """The library's own lookup serving now (for loops over many ids)."""
+        return self._to_token
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a vocabulary piece or added token, if any."""
