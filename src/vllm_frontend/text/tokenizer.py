@@ -6,7 +6,9 @@ tokens that are missing become special added tokens (`add_bos_token`/`add_eos_to
 when a `tokenizer.json` exists: its post-processor decides), and `clean_up_tokenization_spaces`
 post-processes decoded text for non-BPE models. We apply the same adjustments so that
 encode/decode agree with vLLM's. Prompts are encoded with ``fastokens`` once it has loaded on a
-background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`).
+background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`); a byte-level
+tokenizer then lets its `tokenizers` object go until a rare path needs it
+(:attr:`Tokenizer.backend`).
 """
 
 from __future__ import annotations
@@ -216,7 +218,7 @@ class Tokenizer:
         self._source = source
         self._pieces_of = PieceLookup(backend)
         # Once fastokens serves prompts, a byte-level tokenizer loaded from a file lets the
-        # `tokenizers` object go (~50 MB for Llama 3) and loads it again if a rare path needs it.
+        # `tokenizers` object go (~45 MB for Llama 3) and loads it again if a rare path needs it.
         self._reload: tuple[Path, list[AddedToken]] | None = (
             ((fast_source or source), added_special) if source is not None else None
         )
@@ -572,7 +574,8 @@ class Tokenizer:
 
 class PieceLookup:
     """A tokenizer's id -> piece and piece -> id lookups: ``tokenizers``' until the tokenizer
-    lets that go, then ``fastokens``' (the same pieces and ids: ``tests/text/test_fastokens``).
+    lets that go, then ``fastokens``' (the same pieces and ids, over the whole vocabulary:
+    ``tests/text/test_tokenizer_release.py``).
     Holds no reference to the :class:`Tokenizer`, so tables keyed by it weakly can keep one."""
 
     __slots__ = ("_to_id", "_to_token")
