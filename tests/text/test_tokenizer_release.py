@@ -4,6 +4,7 @@ and everything else loads `tokenizers` again. Each of those gives what `tokenize
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,28 @@ def test_the_original_file_serves_when_the_cached_copy_is_gone(
     assert not released.holds_backend
     entry.path.unlink()
     kept = Tokenizer.from_dir(directory, use_fastokens=False)
+    assert released.backend.to_str() == kept.backend.to_str()
+
+
+def test_special_tokens_added_from_the_config_are_added_again(
+    tokenizer_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    # transformers adds the config's special tokens the vocabulary lacks; so does the reload.
+    directory = Path(shutil.copytree(tokenizer_dirs["byte_level"], tmp_path / "model"))
+    config_path = directory / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("added_tokens_decoder", None)
+    config["additional_special_tokens"] = ["<|extra one|>", "<|extra two|>"]
+    config_path.write_text(json.dumps(config))
+    released = _released(directory)
+    assert not released.holds_backend
+    kept = Tokenizer.from_dir(directory, use_fastokens=False)
+    assert {"<|extra one|>", "<|extra two|>"} <= set(kept.all_special_tokens)
+    text = "a<|extra two|>b <|extra one|>"
+    assert released.encode(text) == kept.encode(text)
+    assert released.all_special_tokens == kept.all_special_tokens
+    assert released.decode(released.encode(text)) == kept.decode(kept.encode(text))
+    assert released.holds_backend
     assert released.backend.to_str() == kept.backend.to_str()
 
 
