@@ -36,11 +36,9 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 
-import tokenizers
-from tokenizers import decoders
 from tokenizers.decoders import DecodeStream
 
-from vllm_frontend.text.tokenizer import Tokenizer
+from vllm_frontend.text.tokenizer import PieceLookup, Tokenizer
 
 __all__ = ["IncrementalDetokenizer", "prefill"]
 
@@ -263,10 +261,10 @@ class _ByteTable:
     `raw` holds the bytes of the rest.
     """
 
-    __slots__ = ("_backend", "_skipped", "raw", "text")
+    __slots__ = ("_pieces_of", "_skipped", "raw", "text")
 
-    def __init__(self, backend: tokenizers.Tokenizer, skipped: frozenset[str], size: int) -> None:
-        self._backend = backend
+    def __init__(self, pieces_of: PieceLookup, skipped: frozenset[str], size: int) -> None:
+        self._pieces_of = pieces_of
         self._skipped = skipped
         self.text: list[str | None] = [None] * size
         self.raw: dict[int, bytes] = {}
@@ -281,7 +279,7 @@ class _ByteTable:
             return raw
         # The same lookup as tokenizers' decode (added tokens first, then the model); an id
         # with no token adds nothing, as does a skipped special token (matched by content).
-        piece = self._backend.id_to_token(token_id)
+        piece = self._pieces_of(token_id)
         raw = b"" if piece is None or piece in self._skipped else _piece_bytes(piece)
         try:
             decoded = raw.decode()
@@ -298,23 +296,24 @@ class _ByteTable:
 class _ByteTables:
     """A tokenizer's two byte tables: special tokens kept, and skipped."""
 
-    __slots__ = ("_added", "_backend", "keep", "skip")
+    __slots__ = ("_added", "_pieces_of", "keep", "skip")
 
-    def __init__(self, backend: tokenizers.Tokenizer) -> None:
-        added = backend.get_added_tokens_decoder()
-        special = frozenset(t.content for t in added.values() if t.special)
-        size = max([backend.get_vocab_size(with_added_tokens=True), *(i + 1 for i in added)])
-        self._backend = backend
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        # (From the tokenizer's own copies, not its `tokenizers` object, which it may let go.)
+        added = tokenizer.added_tokens
+        special = frozenset(added[i] for i in tokenizer.special_added_token_ids if i in added)
+        size = max([tokenizer.vocab_size, *(i + 1 for i in added)])
+        self._pieces_of = pieces_of = tokenizer.pieces_of
         # Ids and pieces that decode differently from a plain vocabulary piece, or only in one
         # of the tables: prefilling leaves them to the lazy path.
-        self._added = (frozenset(added), frozenset(t.content for t in added.values()))
-        self.keep = _ByteTable(backend, frozenset(), size)
-        self.skip = _ByteTable(backend, special, size)
+        self._added = (frozenset(added), frozenset(added.values()))
+        self.keep = _ByteTable(pieces_of, frozenset(), size)
+        self.skip = _ByteTable(pieces_of, special, size)
 
     def prefill(self, start: int, stop: int) -> None:
         """Fill both tables' `text` for the plain vocabulary pieces among ids [start, stop)."""
         added_ids, added_pieces = self._added
-        id_to_token = self._backend.id_to_token
+        id_to_token = self._pieces_of.id_to_token
         pieces: list[str] = []
         skip: list[int] = []  # positions (in this slice) left to the lazy path
         for k, token_id in enumerate(range(start, stop)):
@@ -428,10 +427,9 @@ def _byte_tables(tokenizer: Tokenizer) -> _ByteTables | None:
     else:
         _last_tables = (weakref.ref(tokenizer), tables)
         return tables
-    backend = tokenizer.backend
     # Decoding only involves the id -> token lookup and the decoder (normalizer, pre-tokenizer
     # and post-processor play no part), so an exact ByteLevel decoder is all the fast path needs.
-    tables = _ByteTables(backend) if isinstance(backend.decoder, decoders.ByteLevel) else None
+    tables = _ByteTables(tokenizer) if tokenizer.byte_level_decoder else None
     if cacheable:
         _TABLES[tokenizer] = tables
         _last_tables = (weakref.ref(tokenizer), tables)

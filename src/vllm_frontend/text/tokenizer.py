@@ -6,7 +6,9 @@ tokens that are missing become special added tokens (`add_bos_token`/`add_eos_to
 when a `tokenizer.json` exists: its post-processor decides), and `clean_up_tokenization_spaces`
 post-processes decoded text for non-BPE models. We apply the same adjustments so that
 encode/decode agree with vLLM's. Prompts are encoded with ``fastokens`` once it has loaded on a
-background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`).
+background thread, where it can (:mod:`vllm_frontend.text.tokenizer_fastokens`); a byte-level
+tokenizer then lets its `tokenizers` object go until a rare path needs it
+(:attr:`Tokenizer.backend`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tokenizers
-from tokenizers import AddedToken
+from tokenizers import AddedToken, decoders, models
 
 from vllm_frontend.text.piece_cache import PieceEncoder
 from vllm_frontend.text.tokenizer_bounds import bounds_from_source, bounds_from_summary
@@ -36,7 +38,7 @@ from vllm_frontend.text.tokenizer_fastokens import (
     load_fastokens,
 )
 
-__all__ = ["Tokenizer", "TokenizerError"]
+__all__ = ["PieceLookup", "Tokenizer", "TokenizerError", "release_enabled"]
 
 _log = logging.getLogger(__name__)
 
@@ -189,7 +191,7 @@ class Tokenizer:
             # transformers reads the legacy special_tokens_map.json only in this case, and lets
             # it override tokenizer_config.json.
             config.update(special_tokens_map or {})
-        self._backend = backend
+        self._backend: tokenizers.Tokenizer | None = backend
         self._special: dict[str, str] = {}
         for slot in _SPECIAL_SLOTS:
             content = _token_content(config.get(slot))
@@ -214,6 +216,14 @@ class Tokenizer:
         # post-processor tokens) reuse their repeated pieces' ids.
         self._pieces = PieceEncoder.for_backend(backend)
         self._source = source
+        self._pieces_of = PieceLookup(backend)
+        # Once fastokens serves prompts, a byte-level tokenizer loaded from a file lets the
+        # `tokenizers` object go (~45 MB for Llama 3) and loads it again if a rare path needs it.
+        self._reload: tuple[Path, list[AddedToken]] | None = (
+            ((fast_source or source), added_special) if source is not None else None
+        )
+        self._backend_lock = threading.Lock()
+        self._special_tokens: dict[str, int] | None = None
         self._vocab_summary = vocab_summary
         self._vocab_stats: tuple[int, int] | None = None  # computed on first use (~50 ms)
         explicit = use_fastokens is not None or ENV_VAR in os.environ
@@ -317,15 +327,54 @@ class Tokenizer:
     def _load_fastokens(self, source: Path | None, added: list[AddedToken], explicit: bool) -> None:
         started = time.monotonic()
         try:
-            fast = load_fastokens(self._backend, source, added, explicit=explicit)
+            fast = load_fastokens(self.backend, source, added, explicit=explicit)
             if fast is not None:
                 self._fast = fast
                 self._pieces = None  # fastokens encodes whole prompts faster than it helps
+                self._release_backend(fast)
                 release_freed_heap()  # its JSON parse leaves ~90 MB freed but mapped
                 _log.info("prompts are encoded with fastokens from now on (it loaded %s in %.1f s)",
                           source or "the tokenizer", time.monotonic() - started)  # fmt: skip
         finally:
             self._fast_ready.set()
+
+    def _release_backend(self, fast: Any) -> None:
+        # Serving a byte-level tokenizer with fastokens loaded needs `tokenizers` only on rare
+        # paths (decode, offsets, truncation by the library, a prompt fastokens refuses): let
+        # it go where it can be loaded again from its file. What the hot paths read from it
+        # is computed first; pieces and ids come from fastokens, which gives the same.
+        if self._reload is None or not self.byte_level_decoder or not release_enabled():
+            return
+        self._stats()
+        self._special_tokens = self._find_special_tokens()
+        with self._backend_lock:
+            self._pieces_of.use(fast)
+            self._backend = None
+
+    def _reload_backend(self) -> tokenizers.Tokenizer:
+        with self._backend_lock:
+            backend = self._backend
+            if backend is not None:
+                return backend
+            assert self._reload is not None
+            path, added = self._reload
+            started = time.monotonic()
+            sources = [path] if self._source in (None, path) else [path, self._source]
+            for k, source in enumerate(sources):
+                try:
+                    backend = tokenizers.Tokenizer.from_file(str(source))
+                    break
+                except Exception as e:  # the copy gone: the original serves
+                    if k == len(sources) - 1:
+                        raise TokenizerError(f"cannot load {source} again: {e}") from e
+            assert backend is not None
+            if added:
+                backend.add_special_tokens(added)
+            self._backend = backend
+            self._pieces_of.use_backend(backend)
+            _log.info("loaded %s again for a request that needs tokenizers (%.2f s); it is kept",
+                      path, time.monotonic() - started)  # fmt: skip
+            return backend
 
     @property
     def uses_fastokens(self) -> bool:
@@ -351,16 +400,35 @@ class Tokenizer:
         return self._fast_ready.wait(timeout)
 
     def _id_or_unk(self, token: str) -> int:
-        token_id = self._backend.token_to_id(token)
+        token_id = self.token_to_id(token)
         if token_id is None:
             unk = self._special.get("unk_token")
-            token_id = self._backend.token_to_id(unk) if unk is not None else None
+            token_id = self.token_to_id(unk) if unk is not None else None
         return -1 if token_id is None else token_id
 
     @property
     def backend(self) -> tokenizers.Tokenizer:
-        """The configured Rust tokenizer (used by the incremental detokenizer)."""
-        return self._backend
+        """The configured Rust tokenizer (loaded again if it was let go, then kept)."""
+        backend = self._backend
+        return backend if backend is not None else self._reload_backend()
+
+    @property
+    def holds_backend(self) -> bool:
+        """Whether the ``tokenizers`` object is in memory (it is let go once fastokens serves
+        a byte-level tokenizer loaded from a file; :attr:`backend` loads it again)."""
+        return self._backend is not None
+
+    @property
+    def byte_level_decoder(self) -> bool:
+        """Whether the decoder is exactly ``ByteLevel`` (token text is the pieces' bytes)."""
+        backend = self._backend
+        # (Only such a tokenizer lets its `tokenizers` object go.)
+        return backend is None or isinstance(backend.decoder, decoders.ByteLevel)
+
+    @property
+    def pieces_of(self) -> PieceLookup:
+        """The id -> vocabulary piece lookup, which does not keep this tokenizer alive."""
+        return self._pieces_of
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `add_special_tokens` applies the post-processor (BOS/EOS)."""
@@ -375,11 +443,13 @@ class Tokenizer:
             pieces = self._pieces
             if pieces is not None and not add_special_tokens:
                 return pieces.encode(text)
-            return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+            return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
         except (UnicodeEncodeError, TypeError):
             # A lone surrogate: the Rust tokenizer refuses it, with the message of the batch call
-            # transformers' fast tokenizer makes for one text (thus vLLM's)
-            self._backend.encode_batch([text], add_special_tokens=add_special_tokens)
+            # transformers' fast tokenizer makes for one text (thus vLLM's); the text is refused
+            # before the model is used, so an empty tokenizer refuses it alike.
+            backend = self._backend if self._backend is not None else _empty_backend()
+            backend.encode_batch([text], add_special_tokens=add_special_tokens)
             raise
 
     def encode_batch(
@@ -393,41 +463,50 @@ class Tokenizer:
             with contextlib.suppress(UnicodeEncodeError, TypeError):  # as in encode
                 encodings = fast.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         if encodings is None:
-            encodings = self._backend.encode_batch_fast(
+            encodings = self.backend.encode_batch_fast(
                 list(texts), add_special_tokens=add_special_tokens
             )
         return [list(e.ids) for e in encodings]
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Text of `token_ids` (transformers' `decode`, including its space clean-up)."""
-        text = self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+        text = self.backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
         return _clean_up_tokenization(text) if self._clean_up_spaces else text
 
     def decode_verbatim(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` with special tokens and without the space clean-up (vLLM's
         ``hf`` parser decodes prompts so)."""
-        return str(self._backend.decode(list(token_ids), skip_special_tokens=False))
+        return str(self.backend.decode(list(token_ids), skip_special_tokens=False))
 
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary piece of one id (None when out of range)."""
-        return self._backend.id_to_token(token_id)
+        if type(token_id) is int:
+            return self._pieces_of(token_id)
+        return self.backend.id_to_token(token_id)  # (its own TypeError message)
 
     def convert_ids_to_tokens(self, token_ids: Sequence[int]) -> list[str | None]:
         """Vocabulary pieces of several ids."""
-        to_token = self._backend.id_to_token
+        to_token = self.id_to_token
         return [to_token(i) for i in token_ids]
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a vocabulary piece or added token, if any."""
-        return self._backend.token_to_id(token)
+        backend = self._backend
+        if backend is None and type(token) is str:
+            return self._pieces_of.token_to_id(token)
+        return self.backend.token_to_id(token)
 
     @property
     def all_special_tokens(self) -> dict[str, int]:
         """transformers' ``all_special_tokens`` (named special tokens, then the extra ones)
         with their ids; tokens the vocabulary lacks are left out."""
+        known = self._special_tokens
+        return dict(known) if known is not None else self._find_special_tokens()
+
+    def _find_special_tokens(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for text in self._all_special:
-            if text not in out and (token_id := self._backend.token_to_id(text)) is not None:
+            if text not in out and (token_id := self.token_to_id(text)) is not None:
                 out[text] = token_id
         return out
 
@@ -480,17 +559,75 @@ class Tokenizer:
 
     def _stats(self) -> tuple[int, int]:
         if self._vocab_stats is None:
-            backend = self._backend
+            backend = self.backend
             stats = bounds_from_summary(backend, self._vocab_summary) or (
                 None if self._source is None else bounds_from_source(backend, self._source)
             )
             if stats is None:
-                vocab = self._backend.get_vocab(with_added_tokens=True)
+                vocab = backend.get_vocab(with_added_tokens=True)
                 stats = max(vocab.values(), default=-1), max(map(len, vocab), default=0)
             # As vLLM's cached tokenizer: the base vocabulary size also bounds the largest id.
-            base = self._backend.get_vocab_size(with_added_tokens=False)
+            base = backend.get_vocab_size(with_added_tokens=False)
             self._vocab_stats = (max(stats[0], base - 1), stats[1])
         return self._vocab_stats
+
+
+class PieceLookup:
+    """A tokenizer's id -> piece and piece -> id lookups: ``tokenizers``' until the tokenizer
+    lets that go, then ``fastokens``' (the same pieces and ids, over the whole vocabulary:
+    ``tests/text/test_tokenizer_release.py``).
+    Holds no reference to the :class:`Tokenizer`, so tables keyed by it weakly can keep one."""
+
+    __slots__ = ("_to_id", "_to_token")
+
+    def __init__(self, backend: Any) -> None:
+        """Lookups from ``backend`` (a ``tokenizers.Tokenizer``)."""
+        self.use_backend(backend)
+
+    def use_backend(self, backend: Any) -> None:
+        """Look pieces up in ``backend`` (a ``tokenizers.Tokenizer``) from now on."""
+        self._to_token = backend.id_to_token
+        self._to_id = backend.token_to_id
+
+    def use(self, fast: Any) -> None:
+        """Look pieces up in ``fast`` (a ``fastokens.Tokenizer``) from now on."""
+        self._to_token = fast.id_to_token
+        self._to_id = fast.token_to_id
+
+    def __call__(self, token_id: int) -> str | None:
+        """The piece of ``token_id`` (None when it has none; OverflowError when not a u32)."""
+        return self._to_token(token_id)
+
+    @property
+    def id_to_token(self) -> Callable[[int], str | None]:
+        """The library's own lookup serving now (for loops over many ids)."""
+        return self._to_token
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary piece or added token, if any."""
+        return self._to_id(token)
+
+
+_KEEP_ENV_VAR = "VLLM_FRONTEND_KEEP_TOKENIZERS"
+
+
+def release_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the ``tokenizers`` object may be let go once fastokens serves (unless
+    ``VLLM_FRONTEND_KEEP_TOKENIZERS`` is set to a non-zero integer)."""
+    value = (os.environ if environ is None else environ).get(_KEEP_ENV_VAR, "0")
+    try:
+        return not int(value)
+    except ValueError:
+        return True
+
+
+_EMPTY: list[tokenizers.Tokenizer] = []
+
+
+def _empty_backend() -> tokenizers.Tokenizer:
+    if not _EMPTY:
+        _EMPTY.append(tokenizers.Tokenizer(models.BPE()))
+    return _EMPTY[0]
 
 
 def missing_tokenizer_json(directory: Path) -> str:
