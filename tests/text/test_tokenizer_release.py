@@ -4,8 +4,10 @@ and everything else loads `tokenizers` again. Each of those gives what `tokenize
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vllm_frontend.engine.protocol import EngineCoreRequest
+from vllm_frontend.llm import LLM
 from vllm_frontend.text import detokenizer
 from vllm_frontend.text.detokenizer import IncrementalDetokenizer
+from vllm_frontend.text.llm import TextLlm, TextRequest
+from vllm_frontend.text.sampling import ModelSamplingInfo, SamplingRequest
 from vllm_frontend.text.tokenizer import Tokenizer, release_enabled
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
@@ -212,3 +218,48 @@ def test_vllm_frontend_keep_tokenizers_keeps_it(
 def test_keep_tokenizers_values(value: str | None, expected: bool) -> None:
     environ = {} if value is None else {"VLLM_FRONTEND_KEEP_TOKENIZERS": value}
     assert release_enabled(environ) is expected
+
+
+def test_ensure_backend_loads_it_on_a_worker_thread(tokenizer_dirs: dict[str, Path]) -> None:
+    released = _released(tokenizer_dirs["byte_level"])
+    assert not released.holds_backend
+    loaded_on: list[int] = []
+    reload = released._reload_backend
+
+    def recording_reload() -> Any:
+        loaded_on.append(threading.get_ident())
+        return reload()
+
+    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    asyncio.run(released.ensure_backend())
+    assert released.holds_backend
+    assert loaded_on and loaded_on[0] != threading.get_ident()
+    asyncio.run(released.ensure_backend())  # held now: nothing more is loaded
+    assert len(loaded_on) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "sampling", "expected"),
+    [
+        ({}, {}, False),
+        ({}, {"logprobs": 0}, True),
+        ({}, {"prompt_logprobs": 0}, True),
+        ({"echo": True}, {}, True),
+        ({"use_beam_search": True}, {}, True),
+        ({}, {"temperature": 0.0, "stop": ["x"]}, False),
+    ],
+)
+def test_the_text_facade_loads_it_before_a_request_that_decodes(
+    tokenizer_dirs: dict[str, Path],
+    fields: dict[str, Any],
+    sampling: dict[str, Any],
+    expected: bool,
+) -> None:
+    released = _released(tokenizer_dirs["byte_level"])
+    model = ModelSamplingInfo(max_model_len=128, eos_token_id=released.eos_token_id)
+    text = TextLlm(LLM(None, EngineCoreRequest), released, 128, model)  # type: ignore[arg-type]
+    request = TextRequest(
+        request_id="r", prompt="hi", max_tokens=4, sampling=SamplingRequest(**sampling), **fields
+    )
+    asyncio.run(text.generate(request))
+    assert released.holds_backend is expected

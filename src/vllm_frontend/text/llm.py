@@ -177,6 +177,8 @@ class TextLlm:
     ) -> TextGeneration:
         """Tokenize and check ``prompts`` (admission and ``max_tokens`` already checked), and
         resolve each one's parameters."""
+        if not self.tokenizer.holds_backend and _decodes(request):
+            await self.tokenizer.ensure_backend()
         preparer = self.prompts
         truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         prepared = preparer.prepare_prompts_in_loop(
@@ -486,6 +488,18 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
     if not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
         raise BadInput("You must pass at least one prompt")
     return list(prompt)
+
+
+def _decodes(request: TextRequest) -> bool:
+    """Whether serving ``request`` decodes token ids (logprobs' token strings, an echoed
+    prompt, beam search's texts), which a released ``tokenizers`` object is loaded again for."""
+    sampling = request.sampling
+    return (
+        request.echo
+        or request.use_beam_search
+        or sampling.logprobs is not None
+        or sampling.prompt_logprobs is not None
+    )
 
 
 def _sampling_request(request: TextRequest) -> SamplingRequest:

@@ -110,6 +110,14 @@ class MistralTokenizer(Tokenizer):
         self._kept_specials = frozenset(kept)
         self._grammar_factory: Any = None
 
+    @property
+    def holds_backend(self) -> bool:
+        """Always: ``mistral_common`` serves everything, nothing is let go."""
+        return True
+
+    async def ensure_backend(self) -> None:
+        """Nothing to load (see :attr:`holds_backend`)."""
+
     @classmethod
     def from_dir(
         cls,
