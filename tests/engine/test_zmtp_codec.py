@@ -1,0 +1,223 @@
+"""The sans-IO ZMTP codec against libzmq's bytes: what a pyzmq DEALER/PUSH writes on a raw
+socket parses into the messages it sent, however the bytes are split, and what we write is
+accepted by a pyzmq peer."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vllm_frontend.engine import zmtp
+
+_SIZES = [0, 1, 254, 255, 256, 257, 65535, 65536, 70_000, 3 * 1024 * 1024]
+
+
+def _read_exactly(conn: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = conn.recv(min(n, 1 << 20))
+        assert chunk, "peer closed"
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _wire_size(parts: list[bytes]) -> int:
+    # 23/ZMTP: a 1-byte size for bodies up to 255 bytes, else 8 bytes; one flags byte each.
+    return sum((2 if len(p) <= 255 else 9) + len(p) for p in parts)
+
+
+class _Peer:
+    """A pyzmq socket connected to a raw listening socket that plays our side."""
+
+    def __init__(self, kind: int, our_type: bytes, identity: bytes | None = None) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen()
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(kind)
+        self.sock.linger = 0
+        if identity is not None:
+            self.sock.setsockopt(zmq.IDENTITY, identity)
+        self.sock.connect(f"tcp://127.0.0.1:{self.server.getsockname()[1]}")
+        self.conn, _ = self.server.accept()
+        self.conn.settimeout(10)
+        self.conn.sendall(zmtp.greeting(as_server=True) + zmtp.ready(our_type))
+        # libzmq sends its greeting, then its READY; read up to the READY's end.
+        head = _read_exactly(self.conn, zmtp.GREETING_SIZE + 2)
+        self.opening = head + _read_exactly(self.conn, head[-1])
+
+    def exchange(self, parts: list[bytes]) -> bytes:
+        """Send ``parts`` from the pyzmq socket; the bytes that reach the raw socket."""
+        self.sock.send_multipart(parts)
+        return _read_exactly(self.conn, _wire_size(parts))
+
+    def close(self) -> None:
+        self.conn.close()
+        self.server.close()
+        self.sock.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture(scope="module")
+def dealer() -> Iterator[_Peer]:
+    peer = _Peer(zmq.DEALER, b"ROUTER", identity=b"\x00\x00")
+    yield peer
+    peer.close()
+
+
+@pytest.fixture(scope="module")
+def push() -> Iterator[_Peer]:
+    peer = _Peer(zmq.PUSH, b"PULL")
+    yield peer
+    peer.close()
+
+
+def _feed(session: zmtp.Session, data: bytes, cuts: list[int]) -> list[list[bytes]]:
+    out: list[list[bytes]] = []
+    prev = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        for msg in session.receive(data[prev:cut]):
+            out.append([bytes(f) for f in msg])
+        prev = cut
+    return out
+
+
+def test_libzmq_dealer_handshake_gives_its_type_and_identity(dealer: _Peer) -> None:
+    session = zmtp.Session(b"ROUTER")
+    assert session.receive(dealer.opening) == []
+    assert session.ready
+    assert session.peer_socket_type == b"DEALER"
+    assert session.peer_identity == b"\x00\x00"
+
+
+def test_libzmq_push_handshake_has_no_identity(push: _Peer) -> None:
+    session = zmtp.Session(b"PULL")
+    session.receive(push.opening)
+    assert session.ready
+    assert session.peer_socket_type == b"PUSH"
+    assert session.peer_identity == b""
+
+
+@pytest.mark.parametrize("size", _SIZES)
+def test_frames_at_every_size_class(push: _Peer, size: int) -> None:
+    parts = [b"a", bytes(range(256)) * (size // 256) + b"z" * (size % 256), b""]
+    data = push.exchange(parts)
+    session = zmtp.Session(b"PULL")
+    assert _feed(session, push.opening + data, []) == [parts]
+
+
+def test_byte_at_a_time(dealer: _Peer) -> None:
+    messages = [[b"x" * n, b"", b"y"] for n in (0, 1, 255, 256, 300)]
+    data = b"".join(dealer.exchange(m) for m in messages)
+    stream = dealer.opening + data
+    session = zmtp.Session(b"ROUTER")
+    assert _feed(session, stream, list(range(1, len(stream)))) == messages
+
+
+def test_many_messages_in_one_read(push: _Peer) -> None:
+    messages = [[str(i).encode() * (i % 7)] for i in range(500)]
+    data = b"".join(push.exchange(m) for m in messages)
+    session = zmtp.Session(b"PULL")
+    assert _feed(session, push.opening + data, []) == messages
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(
+        st.lists(
+            st.sampled_from([0, 1, 2, 254, 255, 256, 1000, 65535, 65536, 100_000]),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    data=st.data(),
+)
+def test_any_sizes_any_splits(push: _Peer, sizes: list[list[int]], data: st.DataObject) -> None:
+    messages = [[bytes([i % 251]) * n for i, n in enumerate(msg)] for msg in sizes]
+    wire = push.opening + b"".join(push.exchange(m) for m in messages)
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=12))
+    assert _feed(zmtp.Session(b"PULL"), wire, cuts) == messages
+
+
+def test_ping_is_answered_with_pong_carrying_its_context() -> None:
+    session = zmtp.Session(b"PULL")
+    session.receive(zmtp.greeting(as_server=False) + zmtp.ready(b"PUSH"))
+    assert session.receive(zmtp.ping(30, b"ctx")) == []
+    assert session.outgoing == [zmtp.command(b"PONG", b"ctx")]
+
+
+@pytest.mark.parametrize(
+    ("stream", "why"),
+    [
+        (b"GET / HTTP/1.1\r\n" + b"\0" * 64, "signature"),
+        (
+            b"\xff" + b"\0" * 8 + b"\x7f\x03\x01" + b"PLAIN".ljust(20, b"\0") + b"\0" * 32,
+            "mechanism",
+        ),
+        (zmtp.greeting(as_server=False) + zmtp.ready(b"SUB"), "may not talk"),
+        (zmtp.greeting(as_server=False) + b"\x00\x01x", "before READY"),
+        (zmtp.greeting(as_server=False) + zmtp.ready(b"PUSH") + b"\x08\x01x", "reserved"),
+        (
+            zmtp.greeting(as_server=False) + zmtp.ready(b"PUSH") + b"\x01\x01x" + zmtp.ping(),
+            "inside",
+        ),
+    ],
+)
+def test_protocol_errors(stream: bytes, why: str) -> None:
+    with pytest.raises(zmtp.ZmtpError, match=why):
+        zmtp.Session(b"PULL").receive(stream)
+
+
+def _raw_to(
+    sock: zmq.Socket[bytes], our_type: bytes, identity: bytes | None = None
+) -> socket.socket:
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    raw = socket.create_connection(("127.0.0.1", port))
+    raw.settimeout(10)
+    raw.sendall(zmtp.greeting(as_server=False) + zmtp.ready(our_type, identity))
+    head = _read_exactly(raw, zmtp.GREETING_SIZE + 2)
+    _read_exactly(raw, head[-1])
+    return raw
+
+
+@pytest.mark.parametrize("size", _SIZES)
+def test_pyzmq_pull_accepts_our_frames(size: int) -> None:
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    try:
+        raw = _raw_to(pull, b"PUSH")
+        parts: list[Any] = [b"h", memoryview(b"q" * size), b""]
+        raw.sendall(b"".join(bytes(p) for p in zmtp.message(parts)))
+        assert pull.poll(10_000)
+        assert pull.recv_multipart() == [b"h", b"q" * size, b""]
+        raw.close()
+    finally:
+        pull.close(0)
+        ctx.term()
+
+
+def test_pyzmq_router_sees_our_identity_and_answers_our_ping() -> None:
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    try:
+        raw = _raw_to(router, b"DEALER", b"\x01\x00")
+        raw.sendall(zmtp.ping(0, b"hello") + b"".join(zmtp.message([b"reg"])))
+        assert router.poll(10_000)
+        assert router.recv_multipart() == [b"\x01\x00", b"reg"]
+        pong = zmtp.command(b"PONG", b"hello")
+        assert _read_exactly(raw, len(pong)) == pong
+        raw.close()
+    finally:
+        router.close(0)
+        ctx.term()
