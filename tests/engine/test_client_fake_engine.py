@@ -40,9 +40,17 @@ from vllm_frontend.engine.protocol import (
     SamplingParams,
 )
 from vllm_frontend.engine.transport import BoundHandshake, SocketOptions, bind_handshake
+from vllm_frontend.engine.zmtp_sockets import ZmtpPull, ZmtpRouter
 
 STEP_S = 0.005
 VOCAB = 1000
+
+
+@pytest.fixture(autouse=True, params=["zmtp", "libzmq"])
+def _input_output_sockets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with our own ZMTP input/output sockets and with libzmq's."""
+    monkeypatch.setenv("VLLM_FRONTEND_ZMTP", "1" if request.param == "zmtp" else "0")
+    return str(request.param)
 
 
 def expected_tokens(prompt: list[int], count: int) -> list[int]:
@@ -286,9 +294,16 @@ def run(coro: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def test_stream_delivers_every_token_and_ends_with_the_finish_reason() -> None:
+def test_stream_delivers_every_token_and_ends_with_the_finish_reason(
+    _input_output_sockets: str,
+) -> None:
+    ours = _input_output_sockets == "zmtp"
+
     async def main() -> None:
         async with fake_engines() as (client, _):
+            # The switch picks the implementation of both hot sockets.
+            assert isinstance(client._sockets.input, ZmtpRouter) is ours
+            assert isinstance(client._sockets.output, ZmtpPull) is ours
             assert client.max_model_len == 64
             assert client.limits.supported_tasks == frozenset({"generate"})
             streams = [client.add_request(request(f"r{i}", [i, 2, 3], 3 + i)) for i in range(3)]

@@ -1,8 +1,9 @@
 """Whether the engines are still there, and what happens at once when they are not.
 
 Engine death is noticed three ways (engine protocol §9.1): the ``ENGINE_CORE_DEAD`` sentinel (the
-output router reports it), a closed engine connection (socket monitors: SIGKILL, a crashed input
-thread, a lost host via ZMTP heartbeats; :meth:`Liveness.watch_connections`) and a caller-supplied
+output router reports it), a closed engine connection (SIGKILL, a crashed input thread, a lost host
+via ZMTP heartbeats; seen by our own ZMTP sockets or libzmq's socket monitors;
+:meth:`Liveness.watch_connections`) and a caller-supplied
 process watcher (:meth:`Liveness.watch_process`). The first of them makes :class:`Liveness` dead
 and runs every death hook, which fail the streams, utility calls and stats waiters; like vLLM, one
 dead engine makes the whole client dead.
@@ -15,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from vllm_frontend.engine.errors import EngineDeadError
-from vllm_frontend.engine.transport import EngineSockets, wait_readable
+from vllm_frontend.engine.transport import EngineSockets
 
 __all__ = ["Liveness", "ProcessWatcher"]
 
@@ -65,8 +66,7 @@ class Liveness:
         self.closed = True
 
     async def watch_connections(self, sockets: EngineSockets) -> None:
-        """Die as soon as a socket monitor reports an engine connection closed (until cancelled)."""
-        monitors = sockets.monitors
+        """Die as soon as an engine connection is reported closed (until cancelled)."""
         try:
             # Keeps draining after a death too, so monitor events never pile up until close().
             while True:
@@ -79,14 +79,7 @@ class Liveness:
                             "the engine process exited or its host is unreachable"
                         )
                     )
-                waiters = [asyncio.ensure_future(wait_readable(m)) for m in monitors]
-                try:
-                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    # Await the cancellations: each waiter owns its fd's reader registration.
-                    for w in waiters:
-                        w.cancel()
-                    await asyncio.gather(*waiters, return_exceptions=True)
+                await sockets.wait_connection_events()
         except asyncio.CancelledError:
             raise
         except Exception as exc:

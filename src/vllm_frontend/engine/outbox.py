@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import zmq
 
-from vllm_frontend.engine.transport import send_parts
+from vllm_frontend.engine.transport import InputSocket, send_parts
+from vllm_frontend.engine.zmtp_sockets import ZmtpRouter
 
 __all__ = ["BURST_WINDOW_S", "Outbox"]
 
@@ -44,10 +46,16 @@ class Outbox:
     """The input socket's sender: :meth:`send` batches a loop iteration's requests,
     :meth:`send_now` keeps the order for everything else."""
 
-    __slots__ = ("_burst", "_loop", "_opened", "_queued", "_sock")
+    __slots__ = ("_burst", "_loop", "_opened", "_queued", "_send", "_send_many")
 
-    def __init__(self, sock: zmq.Socket[bytes], loop: asyncio.AbstractEventLoop) -> None:
-        self._sock = sock
+    def __init__(self, sock: InputSocket, loop: asyncio.AbstractEventLoop) -> None:
+        self._send: Callable[[Sequence[Any]], None]
+        self._send_many: Callable[[Sequence[Sequence[Any]]], None]
+        if isinstance(sock, ZmtpRouter):
+            self._send, self._send_many = sock.send_parts, sock.send_many
+        else:
+            self._send = partial(send_parts, sock)
+            self._send_many = partial(_send_each, sock)
         self._loop = loop
         self._queued: list[Sequence[Any]] = []
         self._burst = False  # a message went out in this loop iteration: queue the next ones
@@ -64,7 +72,7 @@ class Outbox:
                 self._opened = now
                 self.flush()
             return
-        send_parts(self._sock, parts)
+        self._send(parts)
         self._burst = True
         self._opened = time.perf_counter()
         self._loop.call_soon(self._end_burst)
@@ -73,14 +81,12 @@ class Outbox:
         """Send ``parts`` now, after whatever is queued."""
         if self._queued:
             self.flush()
-        send_parts(self._sock, parts)
+        self._send(parts)
 
     def flush(self) -> None:
         """Send what is queued."""
         queued, self._queued = self._queued, []
-        sock = self._sock
-        for parts in queued:
-            send_parts(sock, parts)
+        self._send_many(queued)
 
     def _end_burst(self) -> None:
         self._burst = False
@@ -90,3 +96,8 @@ class Outbox:
             self.flush()
         except zmq.ZMQError as exc:  # the socket was closed under us (shutdown)
             logger.debug("queued engine requests not sent: %s", exc)
+
+
+def _send_each(sock: zmq.Socket[bytes], messages: Sequence[Sequence[Any]]) -> None:
+    for parts in messages:
+        send_parts(sock, parts)

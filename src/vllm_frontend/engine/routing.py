@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Container
+from functools import partial
 
 from vllm_frontend.engine import codec
 from vllm_frontend.engine.balance import EngineBalancer
@@ -23,6 +24,7 @@ from vllm_frontend.engine.requests import RequestSender
 from vllm_frontend.engine.scheduler_stats import StatsBoard
 from vllm_frontend.engine.transport import EngineSockets, recv_ready, watch_readable
 from vllm_frontend.engine.utility import UtilityCalls
+from vllm_frontend.engine.zmtp_sockets import ZmtpPull
 
 __all__ = ["OutputRouter", "StepObserver"]
 
@@ -81,7 +83,11 @@ class OutputRouter:
         """Deliver outputs until cancelled or the engines die."""
         # This task only holds the watch for as long as the client lives.
         self._stopped = stopped = asyncio.get_running_loop().create_future()
-        unwatch = watch_readable(self._sockets.output, self._read)
+        output = self._sockets.output
+        if isinstance(output, ZmtpPull):
+            unwatch = output.watch(self._read)
+        else:
+            unwatch = watch_readable(output, self._read)
         try:
             await stopped
         finally:
@@ -90,14 +96,15 @@ class OutputRouter:
     def _read(self) -> None:
         # Everything queued on the output socket, in order.
         sockets = self._sockets
-        sock = sockets.output
+        output = sockets.output
+        recv = output.recv_ready if isinstance(output, ZmtpPull) else partial(recv_ready, output)
         decode = codec.decode_outputs
         in_flight = self._in_flight
         streams = self._streams
         liveness = self._liveness
         try:
             while liveness.dead is None:
-                frames = recv_ready(sock)
+                frames = recv()
                 if frames is None:
                     return
                 try:

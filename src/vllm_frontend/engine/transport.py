@@ -40,6 +40,7 @@ from vllm_frontend.engine.protocol import (
     EngineCoreReadyResponse,
     EngineZmqAddresses,
 )
+from vllm_frontend.engine.zmtp_sockets import ConnectionEvents, ZmtpPull, ZmtpRouter, ZmtpSocket
 from vllm_frontend.private_dirs import make_private_dir
 
 __all__ = [
@@ -73,11 +74,24 @@ _EVENT_HEADER = struct.Struct("=HI")
 _monitor_ids = itertools.count()
 
 
+def _zmtp_default() -> bool:
+    return os.environ.get("VLLM_FRONTEND_ZMTP", "0") != "0"
+
+
 class SocketOptions(msgspec.Struct, frozen=True, gc=False):
     """Socket tuning; heartbeats make a silently lost engine host visible as a disconnect."""
 
     heartbeat_interval_ms: int = 5_000
     heartbeat_timeout_ms: int = 30_000
+    zmtp: bool = msgspec.field(default_factory=_zmtp_default)
+    """The input ROUTER and output PULL speak ZMTP on the event loop (engine/zmtp_sockets.py)
+    rather than through libzmq; ``VLLM_FRONTEND_ZMTP=0`` turns it off."""
+
+
+InputSocket = zmq.Socket[bytes] | ZmtpRouter
+"""The input ROUTER: libzmq's, or ours."""
+OutputSocket = zmq.Socket[bytes] | ZmtpPull
+"""The output PULL: libzmq's, or ours."""
 
 
 # -- asyncio glue -----------------------------------------------------------------------------
@@ -199,7 +213,11 @@ class _ConnectionWatch:
     def is_mapped(self, engine_index: int) -> bool:
         return engine_index in self._mapped
 
-    def note(self, frame: zmq.Frame, engine_index: int) -> None:
+    async def wait(self) -> None:
+        """Return once the monitor may have events for :meth:`poll`."""
+        await wait_readable(self.monitor)
+
+    def note(self, frame: Any, engine_index: int) -> None:
         """Record that ``frame`` (just received) came from ``engine_index``."""
         if engine_index in self._mapped:
             return
@@ -248,23 +266,35 @@ class EngineSockets(msgspec.Struct, eq=False):
     """The frontend's connected sockets and what the engines reported at registration."""
 
     context: zmq.Context[zmq.Socket[bytes]]
-    input: zmq.Socket[bytes]
+    input: InputSocket
     """ROUTER: requests to engines (frames prefixed with the engine identity)."""
-    output: zmq.Socket[bytes]
+    output: OutputSocket
     """PULL: outputs from all engines."""
     engine_indices: list[int]
     registrations: dict[int, EngineCoreReadyResponse | None]
     coordinator: zmq.Socket[bytes] | None = None
     """XSUB connected to the DP coordinator's frontend publisher, if any."""
-    _input_watch: _ConnectionWatch | None = None
-    _output_watch: _ConnectionWatch | None = None
+    _input_watch: _ConnectionWatch | ConnectionEvents | None = None
+    _output_watch: _ConnectionWatch | ConnectionEvents | None = None
     _tmpdir: str | None = None
     _closed: bool = False
 
-    @property
-    def monitors(self) -> list[zmq.Socket[bytes]]:
-        """Monitor sockets to wait on (see :meth:`disconnected_engines`)."""
-        return [w.monitor for w in (self._input_watch, self._output_watch) if w is not None]
+    async def wait_connection_events(self) -> None:
+        """Return once :meth:`disconnected_engines` may have something new."""
+        waiters = [
+            asyncio.ensure_future(w.wait())
+            for w in (self._input_watch, self._output_watch)
+            if w is not None
+        ]
+        if not waiters:
+            await asyncio.get_running_loop().create_future()  # nothing to watch: wait forever
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Await the cancellations: a libzmq waiter owns its fd's reader registration.
+            for w in waiters:
+                w.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     def disconnected_engines(self) -> list[tuple[int, str]]:
         """Engines whose input or output connection closed, with the socket that noticed."""
@@ -274,7 +304,7 @@ class EngineSockets(msgspec.Struct, eq=False):
                 out.extend((index, watch.name) for index in watch.poll())
         return out
 
-    def note_output_source(self, frame: zmq.Frame, engine_index: int) -> None:
+    def note_output_source(self, frame: object, engine_index: int) -> None:
         """Tie the output connection a message came in on to its engine (first message only)."""
         if self._output_watch is not None:
             self._output_watch.note(frame, engine_index)
@@ -342,7 +372,54 @@ def _make(
     return sock
 
 
-def _adopt(sock: zmq.Socket[bytes], fd: int) -> str:
+def _make_pair(
+    ctx: zmq.Context[zmq.Socket[bytes]], options: SocketOptions
+) -> tuple[
+    InputSocket,
+    OutputSocket,
+    _ConnectionWatch | ConnectionEvents,
+    _ConnectionWatch | ConnectionEvents,
+]:
+    """The input ROUTER and output PULL with their connection watches."""
+    if options.zmtp:
+        ivl = options.heartbeat_interval_ms / 1000
+        timeout = options.heartbeat_timeout_ms / 1000
+        zin = ZmtpRouter("input", heartbeat_interval_s=ivl, heartbeat_timeout_s=timeout)
+        zout = ZmtpPull("output", heartbeat_interval_s=ivl, heartbeat_timeout_s=timeout)
+        return zin, zout, ConnectionEvents(zin, "input"), ConnectionEvents(zout, "output")
+    input_sock = _make(ctx, zmq.ROUTER, options)
+    output_sock = _make(ctx, zmq.PULL, options)
+    return (
+        input_sock,
+        output_sock,
+        _ConnectionWatch(input_sock, "input"),
+        _ConnectionWatch(output_sock, "output"),
+    )
+
+
+async def _start(*socks: object) -> None:
+    for sock in socks:
+        if isinstance(sock, ZmtpSocket):
+            await sock.start()
+
+
+def _recv_input(sock: InputSocket) -> list[Any] | None:
+    if isinstance(sock, ZmtpRouter):
+        return sock.recv_nowait()
+    return recv_nowait(sock)
+
+
+async def _wait_input(sock: InputSocket) -> None:
+    if isinstance(sock, ZmtpRouter):
+        await sock.wait_readable()
+    else:
+        await wait_readable(sock)
+
+
+def _adopt(sock: zmq.Socket[bytes] | ZmtpSocket, fd: int) -> str:
+    if isinstance(sock, ZmtpSocket):
+        sock.adopt(fd)
+        return sock.last_endpoint
     endpoint = listener_endpoint(fd)
     if _is_ipv6_endpoint(endpoint):
         sock.setsockopt(zmq.IPV6, 1)
@@ -386,16 +463,21 @@ async def _first(
 async def _run_handshake(
     hs: EngineHandshake,
     handshake_sock: zmq.Socket[bytes] | None,
-    input_sock: zmq.Socket[bytes],
-    input_watch: _ConnectionWatch,
-    output_watch: _ConnectionWatch,
+    input_sock: InputSocket,
+    input_watch: _ConnectionWatch | ConnectionEvents,
+    output_watch: _ConnectionWatch | ConnectionEvents,
     handshake_watch: _ConnectionWatch | None,
     timeout_s: float,
 ) -> None:
     deadline = time.monotonic() + timeout_s
-    socks = [input_sock, input_watch.monitor, output_watch.monitor]
+    waits: list[Callable[[], Awaitable[None]]] = [
+        lambda: _wait_input(input_sock),
+        input_watch.wait,
+        output_watch.wait,
+    ]
     if handshake_sock is not None and handshake_watch is not None:
-        socks += [handshake_sock, handshake_watch.monitor]
+        hs_sock = handshake_sock
+        waits += [lambda: wait_readable(hs_sock), handshake_watch.wait]
     while not hs.complete:
         progressed = False
         if handshake_sock is not None and handshake_watch is not None:
@@ -408,12 +490,12 @@ async def _run_handshake(
                 handshake_watch.note(frames[1], engine_index_of(identity))
                 if reply is not None:
                     handshake_sock.send_multipart([identity, reply])
-        while (frames := recv_nowait(input_sock)) is not None:
+        while (parts := _recv_input(input_sock)) is not None:
             progressed = True
-            if len(frames) != 2:
-                raise HandshakeError(f"registration with {len(frames)} frames")
-            index = hs.receive_registration(frames[0].bytes, frames[1].bytes)
-            input_watch.note(frames[1], index)
+            if len(parts) != 2:
+                raise HandshakeError(f"registration with {len(parts)} frames")
+            index = hs.receive_registration(bytes(parts[0]), bytes(parts[1]))
+            input_watch.note(parts[1], index)
         gone = input_watch.poll()
         if handshake_watch is not None and handshake_sock is not None:
             # An engine closes its handshake socket right after READY; a READY still queued
@@ -443,7 +525,7 @@ async def _run_handshake(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise hs.timeout_error(timeout_s)
-        waiters = [asyncio.ensure_future(wait_readable(s)) for s in socks]
+        waiters = [asyncio.ensure_future(w()) for w in waits]
         try:
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -473,11 +555,8 @@ def bind_handshake(
     options = options or SocketOptions()
     host, port = _split_tcp(handshake_address)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    input_sock = _make(ctx, zmq.ROUTER, options)
-    output_sock = _make(ctx, zmq.PULL, options)
+    input_sock, output_sock, input_watch, output_watch = _make_pair(ctx, options)
     handshake_sock = _make(ctx, zmq.ROUTER, options)
-    input_watch = _ConnectionWatch(input_sock, "input")
-    output_watch = _ConnectionWatch(output_sock, "output")
     handshake_watch = _ConnectionWatch(handshake_sock, "handshake")
     sockets = EngineSockets(
         ctx,
@@ -501,7 +580,7 @@ def bind_handshake(
                     "pass an advertise_host they can reach"
                 )
             for sock in (input_sock, output_sock):
-                if ":" in bind_host:
+                if ":" in bind_host and not isinstance(sock, ZmtpSocket):
                     sock.setsockopt(zmq.IPV6, 1)
                 sock.bind(f"tcp://{_bracket(bind_host)}:*")
         addresses = EngineZmqAddresses(
@@ -553,7 +632,11 @@ class BoundHandshake:
         address: str,
         sockets: EngineSockets,
         hs: EngineHandshake,
-        watches: tuple[_ConnectionWatch, _ConnectionWatch, _ConnectionWatch],
+        watches: tuple[
+            _ConnectionWatch | ConnectionEvents,
+            _ConnectionWatch | ConnectionEvents,
+            _ConnectionWatch,
+        ],
         sock: zmq.Socket[bytes],
         stats_publish_address: str | None,
         options: SocketOptions,
@@ -589,6 +672,7 @@ class BoundHandshake:
         hs = self._hs
         input_watch, output_watch, handshake_watch = self._watches
         try:
+            await _start(sockets.input, sockets.output)
             await _first(
                 _run_handshake(
                     hs, sock, sockets.input, input_watch, output_watch, handshake_watch, timeout_s
@@ -635,10 +719,7 @@ async def adopt_listeners(
     """Mode B (§3.2): adopt the supervisor's listeners and wait for every registration."""
     options = options or SocketOptions()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    input_sock = _make(ctx, zmq.ROUTER, options)
-    output_sock = _make(ctx, zmq.PULL, options)
-    input_watch = _ConnectionWatch(input_sock, "input")
-    output_watch = _ConnectionWatch(output_sock, "output")
+    input_sock, output_sock, input_watch, output_watch = _make_pair(ctx, options)
     sockets = EngineSockets(
         ctx,
         input_sock,
@@ -651,6 +732,7 @@ async def adopt_listeners(
     try:
         _adopt(input_sock, input_listener_fd)
         _adopt(output_sock, output_listener_fd)
+        await _start(input_sock, output_sock)
         if coordinator_address:
             sockets.coordinator = _connect_coordinator(ctx, coordinator_address, options)
         hs = EngineHandshake(engine_indices)
@@ -858,6 +940,8 @@ def _is_wildcard(host: str) -> bool:
         return False
 
 
-def _last_endpoint(sock: zmq.Socket[bytes]) -> str:
+def _last_endpoint(sock: zmq.Socket[bytes] | ZmtpSocket) -> str:
+    if isinstance(sock, ZmtpSocket):
+        return sock.last_endpoint
     endpoint = sock.getsockopt(zmq.LAST_ENDPOINT)
     return endpoint.decode() if isinstance(endpoint, bytes) else str(endpoint)

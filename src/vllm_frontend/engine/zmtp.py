@@ -103,7 +103,7 @@ def message(parts: Sequence[Any]) -> list[Any]:
     out: list[Any] = []
     last = len(parts) - 1
     for i, part in enumerate(parts):
-        size = part.nbytes if type(part) is memoryview else len(part)
+        size = len(part) if type(part) is bytes else memoryview(part).nbytes
         flags = _MORE if i < last else 0
         if size > 255:
             out.append(bytes((flags | _LONG,)) + _U64.pack(size))
