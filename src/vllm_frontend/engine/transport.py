@@ -4,9 +4,11 @@ A thin pyzmq adapter around the sans-IO pieces (:mod:`~vllm_frontend.engine.hand
 codec): it binds or adopts the frontend's sockets (engine protocol §2-§3), feeds received frames to
 the handshake state machine, and watches the engines' TCP/IPC connections with socket monitors so
 that an engine that vanishes (SIGKILL, lost host) is noticed at once instead of hanging every
-request (§9.1). All sockets are plain (non-asyncio) pyzmq sockets used without blocking on the
-event loop's thread; :func:`wait_readable` parks a coroutine until one has input, which works the
-same under asyncio and uvloop.
+request (§9.1). The two hot sockets, the input ROUTER and the output PULL, are by default our
+own ZMTP on the event loop (:mod:`~vllm_frontend.engine.zmtp_sockets`, which reports closed
+connections itself); ``VLLM_FRONTEND_ZMTP=0`` makes them libzmq's. The other sockets are plain
+(non-asyncio) pyzmq sockets used without blocking on the event loop's thread;
+:func:`wait_readable` parks a coroutine until one has input, under asyncio and uvloop alike.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ _monitor_ids = itertools.count()
 
 
 def _zmtp_default() -> bool:
-    return os.environ.get("VLLM_FRONTEND_ZMTP", "0") != "0"
+    return os.environ.get("VLLM_FRONTEND_ZMTP", "1") != "0"
 
 
 class SocketOptions(msgspec.Struct, frozen=True, gc=False):

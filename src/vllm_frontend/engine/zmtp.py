@@ -102,15 +102,22 @@ def message(parts: Sequence[Any]) -> list[Any]:
     untouched (a large part is written from the caller's buffer, not copied)."""
     out: list[Any] = []
     last = len(parts) - 1
+    short = _SHORT_MORE
     for i, part in enumerate(parts):
+        if i == last:
+            short = _SHORT_LAST
         size = len(part) if type(part) is bytes else memoryview(part).nbytes
-        flags = _MORE if i < last else 0
-        if size > 255:
-            out.append(bytes((flags | _LONG,)) + _U64.pack(size))
+        if size < 256:
+            out.append(short[size])
         else:
-            out.append(bytes((flags, size)))
+            out.append(bytes((short[0][0] | _LONG,)) + _U64.pack(size))
         out.append(part)
     return out
+
+
+# Every short frame header, made once: a request's small parts then cost a list index each.
+_SHORT_MORE = [bytes((_MORE, n)) for n in range(256)]
+_SHORT_LAST = [bytes((0, n)) for n in range(256)]
 
 
 def parse_properties(data: bytes | memoryview) -> dict[bytes, bytes]:
