@@ -177,6 +177,27 @@ def test_router_routes_by_identity_and_prefixes_what_it_receives(
     run(main())
 
 
+def test_router_sends_tensor_buffers_as_they_are(
+    run: Runner, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    # Multimodal requests carry numpy buffers as parts; they go out without a copy (uvloop keeps
+    # a view of what it cannot write at once) and arrive byte for byte.
+    np = pytest.importorskip("numpy")
+    pixels = np.arange(3 * 448 * 448, dtype=np.float32).reshape(3, 448, 448)
+
+    async def main() -> None:
+        router = ZmtpRouter("input")
+        async with _serving(router, "tcp://127.0.0.1:*") as bound:
+            dealer = _peer(ctx, zmq.DEALER, bound, IDENTITY=b"e")
+            dealer.send(b"hi")
+            await _recv(router, 1)
+            router.send_parts([b"e", b"\x00", pixels, memoryview(pixels).cast("B")[:10]])
+            got = await _zrecv(dealer)
+            assert got == [b"\x00", pixels.tobytes(), pixels.tobytes()[:10]]
+
+    run(main())
+
+
 def test_a_duplicate_identity_waits_until_the_first_connection_closes(
     run: Runner,
     ctx: zmq.Context[zmq.Socket[bytes]],
