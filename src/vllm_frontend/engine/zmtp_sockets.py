@@ -11,8 +11,9 @@ without high-water marks, linger 0, heartbeats (a ``PING`` every interval; a con
 for the timeout is dropped), a peer that breaks the protocol dropped and logged. The ROUTER
 routes a message by its first part, the peer's ``Identity``; a message for an identity with no
 connection is dropped, as libzmq's ROUTER does without ``ROUTER_MANDATORY``, and a connection
-whose identity is held by another waits, unread, until that one closes (libzmq without
-``ROUTER_HANDOVER``). The PULL hands messages out in the order their connections' reads came in.
+whose identity another one holds stays open but is neither read nor sent to, even after the
+holder closes (what libzmq 4.3.5 does without ``ROUTER_HANDOVER``, tested side by side). The
+PULL hands messages out in the order their connections' reads came in.
 
 A socket also reports its connections opening and closing (:class:`ConnectionEvents`, the
 counterpart of a libzmq socket monitor), so a killed engine is noticed at once.
@@ -119,7 +120,6 @@ class _Connection(asyncio.Protocol):
         "_receive",
         "_session",
         "_timer",
-        "held",
         "identity",
         "transport",
     )
@@ -134,8 +134,6 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.transport: Any = None
         self.identity: bytes | None = None
-        self.held: list[list[Any]] = []
-        """Messages read while this connection waits for its identity (ROUTER)."""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -200,6 +198,10 @@ class _Connection(asyncio.Protocol):
 
 
 _PING = zmtp.ping()
+
+
+def _drop(conn: _Connection, messages: list[list[Any]]) -> None:
+    del conn, messages
 
 
 class ZmtpSocket:
@@ -397,7 +399,7 @@ class ZmtpRouter(ZmtpSocket):
             heartbeat_timeout_s=heartbeat_timeout_s,
         )
         self._by_identity: dict[bytes, _Connection] = {}
-        self._waiting: list[_Connection] = []  # connections whose identity is taken
+        self._ignored: set[_Connection] = set()  # connections whose identity was taken
         self._queue: collections.deque[tuple[_Connection, list[Any]]] = collections.deque()
 
     def send_parts(self, parts: Sequence[Any]) -> None:
@@ -446,18 +448,16 @@ class ZmtpRouter(ZmtpSocket):
         conn.identity = identity
         if identity in self._by_identity:
             logger.warning(
-                "%s peer connection with identity %r waits: another connection holds it",
+                "%s peer connection with identity %r ignored: another connection holds it",
                 self.name,
                 identity,
             )
-            conn.transport.pause_reading()
-            self._waiting.append(conn)
-            return self._hold
+            # Still read (its heartbeats keep it open, as libzmq's session layer would), but
+            # what it sends is never delivered, so it is dropped rather than kept.
+            self._ignored.add(conn)
+            return _drop
         self._by_identity[identity] = conn
         return self._deliver
-
-    def _hold(self, conn: _Connection, messages: list[list[Any]]) -> None:
-        conn.held.extend(messages)
 
     def _deliver(self, conn: _Connection, messages: list[list[Any]]) -> None:
         identity = conn.identity
@@ -467,20 +467,10 @@ class ZmtpRouter(ZmtpSocket):
 
     def _lost(self, conn: _Connection) -> None:
         identity = conn.identity
-        if conn in self._waiting:
-            self._waiting.remove(conn)
+        if conn in self._ignored:
+            self._ignored.remove(conn)
         elif identity is not None and self._by_identity.get(identity) is conn:
             del self._by_identity[identity]
-            for waiting in self._waiting:
-                if waiting.identity == identity:  # takes the identity over, as libzmq would
-                    self._waiting.remove(waiting)
-                    self._by_identity[identity] = waiting
-                    waiting._deliver = self._deliver
-                    held, waiting.held = waiting.held, []
-                    if held:
-                        self._deliver(waiting, held)
-                    waiting.transport.resume_reading()
-                    break
         super()._lost(conn)
 
 
