@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import zmq
 
-from vllm_frontend.engine import zmtp
+from vllm_frontend.engine import zmtp, zmtp_sockets
 from vllm_frontend.engine.zmtp_sockets import ConnectionEvents, ZmtpPull, ZmtpRouter, ZmtpSocket
 
 
@@ -401,6 +401,27 @@ def test_we_ping_libzmq_and_drop_a_silent_peer(
             router.send_parts([b"e", b"still here"])
             assert await _zrecv(dealer) == [b"still here"]
             silent.close()
+
+    run(main())
+
+
+def test_a_peer_that_never_completes_the_handshake_is_dropped(
+    run: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # libzmq's ZMQ_HANDSHAKE_IVL (30 s by default) bounds a handshake; shortened here.
+    monkeypatch.setattr(zmtp_sockets, "_HANDSHAKE_S", 0.2)
+
+    async def main() -> None:
+        pull = ZmtpPull("output", heartbeat_interval_s=0.05, heartbeat_timeout_s=10)
+        events = ConnectionEvents(pull, "output")
+        async with _serving(pull, "tcp://127.0.0.1:*") as bound:
+            raw = _raw_connect(bound)
+            raw.sendall(zmtp.greeting(as_server=False))  # and no READY
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await _until(lambda: events.unmapped_closed == 1, timeout=5)
+            assert 0.15 <= loop.time() - start < 2.0
+            raw.close()
 
     run(main())
 

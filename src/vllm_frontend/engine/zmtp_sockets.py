@@ -113,10 +113,11 @@ class _Connection(asyncio.Protocol):
     """One peer's stream: ZMTP session, heartbeats, hand-off of messages to its socket."""
 
     __slots__ = (
+        "_deadline",
         "_deliver",
         "_heard",
+        "_opened_at",
         "_owner",
-        "_quiet",
         "_receive",
         "_session",
         "_timer",
@@ -130,8 +131,9 @@ class _Connection(asyncio.Protocol):
         self._receive = session.receive
         self._deliver: Callable[[_Connection, list[list[Any]]], None] | None = None
         self._heard = True
-        self._quiet = 0.0
+        self._opened_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None
         self.transport: Any = None
         self.identity: bytes | None = None
 
@@ -140,17 +142,16 @@ class _Connection(asyncio.Protocol):
         transport.write(self._session.opening())
         self._owner._opened(self)
         if self._owner.heartbeat_interval_s > 0:
-            self._timer = asyncio.get_running_loop().call_later(
-                self._owner.heartbeat_interval_s, self._tick
-            )
+            loop = asyncio.get_running_loop()
+            self._opened_at = loop.time()
+            self._timer = loop.call_later(self._owner.heartbeat_interval_s, self._tick)
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
         try:
             messages = self._receive(data)
         except zmtp.ZmtpError as exc:
-            logger.warning("dropping %s peer connection: %s", self._owner.name, exc)
-            self.transport.abort()
+            self._drop(str(exc))
             return
         deliver = self._deliver
         if deliver is None:
@@ -168,9 +169,10 @@ class _Connection(asyncio.Protocol):
             deliver(self, messages)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._deadline):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._deadline = None
         self._owner._lost(self)
 
     def send(self, parts: Sequence[Any]) -> None:
@@ -178,25 +180,36 @@ class _Connection(asyncio.Protocol):
         self.transport.writelines(zmtp.message(parts))
 
     def _tick(self) -> None:
+        # libzmq's heartbeat: a PING every interval once the handshake is done; the first PING
+        # left unanswered starts the timeout, which anything received cancels. Before the
+        # handshake, libzmq's ZMQ_HANDSHAKE_IVL (30 s by default) bounds the wait instead.
         owner = self._owner
-        if self._heard:
-            self._quiet = 0.0
-        else:
-            self._quiet += owner.heartbeat_interval_s
-            if self._quiet >= owner.heartbeat_timeout_s:
-                logger.warning(
-                    "dropping %s peer connection: silent for %.1f s",
-                    owner.name,
-                    self._quiet,
-                )
-                self.transport.abort()
+        loop = asyncio.get_running_loop()
+        if not self._session.ready:
+            if loop.time() - self._opened_at >= _HANDSHAKE_S:
+                self._drop(f"no ZMTP handshake within {_HANDSHAKE_S:g} s")
                 return
-        self._heard = False
-        if self._session.ready:
+        else:
+            if self._heard and self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            self._heard = False
             self.transport.write(_PING)
-        self._timer = asyncio.get_running_loop().call_later(owner.heartbeat_interval_s, self._tick)
+            if self._deadline is None:
+                self._deadline = loop.call_later(owner.heartbeat_timeout_s, self._expire)
+        self._timer = loop.call_later(owner.heartbeat_interval_s, self._tick)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self._heard:
+            self._drop(f"silent for {self._owner.heartbeat_timeout_s:g} s after a PING")
+
+    def _drop(self, why: str) -> None:
+        logger.warning("dropping %s peer connection: %s", self._owner.name, why)
+        self.transport.abort()
 
 
+_HANDSHAKE_S = 30.0  # libzmq's default ZMQ_HANDSHAKE_IVL
 _PING = zmtp.ping()
 
 
