@@ -221,6 +221,7 @@ class ZmtpSocket:
     """A listening ZMTP socket of one type: bind or adopt a listener, then :meth:`start`."""
 
     socket_type: bytes = b""
+    """The ZMTP ``Socket-Type`` this socket announces (``ROUTER``/``PULL``)."""
 
     def __init__(
         self, name: str, *, heartbeat_interval_s: float = 5.0, heartbeat_timeout_s: float = 30.0
@@ -228,7 +229,9 @@ class ZmtpSocket:
         self.name = name
         """What the logs call this socket (``input``/``output``)."""
         self.heartbeat_interval_s = heartbeat_interval_s
+        """Seconds between our PINGs (0: no heartbeats, no handshake deadline)."""
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        """Seconds an unanswered PING waits before the connection is dropped."""
         self.last_endpoint = ""
         """The endpoint bound or adopted (``ipc://…`` / ``tcp://…``)."""
         self.last_source: _Connection | None = None
