@@ -221,3 +221,58 @@ def test_pyzmq_router_sees_our_identity_and_answers_our_ping() -> None:
     finally:
         router.close(0)
         ctx.term()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.sampled_from(
+        [b"", zmtp.greeting(as_server=False), zmtp.greeting(as_server=False) + zmtp.ready(b"PUSH")]
+    ),
+    junk=st.lists(st.binary(max_size=40), max_size=8),
+)
+def test_arbitrary_bytes_only_ever_raise_zmtp_error(prefix: bytes, junk: list[bytes]) -> None:
+    # A peer that breaks the protocol must be dropped, never crash the reader with another error.
+    session = zmtp.Session(b"PULL")
+    try:
+        session.receive(prefix)
+        for chunk in junk:
+            for msg in session.receive(chunk):
+                assert all(isinstance(f, memoryview) for f in msg)
+    except zmtp.ZmtpError:
+        pass
+
+
+_frame = st.tuples(
+    st.integers(0, 255),
+    st.one_of(
+        st.binary(max_size=30),
+        st.binary(max_size=30).map(lambda b: b"\x05READY" + b),
+        st.binary(max_size=30).map(lambda b: b"\x04PING" + b),
+        st.binary(max_size=30).map(lambda b: b"\x05ERROR" + b),
+    ),
+).map(lambda fb: bytes([fb[0]]) + (_u64(len(fb[1])) if fb[0] & 2 else bytes([len(fb[1])])) + fb[1])
+
+
+def _u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ready_first=st.booleans(),
+    frames=st.lists(_frame, max_size=8),
+    cut=st.integers(0, 400),
+)
+def test_malformed_frames_and_commands_only_ever_raise_zmtp_error(
+    ready_first: bool, frames: list[bytes], cut: int
+) -> None:
+    session = zmtp.Session(b"PULL")
+    stream = zmtp.greeting(as_server=False)
+    if ready_first:
+        stream += zmtp.ready(b"PUSH")
+    stream += b"".join(frames)
+    try:
+        session.receive(stream[:cut])
+        session.receive(stream[cut:])
+    except zmtp.ZmtpError:
+        pass

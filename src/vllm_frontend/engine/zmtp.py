@@ -262,7 +262,10 @@ class Session:
                         raise ZmtpError(f"command frame of {size} bytes")
                     if size >= 1 << 63:
                         raise ZmtpError(f"frame size {size} out of range")
-                    big = bytearray(size)
+                    try:
+                        big = bytearray(size)
+                    except MemoryError:
+                        raise ZmtpError(f"no memory for a frame of {size} bytes") from None
                     big[: n - start] = view[start:]
                     self._big, self._big_fill, self._big_more = big, n - start, bool(flags & _MORE)
                     i = n
