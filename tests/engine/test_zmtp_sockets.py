@@ -362,9 +362,10 @@ def test_a_libzmq_peer_pinging_us_gets_pongs_and_stays(
         pull = ZmtpPull("output", heartbeat_interval_s=0, heartbeat_timeout_s=0)
         events = ConnectionEvents(pull, "output")
         async with _serving(pull, "tcp://127.0.0.1:*") as bound:
-            # Without PONGs libzmq would drop the connection after 150 ms of silence from us.
+            # Without PONGs libzmq would drop the connection after 150 ms of silence from us;
+            # its PINGs ask for a 1 s TTL, which each next PING renews.
             push = _peer(
-                ctx, zmq.PUSH, bound, HEARTBEAT_IVL=30, HEARTBEAT_TIMEOUT=150, HEARTBEAT_TTL=0
+                ctx, zmq.PUSH, bound, HEARTBEAT_IVL=30, HEARTBEAT_TIMEOUT=150, HEARTBEAT_TTL=1000
             )
             push.send(b"a")
             await _recv(pull, 1)
@@ -401,6 +402,24 @@ def test_we_ping_libzmq_and_drop_a_silent_peer(
             router.send_parts([b"e", b"still here"])
             assert await _zrecv(dealer) == [b"still here"]
             silent.close()
+
+    run(main())
+
+
+def test_a_peer_silent_past_its_pings_ttl_is_dropped(run: Runner) -> None:
+    async def main() -> None:
+        pull = ZmtpPull("output", heartbeat_interval_s=0)  # our own heartbeats off
+        events = ConnectionEvents(pull, "output")
+        async with _serving(pull, "tcp://127.0.0.1:*") as bound:
+            raw = _raw_connect(bound)
+            raw.sendall(zmtp.greeting(as_server=False) + zmtp.ready(b"PUSH"))
+            await asyncio.sleep(0.1)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            raw.sendall(zmtp.ping(3, b"c"))  # TTL 0.3 s
+            await _until(lambda: events.unmapped_closed == 1, timeout=5)
+            assert 0.25 <= loop.time() - start < 2.0
+            raw.close()
 
     run(main())
 

@@ -162,6 +162,7 @@ class Session:
         "outgoing",
         "peer_identity",
         "peer_socket_type",
+        "peer_ttl_s",
         "ready",
     )
 
@@ -182,6 +183,8 @@ class Session:
         """The peer's ``Socket-Type`` property."""
         self.peer_identity: bytes | None = None
         """The peer's ``Identity`` property (``b""`` if it sent none)."""
+        self.peer_ttl_s = 0.0
+        """The TTL of the peer's latest PING: how long it may stay silent after it (0: none)."""
         self.outgoing: list[bytes] = []
         """Bytes owed to the peer (command replies), to be sent and cleared by the caller."""
 
@@ -320,6 +323,7 @@ class Session:
             if len(data) < 2 or len(data) > 18:
                 raise ZmtpError("malformed PING")
             self.outgoing.append(command(b"PONG", bytes(data[2:])))
+            self.peer_ttl_s = _U16.unpack_from(data)[0] / 10
         elif name == b"ERROR":
             reason = bytes(data[1 : 1 + data[0]]) if len(data) else b""
             raise ZmtpError(f"the peer sent ERROR {reason!r}")

@@ -121,6 +121,7 @@ class _Connection(asyncio.Protocol):
         "_receive",
         "_session",
         "_timer",
+        "_ttl_timer",
         "identity",
         "transport",
     )
@@ -134,6 +135,7 @@ class _Connection(asyncio.Protocol):
         self._opened_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._deadline: asyncio.TimerHandle | None = None
+        self._ttl_timer: asyncio.TimerHandle | None = None
         self.transport: Any = None
         self.identity: bytes | None = None
 
@@ -148,31 +150,45 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
+        if self._ttl_timer is not None:  # anything received ends the peer's PING TTL
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
         try:
             messages = self._receive(data)
         except zmtp.ZmtpError as exc:
             self._drop(str(exc))
             return
         deliver = self._deliver
-        if deliver is None:
-            session = self._session
-            if session.outgoing:
-                self.transport.writelines(session.outgoing)
-                session.outgoing.clear()
-            if not session.ready:
+        if deliver is None or self._session.outgoing:
+            if not self._control():
                 return
-            self._deliver = deliver = self._owner._attach(self, session.peer_identity or b"")
-        elif self._session.outgoing:
-            self.transport.writelines(self._session.outgoing)
-            self._session.outgoing.clear()
+            deliver = self._deliver
+            assert deliver is not None
         if messages:
             deliver(self, messages)
 
+    def _control(self) -> bool:
+        """Send owed replies, start a PING's TTL, attach once READY; whether messages flow."""
+        session = self._session
+        if session.outgoing:
+            self.transport.writelines(session.outgoing)
+            session.outgoing.clear()
+            if session.peer_ttl_s > 0:
+                # As libzmq: a PING with a TTL asks to be dropped if nothing follows within it.
+                self._ttl_timer = asyncio.get_running_loop().call_later(
+                    session.peer_ttl_s, self._drop, "silent past its PING's TTL"
+                )
+        if self._deliver is None:
+            if not session.ready:
+                return False
+            self._deliver = self._owner._attach(self, session.peer_identity or b"")
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._timer, self._deadline):
+        for timer in (self._timer, self._deadline, self._ttl_timer):
             if timer is not None:
                 timer.cancel()
-        self._timer = self._deadline = None
+        self._timer = self._deadline = self._ttl_timer = None
         self._owner._lost(self)
 
     def send(self, parts: Sequence[Any]) -> None:
