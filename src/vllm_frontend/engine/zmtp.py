@@ -13,7 +13,8 @@ second and up to 16 bytes of context), to be answered with ``PONG`` carrying the
 lists of zero-copy ``memoryview`` frames (views of the bytes passed in, or of one buffer per large
 frame) and queues what must be sent back (a ``PONG``). It raises :class:`ZmtpError` where libzmq
 would drop the connection (a bad greeting, a mechanism other than NULL, a READY from a socket
-type that may not talk to ours, a frame with reserved bits, a message before READY).
+type that may not talk to ours, a message or another command before READY); like libzmq it
+ignores reserved flag bits and, after the handshake, commands it has no use for.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ PEERS: dict[bytes, frozenset[bytes]] = {
 _MORE = 1
 _LONG = 2
 _COMMAND = 4
-_RESERVED = 0xF8
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
@@ -153,7 +153,7 @@ class Session:
     __slots__ = (
         "_big",
         "_big_fill",
-        "_big_more",
+        "_big_flags",
         "_frames",
         "_greeted",
         "_socket_type",
@@ -176,7 +176,7 @@ class Session:
         self._frames: list[Any] = []  # the current message's frames so far
         self._big: bytearray | None = None  # a large frame's body being gathered
         self._big_fill = 0
-        self._big_more = False
+        self._big_flags = 0
         self.ready = False
         """Whether the peer's READY was read (messages flow from then on)."""
         self.peer_socket_type: bytes | None = None
@@ -234,7 +234,11 @@ class Session:
         self._big_fill += take
         if self._big_fill == len(big):
             self._big = None
-            self._frame(memoryview(big), self._big_more, out)
+            if self._big_flags & _COMMAND:
+                self._command(memoryview(big))
+                self._want = 2
+            else:
+                self._frame(memoryview(big), bool(self._big_flags & _MORE), out)
         return view[take:]
 
     def _parse(self, buf: bytes | memoryview, out: list[list[Any]]) -> None:
@@ -256,13 +260,9 @@ class Session:
                     break
                 size = view[i + 1]
                 start = i + 2
-            if flags & _RESERVED:
-                raise ZmtpError(f"frame flags {flags:#04x} have reserved bits set")
             end = start + size
             if end > n:
                 if size >= _LARGE:
-                    if flags & _COMMAND:
-                        raise ZmtpError(f"command frame of {size} bytes")
                     if size >= 1 << 63:
                         raise ZmtpError(f"frame size {size} out of range")
                     try:
@@ -270,14 +270,12 @@ class Session:
                     except MemoryError:
                         raise ZmtpError(f"no memory for a frame of {size} bytes") from None
                     big[: n - start] = view[start:]
-                    self._big, self._big_fill, self._big_more = big, n - start, bool(flags & _MORE)
+                    self._big, self._big_fill, self._big_flags = big, n - start, flags
                     i = n
                     break
                 self._want = end - i
                 break
-            if flags & _COMMAND:
-                if flags & _MORE or frames:
-                    raise ZmtpError("a command frame inside a message")
+            if flags & _COMMAND:  # between a message's frames too, as libzmq takes it
                 self._command(view[start:end])
             elif not self.ready:
                 raise ZmtpError("a message before READY")
@@ -303,30 +301,36 @@ class Session:
         self._want = 2
 
     def _command(self, body: memoryview) -> None:
+        # What libzmq 4.3.5 does with each, checked side by side in the tests: during the
+        # handshake only READY (or ERROR, which ends it) may come; afterwards a PING is answered,
+        # everything else (a second READY, ERROR, PONG, unknown names) ignored.
         if len(body) < 1 or len(body) < 1 + body[0]:
             raise ZmtpError("malformed command")
         name = bytes(body[1 : 1 + body[0]])
         data = body[1 + body[0] :]
-        if name == b"READY":
-            if self.ready:
-                raise ZmtpError("a second READY")
-            props = parse_properties(data)
-            peer = props.get(b"socket-type")
-            if peer not in PEERS[self._socket_type]:
-                raise ZmtpError(
-                    f"a {peer!r} socket may not talk to a {self._socket_type.decode()} socket"
-                )
-            self.peer_socket_type = peer
-            self.peer_identity = props.get(b"identity", b"")
-            self.ready = True
+        if not self.ready:
+            if name == b"READY":
+                self._ready(data)
+            elif name == b"ERROR":
+                reason = bytes(data[1 : 1 + data[0]]) if len(data) else b""
+                raise ZmtpError(f"the peer sent ERROR {reason!r}")
+            else:
+                raise ZmtpError(f"command {name!r} before READY")
         elif name == b"PING":
-            if len(data) < 2 or len(data) > 18:
-                raise ZmtpError("malformed PING")
-            self.outgoing.append(command(b"PONG", bytes(data[2:])))
-            self.peer_ttl_s = _U16.unpack_from(data)[0] / 10
-        elif name == b"ERROR":
-            reason = bytes(data[1 : 1 + data[0]]) if len(data) else b""
-            raise ZmtpError(f"the peer sent ERROR {reason!r}")
-        elif not self.ready:
-            raise ZmtpError(f"command {name!r} before READY")
-        # PONG and commands this side does not know are ignored, as libzmq does.
+            # libzmq echoes at most 16 bytes of context, however many were sent. To a PING too
+            # short for its TTL it answers with 16 bytes of its own stale buffer; we answer
+            # with no context.
+            self.outgoing.append(command(b"PONG", bytes(data[2:18])))
+            self.peer_ttl_s = _U16.unpack_from(data)[0] / 10 if len(data) >= 2 else 0.0
+
+    def _ready(self, data: memoryview) -> None:
+        props = parse_properties(data)
+        peer = props.get(b"socket-type")
+        # libzmq checks the type only when the property is there.
+        if peer is not None and peer not in PEERS[self._socket_type]:
+            raise ZmtpError(
+                f"a {peer!r} socket may not talk to a {self._socket_type.decode()} socket"
+            )
+        self.peer_socket_type = peer
+        self.peer_identity = props.get(b"identity", b"")
+        self.ready = True
