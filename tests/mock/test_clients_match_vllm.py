@@ -324,6 +324,30 @@ def test_trailing_slashes_and_queries_route_like_starlette(stack: Stack, target:
     assert_same(stack, request("GET", target))
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET /health/ HTTP/1.0\r\n\r\n",
+        b"GET /v1/models/?a=b%20c HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"GET /v1/models/ HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+        b"GET /health/ HTTP/1.1\r\nHost: [::1\r\nConnection: close\r\n\r\n",
+        b"GET /health/ HTTP/1.1\r\nHost: x:99999\r\nConnection: close\r\n\r\n",
+    ],
+    ids=["1.0", "1.1-no-host", "empty-host", "bad-host", "bad-port"],
+)
+def test_a_redirect_without_a_usable_host_names_the_servers_address(
+    stack: Stack, data: bytes
+) -> None:
+    # Starlette's URL falls back to the socket the request came in on (each server's own port)
+    seen = {}
+    for name in ("vllm", "ours"):
+        raw = exchange(stack.ports[name], data)
+        seen[name] = responses(raw.replace(b":%d" % stack.ports[name], b":PORT"))
+    assert seen["ours"] == seen["vllm"]
+    [(status, headers, _)] = seen["ours"]
+    assert status == 307 and headers["location"].startswith("http://127.0.0.1:PORT/")
+
+
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/responses",
                                   "/v1/messages", "/tokenize", "/detokenize"])  # fmt: skip
 @pytest.mark.parametrize(
