@@ -348,6 +348,46 @@ def test_a_redirect_without_a_usable_host_names_the_servers_address(
     assert status == 307 and headers["location"].startswith("http://127.0.0.1:PORT/")
 
 
+def _framing(raw: bytes) -> list[tuple[str, list[str]]]:
+    """Each response's status line and the headers that frame or describe its body (names of
+    the framing ones, as a page's length differs between the servers)."""
+    out = []
+    for part in raw.split(b"\r\n\r\n"):
+        if not part.startswith(b"HTTP/1.1 "):
+            continue
+        line, *fields = part.decode("latin-1").split("\r\n")
+        kept = []
+        for field in fields:
+            name, _, value = field.partition(":")
+            name = name.strip().lower()
+            if name in ("content-length", "transfer-encoding"):
+                kept.append(name)
+            elif name in ("content-type", "content-encoding", "connection"):
+                kept.append(f"{name}: {value.strip()}")
+        out.append((line, sorted(kept)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + request("GET", "/health"),
+        request("HEAD", "/metrics", b"Accept-Encoding: gzip\r\n"),
+        request("HEAD", "/metrics/", b"Accept: application/openmetrics-text\r\n"),
+        request("GET", "/metrics/"),
+        request("GET", "/metrics/", b"Accept-Encoding: gzip\r\n"),
+    ],
+    ids=["head-keep-alive", "head-gzip", "head-openmetrics", "get-mount", "get-mount-gzip"],
+)
+def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicorn(
+    stack: Stack, data: bytes
+) -> None:
+    # prometheus_client's ASGI app sends no Content-Length: chunked to GET, unframed to HEAD
+    theirs = _framing(exchange(stack.ports["vllm"], data))
+    assert _framing(exchange(stack.ports["ours"], data)) == theirs
+    assert theirs and all(status.startswith("HTTP/1.1 200") for status, _ in theirs)
+
+
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/responses",
                                   "/v1/messages", "/tokenize", "/detokenize"])  # fmt: skip
 @pytest.mark.parametrize(

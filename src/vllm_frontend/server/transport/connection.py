@@ -173,10 +173,11 @@ class HttpConnection(RequestReader, asyncio.Protocol):
             if self._server.closing:
                 keep_alive = False
             if request.method == "HEAD":
-                # the head the GET would have, and no body (which would misframe what follows)
+                # the head the GET would have, and no body (which would misframe what follows);
+                # a streamed one without Transfer-Encoding, as uvicorn frames it (httptools_impl)
                 if not isinstance(response, Response):
                     await _discard_body(response)
-                self._write(transport, response_head(response, keep_alive, http11))
+                self._write(transport, response_head(response, keep_alive, False))
             elif isinstance(response, Response):
                 self._write(transport, response_head(response, keep_alive) + response.body)
             else:
