@@ -635,14 +635,18 @@ CHANGES: list[dict[str, Any]] = [
 CHANGES += [
     {"prompt": [[]]}, {"prompt": [True, 2]}, {"prompt": [1.0, 2]}, {"prompt": [[True], [2.0]]},
     {"messages": [{"role": "user", "content": None}]},
+    {"messages": [{"role": "system", "content": None}, *M]},
+    {"messages": [*M, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": None, "tool_call_id": "c1"}]},
+    {"messages": [*M, {"role": "assistant", "content": None}]},
+    {"messages": [{"role": "weird", "content": None}]},
     {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
     {"reasoning": {"effort": "bogus"}}, {"reasoning": {"effort": "low", "summary": 5}},
     {"reasoning": {"context": "x", "summary": "none"}},
 ]  # fmt: skip
 # Where we still differ from vLLM, and why.
-_UNION_REPORT = "vLLM reports every branch of the message union; we report the first"
 KNOWN: dict[tuple[str, str], str] = {
-    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": null}]}'): _UNION_REPORT,
     ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}'):
         "vLLM's message is pydantic's report of its content-part union",
 }  # fmt: skip
@@ -657,6 +661,28 @@ def _input_cases() -> list[Any]:
             marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
             cases.append(pytest.param(path, change, marks=marks, id=f"{path}-{label}"))
     return cases
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [3],
+        [{"content": "x"}],
+        [{"role": "user", "content": None}],
+        [{"role": "tool", "content": None, "tool_call_id": "c1"}],
+        [{"role": "user", "content": "x", "name": 5}],
+        [{"role": "user"}],
+        [{"role": "assistant", "content": None}],
+    ],
+)
+def test_tokenize_falls_back_to_the_prompt_when_the_messages_do_not_validate(
+    stack: Stack, messages: list[Any]
+) -> None:
+    # /tokenize's body is a union of the prompt form and the messages form: pydantic takes the
+    # prompt form when the messages fail vLLM's message union
+    body = {"model": str(tiny_model_dir()), "prompt": "hi", "messages": messages}
+    [(status, _, _)] = assert_same(stack, post("/tokenize", body))
+    assert status == 200
 
 
 @pytest.mark.parametrize(("path", "change"), _input_cases())

@@ -31,6 +31,7 @@ from vllm_frontend.text.structural_tags import (
 from vllm_frontend.text.structured_outputs import structured_outputs_params
 
 from .errors import BadRequest, InvalidParameter
+from .message_schema import CHAT_MESSAGE
 from .validation import (
     AnyValue,
     Bool,
@@ -422,9 +423,7 @@ _TOOL = Model(
     },
     ["function"],
 )
-_MESSAGE = Model("ChatCompletionMessageParam", {"role": Str()}, ["role"])
-"""Simplified: vLLM validates each message against a union of TypedDicts and reports every
-branch; here a message must be an object with a string ``role``."""
+_MESSAGE = CHAT_MESSAGE
 
 _COMPLETION_SCHEMA = LazyModel(
     lambda: _schema(
@@ -890,10 +889,25 @@ _COMPLETION_UNCONVERTED = (
 )
 
 
+_LAZY_PARTS_ROLES = frozenset({"user", "system", "developer", "assistant", "tool"})
+"""The roles of OpenAI's message branches whose list of content parts pydantic reads only when
+vLLM renders the message (a custom role's parts are checked with the message)."""
+
+
+def _plain_message(m: Any) -> bool:
+    # an object with a string role and content some branch of vLLM's message union takes
+    # as it is: none (the custom-role branch), text, a list of parts for one of OpenAI's roles
+    # (judged later); null only from the assistant
+    if type(m) is not dict or type(m.get("role")) is not str:
+        return False
+    content = m.get("content", "")
+    if type(content) is list:
+        return m["role"] in _LAZY_PARTS_ROLES
+    return type(content) is str or (content is None and m["role"] == "assistant")
+
+
 def _plain_messages(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
-    )
+    return isinstance(value, list) and all(_plain_message(m) for m in value)
 
 
 _CHAT_UNCONVERTED = (
@@ -983,6 +997,12 @@ def _plain_chat(data: Any) -> bool:
         return False
     for m in messages:  # a loop, not all(<generator>): ~0.3 us less per request
         if type(m) is not dict or type(m.get("role")) is not str or "reasoning_content" in m:
+            return False
+        content = m.get("content", "")  # (as _plain_message, inlined)
+        if type(content) is not str and (
+            (type(content) is not list or m["role"] not in _LAZY_PARTS_ROLES)
+            and (content is not None or m["role"] != "assistant")
+        ):
             return False
     return True
 
