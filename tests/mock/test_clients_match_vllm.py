@@ -85,8 +85,9 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                     log_dir() / f"clients-mock-{name}-{rpc}.log",
                 )
             )  # fmt: skip
+            # (usage reports the prompt tokens the engine read from and wrote to its cache)
             external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
-                        "--max-model-len", "256"]  # fmt: skip
+                        "--max-model-len", "256", "--enable-prompt-tokens-details"]  # fmt: skip
             if name == "vllm":
                 server = start_vllm_server(
                     model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
