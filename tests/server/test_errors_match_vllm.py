@@ -242,6 +242,16 @@ CHAT_CASES = [
     case({"messages": [{"role": "assistant", "function_call": {}, "audio": {"id": 1}}]}),
     case({"messages": [{"role": "function", "content": None, "name": "f"}]}),
     case({"messages": [{"role": "x", "author": {"role": "user"}, "content": "y"}]}),
+    case({"messages": [{"role": "user", "content": "x", "name": 5}]}),
+    case({"messages": [{"role": "user", "name": 5}]}),
+    case({"messages": [{"role": "user", "content": "x", "name": "n", "tool_calls": TOOL_CALLS}]}),
+    case({"messages": [{"role": "assistant", "content": None, "tool_calls": None}]}),
+    case({"messages": [{"role": "assistant", "content": "x", "tool_calls": None}]}),
+    case({"messages": [{"role": "weird", "content": "x", "tool_calls": [{"id": 1}]}]}),
+    case({"messages": [{"role": "weird", "content": "x", "name": "n"}]}),
+    case({"messages": [{"role": "tool", "content": "x", "tool_call_id": 5}]}),
+    case({"messages": [{"role": "tool", "content": "x"}]}),
+    case({"messages": [{"role": "system", "content": [{"type": "text", "text": "s"}]}]}),
 ]
 
 
