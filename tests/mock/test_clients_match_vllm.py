@@ -641,14 +641,14 @@ CHANGES += [
     {"messages": [*M, {"role": "assistant", "content": None}]},
     {"messages": [{"role": "weird", "content": None}]},
     {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
+    {"messages": [{"role": "user", "content": ["x", {"type": "input_text", "text": "y"}]}]},
+    {"messages": [{"role": "system", "content": [{"type": "bogus"}]}, *M]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "y"}, 3]}]},
     {"reasoning": {"effort": "bogus"}}, {"reasoning": {"effort": "low", "summary": 5}},
     {"reasoning": {"context": "x", "summary": "none"}},
 ]  # fmt: skip
 # Where we still differ from vLLM, and why.
-KNOWN: dict[tuple[str, str], str] = {
-    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}'):
-        "vLLM's message is pydantic's report of its content-part union",
-}  # fmt: skip
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _input_cases() -> list[Any]:
@@ -682,6 +682,15 @@ def test_tokenize_falls_back_to_the_prompt_when_the_messages_do_not_validate(
     body = {"model": str(tiny_model_dir()), "prompt": "hi", "messages": messages}
     [(status, _, _)] = assert_same(stack, post("/tokenize", body))
     assert status == 200
+
+
+@pytest.mark.parametrize(
+    "parts", [[{"type": "bogus"}], ["x"], [{"type": "text", "text": "x"}, None], [{"text": "x"}]]
+)
+def test_tokenize_reports_parts_no_part_type_reads_as_vllm(stack: Stack, parts: list[Any]) -> None:
+    body = {"model": str(tiny_model_dir()), "messages": [{"role": "user", "content": parts}]}
+    [(status, _, _)] = assert_same(stack, post("/tokenize", body))
+    assert status == 400
 
 
 @pytest.mark.parametrize(("path", "change"), _input_cases())

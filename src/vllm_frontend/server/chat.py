@@ -28,6 +28,7 @@ from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 from vllm_frontend.text.sequence_stream import Update, UpdateSource, collect_finals
 
+from . import errors
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     ChatUsageChunk,
@@ -45,6 +46,7 @@ from .generation import (
     usage,
     usage_chunk,
 )
+from .message_schema import unread_parts_error
 from .sse import (
     ChoiceTemplates,
     RequestTemplates,
@@ -373,6 +375,8 @@ class ChatHandler:
         ctx = self.ctx
         refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
+        if (report := unread_parts_error(req.messages)) is not None:
+            raise errors.BadRequest(report)
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         chat_req = chat_request(req, request, request_id)
         chat_req.text.trace_headers = trace_headers(ctx, request)
