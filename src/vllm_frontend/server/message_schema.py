@@ -183,7 +183,7 @@ _OPENAI_PARTS: dict[str, list[Model]] = {
             {
                 "image_url": TypedDict(
                     "ImageURL",
-                    {"url": Str(), "detail": LiteralSpec("auto", "low", "high")},
+                    {"url": Str(), "detail": LiteralSpec("auto", "low", "high", "original")},
                     ["url"],
                 ),
                 "type": LiteralSpec("image_url"),
