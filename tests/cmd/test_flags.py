@@ -137,3 +137,22 @@ def test_lora_modules_are_read_as_vllm_reads_them(values: list[str]) -> None:
 
     via_json = config_from_args({"model_tag": "m", "lora_modules": _jsonify_arg_value(theirs)})
     assert via_json.lora_modules == ours
+
+
+@pytest.mark.parametrize(
+    ("mode", "fingerprint"), [("custom", "fp"), ("none", None), ("full", None), ("hash", "error")]
+)
+def test_fingerprint_modes_are_taken_or_refused(mode: str, fingerprint: str | None) -> None:
+    """``custom`` and ``none`` are vLLM's; ``full`` (no config hash to give) answers with none;
+    ``hash`` stops startup."""
+    from vllm_frontend.cmd.config import ConfigError, config_from_args
+
+    try:
+        config = config_from_args({"model_tag": "m", "fingerprint_mode": mode,
+                                   "fingerprint_value": "fp"})  # fmt: skip
+    except ConfigError:
+        assert fingerprint == "error"
+        return
+    assert (config.fingerprint_value if config.fingerprint_mode == "custom" else None) == (
+        fingerprint
+    )

@@ -23,7 +23,7 @@ from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import ServerSettings
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sibling_metrics import SiblingMetrics, snapshot_path
-from vllm_frontend.server.transport import AnyResponse, Request, Response
+from vllm_frontend.server.transport import AnyResponse, Request, Response, StreamingResponse
 
 TIMEOUT_S = 0.3
 
@@ -140,9 +140,9 @@ def test_the_negotiating_mount_answers_for_all_too(tmp_path: pathlib.Path) -> No
         try:
             for app in processes:
                 response = await app(Request("GET", "/metrics/", b"", headers, b""))
-                assert isinstance(response, Response) and response.status == 200
+                assert isinstance(response, StreamingResponse) and response.status == 200
                 assert (b"content-encoding", b"gzip") in response.headers
-                page = gzip.decompress(response.body)
+                page = gzip.decompress(b"".join([chunk async for chunk in response.body]))
                 assert without_created_values(page) == without_created_values(expected)
         finally:
             for siblings in everyone:

@@ -42,9 +42,10 @@ LORA_NAME = "tiny-lora"
 # request spans to a collector in this process (--otlp-traces-endpoint, tests/e2e/
 # test_tracing.py) within 0.1 s of a request's end.
 FRONTEND_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "OTEL_BSP_SCHEDULE_DELAY": "100"}
-# Frontend options both servers get (ours as config_from_args keys): the render routes.
-FRONTEND_ARGS = ("--enable-scale-out",)
-OUR_ARGS = {"enable_scale_out": True}
+# Frontend options both servers get (ours as config_from_args keys): the render routes, and
+# usage with the prompt tokens read from and written to the prefix cache.
+FRONTEND_ARGS = ("--enable-scale-out", "--enable-prompt-tokens-details")
+OUR_ARGS = {"enable_scale_out": True, "enable_prompt_tokens_details": True}
 # Our engine runs at a lower CPU priority than the test process, which also runs our frontend
 # (see tests/support/engines.py, _lower_priority): otherwise, on 2 cores, the busy engine starves
 # that process for up to a second and streams arrive in a few coalesced chunks.

@@ -660,6 +660,44 @@ def test_raw_response_bodies_have_vllms_keys(frontends: Frontends) -> None:
     assert_same(ours, ref)
 
 
+def _usages(path: str, status: int, payload: Any) -> list[Any]:
+    # a full answer's usage, or each usage a stream's events carry
+    assert status == 200, payload
+    if isinstance(payload, dict):
+        return [payload["usage"]]
+    out = []
+    for line in payload.split("\n"):
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            out += [u for u in (event.get("usage"), event.get("message", {}).get("usage")) if u]
+    return out
+
+
+def test_usage_counts_the_prefix_cache_as_vllm(frontends: Frontends) -> None:
+    # --enable-prompt-tokens-details on both: a long prompt sent twice is read from the prefix
+    # cache the second time (each engine sees the same requests in the same order)
+    text = "The quick brown fox jumps over the lazy dog. " * 12
+    messages = [{"role": "user", "content": text}]
+    stream = {"stream": True, "stream_options": {"include_usage": True}}
+    calls = [
+        ("/v1/completions", {"prompt": text}), ("/v1/completions", {"prompt": text, **stream}),
+        ("/v1/chat/completions", {"messages": messages}),
+        ("/v1/chat/completions", {"messages": messages}),
+        ("/v1/chat/completions", {"messages": messages, **stream}),
+        ("/v1/messages", {"messages": messages}),
+        ("/v1/messages", {"messages": messages, "stream": True}),
+    ]  # fmt: skip
+    seen = []
+    for path, fields in calls:
+        body = {"model": frontends.model, "max_tokens": 3, "temperature": 0, **fields}
+        (s1, ours), (s2, ref) = _raw(frontends, path, body)
+        assert _usages(path, s1, ours) == _usages(path, s2, ref), path
+        seen += _usages(path, s2, ref)
+    cached = [u["prompt_tokens_details"]["cached_tokens"] for u in seen if "prompt_tokens" in u]
+    assert max(cached) > 0
+    assert any(u.get("cache_read_input_tokens") for u in seen)
+
+
 # --- metrics ----------------------------------------------------------------------------------
 
 _COUNTED = (

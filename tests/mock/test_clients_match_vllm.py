@@ -85,8 +85,11 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                     log_dir() / f"clients-mock-{name}-{rpc}.log",
                 )
             )  # fmt: skip
+            # (usage reports the prompt tokens the engine read from and wrote to its cache; the
+            # responses carry a fingerprint given, vLLM's own holding its config's hash)
             external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
-                        "--max-model-len", "256"]  # fmt: skip
+                        "--max-model-len", "256", "--enable-prompt-tokens-details",
+                        "--fingerprint-mode", "custom", "--fingerprint-value", "fp-1"]  # fmt: skip
             if name == "vllm":
                 server = start_vllm_server(
                     model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
@@ -140,9 +143,6 @@ def exchange(port: int, data: bytes | list[bytes], timeout: float = 10.0) -> byt
 
 KEPT_HEADERS = ("content-type", "allow", "location", "connection")
 DROPPED = {"id", "created", "created_at", "model", "root"}
-# Known: vLLM stamps its config hash on responses and on a stream's last chunk
-# (``system_fingerprint``), which we cannot compute without vLLM (cmd/flags.py:
-# --fingerprint-mode): the field is left out of the comparison.
 _IDS = re.compile(r"(cmpl|chatcmpl|resp|msg|modelperm|rs|fc|call)[-_][0-9a-zA-Z]+")
 
 
@@ -155,7 +155,6 @@ def _scrub(value: Any) -> Any:
             if k in ("logprobs", "top_logprobs", "prompt_logprobs") and isinstance(v, list | dict)
             else _scrub(v)
             for k, v in value.items()
-            if k != "system_fingerprint"
         }
     if isinstance(value, list):
         return [_scrub(v) for v in value]
@@ -322,6 +321,70 @@ def test_methods_answer_404_or_405_with_allow_like_fastapi(
 )  # fmt: skip
 def test_trailing_slashes_and_queries_route_like_starlette(stack: Stack, target: str) -> None:
     assert_same(stack, request("GET", target))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET /health/ HTTP/1.0\r\n\r\n",
+        b"GET /v1/models/?a=b%20c HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"GET /v1/models/ HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+        b"GET /health/ HTTP/1.1\r\nHost: [::1\r\nConnection: close\r\n\r\n",
+        b"GET /health/ HTTP/1.1\r\nHost: x:99999\r\nConnection: close\r\n\r\n",
+    ],
+    ids=["1.0", "1.1-no-host", "empty-host", "bad-host", "bad-port"],
+)
+def test_a_redirect_without_a_usable_host_names_the_servers_address(
+    stack: Stack, data: bytes
+) -> None:
+    # Starlette's URL falls back to the socket the request came in on (each server's own port)
+    seen = {}
+    for name in ("vllm", "ours"):
+        raw = exchange(stack.ports[name], data)
+        seen[name] = responses(raw.replace(b":%d" % stack.ports[name], b":PORT"))
+    assert seen["ours"] == seen["vllm"]
+    [(status, headers, _)] = seen["ours"]
+    assert status == 307 and headers["location"].startswith("http://127.0.0.1:PORT/")
+
+
+def _framing(raw: bytes) -> list[tuple[str, list[str]]]:
+    """Each response's status line and the headers that frame or describe its body (names of
+    the framing ones, as a page's length differs between the servers)."""
+    out = []
+    for part in raw.split(b"\r\n\r\n"):
+        if not part.startswith(b"HTTP/1.1 "):
+            continue
+        line, *fields = part.decode("latin-1").split("\r\n")
+        kept = []
+        for field in fields:
+            name, _, value = field.partition(":")
+            name = name.strip().lower()
+            if name in ("content-length", "transfer-encoding"):
+                kept.append(name)
+            elif name in ("content-type", "content-encoding", "connection"):
+                kept.append(f"{name}: {value.strip()}")
+        out.append((line, sorted(kept)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + request("GET", "/health"),
+        request("HEAD", "/metrics", b"Accept-Encoding: gzip\r\n"),
+        request("HEAD", "/metrics/", b"Accept: application/openmetrics-text\r\n"),
+        request("GET", "/metrics/"),
+        request("GET", "/metrics/", b"Accept-Encoding: gzip\r\n"),
+    ],
+    ids=["head-keep-alive", "head-gzip", "head-openmetrics", "get-mount", "get-mount-gzip"],
+)
+def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicorn(
+    stack: Stack, data: bytes
+) -> None:
+    # prometheus_client's ASGI app sends no Content-Length: chunked to GET, unframed to HEAD
+    theirs = _framing(exchange(stack.ports["vllm"], data))
+    assert _framing(exchange(stack.ports["ours"], data)) == theirs
+    assert theirs and all(status.startswith("HTTP/1.1 200") for status, _ in theirs)
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/responses",
@@ -571,17 +634,21 @@ CHANGES: list[dict[str, Any]] = [
 CHANGES += [
     {"prompt": [[]]}, {"prompt": [True, 2]}, {"prompt": [1.0, 2]}, {"prompt": [[True], [2.0]]},
     {"messages": [{"role": "user", "content": None}]},
+    {"messages": [{"role": "system", "content": None}, *M]},
+    {"messages": [*M, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": None, "tool_call_id": "c1"}]},
+    {"messages": [*M, {"role": "assistant", "content": None}]},
+    {"messages": [{"role": "weird", "content": None}]},
     {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
+    {"messages": [{"role": "user", "content": ["x", {"type": "input_text", "text": "y"}]}]},
+    {"messages": [{"role": "system", "content": [{"type": "bogus"}]}, *M]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "y"}, 3]}]},
     {"reasoning": {"effort": "bogus"}}, {"reasoning": {"effort": "low", "summary": 5}},
     {"reasoning": {"context": "x", "summary": "none"}},
 ]  # fmt: skip
 # Where we still differ from vLLM, and why.
-_UNION_REPORT = "vLLM reports every branch of the message union; we report the first"
-KNOWN: dict[tuple[str, str], str] = {
-    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": null}]}'): _UNION_REPORT,
-    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}'):
-        "vLLM's message is pydantic's report of its content-part union",
-}  # fmt: skip
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _input_cases() -> list[Any]:
@@ -593,6 +660,37 @@ def _input_cases() -> list[Any]:
             marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
             cases.append(pytest.param(path, change, marks=marks, id=f"{path}-{label}"))
     return cases
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [3],
+        [{"content": "x"}],
+        [{"role": "user", "content": None}],
+        [{"role": "tool", "content": None, "tool_call_id": "c1"}],
+        [{"role": "user", "content": "x", "name": 5}],
+        [{"role": "user"}],
+        [{"role": "assistant", "content": None}],
+    ],
+)
+def test_tokenize_falls_back_to_the_prompt_when_the_messages_do_not_validate(
+    stack: Stack, messages: list[Any]
+) -> None:
+    # /tokenize's body is a union of the prompt form and the messages form: pydantic takes the
+    # prompt form when the messages fail vLLM's message union
+    body = {"model": str(tiny_model_dir()), "prompt": "hi", "messages": messages}
+    [(status, _, _)] = assert_same(stack, post("/tokenize", body))
+    assert status == 200
+
+
+@pytest.mark.parametrize(
+    "parts", [[{"type": "bogus"}], ["x"], [{"type": "text", "text": "x"}, None], [{"text": "x"}]]
+)
+def test_tokenize_reports_parts_no_part_type_reads_as_vllm(stack: Stack, parts: list[Any]) -> None:
+    body = {"model": str(tiny_model_dir()), "messages": [{"role": "user", "content": parts}]}
+    [(status, _, _)] = assert_same(stack, post("/tokenize", body))
+    assert status == 400
 
 
 @pytest.mark.parametrize(("path", "change"), _input_cases())
@@ -662,21 +760,30 @@ def test_requests_in_flight_when_the_engine_dies_end_like_vllms(tmp_path: pathli
         for path, fields in STREAMS[:4]
         for stream in (False, True)
     ]
+    # vLLM's server exits soon after its first request fails on the dead engine (uvicorn checks
+    # for that every 0.1 s), and then refuses new connections: its /health answer is asked on
+    # the first request's connection, pipelined behind it. uvicorn starts a pipelined request
+    # as soon as the one before it is answered, and lets a request in flight finish when it
+    # shuts down.
+    first = post(*requests[0]).replace(b"Connection: close\r\n", b"")
     with _stack(tmp_path, "--die-after-requests", str(len(requests))) as dying:
         seen: dict[str, list[Any]] = {}
         for name in ("vllm", "ours"):
             answers: list[bytes] = [b""] * len(requests)
 
             def send(i: int, name: str = name, answers: list[bytes] = answers) -> None:
-                answers[i] = exchange(dying.ports[name], post(*requests[i]), timeout=60)
+                data = first + request("GET", "/health") if i == 0 else post(*requests[i])
+                answers[i] = exchange(dying.ports[name], data, timeout=60)
 
             threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join(90)
-            seen[name] = [_ending(responses(a)) for a in answers]
-            [health] = responses(exchange(dying.ports[name], request("GET", "/health")))
+            pipelined = responses(answers[0])
+            assert len(pipelined) == 2, f"{name} did not answer the pipelined /health"
+            answered, health = pipelined
+            seen[name] = [_ending([answered])] + [_ending(responses(a)) for a in answers[1:]]
             seen[name].append(health)
     messages_stream = requests.index(("/v1/messages", {**requests[-1][1]}))
     # vLLM's Messages stream fails to convert the error chunk and reports pydantic's complaint

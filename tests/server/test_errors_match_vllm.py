@@ -38,6 +38,8 @@ pytest.importorskip("vllm")
 M = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
 JSON = {"content-type": "application/json"}
+ROLES = ["user", "system", "developer", "assistant", "tool", "function", "weird"]
+TOOL_CALLS = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
 
 
 @cache
@@ -224,7 +226,32 @@ CHAT_CASES = [
     case({"messages": M, "chat_template_kwargs": [1]}),
     case({"messages": M, "documents": [{"a": 1}]}),
     case({"messages": M, "max_tokens": None, "frobnicate": True}),
-    case({"messages": [3]}, xfail="messages: vLLM reports every TypedDict branch"),
+    case({"messages": [3]}),
+    # each message against vLLM's message union: a null content only from the assistant
+    *[case({"messages": [{"role": role, "content": None}]}) for role in ROLES],
+    case({"messages": [{"role": "tool", "content": None, "tool_call_id": "c1"}]}),
+    case({"messages": [{"role": "assistant", "content": None, "tool_calls": TOOL_CALLS}]}),
+    case({"messages": [{"role": "user", "content": None, "name": 5}]}),
+    case({"messages": [*M, {"role": "user", "content": 3}]}),
+    case({"messages": [{"role": "assistant", "content": 3.5, "refusal": 1}]}),
+    case({"messages": [{"role": "user", "content": {"text": "x"}}]}),
+    case({"messages": [{"role": "user"}, {"content": "x"}]}),
+    case({"messages": [{"role": 7, "content": "x"}]}),
+    case({"messages": [{"role": "weird", "content": None, "tool_calls": [{"id": 1}]}]}),
+    case({"messages": [{"role": "weird", "content": [3], "tool_calls": None, "task": "t"}]}),
+    case({"messages": [{"role": "assistant", "function_call": {}, "audio": {"id": 1}}]}),
+    case({"messages": [{"role": "function", "content": None, "name": "f"}]}),
+    case({"messages": [{"role": "x", "author": {"role": "user"}, "content": "y"}]}),
+    case({"messages": [{"role": "user", "content": "x", "name": 5}]}),
+    case({"messages": [{"role": "user", "name": 5}]}),
+    case({"messages": [{"role": "user", "content": "x", "name": "n", "tool_calls": TOOL_CALLS}]}),
+    case({"messages": [{"role": "assistant", "content": None, "tool_calls": None}]}),
+    case({"messages": [{"role": "assistant", "content": "x", "tool_calls": None}]}),
+    case({"messages": [{"role": "weird", "content": "x", "tool_calls": [{"id": 1}]}]}),
+    case({"messages": [{"role": "weird", "content": "x", "name": "n"}]}),
+    case({"messages": [{"role": "tool", "content": "x", "tool_call_id": 5}]}),
+    case({"messages": [{"role": "tool", "content": "x"}]}),
+    case({"messages": [{"role": "system", "content": [{"type": "text", "text": "s"}]}]}),
 ]
 
 
@@ -244,6 +271,8 @@ TOKENIZE_CASES = [
     ("/tokenize", {"messages": M, "continue_final_message": True, "add_generation_prompt": True}),
     ("/tokenize", {"prompt": "ab", "return_token_strs": True}),
     ("/tokenize", None),
+    ("/tokenize", {"messages": [{"role": "system", "content": None}]}),
+    ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": None}]}),
     ("/detokenize", {"tokens": "a"}),
     ("/detokenize", {}),
     ("/detokenize", {"tokens": [-1]}),
@@ -301,6 +330,10 @@ def test_unknown_routes_and_wrong_methods_answer_like_fastapi(
         {"prompt": "a", "messages": []},
         {"prompt": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
         {"prompt": "a", "messages": "x"},
+        {"prompt": "a", "messages": [{"role": "user", "content": None}]},
+        {"prompt": "a", "messages": [{"role": "assistant", "content": None}]},
+        {"prompt": "a", "messages": [{"role": "user", "content": "x", "name": 5}]},
+        {"prompt": "a", "messages": [{"role": "user"}]},
     ],
 )
 def test_tokenize_picks_the_union_member_pydantic_picks(body: dict[str, Any]) -> None:

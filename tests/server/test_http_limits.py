@@ -99,7 +99,8 @@ def test_head_of_a_stream_sends_no_chunks(server: RunningServer) -> None:
         s.sendall(b"HEAD /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         out = read_all(s)
     head, _, rest = out.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
+    # nor framing headers: uvicorn adds Transfer-Encoding to a streamed answer but to HEAD's
+    assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding" not in head
     assert rest == b""
 
 

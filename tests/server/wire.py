@@ -7,6 +7,7 @@ parses every response byte with an h11 client, failing on anything h11 cannot fr
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -48,10 +49,12 @@ def _routed(method: bytes, target: bytes, body: bytes) -> Routed:
 def reference_requests(data: bytes) -> Reference:
     """h11's reading of ``data`` as a client's request stream (answering each with a 200).
 
-    The one leniency: empty lines before a request line are skipped, as llhttp does (RFC 9112
-    §2.2 allows it); h11 refuses them. So each request is read by a fresh h11 connection from
-    the bytes the previous one left, less the line ends they start with. ``Reference.raw`` holds
-    each request's bytes as found in the stream, and then what follows the last one."""
+    Two leniencies of llhttp's (thus uvicorn's and vLLM's) that h11 lacks: empty lines before a
+    request line are skipped (RFC 9112 §2.2 allows it), and an HTTP/1.1 request without a Host
+    header is read (h11 refuses both). So each request is read by a fresh h11 connection from
+    the bytes the previous one left, less the line ends they start with, with a Host header
+    added where an HTTP/1.1 head has none. ``Reference.raw`` holds each request's bytes as
+    found in the stream, and then what follows the last one."""
     ref = Reference()
     rest = data
     while True:
@@ -61,7 +64,7 @@ def reference_requests(data: bytes) -> Reference:
             ref.raw.append(data[start:])
             return ref
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
-        conn.receive_data(rest)
+        conn.receive_data(_with_host(rest))
         end = _one_request(conn, ref)
         if end is not None:
             ref.end = end
@@ -71,6 +74,21 @@ def reference_requests(data: bytes) -> Reference:
         ref.raw.append(data[start : len(data) - len(rest)])
         if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
             return ref
+
+
+_HOST_LINE = re.compile(rb"\r\nhost[ \t]*:", re.IGNORECASE)
+
+
+def _with_host(data: bytes) -> bytes:
+    # an HTTP/1.1 head without Host gets one (after its request line): it stays in the head,
+    # so what follows the request is the same bytes
+    line_end = data.find(b"\r\n")
+    head_end = data.find(b"\r\n\r\n")
+    if line_end < 0 or head_end < 0 or not data[:line_end].endswith(b" HTTP/1.1"):
+        return data
+    if _HOST_LINE.search(data, line_end, head_end + 2):
+        return data
+    return data[: line_end + 2] + b"Host: x\r\n" + data[line_end + 2 :]
 
 
 def _one_request(conn: h11.Connection, ref: Reference) -> str | None:

@@ -298,6 +298,10 @@ def build_frontend_app(
         response_role=config.response_role,
         stream_interval=config.stream_interval,
         sse_keep_alive_interval=float(config.sse_keep_alive_interval),
+        # vLLM's entrypoints/serve/utils/fingerprint.py; its `full` mode's needs vLLM's config
+        system_fingerprint=(
+            config.fingerprint_value if config.fingerprint_mode == "custom" else None
+        ),
         request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
         has_kv_connector=config.kv_transfer_config is not None,
         adapters=adapters,

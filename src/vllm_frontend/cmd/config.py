@@ -172,6 +172,10 @@ class FrontendConfig(msgspec.Struct):
     stream_interval: int = 1
     """Stream every N tokens (the first and last always go out); a request may ask for more."""
     sse_keep_alive_interval: float = 0
+    fingerprint_mode: str = "full"
+    """``--fingerprint-mode``: ``custom`` answers with ``fingerprint_value`` as
+    ``system_fingerprint``; the others with none (vLLM's ``full`` has its config hash)."""
+    fingerprint_value: str | None = None
     """Seconds without a chunk before a stream gets an SSE ``: keep-alive`` comment; 0 = never."""
     max_num_queued_reqs: int | None = None
     """Refuse new requests (503) while this many engine requests are in flight (None: no cap)."""
@@ -358,6 +362,12 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError("--ssl-keyfile needs --ssl-certfile")
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
+    if config.fingerprint_mode not in ("full", "custom", "none"):
+        # (vLLM's `hash` mode holds vLLM's config hash, which needs vLLM to compute)
+        raise ConfigError(
+            "fingerprint_mode must be full, custom or none (hash is not supported), "
+            f"got {config.fingerprint_mode!r}"
+        )
     if isinstance(config.stream_interval, bool) or not isinstance(config.stream_interval, int):
         raise ConfigError(f"stream_interval must be an integer, got {config.stream_interval!r}")
     interval = config.sse_keep_alive_interval

@@ -35,7 +35,7 @@ host port uds ssl_keyfile ssl_certfile ssl_ca_certs ssl_cert_reqs ssl_ciphers en
 root_path allow_credentials allowed_origins allowed_methods allowed_headers api_key
 enable_request_id_headers h11_max_incomplete_event_size h11_max_header_count max_log_len
 allowed_local_media_path allowed_media_domains media_io_kwargs enable_tokenizer_info_endpoint
-lora_modules enable_scale_out
+lora_modules enable_scale_out fingerprint_mode fingerprint_value
 """
 
 # The frontend reads these and the managed engines get them too (the model's files, limits
@@ -64,8 +64,6 @@ _REFUSED: dict[str, str] = {
     "enable_per_request_metrics": "per-request metrics in responses are not implemented",
     "enable_log_outputs": "output logging is not implemented",
     "tokens_only": "the token-only server mode is not implemented",
-    "fingerprint_mode": "only vLLM's default system_fingerprint (full)",
-    "fingerprint_value": "only vLLM's default system_fingerprint",
     "middleware": "ASGI middleware cannot run on this HTTP server",
     "skip_tokenizer_init": "the frontend always tokenizes",
     "hf_overrides": "the frontend reads config.json as it is",
@@ -108,6 +106,8 @@ _NOTES: dict[str, str] = {
     "speculative_config": "the vllm:spec_decode_* metrics are not exported",
     "enable_flash_late_interaction": "no pooling routes; the engines apply it",
     "tokenizer_mode": "`auto`, `hf`, `mistral` (needs the `mistral` extra); others stop startup",
+    "fingerprint_mode": "`custom` and `none` as vLLM; `full` (the default) gives no fingerprint "
+    "(vLLM's holds its config hash), `hash` stops startup",
 }
 
 NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
@@ -121,8 +121,6 @@ NEUTRAL_VALUES: dict[str, tuple[Any, ...]] = {
     "enable_per_request_metrics": (False,),
     "enable_log_outputs": (False,),
     "tokens_only": (False,),
-    "fingerprint_mode": ("full",),
-    "fingerprint_value": (None,),
     "middleware": ([],),
     "skip_tokenizer_init": (False,),
     "hf_overrides": (None, {}),

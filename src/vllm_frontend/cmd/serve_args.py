@@ -199,6 +199,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--sse-keep-alive-interval", type=int, default=0)
+    p.add_argument("--fingerprint-mode", choices=["full", "hash", "custom", "none"], default="full")
+    p.add_argument("--fingerprint-value", default=None)
     p.add_argument("--max-num-queued-reqs", type=int, default=None)
     p.add_argument("--max-num-queued-tokens", type=int, default=None)
     p.add_argument("--return-tokens-as-token-ids", **opt_bool)

@@ -376,6 +376,7 @@ class App:
                 request.header(b"host"),
                 slash_toggled(full_path),
                 request.query,
+                request.server,
             )
         return errors.not_found()
 

@@ -26,8 +26,9 @@ from vllm_frontend.text.errors import InvalidInput
 from vllm_frontend.text.llm import TextRequest
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
-from vllm_frontend.text.sequence_stream import Update, collect_finals
+from vllm_frontend.text.sequence_stream import Update, UpdateSource, collect_finals
 
+from . import errors
 from .completions import PromptLogprob, prompt_logprobs_json
 from .generation import (
     ChatUsageChunk,
@@ -45,6 +46,7 @@ from .generation import (
     usage,
     usage_chunk,
 )
+from .message_schema import unread_parts_error
 from .sse import (
     ChoiceTemplates,
     RequestTemplates,
@@ -373,6 +375,8 @@ class ChatHandler:
         ctx = self.ctx
         refuse_request_mm_kwargs(req)
         ctx.check_model(req.model)
+        if (report := unread_parts_error(req.messages)) is not None:
+            raise errors.BadRequest(report)
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         chat_req = chat_request(req, request, request_id)
         chat_req.text.trace_headers = trace_headers(ctx, request)
@@ -457,8 +461,11 @@ class ChatHandler:
                 )
             )
         num_gen = sum(s.num_output_tokens for s in finals.values())
-        full_usage: Usage | ReasoningUsage = usage(
-            len(prompt.token_ids), num_gen, cached if ctx.enable_prompt_tokens_details else None
+        # vLLM's chat counts the prompt tokens written to the prefix cache too (always a number)
+        full_usage: Usage | ReasoningUsage = (
+            usage(len(prompt.token_ids), num_gen, cached, got.source.num_cache_creation_tokens)
+            if ctx.enable_prompt_tokens_details
+            else usage(len(prompt.token_ids), num_gen)
         )
         if gen.has_reasoning:
             full_usage = ReasoningUsage(
@@ -489,7 +496,9 @@ class ChatHandler:
         self, sink: StreamSink, req: Any, request_id: str, gen: ChatGeneration
     ) -> None:
         chunks = _StreamChunks(self, req, request_id, gen)
-        await push_sequences(sink, gen.text.sources, chunks.render, chunks.usage, chunks.text_event)
+        await push_sequences(
+            sink, chunks.make_sources, chunks.render, chunks.usage, chunks.text_event
+        )
 
 
 class _StreamChunks:
@@ -522,6 +531,7 @@ class _StreamChunks:
         "_role",
         "_templates",
         "_text_only",
+        "sources",
     )
 
     def __init__(
@@ -555,6 +565,8 @@ class _StreamChunks:
         self._reasoning_details = gen.has_reasoning
         self._named_tool = isinstance(req.tool_choice, dict)
         self._cached: int | None = None
+        self.sources: list[UpdateSource] = []
+        """The prompt's update source, once :meth:`make_sources` made it."""
         self._first = True
         # Text-only chunks come from a per-choice template (see SseTemplate).
         self._plain = not self._return_ids and not self._continuous
@@ -612,6 +624,11 @@ class _StreamChunks:
             return None
         template = self._templates.get(idx)
         return None if template is None else (template, self._num_tokens)
+
+    def make_sources(self) -> list[UpdateSource]:
+        """The generation's update sources (kept: the usage chunk reads the cache writes)."""
+        self.sources = self._gen.text.sources()
+        return self.sources
 
     def send_text(self, sink: StreamSink, idx: int, text: str, num_tokens: int) -> bool:
         """Send the event of a running choice's update that is new text alone, as
@@ -718,10 +735,13 @@ class _StreamChunks:
         if not self._include_usage:
             return None
         ctx = self._ctx
-        details = self._cached if ctx.enable_prompt_tokens_details else None
-        last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
-            self._num_prompt, sum(self._num_tokens), details
-        )
+        if ctx.enable_prompt_tokens_details:
+            written = self.sources[0].num_cache_creation_tokens
+            last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
+                self._num_prompt, sum(self._num_tokens), self._cached, written
+            )
+        else:
+            last_usage = usage_chunk(self._num_prompt, sum(self._num_tokens))
         if self._reasoning_details:
             last_usage = ReasoningUsageChunk(
                 last_usage.prompt_tokens,

@@ -274,9 +274,21 @@ def include_usage_flags(stream_options: Any, force: bool) -> tuple[bool, bool]:
 
 
 class PromptTokensDetails(msgspec.Struct, omit_defaults=True):
-    """``usage.prompt_tokens_details`` (with ``--enable-prompt-tokens-details``)."""
+    """``usage.prompt_tokens_details`` (with ``--enable-prompt-tokens-details``) on a stream's
+    usage chunk, whose nulls vLLM leaves out: the prompt tokens read from the prefix cache and
+    (chat) those written to it."""
 
     cached_tokens: int | None = None
+    created_cache_tokens: int | None = None
+
+
+class FullPromptTokensDetails(msgspec.Struct):
+    """``usage.prompt_tokens_details`` in a full response: vLLM's ``PromptTokenUsageInfo``
+    with every field (``multimodal_tokens`` is not counted here)."""
+
+    cached_tokens: int | None = None
+    created_cache_tokens: int | None = None
+    multimodal_tokens: None = None
 
 
 class Usage(msgspec.Struct):
@@ -285,7 +297,7 @@ class Usage(msgspec.Struct):
     prompt_tokens: int
     total_tokens: int
     completion_tokens: int
-    prompt_tokens_details: PromptTokensDetails | None = None
+    prompt_tokens_details: FullPromptTokensDetails | None = None
     completion_tokens_details: None = None
 
 
@@ -307,15 +319,23 @@ class ChatUsageChunk(msgspec.Struct):
     completion_tokens_details: None = None
 
 
-def usage(prompt: int, completion: int, cached: int | None = None) -> Usage:
-    """A full-response ``usage`` object."""
-    details = PromptTokensDetails(cached) if cached is not None else None
+def usage(
+    prompt: int, completion: int, cached: int | None = None, created: int | None = None
+) -> Usage:
+    """A full-response ``usage`` object (details when a cache count is given)."""
+    details = None
+    if cached is not None or created is not None:
+        details = FullPromptTokensDetails(cached, created)
     return Usage(prompt, prompt + completion, completion, details)
 
 
-def usage_chunk(prompt: int, completion: int, cached: int | None = None) -> UsageChunk:
-    """A stream-chunk ``usage`` object."""
-    details = PromptTokensDetails(cached) if cached is not None else None
+def usage_chunk(
+    prompt: int, completion: int, cached: int | None = None, created: int | None = None
+) -> UsageChunk:
+    """A stream-chunk ``usage`` object (details when a cache count is given)."""
+    details = None
+    if cached is not None or created is not None:
+        details = PromptTokensDetails(cached, created)
     return UsageChunk(prompt, prompt + completion, completion, details)
 
 

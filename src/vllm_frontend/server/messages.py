@@ -247,6 +247,7 @@ class MessagesHandler:
                     final = seq
             kv_transfer_params = outputs.kv_transfer_params
             ec_transfer_params = outputs.ec_transfer_params
+            written = outputs.num_cache_creation_tokens
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -296,8 +297,11 @@ class MessagesHandler:
         }
         if stop_sequence is not None:
             body["stop_sequence"] = stop_sequence
-        details = cached if ctx.enable_prompt_tokens_details else None
-        body["usage"] = anthropic_usage(len(prompt.token_ids), final.num_output_tokens, details)
+        body["usage"] = (
+            anthropic_usage(len(prompt.token_ids), final.num_output_tokens, cached, written)
+            if ctx.enable_prompt_tokens_details
+            else anthropic_usage(len(prompt.token_ids), final.num_output_tokens)
+        )
         if kv_transfer_params is not None:  # the KV connector's, as vLLM's chat response has them
             body["kv_transfer_params"] = kv_transfer_params
         if ec_transfer_params is not None:  # the encoder-cache connector's, likewise
@@ -307,16 +311,24 @@ class MessagesHandler:
         return _encode(body)
 
 
-def anthropic_usage(prompt_tokens: int, output_tokens: int, cached: int | None) -> dict[str, int]:
+def anthropic_usage(
+    prompt_tokens: int,
+    output_tokens: int,
+    cached: int | None = None,
+    written: int | None = None,
+) -> dict[str, int]:
     """vLLM's ``_build_anthropic_usage``: ``input_tokens`` excludes the prompt tokens read
-    from the prefix cache (reported apart when ``--enable-prompt-tokens-details`` is on)."""
-    if cached is None:
-        return {"input_tokens": max(0, prompt_tokens), "output_tokens": output_tokens}
-    return {
-        "input_tokens": max(0, prompt_tokens - cached),
-        "output_tokens": output_tokens,
-        "cache_read_input_tokens": cached,
-    }
+    from the prefix cache and those written to it, each reported apart when given (with
+    ``--enable-prompt-tokens-details``)."""
+    usage = {"input_tokens": prompt_tokens, "output_tokens": output_tokens}
+    if written is not None:
+        usage["cache_creation_input_tokens"] = written
+        usage["input_tokens"] -= written
+    if cached is not None:
+        usage["cache_read_input_tokens"] = cached
+        usage["input_tokens"] -= cached
+    usage["input_tokens"] = max(0, usage["input_tokens"])
+    return usage
 
 
 def anthropic_stop_reason(
@@ -446,9 +458,12 @@ class _MessageStream:
                     out = self._delta(delta)
                     if out:
                         yield b"".join(out)
-            ctx = self._ctx
-            details = cached if ctx.enable_prompt_tokens_details else None
-            yield self._message_delta(anthropic_usage(num_prompt, num_tokens, details))
+            if self._ctx.enable_prompt_tokens_details:
+                written = outputs.num_cache_creation_tokens
+                usage = anthropic_usage(num_prompt, num_tokens, cached, written)
+            else:
+                usage = anthropic_usage(num_prompt, num_tokens)
+            yield self._message_delta(usage)
             yield _MESSAGE_STOP
         except Exception as exc:
             logger.debug("Messages stream failed", exc_info=exc)

@@ -10,13 +10,13 @@ prometheus_client app vLLM mounts there, which negotiates the format, name escap
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from vllm_frontend.metrics.exposition import MetricFamily
 from vllm_frontend.metrics.negotiation import encode_page
 from vllm_frontend.metrics.registry import MetricsRegistry, render_metrics
 
-from .transport import Request, Response
+from .transport import Request, Response, StreamingResponse
 
 __all__ = ["METRICS_PREFIX", "metrics_handlers", "negotiated_page"]
 
@@ -32,7 +32,7 @@ def _names(query: bytes) -> list[str] | None:
     return parse_qs(query.decode("utf-8", "replace")).get("name[]")
 
 
-def negotiated_page(request: Request, families: Iterable[MetricFamily]) -> Response:
+def negotiated_page(request: Request, families: Iterable[MetricFamily]) -> StreamingResponse:
     """``families`` in the format, escaping and encoding ``request`` asks for."""
     page = encode_page(
         families,
@@ -40,24 +40,28 @@ def negotiated_page(request: Request, families: Iterable[MetricFamily]) -> Respo
         request.header(b"accept-encoding") or "",
         _names(request.query),
     )
-    headers = [(b"content-type", page.content_type.encode())]
-    if page.gzipped:
-        headers.append((b"content-encoding", b"gzip"))
-    # HEAD: the same headers, no body (a body would be read as the next response)
-    body = b"" if request.method == "HEAD" else page.body
-    return Response(body, 200, None, headers)
+    headers = [(b"content-encoding", b"gzip")] if page.gzipped else []
+    # prometheus_client's ASGI app gives no Content-Length: uvicorn sends the body chunked
+    # (to HEAD: neither header, and no body)
+    return StreamingResponse(_once(page.body), 200, page.content_type.encode(), headers)
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
 
 
 def metrics_handlers(
     registry: MetricsRegistry,
-) -> tuple[Callable[[Request], Awaitable[Response]], Callable[[Request], Awaitable[Response]]]:
+) -> tuple[
+    Callable[[Request], Awaitable[Response]], Callable[[Request], Awaitable[StreamingResponse]]
+]:
     """The handler of ``GET /metrics`` and the one of the rest of the ``/metrics`` mount."""
 
     async def metrics_page(request: Request) -> Response:
         body, content_type = render_metrics(registry)
         return Response(body, 200, content_type.encode())
 
-    async def metrics_mount(request: Request) -> Response:
+    async def metrics_mount(request: Request) -> StreamingResponse:
         return negotiated_page(request, registry.collect())
 
     return metrics_page, metrics_mount

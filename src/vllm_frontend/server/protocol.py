@@ -31,6 +31,7 @@ from vllm_frontend.text.structural_tags import (
 from vllm_frontend.text.structured_outputs import structured_outputs_params
 
 from .errors import BadRequest, InvalidParameter
+from .message_schema import CHAT_MESSAGE
 from .validation import (
     AnyValue,
     Bool,
@@ -422,9 +423,7 @@ _TOOL = Model(
     },
     ["function"],
 )
-_MESSAGE = Model("ChatCompletionMessageParam", {"role": Str()}, ["role"])
-"""Simplified: vLLM validates each message against a union of TypedDicts and reports every
-branch; here a message must be an object with a string ``role``."""
+_MESSAGE = CHAT_MESSAGE
 
 _COMPLETION_SCHEMA = LazyModel(
     lambda: _schema(
@@ -890,10 +889,39 @@ _COMPLETION_UNCONVERTED = (
 )
 
 
+_LAZY_PARTS_ROLES = frozenset({"user", "system", "developer", "assistant", "tool"})
+"""The roles of OpenAI's message branches whose list of content parts pydantic reads only when
+vLLM renders the message (a custom role's parts are checked with the message)."""
+
+
+_PLAIN_FIELDS: dict[str, type] = {"name": str, "tool_call_id": str, "tool_calls": list}
+"""Message fields besides role and content whose common values every branch of vLLM's message
+union that reads them takes (for OpenAI's roles: the custom-role branch checks tool calls)."""
+
+
+def _plain_message(m: Any) -> bool:
+    # an object with a string role and content some branch of vLLM's message union takes
+    # as it is: none (the custom-role branch), text, a list of parts for one of OpenAI's roles
+    # (judged later); null only from the assistant; other fields only as _PLAIN_FIELDS says
+    if type(m) is not dict or type(role := m.get("role")) is not str:
+        return False
+    content = m.get("content", "")
+    if type(content) is list:
+        if role not in _LAZY_PARTS_ROLES:
+            return False
+    elif type(content) is not str and (content is not None or role != "assistant"):
+        return False
+    if len(m) > 1 + ("content" in m):
+        if role not in _LAZY_PARTS_ROLES:
+            return False
+        for key, value in m.items():
+            if key != "role" and key != "content" and type(value) is not _PLAIN_FIELDS.get(key):
+                return False
+    return True
+
+
 def _plain_messages(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
-    )
+    return isinstance(value, list) and all(_plain_message(m) for m in value)
 
 
 _CHAT_UNCONVERTED = (
@@ -982,7 +1010,12 @@ def _plain_chat(data: Any) -> bool:
     if type(messages) is not list:
         return False
     for m in messages:  # a loop, not all(<generator>): ~0.3 us less per request
-        if type(m) is not dict or type(m.get("role")) is not str or "reasoning_content" in m:
+        # (a role and text only, inlined; anything else as _plain_message says)
+        if type(m) is not dict or "reasoning_content" in m:
+            return False
+        if (
+            len(m) != 2 or type(m.get("content")) is not str or type(m.get("role")) is not str
+        ) and not _plain_message(m):
             return False
     return True
 

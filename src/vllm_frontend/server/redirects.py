@@ -47,14 +47,36 @@ def _authority(host: str | None) -> str | None:
     return host
 
 
-def trailing_slash_redirect(scheme: str, host: str | None, path: str, query: bytes) -> Response:
+def _server_authority(scheme: str, server: tuple[str, int | None] | None) -> str | None:
+    # Starlette's URL(scope=...) names the socket the request came in on (a Unix socket's
+    # path and its None port included, as it spells them)
+    if server is None:
+        return None
+    host, port = server
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return host if port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def trailing_slash_redirect(
+    scheme: str,
+    host: str | None,
+    path: str,
+    query: bytes,
+    server: tuple[str, int | None] | None = None,
+) -> Response:
     """The ``307`` to ``path`` (already toggled) with ``query``, on ``host`` when the request's
-    Host header is a valid authority. Without one, Starlette names the server's own socket
-    address; we give the path alone, which a client resolves against the URL it asked."""
+    Host header is a valid authority, else on the ``server`` address the request came in on
+    (the path alone without either)."""
     target = path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+    authority = _authority(host) or _server_authority(scheme, server)
+    if authority is None and target.startswith("//"):
+        target = "/%2F" + target[2:]  # else read as an authority
     if query:
         target += "?" + query.decode("latin-1")
-    authority = _authority(host)
     url = target if authority is None else f"{scheme}://{authority}{target}"
     location = quote(url, safe=_LOCATION_SAFE)
     return Response(b"", 307, headers=[(b"location", location.encode("latin-1"))])

@@ -379,7 +379,7 @@ class ResponsesHandler:
                 if seq.finished:
                     final = seq
             transfer = transfer_params(outputs)
-            turn.cache_writes = outputs.num_cache_creation_tokens
+            turn.cache_writes = outputs.num_cache_creation_tokens or 0
         assert final is not None
         turn.append(final.token_ids, final.finish_reason, True)
         return self._harmony_finish(req, response_id, gen, created, turn, cached,
@@ -428,7 +428,7 @@ class ResponsesHandler:
                         for event in stream.feed(segment):
                             yield numbered(event)
                 transfer = transfer_params(outputs)
-                turn.cache_writes = outputs.num_cache_creation_tokens
+                turn.cache_writes = outputs.num_cache_creation_tokens or 0
             response = self._harmony_finish(
                 req, response_id, gen, created, turn, cached, transfer, stream.streamed
             )
@@ -500,7 +500,7 @@ class ResponsesHandler:
                 if seq.finished:
                     final = seq
             transfer = transfer_params(outputs)
-            writes = outputs.num_cache_creation_tokens
+            writes = outputs.num_cache_creation_tokens or 0
         assert final is not None
         if final.finish_reason == "error":
             raise GenerationFailed()
@@ -683,7 +683,7 @@ class ResponsesHandler:
                         for event in state.feed(part, logprobs):
                             yield numbered(event)
                 transfer = transfer_params(outputs)
-                writes = outputs.num_cache_creation_tokens
+                writes = outputs.num_cache_creation_tokens or 0
         except GenerationFailed as exc:
             yield numbered(_error_event(exc))
             return

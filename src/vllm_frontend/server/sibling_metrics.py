@@ -30,7 +30,7 @@ from vllm_frontend.metrics.merge import MetricsSnapshot, merge_expositions
 from vllm_frontend.metrics.text_parse import parse_text
 
 from .metrics_route import METRICS_PREFIX, negotiated_page
-from .transport import AnyResponse, App, Request, Response
+from .transport import AnyResponse, App, Request, Response, StreamingResponse
 
 __all__ = ["SIBLING_TIMEOUT_S", "SiblingMetrics", "snapshot_path"]
 
@@ -120,7 +120,7 @@ class SiblingMetrics:
 
     async def _scrape_mount(self, app: App, request: Request) -> AnyResponse:
         response = await app(request)
-        if not isinstance(response, Response) or response.status != 200:
+        if not isinstance(response, StreamingResponse) or response.status != 200:
             return response
         local = await self.local_snapshot()
         merged = merge_expositions([local, *await self.gather()])

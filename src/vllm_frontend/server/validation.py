@@ -414,6 +414,42 @@ class Model(Spec):
         return {k: fields[k].coerce(v) if k in fields else v for k, v in value.items()}
 
 
+class TypedDict(Model):
+    """A ``TypedDict``: as :class:`Model`, but a non-object is "not a valid dictionary"."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, dict):
+            return [_err("dict_type", loc, "Input should be a valid dictionary", value)]
+        return super().errors(value, loc)
+
+
+class Iterable(Spec):
+    """``Iterable[X]``: pydantic checks only that the value iterates (a JSON string, array or
+    object); its items are validated later, as they are read."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, str | list | dict):
+            return []
+        return [_err("iterable_type", loc, "Input should be iterable", value)]
+
+
+class TaggedUnion(Spec):
+    """A union of named models: as :class:`Union`, each branch's errors located under its
+    name (as pydantic locates them for a union of models and TypedDicts)."""
+
+    def __init__(self, *branches: Model) -> None:
+        self.branches = branches
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for b in self.branches:
+            errs = b.errors(value, (*loc, b.name))
+            if not errs:
+                return []
+            out.extend(errs)
+        return out
+
+
 class LazyModel(Model):
     """A :class:`Model` built by ``build`` on first use: schemas only describe errors, so
     building them (``msgspec.inspect`` over the request Structs) waits for the first bad body."""

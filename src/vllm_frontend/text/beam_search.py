@@ -423,9 +423,10 @@ class BeamSearchStream:
         return None
 
     @property
-    def num_cache_creation_tokens(self) -> int:
-        """Always 0: vLLM's beam search result reports no prefix-cache writes."""
-        return 0
+    def num_cache_creation_tokens(self) -> int | None:
+        """Always None: vLLM's beam search result has no prefix-cache counts (its chat usage
+        then has no ``prompt_tokens_details``)."""
+        return None
 
     def start(self) -> None:
         """Start the search task (idempotent)."""

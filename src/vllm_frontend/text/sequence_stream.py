@@ -57,9 +57,10 @@ class UpdateSource(Protocol):
         ...
 
     @property
-    def num_cache_creation_tokens(self) -> int:
+    def num_cache_creation_tokens(self) -> int | None:
         """Prompt tokens the engine wrote to its prefix cache (vLLM's
-        ``RequestOutput.num_cache_creation_tokens``); 0 until the prefill is done."""
+        ``RequestOutput.num_cache_creation_tokens``); 0 until the prefill is done, None from
+        a source that never has counts (a beam search)."""
         ...
 
     def on_ready(self, callback: Callable[[], None] | None) -> None:

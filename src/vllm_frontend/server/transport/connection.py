@@ -50,6 +50,7 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         # Write-through needs the plain socket (never under TLS, whose bytes are not ours).
         plain = sock is not None and transport.get_extra_info("sslcontext") is None
         self._fd = sock.fileno() if plain else -1
+        self._local_address = _local_address(sock)
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -172,10 +173,11 @@ class HttpConnection(RequestReader, asyncio.Protocol):
             if self._server.closing:
                 keep_alive = False
             if request.method == "HEAD":
-                # the head the GET would have, and no body (which would misframe what follows)
+                # the head the GET would have, and no body (which would misframe what follows);
+                # a streamed one without Transfer-Encoding, as uvicorn frames it (httptools_impl)
                 if not isinstance(response, Response):
                     await _discard_body(response)
-                self._write(transport, response_head(response, keep_alive, http11))
+                self._write(transport, response_head(response, keep_alive, False))
             elif isinstance(response, Response):
                 self._write(transport, response_head(response, keep_alive) + response.body)
             else:
@@ -272,3 +274,16 @@ async def _discard_body(response: AnyResponse) -> None:
         aclose = getattr(response.body, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def _local_address(sock: socket.socket | None) -> tuple[str, int | None] | None:
+    # what uvicorn puts in scope["server"] (protocols/utils.py get_local_addr)
+    if sock is None:
+        return None
+    with contextlib.suppress(OSError):
+        name = sock.getsockname()
+        if isinstance(name, tuple):
+            return str(name[0]), int(name[1])
+        if isinstance(name, str):
+            return name, None
+    return None

@@ -21,18 +21,27 @@ class Request:
 
     Header names are lower-case bytes; values are raw bytes (use :meth:`header` for a ``str``).
     ``state`` is a free slot for the app (e.g. the request id chosen by middleware).
+    ``server`` is the address the connection came in on (ASGI's ``scope["server"]``: host and
+    port, or a Unix socket's path and None).
     """
 
-    __slots__ = ("body", "headers", "method", "path", "query", "state")
+    __slots__ = ("body", "headers", "method", "path", "query", "server", "state")
 
     def __init__(
-        self, method: str, path: str, query: bytes, headers: dict[bytes, bytes], body: bytes
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        headers: dict[bytes, bytes],
+        body: bytes,
+        server: tuple[str, int | None] | None = None,
     ) -> None:
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        self.server = server
         self.state: Any = None
 
     def header(self, name: bytes) -> str | None:

@@ -58,6 +58,7 @@ class RequestReader(ResponseWriter):
         "_keep_alive_handle",
         "_last_read",
         "_limits",
+        "_local_address",
         "_message_started",
         "_parser",
         "_read_timer",
@@ -74,6 +75,7 @@ class RequestReader(ResponseWriter):
         """When the connection last fell idle (its keep-alive timeout runs from there); 0.0
         while a request is on its way or being answered."""
         self._refusal: tuple[int, str] | None = None
+        self._local_address: tuple[str, int | None] | None = None
         self._in_message = False
         self._head_done = False
         self._http11 = True
@@ -232,8 +234,6 @@ class RequestReader(ResponseWriter):
         length = headers.get(b"content-length")
         if coding is not None and (length is not None or coding.strip().lower() != b"chunked"):
             raise Refused(400, INVALID_REQUEST)  # CL with TE, or a coding we cannot frame
-        if http11 and b"host" not in headers:
-            raise Refused(400, INVALID_REQUEST)  # RFC 9112 §3.2 (h11, thus vLLM, refuses too)
         if length is not None and int(length) > self._limits.max_body_size:
             raise Refused(413, BODY_TOO_LARGE)
         if b"expect" in headers and headers[b"expect"].lower() == b"100-continue" and http11:
@@ -274,7 +274,8 @@ class RequestReader(ResponseWriter):
             path = unquote(path)
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         parser = self._parser
-        request = Request(parser.get_method().decode("ascii"), path, query, self._headers, body)
+        method = parser.get_method().decode("ascii")
+        request = Request(method, path, query, self._headers, body, self._local_address)
         # HTTP/1.0 keep-alive is not offered (as uvicorn/h11, thus vLLM): such a client gets
         # Connection: close, and close-delimited streams need the close anyway
         http11 = self._http11
