@@ -260,6 +260,7 @@ class ZmtpSocket:
         self._readable: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
+        self._queue: collections.deque[tuple[_Connection, list[Any]]] = collections.deque()
 
     def bind(self, endpoint: str) -> None:
         """Listen on ``ipc://PATH`` or ``tcp://HOST:PORT`` (PORT ``*``: any free port)."""
@@ -352,8 +353,20 @@ class ZmtpSocket:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def recv_ready(self) -> list[Any] | None:
+        """The next message's frames (memoryviews; a ROUTER's with the peer's identity first),
+        or None when nothing is queued."""
+        queue = self._queue
+        if not queue:
+            return None
+        conn, frames = queue.popleft()
+        self.last_source = conn
+        return frames
+
+    recv_nowait = recv_ready
+
     def _has_messages(self) -> bool:
-        raise NotImplementedError
+        return bool(self._queue)
 
     # -- connections (called by _Connection) -----------------------------------------------------
 
@@ -380,30 +393,6 @@ class ZmtpPull(ZmtpSocket):
     """The output socket: PUSH peers' messages, queued in arrival order."""
 
     socket_type = b"PULL"
-
-    def __init__(
-        self, name: str, *, heartbeat_interval_s: float = 5.0, heartbeat_timeout_s: float = 30.0
-    ) -> None:
-        super().__init__(
-            name,
-            heartbeat_interval_s=heartbeat_interval_s,
-            heartbeat_timeout_s=heartbeat_timeout_s,
-        )
-        self._queue: collections.deque[tuple[_Connection, list[Any]]] = collections.deque()
-
-    def recv_ready(self) -> list[Any] | None:
-        """The next message's frames (memoryviews), or None when nothing is queued."""
-        queue = self._queue
-        if not queue:
-            return None
-        conn, frames = queue.popleft()
-        self.last_source = conn
-        return frames
-
-    recv_nowait = recv_ready
-
-    def _has_messages(self) -> bool:
-        return bool(self._queue)
 
     def _attach(
         self, conn: _Connection, identity: bytes
@@ -432,7 +421,6 @@ class ZmtpRouter(ZmtpSocket):
         )
         self._by_identity: dict[bytes, _Connection] = {}
         self._ignored: set[_Connection] = set()  # connections whose identity was taken
-        self._queue: collections.deque[tuple[_Connection, list[Any]]] = collections.deque()
 
     def send_parts(self, parts: Sequence[Any]) -> None:
         """Send ``parts[1:]`` to the peer whose identity is ``parts[0]`` (dropped if none)."""
@@ -457,19 +445,6 @@ class ZmtpRouter(ZmtpSocket):
         for conn, buffers in by_conn.items():
             with contextlib.suppress(RuntimeError):  # as in send_parts
                 conn.transport.writelines(buffers)
-
-    def recv_nowait(self) -> list[Any] | None:
-        """The next message from a peer, its identity first, or None when nothing is queued."""
-        if not self._queue:
-            return None
-        conn, frames = self._queue.popleft()
-        self.last_source = conn
-        return frames
-
-    recv_ready = recv_nowait
-
-    def _has_messages(self) -> bool:
-        return bool(self._queue)
 
     def _attach(
         self, conn: _Connection, identity: bytes
