@@ -172,11 +172,12 @@ class FrontendConfig(msgspec.Struct):
     stream_interval: int = 1
     """Stream every N tokens (the first and last always go out); a request may ask for more."""
     sse_keep_alive_interval: float = 0
+    """Seconds without a chunk before a stream gets an SSE ``: keep-alive`` comment; 0 = never."""
     fingerprint_mode: str = "full"
     """``--fingerprint-mode``: ``custom`` answers with ``fingerprint_value`` as
     ``system_fingerprint``; the others with none (vLLM's ``full`` has its config hash)."""
     fingerprint_value: str | None = None
-    """Seconds without a chunk before a stream gets an SSE ``: keep-alive`` comment; 0 = never."""
+    """``--fingerprint-value``: the ``system_fingerprint`` of the ``custom`` mode."""
     max_num_queued_reqs: int | None = None
     """Refuse new requests (503) while this many engine requests are in flight (None: no cap)."""
     max_num_queued_tokens: int | None = None
