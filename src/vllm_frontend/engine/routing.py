@@ -45,6 +45,7 @@ class OutputRouter:
         "_in_flight",
         "_liveness",
         "_record_stats",
+        "_recv",
         "_sockets",
         "_sources_known",
         "_stopped",
@@ -64,6 +65,11 @@ class OutputRouter:
         liveness: Liveness,
     ) -> None:
         self._sockets = sockets
+        output = sockets.output
+        # The output socket's "next message or None", chosen once (ours or libzmq's).
+        self._recv = (
+            output.recv_ready if isinstance(output, ZmtpPull) else partial(recv_ready, output)
+        )
         self._streams = requests.streams
         self._in_flight = requests.in_flight
         self._finished_elsewhere = requests.finished_elsewhere
@@ -96,8 +102,7 @@ class OutputRouter:
     def _read(self) -> None:
         # Everything queued on the output socket, in order.
         sockets = self._sockets
-        output = sockets.output
-        recv = output.recv_ready if isinstance(output, ZmtpPull) else partial(recv_ready, output)
+        recv = self._recv
         decode = codec.decode_outputs
         in_flight = self._in_flight
         streams = self._streams

@@ -107,10 +107,7 @@ def message(parts: Sequence[Any]) -> list[Any]:
         if i == last:
             short = _SHORT_LAST
         size = len(part) if type(part) is bytes else memoryview(part).nbytes
-        if size < 256:
-            out.append(short[size])
-        else:
-            out.append(bytes((short[0][0] | _LONG,)) + _U64.pack(size))
+        out.append(short[size] if size < 256 else frame_header(size, more=i < last))
         out.append(part)
     return out
 
