@@ -69,6 +69,9 @@ class FakeTokenizer:
     def convert_ids_to_tokens(self, token_ids: Any) -> list[str | None]:
         return [chr(i) for i in token_ids]
 
+    async def ensure_backend(self) -> None:
+        return None
+
 
 def our_server(settings: ServerSettings) -> RunningServer:
     async def completions(request: Request) -> Response:

@@ -42,6 +42,9 @@ class FakeTokenizer:
     def convert_ids_to_tokens(self, token_ids: Any) -> list[str | None]:
         return ["<s>" if i == 1 else chr(i) for i in token_ids]
 
+    async def ensure_backend(self) -> None:
+        return None
+
 
 class Gate:
     def __init__(self) -> None:

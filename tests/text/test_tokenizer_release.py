@@ -263,3 +263,31 @@ def test_the_text_facade_loads_it_before_a_request_that_decodes(
     )
     asyncio.run(text.generate(request))
     assert released.holds_backend is expected
+
+
+def test_detokenize_route_loads_it_on_a_worker_thread(tokenizer_dirs: dict[str, Path]) -> None:
+    # /detokenize decodes with `tokenizers`: a let-go object comes back off the event loop.
+    from vllm_frontend.server.app import ServerSettings
+    from vllm_frontend.server.services import Services
+    from vllm_frontend.server.tokenize import tokenize_handlers
+    from vllm_frontend.server.transport import Request
+
+    released = _released(tokenizer_dirs["byte_level"])
+    kept = Tokenizer.from_dir(tokenizer_dirs["byte_level"], use_fastokens=False)
+    assert not released.holds_backend
+    loaded_on: list[int] = []
+    reload = released._reload_backend
+
+    def recording_reload() -> Any:
+        loaded_on.append(threading.get_ident())
+        return reload()
+
+    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    _, detokenize = tokenize_handlers(ServerSettings(), Services(tokenizer=released))
+    ids = released.encode("Hello world, again")
+    body = json.dumps({"tokens": ids}).encode()
+    response = asyncio.run(detokenize(Request("POST", "/detokenize", b"", {}, body)))
+    assert loaded_on and loaded_on[0] != threading.get_ident()
+    expected = kept.backend.decode(ids, skip_special_tokens=False)
+    assert json.loads(response.body) == {"prompt": expected}
+    assert released.holds_backend

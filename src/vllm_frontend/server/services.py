@@ -48,6 +48,10 @@ class TokenizerLike(Protocol):
         """Vocabulary strings of ``token_ids``."""
         ...
 
+    async def ensure_backend(self) -> None:
+        """Have what :meth:`decode` needs in memory, loading it off the event loop."""
+        ...
+
 
 ChatTokenizer = Callable[[TokenizeChatRequest], Awaitable[list[int]] | list[int]]
 """Renders a ``/tokenize`` messages request through the chat template and tokenizes it (the

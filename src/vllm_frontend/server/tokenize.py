@@ -60,6 +60,7 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
         tokenizer = services.tokenizer
         if tokenizer is None:
             raise errors.NotImplementedFeature("Detokenization is not available.")
+        await tokenizer.ensure_backend()  # a let-go `tokenizers` object comes back off the loop
         return json_response(_DetokenizeResponse(tokenizer.decode(req.tokens)))
 
     return tokenize, detokenize
