@@ -344,6 +344,7 @@ class MultimodalLlm:
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
         _check_named(items)
+        await text.load_decoder(request)
         loaded = await _all_or_none(self._load(part, media_io_kwargs) for part in items)
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:

@@ -177,8 +177,7 @@ class TextLlm:
     ) -> TextGeneration:
         """Tokenize and check ``prompts`` (admission and ``max_tokens`` already checked), and
         resolve each one's parameters."""
-        if not self.tokenizer.holds_backend and _decodes(request):
-            await self.tokenizer.ensure_backend()
+        await self.load_decoder(request)
         preparer = self.prompts
         truncate = preparer.truncation(request.truncate_prompt_tokens, request.max_tokens or 0)
         prepared = preparer.prepare_prompts_in_loop(
@@ -195,6 +194,13 @@ class TextLlm:
                 truncation_side=request.truncation_side,
             )
         return self.generate_prepared(request, prepared)
+
+    async def load_decoder(self, request: TextRequest) -> None:
+        """Have a let-go ``tokenizers`` object loaded on a worker thread when ``request`` will
+        decode (logprobs, prompt logprobs, echo, beam search), so that its first decode does not
+        hold the event loop for the load."""
+        if not self.tokenizer.holds_backend and _decodes(request):
+            await self.tokenizer.ensure_backend()
 
     def generate_prepared(
         self, request: TextRequest, prepared: list[PreparedPrompt]
