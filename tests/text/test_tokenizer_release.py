@@ -291,3 +291,38 @@ def test_detokenize_route_loads_it_on_a_worker_thread(tokenizer_dirs: dict[str, 
     expected = kept.backend.decode(ids, skip_special_tokens=False)
     assert json.loads(response.body) == {"prompt": expected}
     assert released.holds_backend
+
+
+def test_derender_routes_load_it_on_first_use_off_the_loop(
+    tokenizer_dirs: dict[str, Path],
+) -> None:
+    # The scale-out derender routes read `tokenizers` pieces: their detokenizer is made on the
+    # first derender request (the object loaded again on a worker thread), not at startup,
+    # where it would keep the let-go object alive.
+    from types import SimpleNamespace
+
+    from vllm_frontend.server.derender import DerenderHandlers
+    from vllm_frontend.server.transport import Request
+
+    released = _released(tokenizer_dirs["byte_level"])
+    model = ModelSamplingInfo(max_model_len=128, eos_token_id=released.eos_token_id)
+    text = TextLlm(LLM(None, EngineCoreRequest), released, 128, model)  # type: ignore[arg-type]
+    ctx = SimpleNamespace(text=text, check_model=lambda name: None, model_name="m")
+    handlers = DerenderHandlers(ctx, SimpleNamespace(parsers=None))  # type: ignore[arg-type]
+    assert not released.holds_backend
+    loaded_on: list[int] = []
+    reload = released._reload_backend
+
+    def recording_reload() -> Any:
+        loaded_on.append(threading.get_ident())
+        return reload()
+
+    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    ids = released.encode("Hello world, again", add_special_tokens=False)
+    answer = {"request_id": "g", "choices": [{"index": 0, "token_ids": ids}]}
+    body = json.dumps({"generate_responses": [answer]}).encode()
+    route = "/v1/completions/derender"
+    response = asyncio.run(handlers.derender_completion(Request("POST", route, b"", {}, body)))
+    assert loaded_on and loaded_on[0] != threading.get_ident()
+    kept = Tokenizer.from_dir(tokenizer_dirs["byte_level"], use_fastokens=False)
+    assert json.loads(response.body)["choices"][0]["text"] == kept.backend.decode(ids)

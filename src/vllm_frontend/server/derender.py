@@ -366,14 +366,37 @@ class DerenderHandlers:
         self.ctx = ctx
         self.chat = chat
         text = ctx.text
-        self.detok = PieceDetokenizer(text.tokenizer)
-        self.strings = _Strings(text.strings())
+        self._detok: PieceDetokenizer | None = None  # made on first use (see _load_detok)
+        self._strings: _Strings | None = None
         limits = text.sampling.limits or RequestLimits()
         self.max_n = limits.max_n
         self.max_model_len = text.max_model_len
         self.max_logprobs = 20 if limits.max_logprobs is None else limits.max_logprobs
         parsers = chat.parsers
         self.has_parser = parsers is not None and parsers.active
+
+    @property
+    def detok(self) -> PieceDetokenizer:
+        """The piece detokenizer (a handler has run :meth:`_load_detok` first)."""
+        detok = self._detok
+        assert detok is not None
+        return detok
+
+    @property
+    def strings(self) -> _Strings:
+        """The logprobs' token strings (a handler has run :meth:`_load_detok` first)."""
+        strings = self._strings
+        assert strings is not None
+        return strings
+
+    async def _load_detok(self) -> None:
+        # Made on the first derender request, not at startup: both read the `tokenizers` object,
+        # which a tokenizer served by fastokens lets go; that comes back on a worker thread.
+        if self._detok is None:
+            text = self.ctx.text
+            await text.tokenizer.ensure_backend()
+            self._strings = _Strings(text.strings())
+            self._detok = PieceDetokenizer(text.tokenizer)
 
     def routes(self) -> dict[tuple[str, str], Any]:
         """``{(method, path): handler}``."""
@@ -446,6 +469,7 @@ class DerenderHandlers:
         """``POST /v1/chat/completions/derender`` (either body shape)."""
         body = parse_derender_chat(request.body)
         self.ctx.check_model(body.model)
+        await self._load_detok()
         if isinstance(body, DerenderChatStreamBody):
             return Response(_encode(self._chat_chunk(request, body)))
         return Response(_encode(self._chat_full(request, body)))
@@ -728,6 +752,7 @@ class DerenderHandlers:
         """``POST /v1/completions/derender`` (either body shape)."""
         body = parse_derender_completion(request.body)
         self.ctx.check_model(body.model)
+        await self._load_detok()
         if isinstance(body, DerenderCompletionStreamBody):
             return Response(_encode(self._completion_chunk(body)))
         return Response(_encode(self._completion_full(body)))
