@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 
 from tests.multimodal.agent_apis import assert_same_messages, assert_same_responses
-from tests.multimodal.engine_pair import assert_same, engine_pair, jpeg_part
+from tests.multimodal.engine_pair import assert_same, chat, engine_pair, jpeg_part
 from tests.multimodal.media.http_server import MediaServer
 from tests.multimodal.media.videos import make_video
 from tests.support.tiny_vlm import VLM_PYTHONPATH, tiny_vlm_dir
@@ -36,15 +36,18 @@ pytestmark = pytest.mark.engine
 # images' items, so the tests evict, within a request too.
 LIMITS = '{"image": 3, "video": 1}'
 # --enable-scale-out: the render routes (tests/multimodal's render comparisons below).
+# --enable-prompt-tokens-details: usage counts each modality's placeholder tokens (compared).
 ENGINE_ARGS = ("--max-model-len", "2048", "--gpu-memory-utilization", "0.2",
                "--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
-               "--enable-mm-embeds", "--enable-scale-out")  # fmt: skip
+               "--enable-mm-embeds", "--enable-scale-out",
+               "--enable-prompt-tokens-details")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def urls() -> Iterator[dict[str, str]]:
     frontend_args = ["--limit-mm-per-prompt", LIMITS, "--mm-processor-cache-gb", "0.001",
-                     "--enable-mm-embeds", "--enable-scale-out"]  # fmt: skip
+                     "--enable-mm-embeds", "--enable-scale-out",
+                     "--enable-prompt-tokens-details"]  # fmt: skip
     env = {"PYTHONPATH": VLM_PYTHONPATH}
     # the agent API tests fetch images from a server on 127.0.0.1 (vLLM fetches from anywhere)
     ours_env = {"VLLM_FRONTEND_ALLOW_PRIVATE_MEDIA_ADDRESSES": "1"}
@@ -64,6 +67,19 @@ def test_one_image(urls: dict[str, str]) -> None:
         urls,
         [{"role": "user", "content": [_image(640, 480, 1), {"type": "text", "text": "Describe."}]}],
     )
+
+
+def test_usage_counts_each_modalitys_placeholder_tokens(urls: dict[str, str]) -> None:
+    # vLLM's chat reports multimodal_tokens in prompt_tokens_details (compared by every test
+    # here); this one checks that the count is there at all, streamed and not.
+    content = [_image(64, 48, 11), _image(300, 200, 12), {"type": "text", "text": "Two."}]
+    for stream in (False, True):
+        got = {name: chat(url, [{"role": "user", "content": content}], stream)
+               for name, url in urls.items()}  # fmt: skip
+        assert got["ours"] == got["vllm"]
+        details = got["ours"]["usage"]["prompt_tokens_details"]
+        assert list(details["multimodal_tokens"]) == ["image"]
+        assert 0 < details["multimodal_tokens"]["image"] < got["ours"]["usage"]["prompt_tokens"]
 
 
 def test_images_of_different_sizes_interleaved(urls: dict[str, str]) -> None:

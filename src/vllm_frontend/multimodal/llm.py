@@ -389,7 +389,7 @@ class MultimodalLlm:
         cache = self._sending_cache(
             family, features, items, loaded, hashes, processor_kwargs, embeds_request
         )
-        prepared_prompt = PreparedPrompt(ids, prompt, features, cache)
+        prepared_prompt = PreparedPrompt(ids, prompt, features, cache, _token_counts(features))
         return text.generate_prepared(request, [prepared_prompt])
 
     def parts_from_content(self, content_parts: Iterable[Mapping[str, Any]]) -> MediaParts:
@@ -429,7 +429,7 @@ class MultimodalLlm:
         processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
         ids, features = _expand(token_ids, family, items, processed, hashes)
         cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
-        return PreparedPrompt(ids, None, features, cache)
+        return PreparedPrompt(ids, None, features, cache, _token_counts(features))
 
     def _sending_cache(
         self,
@@ -966,3 +966,12 @@ def _check_named(items: list[MediaPart]) -> None:
                 f"multi_modal_data[{part.modality!r}][{index}] is empty but "
                 f"multi_modal_uuids[{part.modality!r}][{index}] is missing."
             )
+
+
+def _token_counts(features: list[MultiModalFeatureSpec]) -> dict[str, int]:
+    """Placeholder tokens per modality, modalities in order of first appearance (vLLM sums its
+    placeholder ranges' lengths)."""
+    counts: dict[str, int] = {}
+    for feature in features:
+        counts[feature.modality] = counts.get(feature.modality, 0) + feature.mm_position.length
+    return counts

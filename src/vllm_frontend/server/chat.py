@@ -463,7 +463,13 @@ class ChatHandler:
         num_gen = sum(s.num_output_tokens for s in finals.values())
         # vLLM's chat counts the prompt tokens written to the prefix cache too (always a number)
         full_usage: Usage | ReasoningUsage = (
-            usage(len(prompt.token_ids), num_gen, cached, got.source.num_cache_creation_tokens)
+            usage(
+                len(prompt.token_ids),
+                num_gen,
+                cached,
+                got.source.num_cache_creation_tokens,
+                prompt.mm_token_counts,
+            )
             if ctx.enable_prompt_tokens_details
             else usage(len(prompt.token_ids), num_gen)
         )
@@ -738,7 +744,11 @@ class _StreamChunks:
         if ctx.enable_prompt_tokens_details:
             written = self.sources[0].num_cache_creation_tokens
             last_usage: UsageChunk | ReasoningUsageChunk = usage_chunk(
-                self._num_prompt, sum(self._num_tokens), self._cached, written
+                self._num_prompt,
+                sum(self._num_tokens),
+                self._cached,
+                written,
+                self._prompt.mm_token_counts,
             )
         else:
             last_usage = usage_chunk(self._num_prompt, sum(self._num_tokens))

@@ -280,15 +280,16 @@ class PromptTokensDetails(msgspec.Struct, omit_defaults=True):
 
     cached_tokens: int | None = None
     created_cache_tokens: int | None = None
+    multimodal_tokens: dict[str, int] | None = None
 
 
 class FullPromptTokensDetails(msgspec.Struct):
     """``usage.prompt_tokens_details`` in a full response: vLLM's ``PromptTokenUsageInfo``
-    with every field (``multimodal_tokens`` is not counted here)."""
+    with every field (``multimodal_tokens``: placeholder tokens per modality, chat only)."""
 
     cached_tokens: int | None = None
     created_cache_tokens: int | None = None
-    multimodal_tokens: None = None
+    multimodal_tokens: dict[str, int] | None = None
 
 
 class Usage(msgspec.Struct):
@@ -320,22 +321,32 @@ class ChatUsageChunk(msgspec.Struct):
 
 
 def usage(
-    prompt: int, completion: int, cached: int | None = None, created: int | None = None
+    prompt: int,
+    completion: int,
+    cached: int | None = None,
+    created: int | None = None,
+    multimodal: dict[str, int] | None = None,
 ) -> Usage:
-    """A full-response ``usage`` object (details when a cache count is given)."""
+    """A full-response ``usage`` object (details when a cache count or a modality's
+    placeholder count is given)."""
     details = None
-    if cached is not None or created is not None:
-        details = FullPromptTokensDetails(cached, created)
+    if cached is not None or created is not None or multimodal:
+        details = FullPromptTokensDetails(cached, created, multimodal or None)
     return Usage(prompt, prompt + completion, completion, details)
 
 
 def usage_chunk(
-    prompt: int, completion: int, cached: int | None = None, created: int | None = None
+    prompt: int,
+    completion: int,
+    cached: int | None = None,
+    created: int | None = None,
+    multimodal: dict[str, int] | None = None,
 ) -> UsageChunk:
-    """A stream-chunk ``usage`` object (details when a cache count is given)."""
+    """A stream-chunk ``usage`` object (details when a cache count or a modality's placeholder
+    count is given)."""
     details = None
-    if cached is not None or created is not None:
-        details = PromptTokensDetails(cached, created)
+    if cached is not None or created is not None or multimodal:
+        details = PromptTokensDetails(cached, created, multimodal or None)
     return UsageChunk(prompt, prompt + completion, completion, details)
 
 

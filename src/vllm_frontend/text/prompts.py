@@ -38,6 +38,9 @@ class PreparedPrompt(msgspec.Struct):
     mm_cache: Any = None
     """The mirror of the engine's multimodal cache the features go through when sent
     (``multimodal.sender_cache.SenderCache``), or None."""
+    mm_token_counts: dict[str, int] | None = None
+    """Placeholder tokens per modality (vLLM's ``multimodal_tokens`` in prompt-token usage
+    details), counted before the features are sent; None for a text prompt."""
 
 
 class PromptPreparer:
