@@ -185,6 +185,8 @@ BASELINE: list[pathlib.Path] = []
 # `--baseline-python PY`: the interpreter (a venv's python with the project's dependencies) that
 # serves "ours-base" instead of this one, for an interpreter A/B.
 BASELINE_PYTHON: list[str] = []
+# `--precise-mock`: the mock engine steps on its clock (``mock-engine --precise-steps``).
+MOCK_FLAGS: list[str] = []
 
 
 def _frontend_argv(name: str, model: pathlib.Path, port: int, handshake: int) -> list[str]:
@@ -211,7 +213,10 @@ def launch_mock(
     """``name`` in front of a fresh mock engine (already waiting in the handshake), which
     reports ``max_model_len`` (the mock's default when None)."""
     port, handshake = free_port(), free_port()
-    command = mock_engine_command(handshake, 1, step_ms, max_model_len=max_model_len)
+    command = [
+        *mock_engine_command(handshake, 1, step_ms, max_model_len=max_model_len),
+        *MOCK_FLAGS,
+    ]
     mock = spawn(f"mock-{name}", command, logs)
     fe: Proc | None = None
     try:
@@ -856,6 +861,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="requests of each streaming run (default: the workload's)",
     )
+    p.add_argument(
+        "--precise-mock",
+        action="store_true",
+        help="the mock engine steps on its clock (mock-engine --precise-steps) instead of "
+        "polling for whole milliseconds",
+    )
     p.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     p.add_argument("--list", action="store_true", help="list workload names and exit")
     args = p.parse_args(argv)
@@ -893,6 +904,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if scale_n > 1 and wanted and f"ours-x{scale_n}" not in frontends:
         frontends.append(f"ours-x{scale_n}")
+    if args.precise_mock:
+        MOCK_FLAGS.append("--precise-steps")
     if args.baseline_python is not None:
         BASELINE_PYTHON.append(args.baseline_python)
         if args.baseline is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from vllm.v1.engine import FinishReason
 
 from tests.mock.fake_frontend import DEAD, FakeFrontend, make_request
+from vllm_frontend.mock.cli import _options, add_arguments
 
 pytestmark = pytest.mark.oracle  # imports vLLM or transformers as the reference
 
@@ -112,3 +114,11 @@ def test_bad_flags_exit_with_a_clear_message(flags: list[str]) -> None:
     )
     assert out.returncode != 0
     assert "mock-engine:" in out.stderr
+
+
+@pytest.mark.parametrize(("flags", "precise"), [([], False), (["--precise-steps"], True)])
+def test_precise_steps_flag_reaches_the_options(flags: list[str], precise: bool) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--handshake-address", "tcp://127.0.0.1:1", *flags])
+    assert _options(args).precise_steps is precise

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import msgspec
 import numpy as np
 import pytest
@@ -254,3 +257,21 @@ def test_zero_ms_steps_produce_tokens_as_fast_as_possible() -> None:
         outs = fe.run_until_finished(["r"])[0]["r"]
     assert len(outs) == 2000
     assert outs[-1].finish_reason == FinishReason.LENGTH
+
+
+def test_precise_steps_keep_a_fractional_period() -> None:
+    # A 1.5 ms period: polling for whole milliseconds (rounded up) steps 2 ms, 1 ms, 2 ms, ...
+    # apart when no input wakes the engine; with precise steps they land 1.5 ms apart.
+    options = MockEngineOptions(step_ms=1.5, precise_steps=True)
+    with connected(options) as (fe, _):
+        fe.add(make_request("r", [1, 2], max_tokens=40))
+        arrivals = []
+        finished = False
+        while not finished:
+            msg = fe.recv()
+            arrivals.append(time.monotonic())
+            finished = any(o.finish_reason is not None for o in msg.outputs)
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[1:])]
+    assert len(gaps) >= 30
+    on_time = [g for g in gaps if 1.2e-3 < g < 1.8e-3]
+    assert len(on_time) >= len(gaps) // 2, sorted(gaps)

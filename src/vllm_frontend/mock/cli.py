@@ -59,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--dtype", default="bfloat16", help="model dtype to report")
     parser.add_argument(
+        "--precise-steps",
+        action="store_true",
+        help="step on the clock (a sleep waits out the last fraction of a millisecond) instead "
+        "of polling for whole milliseconds, which runs a step up to 1 ms late unless an input "
+        "arrives",
+    )
+    parser.add_argument(
         "--disable-log-stats",
         action="store_true",
         help="send no scheduler stats or request events (like the real engine flag)",
@@ -124,6 +131,7 @@ def _options(args: argparse.Namespace) -> MockEngineOptions:
         vocab_size=args.vocab_size,
         tokens_per_step=args.tokens_per_step,
         step_ms=args.step_ms,
+        precise_steps=args.precise_steps,
         seed=args.seed,
         max_model_len=args.max_model_len,
         data_parallel_size=dp,

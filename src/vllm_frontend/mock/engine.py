@@ -276,6 +276,7 @@ class MockEngine:
         if coord_in is not None:
             poller.register(coord_in, zmq.POLLIN)
         period = self.options.step_ms / 1000.0
+        precise = self.options.precise_steps
         next_step = 0.0
         was_busy = False
         die_at_step: int | None = None
@@ -287,8 +288,18 @@ class MockEngine:
                 # (prefill and first token) completes one period later.
                 next_step = time.monotonic() + period
             was_busy = busy
-            # Round up: polling for 0 ms before a step is due would spin.
-            timeout = math.ceil((next_step - time.monotonic()) * 1000) if busy else _POLL_CAP_MS
+            if not busy:
+                timeout = _POLL_CAP_MS
+            elif not precise:
+                # Round up: polling for 0 ms before a step is due would spin.
+                timeout = math.ceil((next_step - time.monotonic()) * 1000)
+            else:
+                # The poll takes whole milliseconds: poll for those that fit, then sleep out the
+                # rest (inputs arriving meanwhile are read right after, before the step).
+                remaining = next_step - time.monotonic()
+                timeout = math.floor(remaining * 1000)
+                if timeout <= 0 < remaining:
+                    time.sleep(remaining)
             for sock, _ in poller.poll(max(timeout, 0)):
                 if sock is coord_in:
                     while coord_in.poll(0):

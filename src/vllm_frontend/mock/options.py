@@ -21,6 +21,10 @@ class MockEngineOptions:
     """New tokens per running request per step (K > 1 looks like speculative decoding)."""
     step_ms: float = 5.0
     """Step period in milliseconds; 0 steps as fast as possible."""
+    precise_steps: bool = False
+    """Step on the clock: wait out the last fraction of a millisecond before a step with a
+    sleep. Without it the engine polls its inputs for whole milliseconds (rounded up), so a
+    step that no input arrival wakes it for runs up to 1 ms late."""
     seed: int = 0
     """Seed of the token/logprob generator (each engine mixes in its index)."""
     max_model_len: int = 8192
