@@ -207,6 +207,7 @@ def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _BOOL_PARSING = "Input should be a valid boolean, unable to interpret input"
 _TRUE_STRINGS = {"1", "on", "t", "true", "y", "yes"}
 _BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", *_TRUE_STRINGS}
@@ -221,7 +222,11 @@ class Bool(Spec):
         if isinstance(value, (int, float)):
             if value in (0, 1):
                 return []
-            return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
+            # pydantic reads a number as an i64 first: one that is not one (a fraction, out of
+            # range) is the wrong type, an i64 other than 0/1 cannot be interpreted
+            if _I64_MIN <= value <= _I64_MAX and value == int(value):
+                return [_err("bool_parsing", loc, _BOOL_PARSING, value)]
+            return [_err("bool_type", loc, "Input should be a valid boolean", value)]
         if isinstance(value, str):
             if value.lower() in _BOOL_STRINGS:
                 return []
