@@ -151,6 +151,8 @@ class PromptPreparer:
             special = backend.num_special_tokens_to_add(False) if add_special_tokens else 0
             encoding.truncate(max(truncate - special, 0), direction=side)
             ids = backend.post_process(encoding, add_special_tokens=add_special_tokens).ids
+            # then vLLM's own token truncation: 0 leaves nothing, special tokens included
+            ids = _truncated(ids, truncate, side)
             self.check_prompt_length(len(ids), from_text=True)
             return PreparedPrompt(ids, prompt)
         text = self._text_to_encode(prompt, truncate, truncation_side)
