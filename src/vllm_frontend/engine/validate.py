@@ -155,7 +155,9 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     limits = limits or RequestLimits()
     p = params
     # Types first: the engine's msgspec decoder rejects a mistyped field before any range check.
-    n = _int(p.n, "n")
+    n = p.n
+    if not _is_int(n):  # (its range, checked below, keeps it within 64 bits)
+        raise InvalidRequestError(f"n must be an integer, got {n!r}", "n")
     numbers = _get_number_fields(p)
     if not all(map(_NUMBER_TYPES.__contains__, map(type, numbers))):  # else: find the culprit
         for name, value in zip(_NUMBER_FIELDS, numbers, strict=True):
@@ -178,7 +180,9 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
         for name, value in zip(_BOOL_FIELDS, flags, strict=True):
             if not isinstance(value, bool):
                 raise InvalidRequestError(f"{name} must be a bool", name)
-    max_tokens = _opt_int(p.max_tokens, "max_tokens")
+    max_tokens = p.max_tokens
+    if not (_is_int(max_tokens) and max_tokens < 1):  # (too small: refused below, as vLLM does)
+        max_tokens = _opt_int(max_tokens, "max_tokens")
     min_tokens = _int(p.min_tokens, "min_tokens")
     logprobs = _opt_int(p.logprobs, "logprobs")
     prompt_logprobs = _opt_int(p.prompt_logprobs, "prompt_logprobs")
@@ -233,7 +237,11 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     if n < 1:
         raise InvalidRequestError(f"n must be at least 1, got {n}.", "n")
     if n > limits.max_n:
-        raise InvalidRequestError(f"n must be at most {limits.max_n}, got {n}.", "n")
+        raise InvalidRequestError(
+            f"n must be at most {limits.max_n}, got {n}. To increase this limit, set the "
+            "VLLM_MAX_N_SEQUENCES environment variable.",
+            "n",
+        )
     if p.extra_args:
         _check_extra_args(p.extra_args)
     elif p.extra_args is not None and not isinstance(p.extra_args, Mapping):
