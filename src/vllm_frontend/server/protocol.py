@@ -238,8 +238,8 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
 class TokenizeCompletionRequest(msgspec.Struct, kw_only=True):
     """``POST /tokenize`` with a ``prompt``."""
 
+    model: str | None = None  # (fields in vLLM's order: its errors come in this order)
     prompt: str
-    model: str | None = None
     add_special_tokens: bool = True
     return_token_strs: bool | None = False
 
@@ -247,8 +247,8 @@ class TokenizeCompletionRequest(msgspec.Struct, kw_only=True):
 class TokenizeChatRequest(msgspec.Struct, kw_only=True):
     """``POST /tokenize`` with ``messages`` (rendered through the chat template)."""
 
-    messages: list[dict[str, Any]]
     model: str | None = None
+    messages: list[dict[str, Any]]
     add_generation_prompt: bool = True
     return_token_strs: bool | None = False
     continue_final_message: bool = False
@@ -1085,6 +1085,9 @@ def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeC
             _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
             + _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
         )
+    # the messages form's "before" validator raises an error pydantic does not catch: it
+    # escapes the union whichever form the body is
+    _check_generation_prompt(data)
     completion_errors = _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
     # When both forms fit, pydantic's smart union takes the one with more fields set, nested
     # ones counted: the messages form as soon as it has a message (extra keys count for both)
@@ -1095,9 +1098,7 @@ def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeC
     if not completion_errors and chat_errors:
         return convert_body(data, TokenizeCompletionRequest, _TOKENIZE_COMPLETION_SCHEMA)
     if not chat_errors:
-        return convert_body(
-            data, TokenizeChatRequest, _TOKENIZE_CHAT_SCHEMA, [_check_generation_prompt]
-        )
+        return convert_body(data, TokenizeChatRequest, _TOKENIZE_CHAT_SCHEMA)
     raise validation_error(completion_errors + chat_errors)
 
 
