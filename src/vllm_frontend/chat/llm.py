@@ -89,7 +89,7 @@ class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
     it to the engine)."""
     check_tool_choice: bool = True
     """Refuse a tool choice other than none without a tool parser (vLLM's chat rendering
-    does; its stateless Responses render does not)."""
+    does; its Responses rendering does not)."""
 
 
 class ChatLlm:

@@ -270,6 +270,8 @@ class ResponsesHandler:
             parallel_tool_calls=req.parallel_tool_calls,
             resolve_reasoning_ended=False,  # vLLM's Responses route leaves it to the engine
             harmony_messages=harmony_messages,
+            # vLLM's render_responses takes any tool choice without a tool parser
+            check_tool_choice=False,
         )
 
     # --- gpt-oss (Harmony) ----------------------------------------------------------------

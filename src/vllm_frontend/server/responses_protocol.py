@@ -15,7 +15,20 @@ import msgspec
 
 from .errors import InvalidParameter
 from .protocol import Int64, StopList, XArgValue, _check_cache_salt, _schema
-from .validation import LazyModel, convert_body, decode_json_object, validation_error
+from .validation import (
+    AnyValue,
+    Bool,
+    DictOf,
+    LazyModel,
+    Model,
+    Optional,
+    Str,
+    TaggedUnion,
+    convert_body,
+    decode_json_object,
+    validation_error,
+)
+from .validation import Literal as LiteralSpec
 
 __all__ = ["ResponsesRequest", "parse_responses_request"]
 
@@ -29,7 +42,6 @@ Include = Literal[
     "reasoning.encrypted_content",
 ]
 Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
-TopLogprobs = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ResponsesRequest(msgspec.Struct, kw_only=True):
@@ -56,7 +68,8 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     text: dict[str, Any] | None = None
     tool_choice: Any = "auto"
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    top_logprobs: TopLogprobs | None = 0
+    top_logprobs: int | None = 0
+    """(unbounded, null read as 0: vLLM's ``TopLogprobsParam``; the sampling checks judge it)"""
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
@@ -94,7 +107,44 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
         return bool(self.include) and "message.output_text.logprobs" in (self.include or ())
 
 
-_SCHEMA = LazyModel(lambda: _schema(ResponsesRequest))
+# The SDK models vLLM types ``text`` and ``reasoning`` with (openai/types/responses/
+# response_text_config.py, openai/types/shared/reasoning.py), fields in their order; pydantic
+# reports every branch of the text format's union (the SDK's discriminator is not pydantic's).
+_TEXT_FORMAT = TaggedUnion(
+    Model("ResponseFormatText", {"type": LiteralSpec("text")}, ["type"]),
+    Model(
+        "ResponseFormatTextJSONSchemaConfig",
+        {
+            "name": Str(),
+            "schema": DictOf(AnyValue()),
+            "type": LiteralSpec("json_schema"),
+            "description": Optional(Str()),
+            "strict": Optional(Bool()),
+        },
+        ["name", "schema", "type"],
+    ),
+    Model("ResponseFormatJSONObject", {"type": LiteralSpec("json_object")}, ["type"]),
+)
+_TEXT_CONFIG = Model(
+    "ResponseTextConfig",
+    {"format": Optional(_TEXT_FORMAT), "verbosity": Optional(LiteralSpec("low", "medium", "high"))},
+)
+_REASONING = Model(
+    "Reasoning",
+    {
+        "context": Optional(LiteralSpec("auto", "current_turn", "all_turns")),
+        "effort": Optional(LiteralSpec("none", "minimal", "low", "medium", "high", "xhigh", "max")),
+        "generate_summary": Optional(LiteralSpec("auto", "concise", "detailed")),
+        "summary": Optional(LiteralSpec("auto", "concise", "detailed")),
+    },
+)
+_SCHEMA = LazyModel(
+    lambda: _schema(
+        ResponsesRequest, {"text": Optional(_TEXT_CONFIG), "reasoning": Optional(_REASONING)}
+    )
+)
+# typed as any object in the Struct: a value is checked against the SDK model unless absent
+_UNCONVERTED = (("text", lambda v: v is None), ("reasoning", lambda v: v is None))
 
 
 def _check_tool_usage(data: dict[str, Any]) -> None:
@@ -164,40 +214,15 @@ _VALIDATORS = (
 
 def parse_responses_request(body: bytes) -> ResponsesRequest:
     """Decode and validate a ``/v1/responses`` body like vLLM."""
-    req = convert_body(decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS)
-    errors = (
-        _reasoning_errors(req.reasoning)
-        + _tool_choice_errors(req.tool_choice)
-        + _function_tool_errors(req.tools)
+    req = convert_body(
+        decode_json_object(body), ResponsesRequest, _SCHEMA, _VALIDATORS, _UNCONVERTED
     )
+    if req.top_logprobs is None:
+        req.top_logprobs = 0
+    errors = _tool_choice_errors(req.tool_choice) + _function_tool_errors(req.tools)
     if errors:
         raise validation_error(errors)
     return req
-
-
-# The literal fields of the SDK's Reasoning model (openai/types/shared/reasoning.py), in its
-# field order
-_REASONING_LITERALS = (
-    ("context", ("auto", "current_turn", "all_turns")),
-    ("effort", ("none", "minimal", "low", "medium", "high", "xhigh", "max")),
-    ("generate_summary", ("auto", "concise", "detailed")),
-    ("summary", ("auto", "concise", "detailed")),
-)
-
-
-def _reasoning_errors(reasoning: dict[str, Any] | None) -> list[dict[str, Any]]:
-    errors: list[dict[str, Any]] = []
-    for name, allowed in () if reasoning is None else _REASONING_LITERALS:
-        value = reasoning.get(name) if reasoning is not None else None
-        if value is None or value in allowed:
-            continue
-        expected = ", ".join(f"'{a}'" for a in allowed[:-1]) + f" or '{allowed[-1]}'"
-        errors.append(
-            {"type": "literal_error", "loc": ("body", "reasoning", name),
-             "msg": f"Input should be {expected}", "input": value,
-             "ctx": {"expected": expected}}
-        )  # fmt: skip
-    return errors
 
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
