@@ -337,6 +337,13 @@ def test_unknown_routes_and_wrong_methods_answer_like_fastapi(
         {"prompt": "a", "messages": [{"role": "assistant", "content": None}]},
         {"prompt": "a", "messages": [{"role": "user", "content": "x", "name": 5}]},
         {"prompt": "a", "messages": [{"role": "user"}]},
+        # a field only the messages form has tips the count, even null (found by
+        # tests/mock/test_fuzz_match_vllm.py); the shared ones tie
+        {"prompt": "a", "messages": [], "tools": None},
+        {"prompt": "a", "messages": [], "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"prompt": "a", "messages": [], "chat_template_kwargs": {}},
+        {"prompt": "a", "messages": [], "add_generation_prompt": True},
+        {"prompt": "a", "messages": [], "add_special_tokens": True, "return_token_strs": None},
     ],
 )
 def test_tokenize_picks_the_union_member_pydantic_picks(body: dict[str, Any]) -> None:

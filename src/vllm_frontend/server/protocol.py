@@ -1076,6 +1076,12 @@ def _chat_request(data: Any) -> ChatCompletionRequest:
     )
 
 
+_TOKENIZE_CHAT_ONLY = frozenset(TokenizeChatRequest.__struct_fields__) - {
+    "messages",
+    *TokenizeCompletionRequest.__struct_fields__,
+}
+
+
 def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeChatRequest:
     """Decode a ``/tokenize`` body: the prompt form or the messages form (pydantic's union:
     when neither fits, the errors of both are reported)."""
@@ -1089,10 +1095,14 @@ def parse_tokenize_request(body: bytes) -> TokenizeCompletionRequest | TokenizeC
     # escapes the union whichever form the body is
     _check_generation_prompt(data)
     completion_errors = _TOKENIZE_COMPLETION_SCHEMA.errors(data, ("body",))
-    # When both forms fit, pydantic's smart union takes the one with more fields set, nested
-    # ones counted: the messages form as soon as it has a message (extra keys count for both)
+    # When both forms fit, pydantic's smart union takes the one with more of its own fields
+    # set, nested ones counted, the prompt form on a tie: the messages form as soon as it has
+    # a message or a field the prompt form lacks (both forms have model and the two flags)
     messages = data.get("messages")
-    if not completion_errors and not (isinstance(messages, list) and messages):
+    chat_wins = (isinstance(messages, list) and bool(messages)) or any(
+        name in data for name in _TOKENIZE_CHAT_ONLY
+    )
+    if not completion_errors and not chat_wins:
         return convert_body(data, TokenizeCompletionRequest, _TOKENIZE_COMPLETION_SCHEMA)
     chat_errors = _TOKENIZE_CHAT_SCHEMA.errors(data, ("body",))
     if not completion_errors and chat_errors:
