@@ -26,3 +26,8 @@ class ChatError(ValueError):
         if self.value is not None:
             extras.append(f"value={self.value}")
         return f"{self.message} ({', '.join(extras)})" if extras else self.message
+
+
+class MediaUnsupported(ChatError):
+    """A media content part for a model served without multimodal inputs (the renderer, which
+    knows the served name, answers it with vLLM's "<model> is not a multimodal model")."""

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.errors import ChatError, MediaUnsupported
 from vllm_frontend.chat.template import ContentFormat
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 
@@ -289,7 +289,7 @@ def _media_part(
     """A media part added to ``media``: its stand-in (an "openai"-format part, or None with its
     placeholder text noted in ``placeholders``)."""
     if media is None:
-        raise ChatError(
+        raise MediaUnsupported(
             f"Content part type {kind!r} is not supported: this frontend serves text-only models.",
             param="type",
         )

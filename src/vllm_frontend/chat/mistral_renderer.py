@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.errors import ChatError, MediaUnsupported
 from vllm_frontend.chat.messages import normalize_messages, normalize_tools
 from vllm_frontend.chat.sources import UNTRUSTED_TEMPLATE_MESSAGE
 from vllm_frontend.multimodal.parts import MediaParts
@@ -138,10 +138,8 @@ class MistralChatRenderer:
             tool_dicts = normalize_tools(tools)
         try:
             conversation = normalize_messages(messages, "string", media)
-        except ChatError as e:
-            if media is None and e.param == "type" and e.message.startswith("Content part type"):
-                raise ChatError(f"{self._model_name} is not a multimodal model") from None
-            raise
+        except MediaUnsupported:
+            raise ChatError(f"{self._model_name} is not a multimodal model") from None
         for message in messages:
             if isinstance(message, dict) and message.get("role") == "assistant":
                 _parse_arguments(message.get("tool_calls"))

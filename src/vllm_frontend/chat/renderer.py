@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from vllm_frontend.chat.errors import ChatError
+from vllm_frontend.chat.errors import ChatError, MediaUnsupported
 from vllm_frontend.chat.messages import Conversation, normalize_messages, normalize_tools
 from vllm_frontend.chat.sources import (
     NO_TEMPLATE_MESSAGE,
@@ -120,6 +120,8 @@ class ChatTemplateOptions(msgspec.Struct, frozen=True):
     trust_request_chat_template: bool = False
     default_chat_template_kwargs: Mapping[str, Any] = msgspec.field(default_factory=dict)
     exclude_tools_when_tool_choice_none: bool = False
+    model_name: str = ""
+    """The first served model name (vLLM names it when refusing media for a text-only model)."""
 
 
 class RenderedChat(msgspec.Struct, frozen=True):
@@ -249,7 +251,13 @@ class ChatRenderer:
             raise ChatError("chat_template must be a string.", param="chat_template")
         requested = chat_template if chat_template is not None else opts.chat_template
         content_format = self._content_format(requested, has_tools)
-        conversation = normalize_messages(messages, content_format, media)
+        try:
+            conversation = normalize_messages(messages, content_format, media)
+        except MediaUnsupported:
+            if not opts.model_name:
+                raise
+            # vLLM's multimodal registry refuses the part for a text-only model
+            raise ChatError(f"{opts.model_name} is not a multimodal model") from None
 
         if plain_kwargs:
             template = self._template(requested, has_tools)

@@ -135,6 +135,7 @@ def load_model_resources(config: FrontendConfig) -> ModelResources:
         trust_request_chat_template=config.trust_request_chat_template,
         default_chat_template_kwargs=default_chat_template_kwargs(config),
         exclude_tools_when_tool_choice_none=config.exclude_tools_when_tool_choice_none,
+        model_name=config.served_model_names[0],
     )
     renderer = ChatRenderer(
         templates,
