@@ -22,6 +22,7 @@ from .validation import (
     LazyModel,
     Model,
     Optional,
+    Spec,
     Str,
     TaggedUnion,
     convert_body,
@@ -138,13 +139,46 @@ _REASONING = Model(
         "summary": Optional(LiteralSpec("auto", "concise", "detailed")),
     },
 )
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
+# the object members of the SDK's ToolChoice union (openai/types/responses/response.py)
+_TOOL_CHOICE_OBJECTS = (
+    "ToolChoiceAllowed", "ToolChoiceTypes", "ToolChoiceFunction", "ToolChoiceMcp",
+    "ToolChoiceCustom", "ToolChoiceSpecificProgrammaticToolCallingParam",
+    "ToolChoiceApplyPatch", "ToolChoiceShell",
+)  # fmt: skip
+
+
+class _ToolChoice(Spec):
+    """The SDK's ``ToolChoice``: a mode, or an object (its members are not modelled here: an
+    object passes); anything else fails every member."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, dict):
+            return []
+        out = LiteralSpec(*_TOOL_CHOICE_MODES).errors(value, loc)
+        if out:
+            for name in _TOOL_CHOICE_OBJECTS:
+                out += Model(name, {}).errors(value, (*loc, name))
+        return out
+
+
 _SCHEMA = LazyModel(
     lambda: _schema(
-        ResponsesRequest, {"text": Optional(_TEXT_CONFIG), "reasoning": Optional(_REASONING)}
+        ResponsesRequest,
+        {
+            "text": Optional(_TEXT_CONFIG),
+            "reasoning": Optional(_REASONING),
+            "tool_choice": _ToolChoice(),
+        },
     )
 )
-# typed as any object in the Struct: a value is checked against the SDK model unless absent
-_UNCONVERTED = (("text", lambda v: v is None), ("reasoning", lambda v: v is None))
+# typed as any object in the Struct: a value is checked against the SDK's type unless it is
+# absent (or an object or a mode, for the tool choice)
+_UNCONVERTED = (
+    ("text", lambda v: v is None),
+    ("reasoning", lambda v: v is None),
+    ("tool_choice", lambda v: isinstance(v, dict) or v in _TOOL_CHOICE_MODES),
+)
 
 
 def _check_tool_usage(data: dict[str, Any]) -> None:
@@ -219,26 +253,10 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
     )
     if req.top_logprobs is None:
         req.top_logprobs = 0
-    errors = _tool_choice_errors(req.tool_choice) + _function_tool_errors(req.tools)
+    errors = _function_tool_errors(req.tools)
     if errors:
         raise validation_error(errors)
     return req
-
-
-_TOOL_CHOICE_MODES = ("none", "auto", "required")
-
-
-def _tool_choice_errors(tool_choice: Any) -> list[dict[str, Any]]:
-    # vLLM's ToolChoice union starts with the mode literal: an unknown mode's report starts
-    # with that branch's error (then one per object branch, not listed here).
-    if not isinstance(tool_choice, str) or tool_choice in _TOOL_CHOICE_MODES:
-        return []
-    expected = "'none', 'auto' or 'required'"
-    return [
-        {"type": "literal_error", "loc": ("body", "tool_choice"),
-         "msg": f"Input should be {expected}", "input": tool_choice,
-         "ctx": {"expected": expected}}
-    ]  # fmt: skip
 
 
 def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
