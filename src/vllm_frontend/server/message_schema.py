@@ -23,6 +23,7 @@ from .validation import (
     TaggedUnion,
     TypedDict,
     Union,
+    pydantic_report,
 )
 from .validation import Literal as LiteralSpec
 
@@ -271,27 +272,5 @@ def unread_parts_error(messages: Any) -> str | None:
         spec = members[0] if len(members) == 1 else TaggedUnion(*members)
         for i, part in enumerate(parts):
             if errors := spec.errors(part, (i,)):
-                return _pydantic_report("ValidatorIterator", errors)
+                return pydantic_report("ValidatorIterator", errors)
     return None
-
-
-_PYDANTIC_DOCS = "https://errors.pydantic.dev/2.14/v/"
-"""pydantic's error pages, as vLLM 0.32's pydantic (2.14) links them."""
-
-
-def _pydantic_report(title: str, errors: list[dict[str, Any]]) -> str:
-    # str(pydantic.ValidationError)
-    count = len(errors)
-    lines = [f"{count} validation error{'s' if count != 1 else ''} for {title}"]
-    for err in errors:
-        value = err["input"]
-        text = repr(value)
-        if len(text) > 50:
-            text = text[:25] + "..." + text[-24:]
-        lines.append(".".join(str(p) for p in err["loc"]))
-        lines.append(
-            f"  {err['msg']} [type={err['type']}, input_value={text}, "
-            f"input_type={type(value).__name__}]"
-        )
-        lines.append(f"    For further information visit {_PYDANTIC_DOCS}{err['type']}")
-    return "\n".join(lines)

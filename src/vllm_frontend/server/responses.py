@@ -57,7 +57,7 @@ from .responses_output import (
     response_json,
     usage_json,
 )
-from .responses_protocol import ResponsesRequest
+from .responses_protocol import ResponsesRequest, check_echoed_nulls
 from .responses_store import ResponseStore, StoredStream
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
 
@@ -178,6 +178,7 @@ class ResponsesHandler:
         refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
         chat_request = self._chat_request(request, req, response_id, messages)
         constraint = chat_request.text.structured_outputs
+        check_echoed_nulls(req)
         gen = await self.chat.generate(chat_request)
         engine_constraint = chat_request.text.structured_outputs
         if engine_constraint is not constraint:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .errors import InvalidParameter
+from .errors import BadRequest, InvalidParameter
 from .protocol import Int64, StopList, XArgValue, _check_cache_salt, _schema
 from .validation import (
     AnyValue,
@@ -27,11 +27,12 @@ from .validation import (
     TaggedUnion,
     convert_body,
     decode_json_object,
+    pydantic_report,
     validation_error,
 )
 from .validation import Literal as LiteralSpec
 
-__all__ = ["ResponsesRequest", "parse_responses_request"]
+__all__ = ["ResponsesRequest", "check_echoed_nulls", "parse_responses_request"]
 
 ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
 Include = Literal[
@@ -257,6 +258,25 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
     if errors:
         raise validation_error(errors)
     return req
+
+
+def check_echoed_nulls(req: ResponsesRequest) -> None:
+    """Refuse a null ``background`` or ``truncation`` as vLLM does, only later: it takes them,
+    then fails building its ``ResponsesResponse``, whose copies of them are not optional (a 400
+    quoting pydantic once the answer is generated; a stream is cut off). Call before generating."""
+    errors: list[dict[str, Any]] = []
+    if req.background is None:
+        errors.append(
+            {"type": "bool_type", "loc": ("background",), "input": None,
+             "msg": "Input should be a valid boolean"}
+        )  # fmt: skip
+    if req.truncation is None:
+        errors.append(
+            {"type": "literal_error", "loc": ("truncation",), "input": None,
+             "msg": "Input should be 'auto' or 'disabled'"}
+        )  # fmt: skip
+    if errors:
+        raise BadRequest(pydantic_report("ResponsesResponse", errors))
 
 
 def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -621,3 +621,26 @@ def convert_body(
         return msgspec.convert(spec.coerce(data), struct, strict=False)
     except msgspec.ValidationError:
         raise RequestValidationFailed(f"1 validation error:\n  {failure}") from None
+
+
+_PYDANTIC_DOCS = "https://errors.pydantic.dev/2.14/v/"
+"""pydantic's error pages, as vLLM 0.32's pydantic (2.14) links them."""
+
+
+def pydantic_report(title: str, errors: list[dict[str, Any]]) -> str:
+    """``str(pydantic.ValidationError)`` for ``errors`` (locations without ``body``) raised
+    validating ``title``: vLLM's message where such an error escapes to a 400."""
+    count = len(errors)
+    lines = [f"{count} validation error{'s' if count != 1 else ''} for {title}"]
+    for err in errors:
+        value = err["input"]
+        text = repr(value)
+        if len(text) > 50:
+            text = text[:25] + "..." + text[-24:]
+        lines.append(".".join(str(p) for p in err["loc"]))
+        lines.append(
+            f"  {err['msg']} [type={err['type']}, input_value={text}, "
+            f"input_type={type(value).__name__}]"
+        )
+        lines.append(f"    For further information visit {_PYDANTIC_DOCS}{err['type']}")
+    return "\n".join(lines)
