@@ -183,7 +183,9 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     max_tokens = p.max_tokens
     if not (_is_int(max_tokens) and max_tokens < 1):  # (too small: refused below, as vLLM does)
         max_tokens = _opt_int(max_tokens, "max_tokens")
-    min_tokens = _int(p.min_tokens, "min_tokens")
+    min_tokens = p.min_tokens
+    if not (_is_int(min_tokens) and min_tokens < 0):  # (negative: refused below, as vLLM does)
+        min_tokens = _int(min_tokens, "min_tokens")
     logprobs = _opt_int(p.logprobs, "logprobs")
     prompt_logprobs = _opt_int(p.prompt_logprobs, "prompt_logprobs")
     _opt_int(p.prompt_logprob_start, "prompt_logprob_start")
