@@ -441,6 +441,7 @@ _COMPLETION_SCHEMA = LazyModel(
             "response_format": _RESPONSE_FORMAT,
             "structured_outputs": _STRUCTURED_OUTPUTS,
             "repetition_detection": _REPETITION_DETECTION,
+            "request_id": Str(),  # (vLLM's default is a fresh id; null is not a string)
         },
     )
 )
@@ -470,6 +471,7 @@ _CHAT_SCHEMA = LazyModel(
             "response_format": _RESPONSE_FORMAT,
             "structured_outputs": _STRUCTURED_OUTPUTS,
             "repetition_detection": _REPETITION_DETECTION,
+            "request_id": Str(),
         },
     )
 )
@@ -791,6 +793,14 @@ def _tool_name(tool: Any, data: dict[str, Any]) -> Any:
         raise validation_error(errors) from None
 
 
+def _check_messages_iterable(data: dict[str, Any]) -> None:
+    # chat_completion/protocol.py check_system_message_content_type iterates the messages
+    # before any field is validated: a null or a number fails there, with Python's TypeError
+    messages = data.get("messages", [])
+    if not isinstance(messages, str | list | dict):
+        raise BadRequest(f"'{type(messages).__name__}' object is not iterable")
+
+
 def _check_generation_prompt(data: dict[str, Any]) -> None:
     if data.get("continue_final_message") and data.get("add_generation_prompt"):
         raise BadRequest(
@@ -842,6 +852,7 @@ _COMPLETION_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
 ]
 
 _CHAT_VALIDATORS: list[Callable[[dict[str, Any]], None]] = [
+    _check_messages_iterable,
     _check_generation_prompt,
     _check_tool_usage,
     _check_structured_outputs_count_chat,
@@ -880,12 +891,17 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
 _COMPLETION_UNCONVERTED = (
     ("prompt", _plain_prompt),
     ("prompt_embeds", _is_none),
     ("response_format", _is_none),
     ("structured_outputs", _is_none),
     ("repetition_detection", _is_none),
+    ("request_id", _is_str),
 )
 
 
@@ -931,6 +947,7 @@ _CHAT_UNCONVERTED = (
     ("response_format", _is_none),
     ("structured_outputs", _is_none),
     ("repetition_detection", _is_none),
+    ("request_id", _is_str),
 )
 
 
@@ -955,6 +972,7 @@ _COMPLETION_CHECKED = frozenset(
         "top_logprobs",
         "thinking_token_budget",
         "repetition_detection",
+        "request_id",
     }
 )
 """Completion body keys a validator or an unconverted field's check reads (besides
@@ -979,6 +997,7 @@ _CHAT_CHECKED = frozenset(
         "mm_payload",
         "thinking_token_budget",
         "repetition_detection",
+        "request_id",
     }
 )
 """Chat body keys a validator or an unconverted field's check reads (besides ``messages`` and
