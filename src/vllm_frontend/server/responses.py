@@ -178,8 +178,8 @@ class ResponsesHandler:
         refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
         chat_request = self._chat_request(request, req, response_id, messages)
         constraint = chat_request.text.structured_outputs
-        check_echoed_nulls(req)
         gen = await self.chat.generate(chat_request)
+        check_echoed_nulls(req)  # (the generation is not started yet: nothing to abort)
         engine_constraint = chat_request.text.structured_outputs
         if engine_constraint is not constraint:
             # vLLM's tool parser (adjust_request) rewrites request.text for a forced call's

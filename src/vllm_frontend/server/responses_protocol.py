@@ -170,6 +170,7 @@ _SCHEMA = LazyModel(
             "text": Optional(_TEXT_CONFIG),
             "reasoning": Optional(_REASONING),
             "tool_choice": _ToolChoice(),
+            "request_id": Str(),
         },
     )
 )
@@ -179,6 +180,7 @@ _UNCONVERTED = (
     ("text", lambda v: v is None),
     ("reasoning", lambda v: v is None),
     ("tool_choice", lambda v: isinstance(v, dict) or v in _TOOL_CHOICE_MODES),
+    ("request_id", lambda v: type(v) is str),  # (vLLM's default is a fresh id; not null)
 )
 
 
@@ -263,7 +265,8 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
 def check_echoed_nulls(req: ResponsesRequest) -> None:
     """Refuse a null ``background`` or ``truncation`` as vLLM does, only later: it takes them,
     then fails building its ``ResponsesResponse``, whose copies of them are not optional (a 400
-    quoting pydantic once the answer is generated; a stream is cut off). Call before generating."""
+    quoting pydantic once the answer is generated; a stream is cut off). Call once the request is
+    prepared (vLLM's earlier refusals first), before generating."""
     errors: list[dict[str, Any]] = []
     if req.background is None:
         errors.append(
