@@ -449,6 +449,7 @@ def _logit_bias(bias: Mapping[Any, Any] | None) -> dict[int, float] | None:
             "logit_bias contains key(s) that cannot be converted to integer token IDs: "
             f"{invalid!r}",
             "logit_bias",
+            invalid,
         )
     return out
 
