@@ -162,7 +162,9 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
     if not all(map(_NUMBER_TYPES.__contains__, map(type, numbers))):  # else: find the culprit
         for name, value in zip(_NUMBER_FIELDS, numbers, strict=True):
             _float(value, name)
-    top_k = _int(p.top_k, "top_k")
+    top_k = p.top_k
+    if not (_is_int(top_k) and top_k < -1):  # (too small: refused below, as vLLM does)
+        top_k = _int(top_k, "top_k")
     _opt_bool(p.watermarking, "watermarking")
     _opt_int(p.seed, "seed")
     stop = p.stop
