@@ -204,8 +204,10 @@ class ChatRenderer:
         Raises :class:`ChatError` (HTTP 400) with vLLM's message for every client mistake.
         """
         opts = self.options
-        # (both set true is refused with the request's validation; the default generation
-        # prompt with continue_final_message is transformers' error, raised when rendering)
+        if continue_final_message and add_generation_prompt:
+            raise ChatError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
             raise ChatError("chat_template_kwargs must be an object.", param="chat_template_kwargs")
         if not opts.trust_request_chat_template and (
