@@ -282,13 +282,23 @@ def check_echoed_nulls(req: ResponsesRequest) -> None:
         raise BadRequest(pydantic_report("ResponsesResponse", errors))
 
 
+_SDK_TOOL_TYPES = frozenset(
+    {"function", "file_search", "computer", "computer_use_preview", "web_search",
+     "web_search_2025_08_26", "mcp", "code_interpreter", "programmatic_tool_calling",
+     "image_generation", "local_shell", "shell", "custom", "namespace", "tool_search",
+     "web_search_preview", "web_search_preview_2025_03_11", "apply_patch"}
+)  # fmt: skip
+"""The ``type`` values of the members of the SDK's ``Tool`` union (openai/types/responses/)."""
+
+
 def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # vLLM types ``tools`` as the SDK's tool union: pydantic tries FunctionTool first, so a
     # malformed function tool's report starts with that branch's errors (its location is
     # vLLM's ``param``); the other branches' errors, which follow in vLLM's message, are not
     # listed here.
     for index, tool in enumerate(tools):
-        if tool.get("type") != "function":
+        kind = tool.get("type")
+        if kind != "function" and kind in _SDK_TOOL_TYPES:
             continue
         loc = ("body", "tools", index, "FunctionTool")
         errors: list[dict[str, Any]] = []
@@ -306,6 +316,16 @@ def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
             errors.append(
                 {"type": "dict_type", "loc": (*loc, "parameters"),
                  "msg": "Input should be a valid dictionary", "input": parameters}
+            )  # fmt: skip
+        if "type" not in tool:
+            errors.append(
+                {"type": "missing", "loc": (*loc, "type"), "msg": "Field required", "input": tool}
+            )
+        elif kind != "function":  # no member of the union takes the type
+            errors.append(
+                {"type": "literal_error", "loc": (*loc, "type"),
+                 "msg": "Input should be 'function'", "input": kind,
+                 "ctx": {"expected": "'function'"}}
             )  # fmt: skip
         if errors:
             return errors
