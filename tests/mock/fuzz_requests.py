@@ -382,13 +382,17 @@ APIS: dict[str, tuple[dict[str, Any], dict[str, st.SearchStrategy[Any]]]] = {
 
 
 @st.composite
-def request(draw: st.DrawFn, path: str, model: str, most: int = 3) -> dict[str, Any]:
+def request(
+    draw: st.DrawFn, path: str, model: str, most: int = 3, stream: bool = False
+) -> dict[str, Any]:
     """A body for ``path``: its base, the served ``model`` (rarely another), and up to ``most``
-    fields drawn from the API's schema (a field set to ``"<absent>"`` is left out)."""
+    fields drawn from the API's schema; ``stream``: a streamed request (``stream: true``)."""
     base, fields = APIS[path]
     body: dict[str, Any] = {"model": model, **base}
     for key in draw(st.lists(_pick(sorted(fields)), min_size=1, max_size=most, unique=True)):
         body[key] = draw(fields[key])
+    if stream:
+        body["stream"] = True
     if draw(st.integers(0, 15)) == 0:
         body["model"] = draw(_pick(["nope", None, 5, ""]))
     if draw(st.integers(0, 15)) == 0:
