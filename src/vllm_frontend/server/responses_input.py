@@ -189,6 +189,8 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
     item = _with_image_details(item)
     if item["role"] != "assistant":
         _check_content(item["content"], index, item)
+        # pydantic keeps only the message TypedDict's own keys (vLLM renders what it kept)
+        return {k: v for k, v in item.items() if k in _MESSAGE_KEYS}
     else:
         content = item["content"]
         text: Any = None
@@ -206,6 +208,10 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
                 return None
             return {"role": "assistant", "content": text}
     return item
+
+
+_MESSAGE_KEYS = frozenset({"role", "content", "type", "status", "phase"})
+"""The keys of the SDK's input message TypedDicts (EasyInputMessageParam, Message)."""
 
 
 def _text(part: Any, index: int, item: Any) -> str:
