@@ -51,7 +51,15 @@ from vllm_frontend.text.structured_outputs import (
 if TYPE_CHECKING:
     from vllm_frontend.multimodal.llm import MultimodalLlm
 
-__all__ = ["AnyOutputParser", "ChatGeneration", "ChatLlm", "ChatRequest", "chat_tokenizer", "plain"]
+__all__ = [
+    "AnyOutputParser",
+    "ChatGeneration",
+    "ChatLlm",
+    "ChatRequest",
+    "chat_tokenizer",
+    "generation_prompt",
+    "plain",
+]
 
 AnyOutputParser = (
     OutputParser | HarmonyOutputParser | CohereOutputParser | ResponseTemplateOutputParser
@@ -521,6 +529,14 @@ class PromptTokenizer(Protocol):
         ...
 
 
+def generation_prompt(add_generation_prompt: Any, continue_final_message: Any) -> Any:
+    """The request's ``add_generation_prompt`` for :meth:`ChatRenderer.render`: ``None``
+    (absent) when both are truthy. The request's validation refuses both given truthy, so both
+    here means the field took its default, and the render then gives transformers' refusal, as
+    vLLM's does."""
+    return None if add_generation_prompt and continue_final_message else add_generation_prompt
+
+
 def chat_tokenizer(
     renderer: ChatRenderer | MistralChatRenderer, tokenizer: PromptTokenizer
 ) -> Callable[[Any], list[int]]:
@@ -546,7 +562,9 @@ def chat_tokenizer(
         rendered = renderer.render(
             req.messages,
             tools=req.tools,
-            add_generation_prompt=req.add_generation_prompt,
+            add_generation_prompt=generation_prompt(
+                req.add_generation_prompt, req.continue_final_message
+            ),
             continue_final_message=req.continue_final_message,
             chat_template=req.chat_template,
             chat_template_kwargs=req.chat_template_kwargs,

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
-from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest
+from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest, generation_prompt
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
@@ -856,7 +856,10 @@ def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
         tool_choice=getattr(req, "tool_choice", None),
         documents=getattr(req, "documents", None),
         logprobs=bool(getattr(req, "logprobs", False)),
-        add_generation_prompt=_generation_prompt(req),
+        add_generation_prompt=generation_prompt(
+            getattr(req, "add_generation_prompt", None),
+            getattr(req, "continue_final_message", False),
+        ),
         continue_final_message=bool(getattr(req, "continue_final_message", False)),
         chat_template=getattr(req, "chat_template", None),
         chat_template_kwargs=getattr(req, "chat_template_kwargs", None),
@@ -867,14 +870,6 @@ def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
         mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
         media_io_kwargs=getattr(req, "media_io_kwargs", None),
     )
-
-
-def _generation_prompt(req: Any) -> bool | None:
-    # The request's validation refuses continue_final_message with a truthy
-    # add_generation_prompt given: both true here means the field took its default, which the
-    # renderer reads as absent (transformers' refusal when rendering, as in vLLM).
-    value = getattr(req, "add_generation_prompt", None)
-    return None if value and getattr(req, "continue_final_message", False) else value
 
 
 def refuse_request_mm_kwargs(req: Any) -> None:
