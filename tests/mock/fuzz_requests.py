@@ -379,6 +379,9 @@ APIS: dict[str, tuple[dict[str, Any], dict[str, st.SearchStrategy[Any]]]] = {
     "/detokenize": ({"tokens": [1, 2]}, DETOKENIZE),
 }
 """Each route's valid base body and the strategies of the fields that go on top of it."""
+APIS["/v1/completions/render"] = APIS["/v1/completions"]
+APIS["/v1/chat/completions/render"] = APIS["/v1/chat/completions"]
+APIS["/v1/messages/count_tokens"] = APIS["/v1/messages"]
 
 
 @st.composite
