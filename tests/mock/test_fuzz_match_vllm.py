@@ -208,6 +208,11 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
             "max_output_tokens": 2,
         },
     ),
+    # ... and an assistant input message needs its content (no SDK message takes null)
+    (
+        "/v1/responses",
+        {"input": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]},
+    ),
 ]
 
 

@@ -193,6 +193,8 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
         return {k: v for k, v in item.items() if k in _MESSAGE_KEYS}
     else:
         content = item["content"]
+        if not isinstance(content, str | list):  # no message type of the SDK's takes it
+            raise _bad_item(index, item, "content should be a string or a list of parts")
         text: Any = None
         if isinstance(content, str):
             text = content
