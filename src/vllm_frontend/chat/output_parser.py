@@ -27,13 +27,10 @@ from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.newlines import DeltaNewlines, recover_newlines
 from vllm_frontend.chat.parsed import OutputDelta, ParsedOutput, ToolCall, new_tool_call_id
+from vllm_frontend.chat.parser_registry import PARSER_TOKENS, REASONING_PARSERS, TOOL_PARSERS
+from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 from vllm_frontend.chat.reasoning.hf import ResponseTemplateReasoningParser
-from vllm_frontend.chat.reasoning_parsers import (
-    REASONING_PARSERS,
-    REFUSED_REASONING_PARSERS,
-    ModelFacts,
-    ReasoningParser,
-)
+from vllm_frontend.chat.reasoning.refused import REFUSED_REASONING_PARSERS
 from vllm_frontend.chat.response_template import (
     ResponseTemplate,
     ResponseTemplateOutputParser,
@@ -47,13 +44,14 @@ from vllm_frontend.chat.tool_choice import (
     forced_tool_choice,
     parse_required_tool_calls,
 )
-from vllm_frontend.chat.tool_parsers import REFUSED_TOOL_PARSERS, TOOL_PARSERS, ToolParser
 from vllm_frontend.chat.tool_tags import (
     DEFAULT_STRICT_LEVELS,
     STRUCTURAL_TAG_MODELS,
     enforce_strict_tool_calling,
     strict_level_value,
 )
+from vllm_frontend.chat.tools.base import ToolParser
+from vllm_frontend.chat.tools.refused import REFUSED_TOOL_PARSERS
 from vllm_frontend.text.xgrammar_native import unavailable_reason
 
 __all__ = [
@@ -286,12 +284,7 @@ class OutputParsers:
     ) -> OutputParsers:
         """Like the constructor, looking up only the marker tokens parsers use (a full
         vocabulary dict would cost megabytes for nothing)."""
-        names = set(MARKER_TOKENS)
-        for reasoning_cls in REASONING_PARSERS.values():
-            names.update(reasoning_cls.required_tokens)
-            names.update(reasoning_cls.optional_tokens)
-        for tool_cls in TOOL_PARSERS.values():
-            names.update(tool_cls.required_tokens, tool_cls.optional_tokens)
+        names = set(MARKER_TOKENS) | PARSER_TOKENS  # (the classes' tokens, not imported)
         if reasoning_parser and model is not None and reasoning_parser in REASONING_PARSERS:
             served = REASONING_PARSERS[reasoning_parser].for_model(model)
             names.update(served.required_tokens + served.optional_tokens)

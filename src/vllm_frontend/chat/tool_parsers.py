@@ -2,7 +2,10 @@
 
 Each class follows the vLLM 0.32 ``--tool-call-parser`` of the same name
 (``vllm/tool_parsers/``), including its streaming quirks, so that a client sees the same calls,
-ids format and argument text. One instance serves one choice.
+ids format and argument text. One instance serves one choice. The JSON-in-tags families live
+here, the others in :mod:`vllm_frontend.chat.tools`; the ``--tool-call-parser`` names
+(:data:`TOOL_PARSERS`) are kept in :mod:`vllm_frontend.chat.parser_registry`, which imports a
+class when its name is first looked up.
 """
 
 from __future__ import annotations
@@ -13,57 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_frontend.chat.parsed import OutputDelta, ToolCallDelta, new_tool_call_id
+from vllm_frontend.chat.parser_registry import TOOL_PARSERS
 from vllm_frontend.chat.partial_json import partial_json_loads
-from vllm_frontend.chat.tools.apertus import ApertusToolParser
 from vllm_frontend.chat.tools.base import ExtractedToolCalls, ToolParser, is_complete_json
 from vllm_frontend.chat.tools.base import tag_overlap as _tag_overlap
-from vllm_frontend.chat.tools.cohere import CohereCommand3ToolParser, CohereCommand4ToolParser
-from vllm_frontend.chat.tools.deepseek import DeepSeekV3ToolParser, DeepSeekV31ToolParser
-from vllm_frontend.chat.tools.dots import DotsToolParser
-from vllm_frontend.chat.tools.dsml import (
-    DeepSeekV4ToolParser,
-    DeepSeekV32ToolParser,
-    DeepSeekV41ToolParser,
-)
-from vllm_frontend.chat.tools.ernie import Ernie45ToolParser
-from vllm_frontend.chat.tools.functiongemma import FunctionGemmaToolParser
-from vllm_frontend.chat.tools.gemma4 import Gemma4ToolParser
-from vllm_frontend.chat.tools.gigachat import GigaChat3ToolParser
-from vllm_frontend.chat.tools.glm import Glm47ToolParser, Ling3ToolParser
-from vllm_frontend.chat.tools.gptoss import GptOssToolParser
-from vllm_frontend.chat.tools.granite import Granite4ToolParser, Granite20bFCToolParser
-from vllm_frontend.chat.tools.granite_array import GraniteEngineToolParser
-from vllm_frontend.chat.tools.hf import ResponseTemplateToolParser
-from vllm_frontend.chat.tools.hunyuan import HunyuanA13BToolParser
-from vllm_frontend.chat.tools.hy import HYV3ToolParser, HYV4ToolParser
-from vllm_frontend.chat.tools.inkling import InklingToolParser
-from vllm_frontend.chat.tools.internlm import InternLM2ToolParser
-from vllm_frontend.chat.tools.json_calls import JambaToolParser, Phi4MiniJsonToolParser
-from vllm_frontend.chat.tools.k2_horizon import K2HorizonToolParser
-from vllm_frontend.chat.tools.kimi import KimiK2ToolParser
-from vllm_frontend.chat.tools.kimi_k3 import KimiK3ToolParser
-from vllm_frontend.chat.tools.lfm2 import Lfm2ToolParser
-from vllm_frontend.chat.tools.minicpm5 import MiniCPM5ToolParser
-from vllm_frontend.chat.tools.minimax import MiniMaxM2ToolParser
-from vllm_frontend.chat.tools.minimax_m3 import MiniMaxM3ToolParser
-from vllm_frontend.chat.tools.mistral import MistralToolParser
-from vllm_frontend.chat.tools.muse_glimmer import MuseGlimmerToolParser
-from vllm_frontend.chat.tools.plamo3 import Plamo3ToolParser
-from vllm_frontend.chat.tools.poolside import PoolsideV1ToolParser
-from vllm_frontend.chat.tools.pythonic import (
-    Llama4PythonicToolParser,
-    Olmo3ToolParser,
-    PythonicToolParser,
-)
-from vllm_frontend.chat.tools.qwen3_xml import (
-    MiMoToolParser,
-    Qwen3XmlToolParser,
-    SeedOssToolParser,
-    Step3p5ToolParser,
-)
 from vllm_frontend.chat.tools.refused import REFUSED_TOOL_PARSERS
-from vllm_frontend.chat.tools.steptml import Step3ToolParser
-from vllm_frontend.chat.tools.xlam import XLamToolParser
 
 __all__ = [
     "REFUSED_TOOL_PARSERS",
@@ -317,65 +274,3 @@ def _common_prefix(a: str, b: str) -> str:
             break
         n += 1
     return a[:n]
-
-
-TOOL_PARSERS: dict[str, type[ToolParser]] = {
-    "apertus": ApertusToolParser,
-    "cohere_command3": CohereCommand3ToolParser,
-    "cohere_command4": CohereCommand4ToolParser,
-    "deepseek_v3": DeepSeekV3ToolParser,
-    "deepseek_v31": DeepSeekV31ToolParser,
-    "deepseek_v32": DeepSeekV32ToolParser,
-    "deepseek_v4": DeepSeekV4ToolParser,
-    "deepseek_v41": DeepSeekV41ToolParser,
-    "dots": DotsToolParser,
-    "ernie45": Ernie45ToolParser,
-    "functiongemma": FunctionGemmaToolParser,
-    "gemma4": Gemma4ToolParser,
-    "gigachat3": GigaChat3ToolParser,
-    "glm45": Glm47ToolParser,
-    "glm47": Glm47ToolParser,
-    "granite": GraniteEngineToolParser,
-    "granite-20b-fc": Granite20bFCToolParser,
-    "granite4": Granite4ToolParser,
-    "hermes": HermesToolParser,
-    "hf": ResponseTemplateToolParser,
-    "hunyuan_a13b": HunyuanA13BToolParser,
-    "hy_v3": HYV3ToolParser,
-    "hy_v4": HYV4ToolParser,
-    "inkling": InklingToolParser,
-    "internlm": InternLM2ToolParser,
-    "jamba": JambaToolParser,
-    "k2_horizon": K2HorizonToolParser,
-    "kimi_k2": KimiK2ToolParser,
-    "kimi_k3": KimiK3ToolParser,
-    "lfm2": Lfm2ToolParser,
-    "ling3": Ling3ToolParser,
-    "llama3_json": Llama3JsonToolParser,
-    "llama4_json": Llama3JsonToolParser,
-    "llama4_pythonic": Llama4PythonicToolParser,
-    "longcat": LongcatToolParser,
-    "mimo": MiMoToolParser,
-    "minicpm5": MiniCPM5ToolParser,
-    "minimax_m2": MiniMaxM2ToolParser,
-    "muse_glimmer": MuseGlimmerToolParser,
-    "minimax_m3": MiniMaxM3ToolParser,
-    "mistral": MistralToolParser,
-    "olmo3": Olmo3ToolParser,
-    "openai": GptOssToolParser,
-    "phi4_mini_json": Phi4MiniJsonToolParser,
-    "plamo3": Plamo3ToolParser,
-    "poolside_v1": PoolsideV1ToolParser,
-    "pythonic": PythonicToolParser,
-    "qwen3_coder": Qwen3XmlToolParser,
-    "qwen3_json": HermesToolParser,
-    "qwen3_xml": Qwen3XmlToolParser,
-    "seed_oss": SeedOssToolParser,
-    "step3": Step3ToolParser,
-    "step3p5": Step3p5ToolParser,
-    "xlam": XLamToolParser,
-}
-"""``--tool-call-parser`` names this frontend implements, as vLLM 0.32 maps them (``llama4_json``
-and ``qwen3_json`` are its aliases of ``llama3_json`` and ``hermes``; ``qwen3_xml`` of
-``qwen3_coder``; ``glm45`` of ``glm47``). The rest of vLLM's names are in
-:data:`REFUSED_TOOL_PARSERS`, refused at startup."""

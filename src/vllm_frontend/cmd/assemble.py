@@ -21,7 +21,7 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.llm import ChatLlm, chat_tokenizer
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
-from vllm_frontend.chat.reasoning_parsers import ModelFacts
+from vllm_frontend.chat.reasoning.base import ModelFacts
 from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT

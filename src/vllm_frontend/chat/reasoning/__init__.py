@@ -1,2 +1,2 @@
 """Reasoning parser families behind ``--reasoning-parser`` (registered in
-:mod:`vllm_frontend.chat.reasoning_parsers`)."""
+:mod:`vllm_frontend.chat.parser_registry`)."""
