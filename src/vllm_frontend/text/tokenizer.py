@@ -37,6 +37,7 @@ from vllm_frontend.text.tokenizer_fastokens import (
     fastokens_enabled,
     literal_blind_spot,
     load_fastokens,
+    single_bpe_thread,
 )
 
 __all__ = ["PieceLookup", "Tokenizer", "TokenizerError", "release_enabled"]
@@ -241,6 +242,7 @@ class Tokenizer:
         if not use_fastokens:
             self._fast_ready.set()
         else:
+            single_bpe_thread()  # (before any thread of it runs)
             # fastokens loads on a thread while this process goes on; prompts use `tokenizers`
             # until then, with the same ids.
             self._fast_loader = threading.Thread(
