@@ -254,7 +254,7 @@ class HeadlessEngines:
         """Send `sig` (default SIGKILL, as `kill -9`) to one EngineCore process; returns its pid.
 
         Only that engine dies abruptly, but its launcher then shuts down the other engines it
-        started: start with `launcher_per_engine=True` when the others must stay up.
+        started.
         """
         pid = self.engine_pids()[rank]
         os.kill(pid, sig)
@@ -345,7 +345,6 @@ def start_headless_engines(
     model: pathlib.Path | str | None = None,
     data_parallel_size: int | None = None,
     start_rank: int = 0,
-    launcher_per_engine: bool = False,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     nice: int = 0,
@@ -353,17 +352,14 @@ def start_headless_engines(
     """Start `count` headless engines (ranks start_rank..) that connect to 127.0.0.1:handshake_port.
 
     `data_parallel_size` defaults to `count`; give a larger one to start only part of a DP group
-    (the rest started elsewhere). With `launcher_per_engine`, each engine gets its own launcher
-    so killing one engine leaves the others running (costs one more process each). A positive
-    `nice` runs them at a lower CPU priority than the test process (see start_vllm).
+    (the rest started elsewhere); one launcher starts them all. A positive `nice` runs them at
+    a lower CPU priority than the test process (see start_vllm).
     """
     model = model or tiny_model_dir()
     size = data_parallel_size or count
     if not (count > 0 and start_rank >= 0 and start_rank + count <= size):
         raise ValueError(f"ranks {start_rank}..{start_rank + count - 1} do not fit DP size {size}")
-    groups = [(rank, 1) for rank in range(start_rank, start_rank + count)]
-    if not launcher_per_engine:
-        groups = [(start_rank, count)]
+    groups = [(start_rank, count)]
     ranks = list(range(start_rank, start_rank + count))
     engines = HeadlessEngines(f"tcp://127.0.0.1:{handshake_port}", ranks, [])
     try:
@@ -392,7 +388,6 @@ def headless_engines(
     model: pathlib.Path | str | None = None,
     data_parallel_size: int | None = None,
     start_rank: int = 0,
-    launcher_per_engine: bool = False,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     nice: int = 0,
@@ -404,7 +399,6 @@ def headless_engines(
         model=model,
         data_parallel_size=data_parallel_size,
         start_rank=start_rank,
-        launcher_per_engine=launcher_per_engine,
         extra_args=extra_args,
         env=env,
         nice=nice,
