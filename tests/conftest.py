@@ -15,6 +15,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from tests.support.engines import HeadlessEngines, start_headless_engines, stop_all
+from tests.support.module_caches import release_module_caches
 from tests.support.module_costs import load_costs, slowest_first
 from tests.support.shared_stacks import (
     EarlyStops,
@@ -102,6 +103,15 @@ class _SharedStacksPlugin:
         """Stop a shared stack right after its last user's teardown."""
         yield
         _EARLY_STOPS.after_teardown(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a module's last test, release the oracle objects the test modules cached
+    (tests/support/module_caches.py): a worker would otherwise hold every module's."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        release_module_caches()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
