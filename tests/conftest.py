@@ -111,7 +111,12 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     (tests/support/module_caches.py): a worker would otherwise hold every module's."""
     yield
     if nextitem is None or nextitem.path != item.path:
-        release_module_caches()
+        release_module_caches(
+            value
+            for done in item.session.items
+            if done.path == item.path and hasattr(done, "callspec")
+            for value in done.callspec.params.values()
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

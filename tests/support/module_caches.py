@@ -17,6 +17,7 @@ import functools
 import gc
 import sys
 import types
+from collections.abc import Iterable
 from typing import Any
 
 _KEPT_PREFIX = "tests.support."
@@ -61,11 +62,12 @@ def _forget_cached_properties(value: Any) -> int:
     return dropped
 
 
-def release_module_caches() -> int:
+def release_module_caches(params: Iterable[Any] = ()) -> int:
     """Clear the ``functools`` caches that the loaded test modules (``tests.*`` outside
-    ``tests.support``) define, and the cached properties of their module-level objects; then
-    collect the garbage (if anything was cleared). Returns how many caches were non-empty."""
-    cleared = 0
+    ``tests.support``) define, and the cached properties of their module-level objects and of
+    ``params`` (a finished module's parametrize values, which pytest keeps for the session);
+    then collect the garbage (if anything was cleared). Returns how many caches were non-empty."""
+    cleared = sum(_forget_cached_properties(value) for value in params)
     for module in _test_modules():
         for value in list(vars(module).values()):
             if getattr(value, "__module__", None) == module.__name__ and callable(

@@ -68,3 +68,10 @@ def test_nothing_cached_is_nothing_cleared(modules: dict[str, Any]) -> None:
     release_module_caches()
     assert modules["test"].built.cache_info().currsize == 0
     assert release_module_caches() == 0
+
+
+def test_parametrize_values_lose_their_cached_properties() -> None:
+    family = _Family()
+    parser = family.parser
+    assert release_module_caches([family, "a string", 3]) >= 1
+    assert family.parser is not parser
