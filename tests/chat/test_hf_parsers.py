@@ -93,7 +93,7 @@ def _tokenizer(name: str, special: tuple[str, ...]) -> Any:
     tok.add_special_tokens({"additional_special_tokens": list(special)})
     tok.response_template = template(name)  # what tokenizer_config.json gives transformers
     vocab = tok.get_vocab()
-    tok.get_vocab = lambda: dict(vocab)
+    tok.get_vocab = lambda: vocab
     return tok
 
 

@@ -491,7 +491,7 @@ def tokenizer(name: str) -> Any:
     tok.add_tokens(list(fam.tokens))
     tok.add_tokens(list(fam.special), special_tokens=True)
     vocab = tok.get_vocab()
-    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    tok.get_vocab = lambda: vocab  # type: ignore[method-assign]
     return tok
 
 
@@ -741,7 +741,7 @@ def _model_tokenizer(tokens: list[str], **attrs: Any) -> Any:
         setattr(tok, key, value)
     # The vocabulary is final now; each parser asks for it (0.1 s a time), as tokenizer() says.
     vocab = tok.get_vocab()
-    tok.get_vocab = lambda: dict(vocab)
+    tok.get_vocab = lambda: vocab
     return tok
 
 

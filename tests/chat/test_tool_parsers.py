@@ -42,7 +42,7 @@ def tokenizer() -> Any:
     tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
     # Every parser (ours and vLLM's) reads the vocabulary once per instance: 0.2 s each uncached.
     vocab = tok.get_vocab()
-    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    tok.get_vocab = lambda: vocab  # type: ignore[method-assign]
     return tok
 
 

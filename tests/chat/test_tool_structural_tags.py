@@ -50,7 +50,7 @@ def tokenizer() -> Any:
                     "<tool_calls>", "</tool_calls>"])  # fmt: skip
     tok.add_tokens(["<|im_start|>", "<|im_end|>"], special_tokens=True)
     vocab = tok.get_vocab()  # read once: every parser reads it per instance
-    tok.get_vocab = lambda: dict(vocab)  # type: ignore[method-assign]
+    tok.get_vocab = lambda: vocab  # type: ignore[method-assign]
     return tok
 
 
