@@ -31,7 +31,6 @@ from vllm_frontend.cmd.assemble import (
     vocab_bound,
 )
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
-from vllm_frontend.cmd.heap import fix_mmap_threshold
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
 from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs
@@ -90,7 +89,6 @@ def _load(config: FrontendConfig) -> ModelResources:
 def run_frontend(args: argparse.Namespace) -> int:
     """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
     setup_logging()
-    fix_mmap_threshold()
     if not 0 <= args.client_index < args.client_count:
         return fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
     try:
@@ -177,7 +175,6 @@ def _http_socket(config: FrontendConfig) -> socket.socket:
 def run_serve(serve: ServeArgs) -> int:
     """``vllm-frontend serve MODEL …``: managed engines, or external ones with ``-dpl 0``."""
     setup_logging()
-    fix_mmap_threshold()
     ns = serve.ns
     host = ns.data_parallel_address
     port = ns.data_parallel_rpc_port or _free_port(host)
