@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from tests.support.tiny_model import tiny_model_dir
+from tests.support.tokenizer_reloads import record_reloads
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM
 from vllm_frontend.multimodal.llm import MultimodalLlm
@@ -56,14 +57,7 @@ def test_media_request_that_decodes_loads_it_off_the_loop(
     assert tokenizer.wait_for_fast_encoder(300)
     if tokenizer.holds_backend:
         pytest.skip("fastokens did not take over this tokenizer")
-    loaded_on: list[int] = []
-    reload = tokenizer._reload_backend
-
-    def recording_reload() -> Any:
-        loaded_on.append(threading.get_ident())
-        return reload()
-
-    tokenizer._reload_backend = recording_reload  # type: ignore[method-assign]
+    loaded_on = record_reloads(tokenizer)
     media = _media(tokenizer)
     parts = media.new_parts()
     parts.add(MediaPart("image", _png()))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.tokenizer_reloads import record_reloads
 
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.llm import LLM
@@ -223,14 +224,7 @@ def test_keep_tokenizers_values(value: str | None, expected: bool) -> None:
 def test_ensure_backend_loads_it_on_a_worker_thread(tokenizer_dirs: dict[str, Path]) -> None:
     released = _released(tokenizer_dirs["byte_level"])
     assert not released.holds_backend
-    loaded_on: list[int] = []
-    reload = released._reload_backend
-
-    def recording_reload() -> Any:
-        loaded_on.append(threading.get_ident())
-        return reload()
-
-    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    loaded_on = record_reloads(released)
     asyncio.run(released.ensure_backend())
     assert released.holds_backend
     assert loaded_on and loaded_on[0] != threading.get_ident()
@@ -275,14 +269,7 @@ def test_detokenize_route_loads_it_on_a_worker_thread(tokenizer_dirs: dict[str, 
     released = _released(tokenizer_dirs["byte_level"])
     kept = Tokenizer.from_dir(tokenizer_dirs["byte_level"], use_fastokens=False)
     assert not released.holds_backend
-    loaded_on: list[int] = []
-    reload = released._reload_backend
-
-    def recording_reload() -> Any:
-        loaded_on.append(threading.get_ident())
-        return reload()
-
-    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    loaded_on = record_reloads(released)
     _, detokenize = tokenize_handlers(ServerSettings(), Services(tokenizer=released))
     ids = released.encode("Hello world, again")
     body = json.dumps({"tokens": ids}).encode()
@@ -310,14 +297,7 @@ def test_derender_routes_load_it_on_first_use_off_the_loop(
     ctx = SimpleNamespace(text=text, check_model=lambda name: None, model_name="m")
     handlers = DerenderHandlers(ctx, SimpleNamespace(parsers=None))  # type: ignore[arg-type]
     assert not released.holds_backend
-    loaded_on: list[int] = []
-    reload = released._reload_backend
-
-    def recording_reload() -> Any:
-        loaded_on.append(threading.get_ident())
-        return reload()
-
-    released._reload_backend = recording_reload  # type: ignore[method-assign]
+    loaded_on = record_reloads(released)
     ids = released.encode("Hello world, again", add_special_tokens=False)
     answer = {"request_id": "g", "choices": [{"index": 0, "token_ids": ids}]}
     body = json.dumps({"generate_responses": [answer]}).encode()
