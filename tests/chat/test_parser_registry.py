@@ -58,6 +58,13 @@ def test_parser_tokens_are_every_class_token() -> None:
     assert set(MARKER_TOKENS) | PARSER_TOKENS == declared
 
 
+def _printed_by(code: str) -> list[str]:
+    """The words ``code`` prints, run in a fresh interpreter (nothing imported yet)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_lookups_import_only_what_they_name() -> None:
     code = (
         "import sys\n"
@@ -67,9 +74,8 @@ def test_lookups_import_only_what_they_name() -> None:
         "cls = TOOL_PARSERS['kimi_k2']\n"
         "print(cls.__module__ in sys.modules, 'vllm_frontend.chat.tools.xlam' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "True", "False"]
+    out = _printed_by(code)
+    assert out == ["False", "True", "False"]
 
 
 def test_a_server_imports_no_parser_it_is_not_configured_with() -> None:
@@ -82,11 +88,10 @@ def test_a_server_imports_no_parser_it_is_not_configured_with() -> None:
         "        if module in sys.modules:\n"
         "            print(module)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    out = _printed_by(code)
     # reasoning.hf (the hf parsers' shared code) and tools.plamo3 (PLaMo 3's structural tag)
     # are imported by other startup modules.
-    assert set(out.stdout.split()) <= {
+    assert set(out) <= {
         "vllm_frontend.chat.reasoning.hf",
         "vllm_frontend.chat.tools.plamo3",
     }
