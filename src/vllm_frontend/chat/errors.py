@@ -31,3 +31,8 @@ class ChatError(ValueError):
 class MediaUnsupported(ChatError):
     """A media content part for a model served without multimodal inputs (the renderer, which
     knows the served name, answers it with vLLM's "<model> is not a multimodal model")."""
+
+    @staticmethod
+    def naming(model_name: str) -> ChatError:
+        """vLLM's refusal of a media part for the text-only model served as ``model_name``."""
+        return ChatError(f"{model_name} is not a multimodal model")

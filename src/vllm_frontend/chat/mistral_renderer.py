@@ -139,7 +139,7 @@ class MistralChatRenderer:
         try:
             conversation = normalize_messages(messages, "string", media)
         except MediaUnsupported:
-            raise ChatError(f"{self._model_name} is not a multimodal model") from None
+            raise MediaUnsupported.naming(self._model_name) from None
         for message in messages:
             if isinstance(message, dict) and message.get("role") == "assistant":
                 _parse_arguments(message.get("tool_calls"))

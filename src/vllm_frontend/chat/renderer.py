@@ -259,7 +259,7 @@ class ChatRenderer:
             if not opts.model_name:
                 raise
             # vLLM's multimodal registry refuses the part for a text-only model
-            raise ChatError(f"{opts.model_name} is not a multimodal model") from None
+            raise MediaUnsupported.naming(opts.model_name) from None
 
         if plain_kwargs:
             template = self._template(requested, has_tools)
