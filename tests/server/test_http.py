@@ -573,3 +573,40 @@ def test_pushed_stream_waits_for_a_slow_client_and_loses_nothing(
     assert probe.pauses > 0
     assert len(body) == len(BIG_CHUNK) * BIG_CHUNKS
     assert body == BIG_CHUNK * BIG_CHUNKS
+
+
+def test_a_request_waits_for_what_before_request_gives() -> None:
+    # The frontend gives the engine client's outputs_pending: a request reaches the app only
+    # once the engine outputs already read have reached their requests.
+    seen: list[str] = []
+    gate: dict[str, asyncio.Future[None] | None] = {"next": None}
+
+    async def echo(request: Request) -> Response:
+        seen.append("app")
+        return Response(b"ok")
+
+    def before_request() -> asyncio.Future[None] | None:
+        waiter, gate["next"] = gate["next"], None
+        if waiter is not None:
+            seen.append("wait")
+            waiter.get_loop().call_later(0.05, release, waiter)
+        return waiter
+
+    def release(waiter: asyncio.Future[None]) -> None:
+        seen.append("go")
+        waiter.set_result(None)
+
+    app = App(ServerSettings())
+    app.route("GET", "/echo", echo)
+    srv = RunningServer(app, before_request=before_request)
+    try:
+        assert HTTP.get(srv.url + "/echo").text == "ok"  # nothing to wait for
+        gate["next"] = srv.call(_future())
+        assert HTTP.get(srv.url + "/echo").text == "ok"
+        assert seen == ["app", "wait", "go", "app"]
+    finally:
+        srv.stop()
+
+
+async def _future() -> asyncio.Future[None]:
+    return asyncio.get_running_loop().create_future()

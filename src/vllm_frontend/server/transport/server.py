@@ -13,7 +13,7 @@ from .connection import HttpConnection
 from .limits import HttpLimits, RefusalRecorder, RefusalRenderer, plain_refusal
 from .messages import App
 from .sockets import LISTEN_BACKLOG
-from .state import SharedState
+from .state import BeforeRequest, SharedState
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,8 @@ class HttpServer:
     """Serves ``app`` on one or more listening sockets, with graceful shutdown.
 
     ``refusal`` words the responses to requests refused before they reach the app (see
-    ``limits``); ``on_refusal`` is told of each one sent (e.g. to count it).
+    ``limits``); ``on_refusal`` is told of each one sent (e.g. to count it); ``before_request``
+    gives what a request waits for before the app sees it (see ``state.BeforeRequest``).
     """
 
     def __init__(
@@ -32,10 +33,12 @@ class HttpServer:
         limits: HttpLimits | None = None,
         refusal: RefusalRenderer = plain_refusal,
         on_refusal: RefusalRecorder | None = None,
+        before_request: BeforeRequest | None = None,
     ) -> None:
         self._state = SharedState(
-            app, limits if limits is not None else HttpLimits(), refusal, on_refusal
-        )
+            app, limits if limits is not None else HttpLimits(), refusal, on_refusal,
+            before_request,
+        )  # fmt: skip
         self.app = app
         self.limits = self._state.limits
         self.refusal = refusal
