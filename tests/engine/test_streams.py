@@ -102,26 +102,3 @@ def test_a_push_consumer_taking_outputs_queued_before_a_failure_is_called_again_
         assert isinstance(seen[1], RuntimeError)
 
     asyncio.run(main())
-
-
-def test_behind_resolves_after_the_scheduled_announcements_ran() -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        notifier = Notifier(loop)
-        assert notifier.behind() is None  # nothing announced: nothing to wait for
-        order: list[str] = []
-        state = RequestState("r", 0, notifier)
-        stream = RequestStream(_Owner(loop), state)
-        stream.on_ready(lambda: order.append("consumer"))
-        state.put(_out(1))
-        waiter = notifier.behind()
-        cancelled = notifier.behind()
-        assert waiter is not None and cancelled is not None and not waiter.done()
-        cancelled.cancel()  # (its request went away meanwhile)
-        waiter.add_done_callback(lambda _: order.append("waiter"))
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        assert order == ["consumer", "waiter"]
-        assert notifier.behind() is None
-
-    asyncio.run(main())

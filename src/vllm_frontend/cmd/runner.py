@@ -303,12 +303,12 @@ async def _serve(
             config, model, client, sibling_counts=sibling_counts, adapters=adapters
         )
         if siblings is None:
-            http = make_server(app, before_request=client.outputs_pending)
+            http = make_server(app)
         else:
             await siblings.start(
                 app, lambda: {str(i): t for i, t in client.scheduler_stats_times().items()}
             )
-            http = make_server(app, siblings.wrap, client.outputs_pending)
+            http = make_server(app, siblings.wrap)
         for sock in sockets:
             await http.start(sock, tls)
     except Exception as e:

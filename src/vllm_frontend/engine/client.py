@@ -297,13 +297,6 @@ class EngineCoreClient:
         """
         return self._requests.add(request)
 
-    def outputs_pending(self) -> asyncio.Future[None] | None:
-        """While engine outputs read in this loop iteration wait to be handed to their
-        consumers (in a callback scheduled already): a future resolved once they have been,
-        else None. A new request that awaits it lets the finished requests' responses go first
-        (see ``server.transport.state``)."""
-        return self._requests.outputs_pending()
-
     def abort(self, request_id: str) -> bool:
         """Abort one request; its stream ends with an ABORT output. False if it was not live."""
         return self._requests.abort_requests([request_id]) == 1

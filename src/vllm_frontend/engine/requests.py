@@ -75,10 +75,6 @@ class RequestSender:
         self.limits = limits
         """What requests are validated against."""
 
-    def outputs_pending(self) -> asyncio.Future[None] | None:
-        """See ``EngineCoreClient.outputs_pending``."""
-        return self._notifier.behind()
-
     def add(self, request: EngineCoreRequest) -> RequestStream:
         """Validate ``request``, send it to an engine and return its output stream."""
         self._liveness.raise_if_dead()

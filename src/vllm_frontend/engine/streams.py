@@ -136,22 +136,12 @@ class Notifier:
     everything it read (so a consumer that fell behind sees several steps at once).
     """
 
-    __slots__ = ("_after", "_loop", "_scheduled", "_states")
+    __slots__ = ("_loop", "_scheduled", "_states")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._states: dict[int, RequestState] = {}
         self._scheduled = False
-        self._after: list[asyncio.Future[None]] = []
-
-    def behind(self) -> asyncio.Future[None] | None:
-        """While outputs read from the engines wait for this iteration's callback: a future
-        resolved at the end of it (after the consumers have run), else None."""
-        if not self._scheduled:
-            return None
-        waiter = self._loop.create_future()
-        self._after.append(waiter)
-        return waiter
 
     def add(self, state: RequestState) -> None:
         """Announce ``state`` to its consumer in this loop iteration's callback."""
@@ -171,11 +161,6 @@ class Notifier:
                 notify()
             except Exception:  # one broken consumer must not hold back the others
                 logger.exception("request output callback failed")
-        if self._after:
-            after, self._after = self._after, []
-            for waiter in after:
-                if not waiter.done():  # (its task was cancelled meanwhile)
-                    waiter.set_result(None)
 
 
 class RequestStream:

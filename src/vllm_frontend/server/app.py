@@ -32,7 +32,6 @@ from .transport import (
     DEFAULT_MAX_HEAD_SIZE,
     DEFAULT_MAX_HEADER_COUNT,
     AnyResponse,
-    BeforeRequest,
     Headers,
     HttpLimits,
     HttpServer,
@@ -433,20 +432,15 @@ def _on_sent(response: AnyResponse, callback: Callable[[], None]) -> None:
     response.background = both
 
 
-def make_server(
-    app: App,
-    wrap: Callable[[Handler], Handler] | None = None,
-    before_request: BeforeRequest | None = None,
-) -> HttpServer:
+def make_server(app: App, wrap: Callable[[Handler], Handler] | None = None) -> HttpServer:
     """The HTTP server for ``app``, with its settings' limits, refusals worded and counted by
     the app; ``wrap(app)``, when given, takes the requests instead (e.g. to answer a route
-    otherwise); ``before_request``: see ``transport.state.BeforeRequest``."""
+    otherwise)."""
     return HttpServer(
         wrap(app) if wrap is not None else app,
         limits=http_limits(app.settings),
         refusal=errors.refusal_response,
         on_refusal=app.record_refusal,
-        before_request=before_request,
     )
 
 

@@ -47,7 +47,6 @@ from .messages import (
 )
 from .server import HttpServer
 from .sockets import LISTEN_BACKLOG, bind_tcp, bind_unix, socket_from_fd
-from .state import BeforeRequest
 from .tls import CertificateRefresher, TlsSettings, server_ssl_context
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
     "SSE_KEEP_ALIVE_COMMENT",
     "AnyResponse",
     "App",
-    "BeforeRequest",
     "CertificateRefresher",
     "Headers",
     "HttpLimits",

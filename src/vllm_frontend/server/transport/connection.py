@@ -164,9 +164,6 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         response: AnyResponse | None = None
         try:
             try:
-                before = self._server.before_request
-                if before is not None and (waiter := before()) is not None:
-                    await waiter
                 response = await self._server.app(request)
             except asyncio.CancelledError:
                 raise

@@ -13,7 +13,7 @@ from .connection import HttpConnection
 from .limits import HttpLimits, RefusalRecorder, RefusalRenderer, plain_refusal
 from .messages import App
 from .sockets import LISTEN_BACKLOG
-from .state import BeforeRequest, SharedState
+from .state import SharedState
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +22,7 @@ class HttpServer:
     """Serves ``app`` on one or more listening sockets, with graceful shutdown.
 
     ``refusal`` words the responses to requests refused before they reach the app (see
-    ``limits``); ``on_refusal`` is told of each one sent (e.g. to count it); ``before_request``
-    gives what a request waits for before the app sees it (see ``state.BeforeRequest``).
+    ``limits``); ``on_refusal`` is told of each one sent (e.g. to count it).
     """
 
     def __init__(
@@ -33,12 +32,10 @@ class HttpServer:
         limits: HttpLimits | None = None,
         refusal: RefusalRenderer = plain_refusal,
         on_refusal: RefusalRecorder | None = None,
-        before_request: BeforeRequest | None = None,
     ) -> None:
         self._state = SharedState(
-            app, limits if limits is not None else HttpLimits(), refusal, on_refusal,
-            before_request,
-        )  # fmt: skip
+            app, limits if limits is not None else HttpLimits(), refusal, on_refusal
+        )
         self.app = app
         self.limits = self._state.limits
         self.refusal = refusal

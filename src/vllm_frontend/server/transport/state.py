@@ -1,12 +1,11 @@
 """What the connections of one server share: the app, the limits and refusal hooks, the set of
-open connections, the batch of output flushed once per loop iteration, the streamed responses'
-heads held for their first chunk, and what a request waits for before the app sees it."""
+open connections, the batch of output flushed once per loop iteration, and the streamed
+responses' heads held for their first chunk."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from .limits import HttpLimits, RefusalRecorder, RefusalRenderer
@@ -18,17 +17,6 @@ logger = logging.getLogger(__name__)
 HEAD_HOLD = 0.025
 """Seconds per generation of held response heads: a streamed response's head waits at least
 this long, and at most twice this, for its body's first chunk before it goes out alone."""
-
-
-BeforeRequest = Callable[[], Awaitable[None] | None]
-"""Called as a request is about to reach the app: something to wait for first, or None.
-
-The frontend passes the engine client's ``outputs_pending``. Engine outputs read in a loop
-iteration reach their requests in a callback queued behind the tasks of requests that arrived
-in the same iteration; a new request then waits for that callback, so that the requests which
-finished get their responses out (and their clients send their next requests) before the new
-ones are prepared. Those arrived after the engine stepped: their engine step is the next one
-either way. BENCHMARKS.md, "Issue 19: short rows' loop thread (twenty-fourth session)"."""
 
 
 class Flushable(Protocol):
@@ -44,7 +32,6 @@ class SharedState:
 
     __slots__ = (
         "app",
-        "before_request",
         "closing",
         "connections",
         "dirty",
@@ -62,11 +49,8 @@ class SharedState:
         limits: HttpLimits,
         refusal: RefusalRenderer,
         on_refusal: RefusalRecorder | None,
-        before_request: BeforeRequest | None = None,
     ) -> None:
         self.app = app
-        self.before_request = before_request
-        """See :data:`BeforeRequest`; None: requests reach the app at once."""
         self.limits = limits
         self.refusal = refusal
         self.on_refusal = on_refusal
