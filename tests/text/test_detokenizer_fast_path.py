@@ -294,6 +294,37 @@ def test_special_tokens_vanish_when_skipped_and_show_when_kept(tok: Tokenizer) -
         assert text == tok.decode(ids, skip_special_tokens=skip)
 
 
+@pytest.mark.parametrize("name", ["odd", "gpt2_like", "llama3"])
+@pytest.mark.parametrize("prefilled", [False, True])
+def test_the_kept_table_made_after_the_skipping_one_shows_special_tokens(
+    tokenizer_dirs: dict[str, Path], name: str, prefilled: bool
+) -> None:
+    # The table that keeps special tokens is made on first use, from the skipping table's text
+    # so far: special tokens that table already met (as empty text) must show in it.
+    if name == "odd":
+        tok = build_odd_byte_level()
+    else:
+        directory = tokenizer_dirs.get("tiny_model" if name == "llama3" else "byte_level")
+        if directory is None:
+            pytest.skip(f"{name} tokenizer not available")
+        tok = Tokenizer.from_dir(directory)
+    if prefilled:
+        for _ in detokenizer.prefill(tok, slice_size=100):
+            pass
+    tables = detokenizer._byte_tables(tok)
+    assert tables is not None and tables._keep is None
+    special = sorted(tok.special_added_token_ids)
+    added = sorted(set(tok.added_tokens) - set(special))
+    words = tok.encode(" hello world", add_special_tokens=False)
+    ids = [*special[:4], *words, *added[:4], *special[-2:]]
+    for skip in (True, False):
+        det = ours(tok, [], skip, True)
+        text = "".join(det.decode_next(t) for t in ids)
+        assert text == tok.backend.decode(ids, skip_special_tokens=skip), skip
+    assert tables.skip.skipped_ids >= set(special[:4])
+    assert all(tables.keep.text[i] is None or tables.keep.text[i] for i in special)
+
+
 @pytest.mark.oracle
 def test_prefilled_text_is_what_tokenizers_decodes_for_each_token_alone(tok: Tokenizer) -> None:
     # Every id the prefill marks as text decodes, alone, to that text with the Rust decoder.

@@ -258,16 +258,24 @@ class _ByteTable:
 
     `text[id]` holds the text of tokens whose bytes are complete UTF-8 not ending with U+FFFD
     (what DecodeStream emits for them when nothing is pending), None where not known yet;
-    `raw` holds the bytes of the rest.
+    `raw` holds the bytes of the rest; `skipped_ids` the ids whose text is empty because their
+    piece is skipped (the only entries another table's `text` can differ on).
     """
 
-    __slots__ = ("_pieces_of", "_skipped", "raw", "text")
+    __slots__ = ("_pieces_of", "_skipped", "raw", "skipped_ids", "text")
 
-    def __init__(self, pieces_of: PieceLookup, skipped: frozenset[str], size: int) -> None:
+    def __init__(
+        self,
+        pieces_of: PieceLookup,
+        skipped: frozenset[str],
+        size: int,
+        text: list[str | None] | None = None,
+    ) -> None:
         self._pieces_of = pieces_of
         self._skipped = skipped
-        self.text: list[str | None] = [None] * size
+        self.text: list[str | None] = [None] * size if text is None else text
         self.raw: dict[int, bytes] = {}
+        self.skipped_ids: set[int] = set()
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes this token adds; OverflowError/TypeError for an id that is not a u32."""
@@ -280,7 +288,11 @@ class _ByteTable:
         # The same lookup as tokenizers' decode (added tokens first, then the model); an id
         # with no token adds nothing, as does a skipped special token (matched by content).
         piece = self._pieces_of(token_id)
-        raw = b"" if piece is None or piece in self._skipped else _piece_bytes(piece)
+        if piece is not None and piece in self._skipped:
+            self.skipped_ids.add(token_id)
+            raw = b""
+        else:
+            raw = b"" if piece is None else _piece_bytes(piece)
         try:
             decoded = raw.decode()
         except UnicodeDecodeError:
@@ -296,7 +308,7 @@ class _ByteTable:
 class _ByteTables:
     """A tokenizer's two byte tables: special tokens kept, and skipped."""
 
-    __slots__ = ("_added", "_pieces_of", "keep", "skip")
+    __slots__ = ("_added", "_keep", "_pieces_of", "skip")
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         # (From the tokenizer's own copies, not its `tokenizers` object, which it may let go.)
@@ -307,8 +319,22 @@ class _ByteTables:
         # Ids and pieces that decode differently from a plain vocabulary piece, or only in one
         # of the tables: prefilling leaves them to the lazy path.
         self._added = (frozenset(added), frozenset(added.values()))
-        self.keep = _ByteTable(pieces_of, frozenset(), size)
         self.skip = _ByteTable(pieces_of, special, size)
+        # Requests keep special tokens rarely: that table (its list alone ~1 MB for Llama 3) is
+        # made on first use.
+        self._keep: _ByteTable | None = None
+
+    @property
+    def keep(self) -> _ByteTable:
+        """The table with special tokens kept: a copy of :attr:`skip`'s text so far, but for the
+        ids skipped there (left to its lazy path)."""
+        keep = self._keep
+        if keep is None:
+            text = self.skip.text.copy()
+            for token_id in self.skip.skipped_ids:
+                text[token_id] = None
+            keep = self._keep = _ByteTable(self._pieces_of, frozenset(), len(text), text)
+        return keep
 
     def prefill(self, start: int, stop: int) -> None:
         """Fill both tables' `text` for the plain vocabulary pieces among ids [start, stop)."""
@@ -325,7 +351,9 @@ class _ByteTables:
         texts = _decode_pieces(pieces)
         for k in skip:
             texts[k] = None
-        for table in (self.keep, self.skip):
+        for table in (self.skip, self._keep):
+            if table is None:
+                continue
             known = table.text[start:stop]
             table.text[start:stop] = [
                 t if t is not None else old for t, old in zip(texts, known, strict=True)
@@ -448,7 +476,7 @@ def prefill(tokenizer: Tokenizer, slice_size: int = 2048) -> Iterator[None]:
     tables = _byte_tables(tokenizer)
     if tables is None:
         return
-    size = len(tables.keep.text)
+    size = len(tables.skip.text)
     for start in range(0, size, slice_size):
         tables.prefill(start, min(start + slice_size, size))
         yield
