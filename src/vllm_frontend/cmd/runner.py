@@ -31,6 +31,7 @@ from vllm_frontend.cmd.assemble import (
     vocab_bound,
 )
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
+from vllm_frontend.cmd.heap import share_one_malloc_arena
 from vllm_frontend.cmd.managed_engine import ManagedEngines, ManagedEngineSpec, default_python
 from vllm_frontend.cmd.process import METRICS_DIR_ENV, fail, run_event_loop
 from vllm_frontend.cmd.serve_args import HTTP_LIMIT_KEYS, ServeArgs
@@ -88,6 +89,7 @@ def _load(config: FrontendConfig) -> ModelResources:
 
 def run_frontend(args: argparse.Namespace) -> int:
     """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
+    share_one_malloc_arena()  # (before any other thread starts)
     setup_logging()
     if not 0 <= args.client_index < args.client_count:
         return fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
@@ -174,6 +176,7 @@ def _http_socket(config: FrontendConfig) -> socket.socket:
 
 def run_serve(serve: ServeArgs) -> int:
     """``vllm-frontend serve MODEL …``: managed engines, or external ones with ``-dpl 0``."""
+    share_one_malloc_arena()  # (before any other thread starts)
     setup_logging()
     ns = serve.ns
     host = ns.data_parallel_address
