@@ -680,12 +680,8 @@ engine batches them, so these counts differ from run to run."""
 def test_metrics_of_two_api_servers_have_vllms_series_and_totals(
     tiny_model: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    ours = Deployment(tiny_model, tmp_path)
-    try:
-        ours.wait_all_serving()
-        our_metrics = _metrics_after_requests(ours.port, ours.model)
-    finally:
-        ours.stop()
+    # vLLM's server starts first and serves last: its start (a minute on a busy machine) runs
+    # beside ours and our requests (separate processes, mock engines and metrics directories).
     rpc = free_port()
     mock = Proc(
         "mock-for-vllm",
@@ -699,6 +695,12 @@ def test_metrics_of_two_api_servers_have_vllms_series_and_totals(
                     "--api-server-count", "2"],
     )  # fmt: skip
     try:
+        ours = Deployment(tiny_model, tmp_path)
+        try:
+            ours.wait_all_serving()
+            our_metrics = _metrics_after_requests(ours.port, ours.model)
+        finally:
+            ours.stop()
         server.wait_ready(600)
         vllm_metrics = _metrics_after_requests(server.port, str(tiny_model))
     finally:
