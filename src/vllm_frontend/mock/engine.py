@@ -43,7 +43,7 @@ from vllm_frontend.engine.protocol import (
 from vllm_frontend.mock.core import Message, MockEngineCore, MockEngineOptions, registration_message
 from vllm_frontend.mock.recording import append_request
 
-__all__ = ["EngineDied", "MockEngine", "MockEngineGroup"]
+__all__ = ["EngineDied", "MockEngine", "MockEngineGroup", "step_wait"]
 
 logger = logging.getLogger("vllm_frontend.mock")
 
@@ -51,6 +51,23 @@ HANDSHAKE_TIMEOUT_S = 300.0
 """How long an engine waits for INIT after HELLO (vLLM: 5 minutes)."""
 
 _POLL_CAP_MS = 100  # how often an idle engine notices a stop request
+
+
+def step_wait(remaining_s: float, precise: bool) -> tuple[int, float]:
+    """How a busy engine waits for its next step, ``remaining_s`` seconds away: (milliseconds to
+    poll its inputs for, seconds to sleep first).
+
+    The poll takes whole milliseconds. Without ``precise`` it rounds up (a 0 ms poll before a
+    step is due would spin), so a step no input wakes the engine for runs up to 1 ms late. With
+    ``precise`` it polls the whole milliseconds that fit and, when less than one is left, sleeps
+    out the rest (inputs arriving meanwhile are read right after, before the step).
+    """
+    if not precise:
+        return max(math.ceil(remaining_s * 1000), 0), 0.0
+    whole = math.floor(remaining_s * 1000)
+    if whole <= 0 < remaining_s:
+        return 0, remaining_s
+    return max(whole, 0), 0.0
 
 
 class EngineDied(Exception):
@@ -290,17 +307,11 @@ class MockEngine:
             was_busy = busy
             if not busy:
                 timeout = _POLL_CAP_MS
-            elif not precise:
-                # Round up: polling for 0 ms before a step is due would spin.
-                timeout = math.ceil((next_step - time.monotonic()) * 1000)
             else:
-                # The poll takes whole milliseconds: poll for those that fit, then sleep out the
-                # rest (inputs arriving meanwhile are read right after, before the step).
-                remaining = next_step - time.monotonic()
-                timeout = math.floor(remaining * 1000)
-                if timeout <= 0 < remaining:
-                    time.sleep(remaining)
-            for sock, _ in poller.poll(max(timeout, 0)):
+                timeout, nap = step_wait(next_step - time.monotonic(), precise)
+                if nap:
+                    time.sleep(nap)
+            for sock, _ in poller.poll(timeout):
                 if sock is coord_in:
                     while coord_in.poll(0):
                         coord_in.recv_multipart()  # READY gates / wave starts: nothing to do
