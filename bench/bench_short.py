@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import pathlib
 import random
@@ -32,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.bench_pipeline import _app, _Client
 from tests.support.tiny_model import tiny_model_dir
 
-from vllm_frontend.cmd.runner import _GC_YOUNG_THRESHOLD
+from vllm_frontend.cmd.runner import set_serving_gc
 from vllm_frontend.server.transport import Request, Response
 from vllm_frontend.text.tokenizer import Tokenizer
 
@@ -61,11 +60,7 @@ async def run(route: str, concurrency: int, rounds: int, requests: int) -> None:
     path = "/v1/chat/completions" if route == "chat" else "/v1/completions"
     bodies = _bodies(model, route)
     headers = {b"content-type": b"application/json"}
-    # The cyclic GC as the server runs it (cmd/runner.py): start-up objects frozen, young
-    # generation collected every 10000 net allocations.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    set_serving_gc()  # the cyclic GC as the server runs it
     left = 0
     done = 0
 

@@ -324,15 +324,7 @@ async def _serve(
     if tls is not None and config.enable_ssl_refresh:
         refresher = CertificateRefresher(tls, config.tls)
         refresher.start()
-    # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
-    gc.collect()
-    gc.freeze()
-    # A served request leaves no reference cycles (tests/server/test_no_reference_cycles.py):
-    # what it made dies by reference counting. The youngest generation's default threshold
-    # (700 net container allocations) only tracks the transient peak of the requests in flight
-    # and ran every few requests, finding nothing. (At 10000 with the cycles that were left, a
-    # closed connection's last request body among them, image requests' bodies piled up.)
-    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    set_serving_gc()
     release_freed_heap()
     # fastokens' load holds the GIL for ~0.1 s at its start: not while /health is first polled.
     loop.call_later(_FAST_ENCODER_DELAY_S, model.tokenizer.start_fast_encoder)
@@ -375,6 +367,20 @@ _FAST_ENCODER_DELAY_S = 0.5
 _GC_YOUNG_THRESHOLD = 10_000
 """Container allocations (net of frees) between collections of the GC's youngest generation
 once serving (Python's default: 700)."""
+
+
+def set_serving_gc() -> None:
+    """The cyclic GC as a serving process runs it once started: what was allocated so far frozen,
+    the youngest generation collected every :data:`_GC_YOUNG_THRESHOLD` net allocations."""
+    # Everything allocated so far lives as long as the process: keep the GC from rescanning it.
+    gc.collect()
+    gc.freeze()
+    # A served request leaves no reference cycles (tests/server/test_no_reference_cycles.py):
+    # what it made dies by reference counting. The youngest generation's default threshold
+    # (700 net container allocations) only tracks the transient peak of the requests in flight
+    # and ran every few requests, finding nothing. (At 10000 with the cycles that were left, a
+    # closed connection's last request body among them, image requests' bodies piled up.)
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _run_in_slices(loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
