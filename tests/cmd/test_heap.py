@@ -56,3 +56,52 @@ def test_with_the_limit_every_thread_allocates_in_the_main_arena() -> None:
 
 def test_the_environments_setting_is_left_to_glibc() -> None:
     assert _arenas("limit", {"MALLOC_ARENA_MAX": "4"}) == ("False", 2)
+
+
+_ENTRY = """
+import ctypes, sys, threading
+from vllm_frontend.cli import main
+rc = main(sys.argv[1:])
+def allocate():
+    global kept
+    kept = [bytearray(1 << 20) for _ in range(8)]
+worker = threading.Thread(target=allocate)
+worker.start()
+worker.join()
+print(rc, flush=True)
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "some-model", "-dpl", "0", "--lora-modules", "{"],
+        ["render", "some-model", "--api-server-count", "2"],
+        [
+            "frontend",
+            "--listen-fd",
+            "0",
+            "--input-listener-fd",
+            "0",
+            "--output-listener-fd",
+            "0",
+            "--args-json",
+            "[]",
+        ],
+    ],
+    ids=["serve", "render", "frontend"],
+)
+def test_every_serving_entry_point_takes_the_limit_first(argv: list[str]) -> None:
+    # Each is refused after it starts (status 2), which leaves the process as it set it up.
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run(
+        [sys.executable, "-c", _ENTRY, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+        check=True,
+    )
+    assert out.stdout.split()[-1] == "2", out.stderr
+    assert sum(line.startswith("Arena ") for line in out.stderr.splitlines()) == 1

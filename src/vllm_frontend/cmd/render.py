@@ -20,7 +20,7 @@ import time
 from vllm_frontend.cmd.assemble import build_render_app, load_model_resources
 from vllm_frontend.cmd.config import ConfigError, FrontendConfig, config_from_args
 from vllm_frontend.cmd.process import fail, run_event_loop
-from vllm_frontend.cmd.runner import setup_logging, tls_context
+from vllm_frontend.cmd.runner import start_process, tls_context
 from vllm_frontend.cmd.serve_args import ServeArgs
 from vllm_frontend.server.app import App, make_server
 from vllm_frontend.server.transport import bind_tcp, bind_unix
@@ -34,7 +34,7 @@ _STARTED = time.monotonic()
 
 def run_render(serve: ServeArgs) -> int:
     """Serve the render routes for ``serve``'s model until SIGINT / SIGTERM."""
-    setup_logging()
+    start_process()
     if serve.ns.api_server_count != 1:
         return fail("render runs one API-server process (--api-server-count 1)", 2)
     if serve.engine_args:

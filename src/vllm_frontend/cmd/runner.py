@@ -61,6 +61,13 @@ class StartupError(Exception):
     """Startup cannot continue; the message says why (printed without a traceback)."""
 
 
+def start_process() -> None:
+    """What every serving entry point does first: one malloc arena (before any other thread
+    starts), then vLLM-style logging."""
+    share_one_malloc_arena()
+    setup_logging()
+
+
 def setup_logging() -> None:
     """vLLM-style log lines on stderr; level from ``VLLM_LOGGING_LEVEL`` (default INFO)."""
     level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper()
@@ -89,8 +96,7 @@ def _load(config: FrontendConfig) -> ModelResources:
 
 def run_frontend(args: argparse.Namespace) -> int:
     """``vllm-frontend frontend …``: serve behind engines launched by ``vllm serve``."""
-    share_one_malloc_arena()  # (before any other thread starts)
-    setup_logging()
+    start_process()
     if not 0 <= args.client_index < args.client_count:
         return fail(f"--client-index must be in 0..{args.client_count - 1}", 2)
     try:
@@ -176,8 +182,7 @@ def _http_socket(config: FrontendConfig) -> socket.socket:
 
 def run_serve(serve: ServeArgs) -> int:
     """``vllm-frontend serve MODEL …``: managed engines, or external ones with ``-dpl 0``."""
-    share_one_malloc_arena()  # (before any other thread starts)
-    setup_logging()
+    start_process()
     ns = serve.ns
     host = ns.data_parallel_address
     port = ns.data_parallel_rpc_port or _free_port(host)
