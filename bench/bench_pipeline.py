@@ -36,7 +36,12 @@ from tests.support.stream_client import StreamClient
 from tests.support.tiny_model import tiny_model_dir
 
 from vllm_frontend.engine.client import RequestStream
-from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm_frontend.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreRequest,
+    FinishReason,
+    PrefillStats,
+)
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
@@ -47,15 +52,20 @@ from vllm_frontend.text.tokenizer import Tokenizer
 class _Client(StreamClient):
     """Engine-client stand-in: real per-request streams, tokens pushed by :meth:`step`."""
 
-    def __init__(self, token_ids: Sequence[int]) -> None:
+    def __init__(self, token_ids: Sequence[int], prefill_stats: bool = False) -> None:
         super().__init__()
         self.token_ids = list(token_ids)
+        self.prefill_stats = prefill_stats
+        """A request's first output carries prefill stats, as the engines' (and the mock's)."""
+        self.prompt_lens: dict[str, int] = {}
 
     def add_request(self, request: EngineCoreRequest) -> RequestStream:
         state, stream = self.open_stream(request.request_id)
         params = request.sampling_params
         assert params is not None and params.max_tokens is not None
         self.live[request.request_id] = (state, 0, params.max_tokens)
+        if self.prefill_stats:
+            self.prompt_lens[request.request_id] = len(request.prompt_token_ids or ())
         return stream
 
     def step(self) -> int:
@@ -63,12 +73,21 @@ class _Client(StreamClient):
         ids = self.token_ids
         for rid, (state, done, limit) in list(self.live.items()):
             tok = ids[done % len(ids)]
+            out = EngineCoreOutput(rid, [tok])
+            if not done and self.prefill_stats:
+                prompt = self.prompt_lens.pop(rid)
+                out.prefill_stats = PrefillStats(
+                    num_prompt_tokens=prompt,
+                    num_computed_tokens=prompt,
+                    num_cache_creation_tokens=prompt // 16 * 16,
+                )
             if done + 1 >= limit:
                 del self.live[rid]
-                state.finish(EngineCoreOutput(rid, [tok], finish_reason=FinishReason.LENGTH))
+                out.finish_reason = FinishReason.LENGTH
+                state.finish(out)
             else:
                 self.live[rid] = (state, done + 1, limit)
-                state.put(EngineCoreOutput(rid, [tok]))
+                state.put(out)
         return len(ids)
 
 
