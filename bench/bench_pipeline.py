@@ -1,6 +1,7 @@
 """Per-token CPU of the streaming pipeline inside one process, without sockets or an engine.
 
     .venv/bin/python bench/bench_pipeline.py [--concurrency 64] [--tokens 256] [--route chat]
+        [--prefill-stats]
 
 What runs is the frontend's own code from the engine client's per-request streams up to the SSE
 bytes: ``RequestStream`` notifications, ``take`` and the token lane (the real engine-client
@@ -134,13 +135,15 @@ async def run(
     pause: float = 0.0,
     sweep_mb: int = 0,
     steps_per_iteration: int = 1,
+    prefill_stats: bool = False,
 ) -> None:
-    """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
+    """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``
+    (``prefill_stats``: each request's first output carries them, as the engines' do)."""
     sweep = np.zeros(sweep_mb * 2**20 // 8) if sweep_mb else None
     model = tiny_model_dir()
     tok = Tokenizer.from_dir(model, use_fastokens=False)  # decodes only
     text = " The quick brown fox jumps over the lazy dog, and the story goes on." * 4
-    client = _Client(tok.encode(text, add_special_tokens=False))
+    client = _Client(tok.encode(text, add_special_tokens=False), prefill_stats)
     app = _app(model, client)
     if route == "chat":
         path = "/v1/chat/completions"
@@ -198,6 +201,12 @@ def main() -> None:
         help="engine steps per loop iteration (2+: the frontend reads several at once, as "
         "when it falls behind at 0 ms steps)",
     )
+    p.add_argument(
+        "--prefill-stats",
+        action="store_true",
+        help="each request's first output carries prefill stats, as the engines' (and the "
+        "mock's) do",
+    )
     args = p.parse_args()
     uvloop.run(
         run(
@@ -208,6 +217,7 @@ def main() -> None:
             args.step_ms / 1e3,
             args.sweep_mb,
             args.behind,
+            args.prefill_stats,
         )
     )
 
