@@ -143,11 +143,26 @@ def _app(model: pathlib.Path, client: StepClient, registry: MetricsRegistry | No
 
 
 async def _stream(
-    model: pathlib.Path, lane: bool, path: str, body: dict[str, Any], metrics: bool = True
+    model: pathlib.Path,
+    lane: bool,
+    path: str,
+    body: dict[str, Any],
+    metrics: bool = True,
+    first_stats: bool = False,
+    details: bool = False,
 ) -> Any:
-    client = StepClient(_tokenizer(model), lane)
+    """``first_stats``: the first output carries prefill stats and events; ``details``:
+    ``--enable-prompt-tokens-details`` (the usage then reports the cached tokens)."""
+    client = StepClient(_tokenizer(model), lane, first_stats)
     registry = MetricsRegistry()
-    app = _app(model, client, registry if metrics else None)
+    app = generation_app(
+        model,
+        client,
+        max_model_len=256,
+        metrics=FrontendMetrics("m", 256, registry=registry) if metrics else None,
+        tokenizer=_tokenizer(model),
+        enable_prompt_tokens_details=details,
+    )
     raw = json.dumps({**body, "model": "m", "stream": True}).encode()
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
     assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
@@ -261,8 +276,33 @@ def test_without_metrics_the_lane_also_takes_the_first_tokens(
     general = asyncio.run(_stream(tiny_model, False, path, body, metrics=False))
     assert with_lane[0] == general[0]
     assert general[3] == 0
-    with_metrics = asyncio.run(_stream(tiny_model, True, path, body))
-    assert with_lane[3] == with_metrics[3] + 1  # the first output as well
+    assert with_lane[3] == with_lane[4]  # the first output as well
+
+
+@pytest.mark.parametrize("details", [False, True])
+@pytest.mark.parametrize("path,body,laned", BODIES)
+def test_a_streams_first_output_takes_the_lane_unless_its_count_is_shown(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool, details: bool
+) -> None:
+    """A first output with prefill stats and events: without prompt-token details (the cached
+    count is never rendered) the lane takes it too, accounting the prefill as take() does; with
+    them it goes the long way, its count on the first update. Every event and metric is the
+    general path's either way."""
+    with_lane = asyncio.run(
+        _stream(tiny_model, True, path, body, first_stats=True, details=details)
+    )
+    general = asyncio.run(_stream(tiny_model, False, path, body, first_stats=True, details=details))
+    assert with_lane[0] == general[0]
+    assert with_lane[1] == general[1]
+    assert with_lane[2] == general[2]
+    assert general[3] == 0
+    if not laned:
+        assert with_lane[3] == 0
+    else:
+        assert with_lane[3] == with_lane[4] - (1 if details else 0)
+    usage = [e for e in with_lane[0].split("\n\n") if '"usage":{' in e and '"choices":[]' in e]
+    if details and usage:
+        assert '"cached_tokens":1' in usage[-1]  # the first output's count reached the usage
 
 
 # (route, body, whether the lane takes its outputs: one sample without logprobs or stops)
