@@ -1,6 +1,7 @@
 """Per-token CPU of the streaming pipeline inside one process, without sockets or an engine.
 
     .venv/bin/python bench/bench_pipeline.py [--concurrency 64] [--tokens 256] [--route chat]
+        [--prefill-stats]
 
 What runs is the frontend's own code from the engine client's per-request streams up to the SSE
 bytes: ``RequestStream`` notifications, ``take`` and the token lane (the real engine-client
@@ -36,7 +37,12 @@ from tests.support.stream_client import StreamClient
 from tests.support.tiny_model import tiny_model_dir
 
 from vllm_frontend.engine.client import RequestStream
-from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm_frontend.engine.protocol import (
+    EngineCoreOutput,
+    EngineCoreRequest,
+    FinishReason,
+    PrefillStats,
+)
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.server.app import App
@@ -47,15 +53,20 @@ from vllm_frontend.text.tokenizer import Tokenizer
 class _Client(StreamClient):
     """Engine-client stand-in: real per-request streams, tokens pushed by :meth:`step`."""
 
-    def __init__(self, token_ids: Sequence[int]) -> None:
+    def __init__(self, token_ids: Sequence[int], prefill_stats: bool = False) -> None:
         super().__init__()
         self.token_ids = list(token_ids)
+        self.prefill_stats = prefill_stats
+        """A request's first output carries prefill stats, as the engines' (and the mock's)."""
+        self.prompt_lens: dict[str, int] = {}
 
     def add_request(self, request: EngineCoreRequest) -> RequestStream:
         state, stream = self.open_stream(request.request_id)
         params = request.sampling_params
         assert params is not None and params.max_tokens is not None
         self.live[request.request_id] = (state, 0, params.max_tokens)
+        if self.prefill_stats:
+            self.prompt_lens[request.request_id] = len(request.prompt_token_ids or ())
         return stream
 
     def step(self) -> int:
@@ -63,12 +74,21 @@ class _Client(StreamClient):
         ids = self.token_ids
         for rid, (state, done, limit) in list(self.live.items()):
             tok = ids[done % len(ids)]
+            out = EngineCoreOutput(rid, [tok])
+            if not done and self.prefill_stats:
+                prompt = self.prompt_lens.pop(rid)
+                out.prefill_stats = PrefillStats(
+                    num_prompt_tokens=prompt,
+                    num_computed_tokens=prompt,
+                    num_cache_creation_tokens=prompt // 16 * 16,
+                )
             if done + 1 >= limit:
                 del self.live[rid]
-                state.finish(EngineCoreOutput(rid, [tok], finish_reason=FinishReason.LENGTH))
+                out.finish_reason = FinishReason.LENGTH
+                state.finish(out)
             else:
                 self.live[rid] = (state, done + 1, limit)
-                state.put(EngineCoreOutput(rid, [tok]))
+                state.put(out)
         return len(ids)
 
 
@@ -115,13 +135,15 @@ async def run(
     pause: float = 0.0,
     sweep_mb: int = 0,
     steps_per_iteration: int = 1,
+    prefill_stats: bool = False,
 ) -> None:
-    """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``."""
+    """Print CPU microseconds per streamed token for ``rounds`` waves of ``concurrency``
+    (``prefill_stats``: each request's first output carries them, as the engines' do)."""
     sweep = np.zeros(sweep_mb * 2**20 // 8) if sweep_mb else None
     model = tiny_model_dir()
     tok = Tokenizer.from_dir(model, use_fastokens=False)  # decodes only
     text = " The quick brown fox jumps over the lazy dog, and the story goes on." * 4
-    client = _Client(tok.encode(text, add_special_tokens=False))
+    client = _Client(tok.encode(text, add_special_tokens=False), prefill_stats)
     app = _app(model, client)
     if route == "chat":
         path = "/v1/chat/completions"
@@ -179,6 +201,12 @@ def main() -> None:
         help="engine steps per loop iteration (2+: the frontend reads several at once, as "
         "when it falls behind at 0 ms steps)",
     )
+    p.add_argument(
+        "--prefill-stats",
+        action="store_true",
+        help="each request's first output carries prefill stats, as the engines' (and the "
+        "mock's) do",
+    )
     args = p.parse_args()
     uvloop.run(
         run(
@@ -189,6 +217,7 @@ def main() -> None:
             args.step_ms / 1e3,
             args.sweep_mb,
             args.behind,
+            args.prefill_stats,
         )
     )
 

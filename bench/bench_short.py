@@ -1,6 +1,7 @@
 """CPU per non-streamed short request inside one process, without sockets or an engine.
 
     .venv/bin/python bench/bench_short.py [--route chat] [--concurrency 32] [--rounds 5]
+        [--prefill-stats]
 
 Issue 19's short rows (32-token prompts, 4 output tokens, ``temperature`` 0, not streamed) from
 the route handler down to the engine client's per-request streams: JSON parsing and validation,
@@ -52,10 +53,13 @@ def _bodies(model: pathlib.Path, route: str, n: int = 64) -> list[bytes]:
     return bodies
 
 
-async def run(route: str, concurrency: int, rounds: int, requests: int) -> None:
-    """Print CPU microseconds per request for ``rounds`` rounds of ``requests`` requests."""
+async def run(
+    route: str, concurrency: int, rounds: int, requests: int, prefill_stats: bool = False
+) -> None:
+    """Print CPU microseconds per request for ``rounds`` rounds of ``requests`` requests
+    (``prefill_stats``: each request's first output carries them, as the engines' do)."""
     model = tiny_model_dir()
-    client = _Client(list(range(1000, 1100)))
+    client = _Client(list(range(1000, 1100)), prefill_stats)
     app = _app(model, client)
     path = "/v1/chat/completions" if route == "chat" else "/v1/completions"
     bodies = _bodies(model, route)
@@ -105,8 +109,14 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests", type=int, default=5000)
+    p.add_argument(
+        "--prefill-stats",
+        action="store_true",
+        help="each request's first output carries prefill stats, as the engines' (and the "
+        "mock's) do (without: plain token outputs, as the earlier sessions measured)",
+    )
     args = p.parse_args()
-    uvloop.run(run(args.route, args.concurrency, args.rounds, args.requests))
+    uvloop.run(run(args.route, args.concurrency, args.rounds, args.requests, args.prefill_stats))
 
 
 if __name__ == "__main__":

@@ -27,10 +27,13 @@ from tests.support.responses import body as body_of
 from tests.support.stream_client import StreamClient
 from vllm_frontend.engine.client import RequestStream
 from vllm_frontend.engine.protocol import (
+    EngineCoreEvent,
+    EngineCoreEventType,
     EngineCoreOutput,
     EngineCoreRequest,
     FinishReason,
     LogprobsLists,
+    PrefillStats,
 )
 from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.registry import MetricsRegistry
@@ -66,11 +69,13 @@ class StepClient(StreamClient):
     """Plays the engine: ``step()`` hands each live request its next output, as the engine
     client's read loop does with one engine message."""
 
-    def __init__(self, tokenizer: Tokenizer, lane: bool) -> None:
+    def __init__(self, tokenizer: Tokenizer, lane: bool, first_stats: bool = False) -> None:
         super().__init__()
         self.ids = tokenizer.encode(TEXT, add_special_tokens=False)
         self.lane = lane
+        self.first_stats = first_stats  # the first output with prefill stats and events
         self.direct = 0  # outputs the lane took on the spot
+        self.running = 0  # running outputs handed over (all but the final ones)
 
     def _outputs(self, req: EngineCoreRequest) -> list[EngineCoreOutput]:
         params = req.sampling_params
@@ -93,6 +98,19 @@ class StepClient(StreamClient):
                 )
             outs.append(out)
         outs[-1].finish_reason = FinishReason.LENGTH
+        if self.first_stats:  # as a real engine's first output (timestamps: engine clock)
+            prompt = len(req.prompt_token_ids or ())
+            outs[0].prefill_stats = PrefillStats(
+                num_prompt_tokens=prompt,
+                num_computed_tokens=prompt - 1,
+                num_cached_tokens=1,
+                num_local_cached_tokens=1,
+                num_cache_creation_tokens=prompt - 1,
+            )
+            outs[0].events = [
+                EngineCoreEvent(EngineCoreEventType.QUEUED, 1.0),
+                EngineCoreEvent(EngineCoreEventType.SCHEDULED, 1.25),
+            ]
         return outs
 
     def add_request(self, request: EngineCoreRequest) -> Any:
@@ -105,6 +123,7 @@ class StepClient(StreamClient):
             out = outs.pop(0)
             if out.finish_reason is None:
                 state.put(out)
+                self.running += 1
                 self.direct += not state.items
             else:
                 del self.live[rid]
@@ -124,11 +143,26 @@ def _app(model: pathlib.Path, client: StepClient, registry: MetricsRegistry | No
 
 
 async def _stream(
-    model: pathlib.Path, lane: bool, path: str, body: dict[str, Any], metrics: bool = True
+    model: pathlib.Path,
+    lane: bool,
+    path: str,
+    body: dict[str, Any],
+    metrics: bool = True,
+    first_stats: bool = False,
+    details: bool = False,
 ) -> Any:
-    client = StepClient(_tokenizer(model), lane)
+    """``first_stats``: the first output carries prefill stats and events; ``details``:
+    ``--enable-prompt-tokens-details`` (the usage then reports the cached tokens)."""
+    client = StepClient(_tokenizer(model), lane, first_stats)
     registry = MetricsRegistry()
-    app = _app(model, client, registry if metrics else None)
+    app = generation_app(
+        model,
+        client,
+        max_model_len=256,
+        metrics=FrontendMetrics("m", 256, registry=registry) if metrics else None,
+        tokenizer=_tokenizer(model),
+        enable_prompt_tokens_details=details,
+    )
     raw = json.dumps({**body, "model": "m", "stream": True}).encode()
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
     assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
@@ -137,12 +171,23 @@ async def _stream(
     return _seen((await reading).decode(), registry, client)
 
 
-async def _full(model: pathlib.Path, lane: bool, path: str, body: dict[str, Any]) -> Any:
+async def _full(
+    model: pathlib.Path, lane: bool, path: str, body: dict[str, Any], first_stats: bool = False
+) -> Any:
     """As :func:`_stream`, for a non-streamed request (its running outputs are accumulated
-    where the lane takes them, its handler woken only for the others)."""
-    client = StepClient(_tokenizer(model), lane)
+    where the lane takes them, its handler woken only for the others). ``first_stats``: the
+    first output carries prefill stats and events, and usage reports the cached tokens."""
+    client = StepClient(_tokenizer(model), lane, first_stats)
     registry = MetricsRegistry()
-    app = _app(model, client, registry)
+    metrics = FrontendMetrics("m", 256, registry=registry)
+    app = generation_app(
+        model,
+        client,
+        max_model_len=256,
+        metrics=metrics,
+        tokenizer=_tokenizer(model),
+        enable_prompt_tokens_details=first_stats,
+    )
     raw = json.dumps({**body, "model": "m"}).encode()
     headers = {b"content-type": b"application/json"}
     handling = asyncio.create_task(app(Request("POST", path, b"", headers, raw)))
@@ -177,7 +222,7 @@ def _seen(data: str, registry: MetricsRegistry, client: StepClient) -> Any:
         for s in family.samples
         if s.name.endswith("_count")
     }
-    return data, samples, counts, client.direct
+    return data, samples, counts, client.direct, client.running
 
 
 CHAT = [{"role": "user", "content": "hi"}]
@@ -231,8 +276,33 @@ def test_without_metrics_the_lane_also_takes_the_first_tokens(
     general = asyncio.run(_stream(tiny_model, False, path, body, metrics=False))
     assert with_lane[0] == general[0]
     assert general[3] == 0
-    with_metrics = asyncio.run(_stream(tiny_model, True, path, body))
-    assert with_lane[3] == with_metrics[3] + 1  # the first output as well
+    assert with_lane[3] == with_lane[4]  # the first output as well
+
+
+@pytest.mark.parametrize("details", [False, True])
+@pytest.mark.parametrize("path,body,laned", BODIES)
+def test_a_streams_first_output_takes_the_lane_unless_its_count_is_shown(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool, details: bool
+) -> None:
+    """A first output with prefill stats and events: without prompt-token details (the cached
+    count is never rendered) the lane takes it too, accounting the prefill as take() does; with
+    them it goes the long way, its count on the first update. Every event and metric is the
+    general path's either way."""
+    with_lane = asyncio.run(
+        _stream(tiny_model, True, path, body, first_stats=True, details=details)
+    )
+    general = asyncio.run(_stream(tiny_model, False, path, body, first_stats=True, details=details))
+    assert with_lane[0] == general[0]
+    assert with_lane[1] == general[1]
+    assert with_lane[2] == general[2]
+    assert general[3] == 0
+    if not laned:
+        assert with_lane[3] == 0
+    else:
+        assert with_lane[3] == with_lane[4] - (1 if details else 0)
+    usage = [e for e in with_lane[0].split("\n\n") if '"usage":{' in e and '"choices":[]' in e]
+    if details and usage:
+        assert '"cached_tokens":1' in usage[-1]  # the first output's count reached the usage
 
 
 # (route, body, whether the lane takes its outputs: one sample without logprobs or stops)
@@ -265,3 +335,28 @@ def test_the_lane_changes_no_full_response_and_no_metric(
     assert json.loads(with_lane[0])["usage"]["completion_tokens"] > 8  # it ran
     itl = ("vllm:inter_token_latency_seconds_count", (("engine", "0"), ("model_name", "m")))
     assert with_lane[2][itl] > 8
+
+
+@pytest.mark.parametrize("path,body,laned", FULL_BODIES)
+def test_a_full_requests_first_output_takes_the_lane_and_changes_nothing(
+    tiny_model: pathlib.Path, path: str, body: dict[str, Any], laned: bool
+) -> None:
+    """A non-streamed request makes no update before its end, so the lane also takes its first
+    output (prefill stats, events, the first tokens' metrics): the response, the cached-token
+    count in its usage and every metric are those of the general path."""
+    with_lane = asyncio.run(_full(tiny_model, True, path, body, first_stats=True))
+    general = asyncio.run(_full(tiny_model, False, path, body, first_stats=True))
+    assert with_lane[0] == general[0]
+    assert with_lane[1] == general[1]
+    assert with_lane[2] == general[2]
+    assert general[3] == 0
+    details = json.loads(general[0])["usage"]["prompt_tokens_details"]
+    assert details["cached_tokens"] == 1  # the first output's count reached the response
+    # Every running output, the first included, where a streamed request's first goes the long
+    # way (test_the_lane_changes_no_event_and_no_metric).
+    assert with_lane[3] == (with_lane[4] if laned else 0)
+    prefill = (
+        "vllm:request_prefill_kv_computed_tokens_count",
+        (("engine", "0"), ("model_name", "m")),
+    )
+    assert with_lane[2][prefill] == general[2][prefill] > 0

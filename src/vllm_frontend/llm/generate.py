@@ -178,6 +178,7 @@ class _Sample:
     __slots__ = (
         "acc",
         "admitted",
+        "cached",
         "consumer",
         "done",
         "engine_id",
@@ -185,6 +186,7 @@ class _Sample:
         "metrics",
         "prefilling",
         "stats",
+        "stream",
     )
 
     def __init__(self, index: int, engine_id: str, stats: RequestStats) -> None:
@@ -201,26 +203,46 @@ class _Sample:
         """The on_tokens consumer (then the engine stream offers outputs to ``__call__``)."""
         self.metrics: FrontendMetrics | None = None
         """The metrics ``__call__`` accounts consumed tokens in."""
+        self.stream: GenerationStream | None = None
+        """The stream, while a quiet consumer (see :meth:`GenerationStream.on_tokens`) is
+        offered the outputs ``take()`` would also account (``__call__`` does that then)."""
+        self.cached: int | None = None
+        """The cached-token count of an output ``__call__`` consumed, for the next update."""
 
     def __call__(self, output: Any) -> bool:
         """An engine output as the engine client reads it: its plain new tokens go to the
         consumer when ``take()`` would turn the output into an update of token ids alone
-        (finished outputs never come here); anything else is left to ``take()``."""
+        (finished outputs never come here); anything else is left to ``take()``. For a quiet
+        consumer, an output with more to account (the first: the prefill's end, its metrics
+        and cached-token count; events) is offered too, and accounted here as ``take()``
+        would (the count then rides on the sample's next update)."""
         if (
             output.new_logprobs is not None
             or output.new_prompt_logprobs_tensors is not None
-            or output.events is not None
-            or output.prefill_stats is not None
             or output.kv_transfer_params is not None
             or output.ec_transfer_params is not None
+            or self.done
         ):
             return False
-        if self.done or self.prefilling:
-            return False  # a first output also leaves the prefill backlog: take() does that
         metrics = self.metrics
         stats = self.stats
-        if metrics is not None and not stats.num_generation_tokens:
-            return False  # the first tokens: take() also records the prefill
+        if (
+            output.events is not None
+            or output.prefill_stats is not None
+            or self.prefilling  # a first output also leaves the prefill backlog
+            or (metrics is not None and not stats.num_generation_tokens)  # and is recorded
+        ):
+            stream = self.stream
+            if stream is None:
+                return False
+            token_ids = output.new_token_ids
+            consumer = self.consumer
+            if not token_ids or consumer is None or not consumer.tokens(token_ids):
+                return False
+            cached = stream._account(self, output)
+            if cached is not None:
+                self.cached = cached
+            return True
         token_ids = output.new_token_ids
         consumer = self.consumer
         if not token_ids or consumer is None or not consumer.tokens(token_ids):
@@ -465,7 +487,11 @@ class GenerationStream:
         :meth:`take` would turn into an update of token ids alone) as the engine client reads
         it, when nothing is queued before it. ``consumer.tokens`` returns True when it consumed
         them (the stream then accounts them as :meth:`take` would), False to leave them to
-        :meth:`take`. Returns whether the engine stream supports this.
+        :meth:`take`. A consumer with a true ``quiet`` attribute makes no update of the tokens
+        it takes before the end (a non-streamed response): it is also offered the outputs with
+        more to account (the first one: the prefill's end, its metrics and cached-token count),
+        and the count rides on the sample's next update. Returns whether the engine stream
+        supports this.
         """
         if len(self._iters) != 1 or self._final_only:
             return False
@@ -475,6 +501,8 @@ class GenerationStream:
         sample = self._samples[0]
         sample.consumer = consumer
         sample.metrics = self._llm.metrics
+        if getattr(consumer, "quiet", False):
+            sample.stream = self  # (a cycle until the stream closes, as the consumer's)
         on_output(sample)
         return True
 
@@ -594,6 +622,8 @@ class GenerationStream:
 
     def _to_sample_output(self, sample: _Sample, output: Any) -> SampleOutput:
         cached = self._account(sample, output)
+        if cached is None and sample.cached is not None:
+            cached, sample.cached = sample.cached, None  # from an output __call__ consumed
         token_ids = output.new_token_ids
         lp = output.new_logprobs
         finish = output.finish_reason
@@ -624,7 +654,14 @@ class GenerationStream:
         if sample.acc is not None:
             sample.acc.finish_reason = reason
             return sample.acc
-        return SampleOutput(index=sample.index, token_ids=[], logprobs=[], finish_reason=reason)
+        cached, sample.cached = sample.cached, None  # from an output __call__ consumed
+        return SampleOutput(
+            index=sample.index,
+            token_ids=[],
+            logprobs=[],
+            finish_reason=reason,
+            num_cached_tokens=cached,
+        )
 
     def _end_prefill(self, sample: _Sample) -> None:
         sample.prefilling = False
@@ -709,7 +746,7 @@ class GenerationStream:
         self._closed = True
         self._callback = None
         for sample in self._samples:
-            sample.consumer = None
+            sample.consumer = sample.stream = None
         for it in self._iters:
             it.on_ready(None)
             on_output = getattr(it, "on_output", None)
@@ -724,7 +761,7 @@ class GenerationStream:
         self._closed = True
         self._callback = None
         for sample in self._samples:  # the consumer holds the stream: no cycle left behind
-            sample.consumer = None
+            sample.consumer = sample.stream = None
         ids = self._abort_unfinished_nowait()
         for it in self._iters:
             it.on_ready(None)

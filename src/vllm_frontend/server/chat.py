@@ -503,7 +503,12 @@ class ChatHandler:
     ) -> None:
         chunks = _StreamChunks(self, req, request_id, gen)
         await push_sequences(
-            sink, chunks.make_sources, chunks.render, chunks.usage, chunks.text_event
+            sink,
+            chunks.make_sources,
+            chunks.render,
+            chunks.usage,
+            chunks.text_event,
+            counts_unused=not self.ctx.enable_prompt_tokens_details,
         )
 
 

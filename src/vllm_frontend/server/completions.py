@@ -364,7 +364,14 @@ class CompletionsHandler:
         self, sink: StreamSink, req: Any, request_id: str, created: int, gen: TextGeneration
     ) -> None:
         chunks = _StreamChunks(self, req, request_id, created, gen.prompts)
-        await push_sequences(sink, gen.sources, chunks.render, chunks.usage, chunks.text_event)
+        await push_sequences(
+            sink,
+            gen.sources,
+            chunks.render,
+            chunks.usage,
+            chunks.text_event,
+            counts_unused=not self.ctx.enable_prompt_tokens_details,
+        )
 
 
 class _StreamChunks:

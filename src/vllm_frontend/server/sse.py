@@ -185,6 +185,7 @@ async def push_sequences(
     render: Callable[[StreamSink, int, Update], None],
     trailer: Callable[[], bytes | None],
     text_event: TextEvents | None = None,
+    counts_unused: bool = False,
 ) -> None:
     """Stream the sources ``make_sources()`` builds (one per prompt) into ``sink`` as SSE,
     push-style, then ``[DONE]``. The head of the response is out already, so every failure from
@@ -197,10 +198,14 @@ async def push_sequences(
     update comes ``trailer()`` (e.g. the usage chunk); an error becomes an SSE error event.
     Every source is closed on the way out (aborting what still runs when the client went away).
     With one source, its plain running updates are rendered as the engine client reads them,
-    new text alone straight from ``text_event(0)``'s template once it has one.
+    new text alone straight from ``text_event(0)``'s template once it has one. With
+    ``counts_unused`` (``render`` makes nothing of an update's cached-token count: no prompt
+    token details), its first output is too, the prefill accounted there (the count, unseen,
+    rides on a later update).
     """
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     pump = _Pump(sink, render, text_event, done)
+    pump.quiet = counts_unused
     sources: Sequence[UpdateSource] = ()
     try:
         sources = pump.sources = make_sources()
@@ -237,6 +242,7 @@ class _Pump:
         "done",
         "head",
         "proc",
+        "quiet",
         "render",
         "single",
         "sink",
@@ -261,6 +267,9 @@ class _Pump:
         self.proc: SequenceProcessor | None = None  # the single source's, for tokens()
         self.head = self.tail = b""
         self.counts: list[int] | None = None  # set with head and tail by _arm()
+        self.quiet = False
+        """The cached-token count of an update is not rendered: the engine client may offer
+        :meth:`tokens` a first output (``GenerationStream.on_tokens``)."""
 
     def __call__(self) -> None:
         done = self.done

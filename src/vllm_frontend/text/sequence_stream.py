@@ -356,6 +356,10 @@ class Finals:
         except Exception as e:
             done.set_exception(e)
 
+    quiet = True
+    """The tokens it takes make no update before the end: the engine client's read loop may
+    offer it a sample's first output too (``GenerationStream.on_tokens``)."""
+
     def tokens(self, token_ids: list[int]) -> bool:
         """A running sample's plain new tokens as the engine client reads them: taken into its
         processor where that only accumulates them (nothing goes out before the end, so the
