@@ -154,6 +154,25 @@ def tool_servers(tiny_model: pathlib.Path) -> Iterator[ToolServers]:
     stack.close()
 
 
+@pytest.fixture(scope="session")
+def mock_clients_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """vLLM's server and ours, each on a mock engine playing the same scripted tokens
+    (tests/mock/test_clients_match_vllm.py's ``_stack``); shared by that module and the generated
+    sweep of tests/mock/test_fuzz_match_vllm.py, which ran the same configuration twice, and
+    stopped after the last of them. Every request of both modules goes to both servers, and the
+    mock engines answer each request from the script alone, so one module's requests change
+    nothing the other compares."""
+    from tests.mock.test_clients_match_vllm import _stack
+
+    def held() -> Iterator[Any]:
+        with _stack(tmp_path_factory.mktemp("clients")) as stack:
+            yield stack
+
+    stack = held()
+    yield stop_after(_EARLY_STOPS, "mock_clients_stack", stack)
+    stack.close()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A run that leaves the engine tests out fails if anything imported vLLM or its kin."""

@@ -118,11 +118,11 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
             stop_group(proc)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Both servers on healthy mock engines, for the whole module but its last test."""
-    with _stack(tmp_path_factory.mktemp("clients")) as s:
-        yield s
+@pytest.fixture
+def stack(mock_clients_stack: Stack) -> Stack:
+    """Both servers on healthy mock engines (the session's ``mock_clients_stack``, which
+    tests/mock/test_fuzz_match_vllm.py uses too), for every test but the last."""
+    return mock_clients_stack
 
 
 # -- raw exchanges and what a client sees of them -------------------------------------------------
