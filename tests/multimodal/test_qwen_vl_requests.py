@@ -7,6 +7,7 @@ repeated item goes without its data from both."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -25,14 +26,29 @@ CASES = ["one image", "sizes and interleaved text", "video", "videos and images"
 MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
-def sides(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Side]]:
-    tmp = tmp_path_factory.mktemp(f"records-{request.param}")
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Side]]]:
+    """Both models' sides, started at the same time: a start waits mostly on vLLM's server
+    (importing vLLM, building its processor) on one core, so two starts overlap well."""
     args = ["--limit-mm-per-prompt", LIMITS]
-    model = MODELS[request.param]()
-    yield from recorded_sides(model, tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+    starts = {
+        name: recorded_sides(
+            make(), tmp_path_factory.mktemp(f"records-{name}"), args, {"PYTHONPATH": VLM_PYTHONPATH}
+        )
+        for name, make in MODELS.items()
+    }
+    try:
+        with ThreadPoolExecutor(len(starts)) as pool:
+            started = {name: pool.submit(next, start) for name, start in starts.items()}
+        yield {name: future.result() for name, future in started.items()}
+    finally:
+        for start in starts.values():
+            start.close()
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def sides(request: pytest.FixtureRequest, stacks: dict[str, dict[str, Side]]) -> dict[str, Side]:
+    return stacks[request.param]
 
 
 _SENT: dict[str, Any] = {}
