@@ -173,6 +173,25 @@ def mock_clients_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
     stack.close()
 
 
+@pytest.fixture(scope="session")
+def recorded_idefics3_qwen2_audio(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """The recorded stacks (vLLM's server and ours, each on a recording mock engine) of
+    tests/multimodal/test_idefics3_requests.py and test_qwen2_audio_requests.py, by model,
+    started at the same time (each module uses only its own) and stopped after the last of
+    the two modules."""
+    from tests.multimodal import test_idefics3_requests, test_qwen2_audio_requests
+    from tests.multimodal.recorded import started_together
+
+    stack = started_together({
+        "idefics3": test_idefics3_requests.recorded(tmp_path_factory),
+        "qwen2_audio": test_qwen2_audio_requests.recorded(tmp_path_factory),
+    })  # fmt: skip
+    yield stop_after(_EARLY_STOPS, "recorded_idefics3_qwen2_audio", stack)
+    stack.close()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A run that leaves the engine tests out fails if anything imported vLLM or its kin."""

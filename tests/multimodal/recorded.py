@@ -6,7 +6,8 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,21 @@ def recorded_sides(
         yield out
     finally:
         stop_all(started)
+
+
+def started_together(
+    starts: Mapping[str, Iterator[dict[str, Side]]],
+) -> Iterator[dict[str, dict[str, Side]]]:
+    """Start the stacks of several :func:`recorded_sides` generators at the same time (a start
+    waits mostly on vLLM's server importing vLLM and building its processor, on one core, so
+    starts overlap well); yield each one's sides by name; stop them all when closed."""
+    try:
+        with ThreadPoolExecutor(len(starts)) as pool:
+            started = {name: pool.submit(next, start) for name, start in starts.items()}
+        yield {name: future.result() for name, future in started.items()}
+    finally:
+        for start in starts.values():
+            start.close()
 
 
 def _tensor(data: Any) -> tuple[str, tuple[int, ...], np.ndarray]:

@@ -26,10 +26,16 @@ pytestmark = pytest.mark.engine
 LIMITS = '{"image": 4}'
 
 
-@pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    """This module's recorded stack (started by the session's ``recorded_idefics3_qwen2_audio``
+    beside test_qwen2_audio_requests')."""
     tmp = tmp_path_factory.mktemp("records")
     yield from recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
+
+
+@pytest.fixture
+def sides(recorded_idefics3_qwen2_audio: dict[str, dict[str, Side]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["idefics3"]
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> dict[str, Any]:

@@ -29,13 +29,19 @@ from tests.support.torchaudio_pure import TORCHAUDIO_PURE
 pytestmark = pytest.mark.engine
 
 
-@pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    """This module's recorded stack (started by the session's ``recorded_idefics3_qwen2_audio``
+    beside test_idefics3_requests')."""
     tmp = tmp_path_factory.mktemp("records-audio")
     args = ["--limit-mm-per-prompt", '{"audio": 3}']
     yield from recorded_sides(
         tiny_qwen2_audio_dir(), tmp, args, {"PYTHONPATH": str(TORCHAUDIO_PURE)}
     )
+
+
+@pytest.fixture
+def sides(recorded_idefics3_qwen2_audio: dict[str, dict[str, Side]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["qwen2_audio"]
 
 
 def _input_audio(data: bytes, fmt: str) -> dict[str, Any]:

@@ -7,12 +7,11 @@ repeated item goes without its data from both."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from tests.multimodal.recorded import Side, compare_requests, recorded_sides
+from tests.multimodal.recorded import Side, compare_requests, recorded_sides, started_together
 from tests.multimodal.test_engine_requests import BAD, LIMITS, REQUESTS, _post
 from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
@@ -28,8 +27,7 @@ MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 @pytest.fixture(scope="module")
 def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Side]]]:
-    """Both models' sides, started at the same time: a start waits mostly on vLLM's server
-    (importing vLLM, building its processor) on one core, so two starts overlap well."""
+    """Both models' sides, started at the same time."""
     args = ["--limit-mm-per-prompt", LIMITS]
     starts = {
         name: recorded_sides(
@@ -37,13 +35,7 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[
         )
         for name, make in MODELS.items()
     }
-    try:
-        with ThreadPoolExecutor(len(starts)) as pool:
-            started = {name: pool.submit(next, start) for name, start in starts.items()}
-        yield {name: future.result() for name, future in started.items()}
-    finally:
-        for start in starts.values():
-            start.close()
+    yield from started_together(starts)
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
