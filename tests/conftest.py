@@ -176,11 +176,11 @@ def mock_clients_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
 @pytest.fixture(scope="session")
 def recorded_idefics3_qwen2_audio(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, dict[str, Any]]]:
+) -> Iterator[dict[str, Any]]:
     """The recorded stacks (vLLM's server and ours, each on a recording mock engine) of
-    tests/multimodal/test_idefics3_requests.py and test_qwen2_audio_requests.py, by model,
-    started at the same time (each module uses only its own) and stopped after the last of
-    the two modules."""
+    tests/multimodal/test_idefics3_requests.py and test_qwen2_audio_requests.py, as futures by
+    model, started at the same time (each module uses only its own) and stopped after the last
+    of the two modules."""
     from tests.multimodal import test_idefics3_requests, test_qwen2_audio_requests
     from tests.multimodal.recorded import started_together
 
@@ -189,6 +189,23 @@ def recorded_idefics3_qwen2_audio(
         "qwen2_audio": test_qwen2_audio_requests.recorded(tmp_path_factory),
     })  # fmt: skip
     yield stop_after(_EARLY_STOPS, "recorded_idefics3_qwen2_audio", stack)
+    stack.close()
+
+
+@pytest.fixture(scope="session")
+def recorded_qwen_vl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The recorded stacks of tests/multimodal/test_engine_requests.py (Qwen2-VL) and
+    test_qwen_vl_requests.py (Qwen2.5-VL, Qwen3-VL), as futures by model, started at the same
+    time (each module uses only its own) and stopped after the last of the two modules."""
+    from tests.multimodal import test_engine_requests, test_qwen_vl_requests
+    from tests.multimodal.recorded import started_together
+
+    stack = started_together({
+        "qwen2_vl": test_engine_requests.recorded(tmp_path_factory),
+        **{name: test_qwen_vl_requests.recorded(tmp_path_factory, name)
+           for name in test_qwen_vl_requests.MODELS},
+    })  # fmt: skip
+    yield stop_after(_EARLY_STOPS, "recorded_qwen_vl", stack)
     stack.close()
 
 

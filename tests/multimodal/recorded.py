@@ -7,7 +7,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -101,15 +101,18 @@ def recorded_sides(
 
 def started_together(
     starts: Mapping[str, Iterator[dict[str, Side]]],
-) -> Iterator[dict[str, dict[str, Side]]]:
-    """Start the stacks of several :func:`recorded_sides` generators at the same time (a start
-    waits mostly on vLLM's server importing vLLM and building its processor, on one core, so
-    starts overlap well); yield each one's sides by name; stop them all when closed."""
+) -> Iterator[dict[str, Future[dict[str, Side]]]]:
+    """Start the stacks of several :func:`recorded_sides` generators at the same time, in the
+    background (a start waits mostly on vLLM's server importing vLLM and building its processor,
+    on one core); yield each one's sides as a future, by name, so that a module waits only for
+    its own stack and the others start beside its tests; stop them all when closed."""
+    pool = ThreadPoolExecutor(len(starts))
+    started = {name: pool.submit(next, start) for name, start in starts.items()}
+    pool.shutdown(wait=False)
     try:
-        with ThreadPoolExecutor(len(starts)) as pool:
-            started = {name: pool.submit(next, start) for name, start in starts.items()}
-        yield {name: future.result() for name, future in started.items()}
+        yield started
     finally:
+        wait(started.values())
         for start in starts.values():
             start.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -33,9 +34,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sid
     yield from recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
 
 
-@pytest.fixture
-def sides(recorded_idefics3_qwen2_audio: dict[str, dict[str, Side]]) -> dict[str, Side]:
-    return recorded_idefics3_qwen2_audio["idefics3"]
+@pytest.fixture(scope="module")
+def sides(recorded_idefics3_qwen2_audio: dict[str, Future[dict[str, Side]]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["idefics3"].result()
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> dict[str, Any]:

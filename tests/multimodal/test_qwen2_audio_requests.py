@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -39,9 +40,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sid
     )
 
 
-@pytest.fixture
-def sides(recorded_idefics3_qwen2_audio: dict[str, dict[str, Side]]) -> dict[str, Side]:
-    return recorded_idefics3_qwen2_audio["qwen2_audio"]
+@pytest.fixture(scope="module")
+def sides(recorded_idefics3_qwen2_audio: dict[str, Future[dict[str, Side]]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["qwen2_audio"].result()
 
 
 def _input_audio(data: bytes, fmt: str) -> dict[str, Any]:

@@ -7,11 +7,12 @@ repeated item goes without its data from both."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
-from tests.multimodal.recorded import Side, compare_requests, recorded_sides, started_together
+from tests.multimodal.recorded import Side, compare_requests, recorded_sides
 from tests.multimodal.test_engine_requests import BAD, LIMITS, REQUESTS, _post
 from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
@@ -25,22 +26,19 @@ CASES = ["one image", "sizes and interleaved text", "video", "videos and images"
 MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 
-@pytest.fixture(scope="module")
-def stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Side]]]:
-    """Both models' sides, started at the same time."""
+def recorded(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[dict[str, Side]]:
+    """Model ``name``'s recorded stack (started by the session's ``recorded_qwen_vl`` beside
+    test_engine_requests')."""
+    tmp = tmp_path_factory.mktemp(f"records-{name}")
     args = ["--limit-mm-per-prompt", LIMITS]
-    starts = {
-        name: recorded_sides(
-            make(), tmp_path_factory.mktemp(f"records-{name}"), args, {"PYTHONPATH": VLM_PYTHONPATH}
-        )
-        for name, make in MODELS.items()
-    }
-    yield from started_together(starts)
+    yield from recorded_sides(MODELS[name](), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
-def sides(request: pytest.FixtureRequest, stacks: dict[str, dict[str, Side]]) -> dict[str, Side]:
-    return stacks[request.param]
+def sides(
+    request: pytest.FixtureRequest, recorded_qwen_vl: dict[str, Future[dict[str, Side]]]
+) -> dict[str, Side]:
+    return recorded_qwen_vl[request.param].result()
 
 
 _SENT: dict[str, Any] = {}

@@ -39,7 +39,12 @@ from tests.support.sdk_clients import anthropic_clients, openai_clients
 T = TypeVar("T")
 
 # The session fixtures whose users are grouped and which stop after their last user.
-SHARED_FIXTURES = ("tool_servers", "mock_clients_stack", "recorded_idefics3_qwen2_audio")
+SHARED_FIXTURES = (
+    "tool_servers",
+    "mock_clients_stack",
+    "recorded_idefics3_qwen2_audio",
+    "recorded_qwen_vl",
+)
 
 TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
 # Without whitespace in the grammar the gibberish model cannot pad its JSON until max_tokens
