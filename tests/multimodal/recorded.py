@@ -105,7 +105,9 @@ def started_together(
     """Start the stacks of several :func:`recorded_sides` generators at the same time, in the
     background (a start waits mostly on vLLM's server importing vLLM and building its processor,
     on one core); yield each one's sides as a future, by name, so that a module waits only for
-    its own stack and the others start beside its tests; stop them all when closed."""
+    its own stack and the others start beside its tests; stop them all when closed. The
+    generators run in threads: make their directories and models before (pytest's
+    ``tmp_path_factory`` is not thread-safe)."""
     pool = ThreadPoolExecutor(len(starts))
     started = {name: pool.submit(next, start) for name, start in starts.items()}
     pool.shutdown(wait=False)

@@ -40,11 +40,11 @@ LIMITS = '{"image": 3, "video": 2}'
 
 
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
-    """This module's recorded stack (started by the session's ``recorded_qwen_vl`` beside
-    test_qwen_vl_requests')."""
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_qwen_vl`` beside test_qwen_vl_requests')."""
     tmp = tmp_path_factory.mktemp("records")
     args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out"]
-    yield from recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+    return recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
 @pytest.fixture(scope="module")

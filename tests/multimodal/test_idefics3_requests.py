@@ -28,10 +28,10 @@ LIMITS = '{"image": 4}'
 
 
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
-    """This module's recorded stack (started by the session's ``recorded_idefics3_qwen2_audio``
-    beside test_qwen2_audio_requests')."""
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_idefics3_qwen2_audio`` beside test_qwen2_audio_requests')."""
     tmp = tmp_path_factory.mktemp("records")
-    yield from recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
+    return recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
 
 
 @pytest.fixture(scope="module")

@@ -31,13 +31,11 @@ pytestmark = pytest.mark.engine
 
 
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
-    """This module's recorded stack (started by the session's ``recorded_idefics3_qwen2_audio``
-    beside test_idefics3_requests')."""
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_idefics3_qwen2_audio`` beside test_idefics3_requests')."""
     tmp = tmp_path_factory.mktemp("records-audio")
     args = ["--limit-mm-per-prompt", '{"audio": 3}']
-    yield from recorded_sides(
-        tiny_qwen2_audio_dir(), tmp, args, {"PYTHONPATH": str(TORCHAUDIO_PURE)}
-    )
+    return recorded_sides(tiny_qwen2_audio_dir(), tmp, args, {"PYTHONPATH": str(TORCHAUDIO_PURE)})
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,11 @@ MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 
 def recorded(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[dict[str, Side]]:
-    """Model ``name``'s recorded stack (started by the session's ``recorded_qwen_vl`` beside
-    test_engine_requests')."""
+    """Model ``name``'s recorded stack, its directory and model made now (started by the
+    session's ``recorded_qwen_vl`` beside test_engine_requests')."""
     tmp = tmp_path_factory.mktemp(f"records-{name}")
     args = ["--limit-mm-per-prompt", LIMITS]
-    yield from recorded_sides(MODELS[name](), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+    return recorded_sides(MODELS[name](), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
