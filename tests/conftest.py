@@ -154,6 +154,61 @@ def tool_servers(tiny_model: pathlib.Path) -> Iterator[ToolServers]:
     stack.close()
 
 
+@pytest.fixture(scope="session")
+def mock_clients_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """vLLM's server and ours, each on a mock engine playing the same scripted tokens
+    (tests/mock/test_clients_match_vllm.py's ``_stack``); shared by that module and the generated
+    sweep of tests/mock/test_fuzz_match_vllm.py, which ran the same configuration twice, and
+    stopped after the last of them. Every request of both modules goes to both servers, and the
+    mock engines answer each request from the script alone, so one module's requests change
+    nothing the other compares."""
+    from tests.mock.test_clients_match_vllm import _stack
+
+    def held() -> Iterator[Any]:
+        with _stack(tmp_path_factory.mktemp("clients")) as stack:
+            yield stack
+
+    stack = held()
+    yield stop_after(_EARLY_STOPS, "mock_clients_stack", stack)
+    stack.close()
+
+
+@pytest.fixture(scope="session")
+def recorded_idefics3_qwen2_audio(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    """The recorded stacks (vLLM's server and ours, each on a recording mock engine) of
+    tests/multimodal/test_idefics3_requests.py and test_qwen2_audio_requests.py, as futures by
+    model, started at the same time (each module uses only its own) and stopped after the last
+    of the two modules."""
+    from tests.multimodal import test_idefics3_requests, test_qwen2_audio_requests
+    from tests.multimodal.recorded import started_together
+
+    stack = started_together({
+        "idefics3": test_idefics3_requests.recorded(tmp_path_factory),
+        "qwen2_audio": test_qwen2_audio_requests.recorded(tmp_path_factory),
+    })  # fmt: skip
+    yield stop_after(_EARLY_STOPS, "recorded_idefics3_qwen2_audio", stack)
+    stack.close()
+
+
+@pytest.fixture(scope="session")
+def recorded_qwen_vl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The recorded stacks of tests/multimodal/test_engine_requests.py (Qwen2-VL) and
+    test_qwen_vl_requests.py (Qwen2.5-VL, Qwen3-VL), as futures by model, started at the same
+    time (each module uses only its own) and stopped after the last of the two modules."""
+    from tests.multimodal import test_engine_requests, test_qwen_vl_requests
+    from tests.multimodal.recorded import started_together
+
+    stack = started_together({
+        "qwen2_vl": test_engine_requests.recorded(tmp_path_factory),
+        **{name: test_qwen_vl_requests.recorded(tmp_path_factory, name)
+           for name in test_qwen_vl_requests.MODELS},
+    })  # fmt: skip
+    yield stop_after(_EARLY_STOPS, "recorded_qwen_vl", stack)
+    stack.close()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A run that leaves the engine tests out fails if anything imported vLLM or its kin."""

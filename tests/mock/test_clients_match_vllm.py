@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,11 +119,11 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
             stop_group(proc)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Both servers on healthy mock engines, for the whole module but its last test."""
-    with _stack(tmp_path_factory.mktemp("clients")) as s:
-        yield s
+@pytest.fixture
+def stack(mock_clients_stack: Stack) -> Stack:
+    """Both servers on healthy mock engines (the session's ``mock_clients_stack``, which
+    tests/mock/test_fuzz_match_vllm.py uses too), for every test but the last."""
+    return mock_clients_stack
 
 
 # -- raw exchanges and what a client sees of them -------------------------------------------------
@@ -752,39 +753,61 @@ def _ending(answer: list[tuple[int, dict[str, str], Any]]) -> Any:
     return status, headers, body[-1:] if body[-1] == "<cut off>" else body[-2:]
 
 
-def test_requests_in_flight_when_the_engine_dies_end_like_vllms(tmp_path: pathlib.Path) -> None:
-    # The engines die once they have a request of every API, streamed and not: they send
-    # ENGINE_CORE_DEAD and exit (how vLLM learns of an external engine's death).
-    requests = [
+def _dying_requests() -> list[tuple[str, dict[str, Any]]]:
+    """A request of every API, streamed and not."""
+    return [
         (path, {"model": str(tiny_model_dir()), **fields, "stream": stream})
         for path, fields in STREAMS[:4]
         for stream in (False, True)
     ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Stack]]:
+    """The last test's stack, whose engines die after :func:`_dying_requests`: started in the
+    background as the module's first test starts (a start waits mostly on vLLM's server
+    importing vLLM), its engines idle until that test."""
+    tmp = tmp_path_factory.mktemp("dying")
+    start = _stack(tmp, "--die-after-requests", str(len(_dying_requests())))
+    pool = ThreadPoolExecutor(1)
+    started = pool.submit(start.__enter__)
+    pool.shutdown(wait=False)
+    try:
+        yield started
+    finally:
+        if started.exception() is None:
+            start.__exit__(None, None, None)
+
+
+def test_requests_in_flight_when_the_engine_dies_end_like_vllms(dying: Future[Stack]) -> None:
+    # The engines die once they have a request of every API, streamed and not: they send
+    # ENGINE_CORE_DEAD and exit (how vLLM learns of an external engine's death).
+    requests = _dying_requests()
     # vLLM's server exits soon after its first request fails on the dead engine (uvicorn checks
     # for that every 0.1 s), and then refuses new connections: its /health answer is asked on
     # the first request's connection, pipelined behind it. uvicorn starts a pipelined request
     # as soon as the one before it is answered, and lets a request in flight finish when it
     # shuts down.
     first = post(*requests[0]).replace(b"Connection: close\r\n", b"")
-    with _stack(tmp_path, "--die-after-requests", str(len(requests))) as dying:
-        seen: dict[str, list[Any]] = {}
-        for name in ("vllm", "ours"):
-            answers: list[bytes] = [b""] * len(requests)
+    stack = dying.result()
+    seen: dict[str, list[Any]] = {}
+    for name in ("vllm", "ours"):
+        answers: list[bytes] = [b""] * len(requests)
 
-            def send(i: int, name: str = name, answers: list[bytes] = answers) -> None:
-                data = first + request("GET", "/health") if i == 0 else post(*requests[i])
-                answers[i] = exchange(dying.ports[name], data, timeout=60)
+        def send(i: int, name: str = name, answers: list[bytes] = answers) -> None:
+            data = first + request("GET", "/health") if i == 0 else post(*requests[i])
+            answers[i] = exchange(stack.ports[name], data, timeout=60)
 
-            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(90)
-            pipelined = responses(answers[0])
-            assert len(pipelined) == 2, f"{name} did not answer the pipelined /health"
-            answered, health = pipelined
-            seen[name] = [_ending([answered])] + [_ending(responses(a)) for a in answers[1:]]
-            seen[name].append(health)
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        pipelined = responses(answers[0])
+        assert len(pipelined) == 2, f"{name} did not answer the pipelined /health"
+        answered, health = pipelined
+        seen[name] = [_ending([answered])] + [_ending(responses(a)) for a in answers[1:]]
+        seen[name].append(health)
     messages_stream = requests.index(("/v1/messages", {**requests[-1][1]}))
     # vLLM's Messages stream fails to convert the error chunk and reports pydantic's complaint
     # about it; ours reports the dead engine in the same event

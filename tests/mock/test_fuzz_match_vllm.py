@@ -15,7 +15,6 @@ smallest body that showed the difference that was fixed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from tests.mock.fuzz_requests import APIS, request
 from tests.mock.test_clients_match_vllm import (
     Stack,
     _coalesced,
-    _stack,
     exchange,
     post,
     responses,
@@ -37,11 +35,11 @@ pytestmark = pytest.mark.engine
 MODEL = str(tiny_model_dir())
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Both servers on healthy mock engines, for the whole module."""
-    with _stack(tmp_path_factory.mktemp("fuzz")) as s:
-        yield s
+@pytest.fixture
+def stack(mock_clients_stack: Stack) -> Stack:
+    """Both servers on healthy mock engines: the stack of ``test_clients_match_vllm`` (the
+    session's ``mock_clients_stack``), which that module's tests used first."""
+    return mock_clients_stack
 
 
 def _choice(event: Any) -> int:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,26 @@ def recorded_sides(
         yield out
     finally:
         stop_all(started)
+
+
+def started_together(
+    starts: Mapping[str, Iterator[dict[str, Side]]],
+) -> Iterator[dict[str, Future[dict[str, Side]]]]:
+    """Start the stacks of several :func:`recorded_sides` generators at the same time, in the
+    background (a start waits mostly on vLLM's server importing vLLM and building its processor,
+    on one core); yield each one's sides as a future, by name, so that a module waits only for
+    its own stack and the others start beside its tests; stop them all when closed. The
+    generators run in threads: make their directories and models before (pytest's
+    ``tmp_path_factory`` is not thread-safe)."""
+    pool = ThreadPoolExecutor(len(starts))
+    started = {name: pool.submit(next, start) for name, start in starts.items()}
+    pool.shutdown(wait=False)
+    try:
+        yield started
+    finally:
+        wait(started.values())
+        for start in starts.values():
+            start.close()
 
 
 def _tensor(data: Any) -> tuple[str, tuple[int, ...], np.ndarray]:

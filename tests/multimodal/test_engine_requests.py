@@ -21,6 +21,7 @@ import base64
 import io
 import json
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -38,11 +39,17 @@ pytestmark = pytest.mark.engine
 LIMITS = '{"image": 3, "video": 2}'
 
 
-@pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_qwen_vl`` beside test_qwen_vl_requests')."""
     tmp = tmp_path_factory.mktemp("records")
     args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out"]
-    yield from recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+    return recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+
+
+@pytest.fixture(scope="module")
+def sides(recorded_qwen_vl: dict[str, Future[dict[str, Side]]]) -> dict[str, Side]:
+    return recorded_qwen_vl["qwen2_vl"].result()
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -26,10 +27,16 @@ pytestmark = pytest.mark.engine
 LIMITS = '{"image": 4}'
 
 
-@pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_idefics3_qwen2_audio`` beside test_qwen2_audio_requests')."""
     tmp = tmp_path_factory.mktemp("records")
-    yield from recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
+    return recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
+
+
+@pytest.fixture(scope="module")
+def sides(recorded_idefics3_qwen2_audio: dict[str, Future[dict[str, Side]]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["idefics3"].result()
 
 
 def _png(width: int, height: int, seed: int, mode: str = "RGB") -> dict[str, Any]:

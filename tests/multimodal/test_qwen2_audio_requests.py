@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -29,13 +30,17 @@ from tests.support.torchaudio_pure import TORCHAUDIO_PURE
 pytestmark = pytest.mark.engine
 
 
-@pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
+    """This module's recorded stack, its directory and model made now (started by the
+    session's ``recorded_idefics3_qwen2_audio`` beside test_idefics3_requests')."""
     tmp = tmp_path_factory.mktemp("records-audio")
     args = ["--limit-mm-per-prompt", '{"audio": 3}']
-    yield from recorded_sides(
-        tiny_qwen2_audio_dir(), tmp, args, {"PYTHONPATH": str(TORCHAUDIO_PURE)}
-    )
+    return recorded_sides(tiny_qwen2_audio_dir(), tmp, args, {"PYTHONPATH": str(TORCHAUDIO_PURE)})
+
+
+@pytest.fixture(scope="module")
+def sides(recorded_idefics3_qwen2_audio: dict[str, Future[dict[str, Side]]]) -> dict[str, Side]:
+    return recorded_idefics3_qwen2_audio["qwen2_audio"].result()
 
 
 def _input_audio(data: bytes, fmt: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ repeated item goes without its data from both."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -25,14 +26,19 @@ CASES = ["one image", "sizes and interleaved text", "video", "videos and images"
 MODELS = {"qwen2_5_vl": tiny_qwen25_vl_dir, "qwen3_vl": tiny_qwen3_vl_dir}
 
 
+def recorded(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[dict[str, Side]]:
+    """Model ``name``'s recorded stack, its directory and model made now (started by the
+    session's ``recorded_qwen_vl`` beside test_engine_requests')."""
+    tmp = tmp_path_factory.mktemp(f"records-{name}")
+    args = ["--limit-mm-per-prompt", LIMITS]
+    return recorded_sides(MODELS[name](), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+
+
 @pytest.fixture(scope="module", params=list(MODELS))
 def sides(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Side]]:
-    tmp = tmp_path_factory.mktemp(f"records-{request.param}")
-    args = ["--limit-mm-per-prompt", LIMITS]
-    model = MODELS[request.param]()
-    yield from recorded_sides(model, tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
+    request: pytest.FixtureRequest, recorded_qwen_vl: dict[str, Future[dict[str, Side]]]
+) -> dict[str, Side]:
+    return recorded_qwen_vl[request.param].result()
 
 
 _SENT: dict[str, Any] = {}

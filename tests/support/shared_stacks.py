@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -36,8 +36,15 @@ from tests.support.engines import (
 )
 from tests.support.sdk_clients import anthropic_clients, openai_clients
 
+T = TypeVar("T")
+
 # The session fixtures whose users are grouped and which stop after their last user.
-SHARED_FIXTURES = ("tool_servers",)
+SHARED_FIXTURES = (
+    "tool_servers",
+    "mock_clients_stack",
+    "recorded_idefics3_qwen2_audio",
+    "recorded_qwen_vl",
+)
 
 TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json")
 # Without whitespace in the grammar the gibberish model cannot pad its JSON until max_tokens
@@ -156,7 +163,7 @@ class EarlyStops:
                 self._stops.pop(name)()
 
 
-def stop_after(early: EarlyStops, name: str, stack: Iterator[ToolServers]) -> ToolServers:
+def stop_after(early: EarlyStops, name: str, stack: Iterator[T]) -> T:
     """Start ``stack`` (a generator) and have ``early`` close it after fixture ``name``'s last
     user; the session's end closes it too if that never came."""
     value = next(stack)
