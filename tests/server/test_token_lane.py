@@ -135,10 +135,21 @@ def _tokenizer(model: pathlib.Path) -> Tokenizer:
     return Tokenizer.from_dir(model)
 
 
-def _app(model: pathlib.Path, client: StepClient, registry: MetricsRegistry | None) -> App:
+def _app(
+    model: pathlib.Path,
+    client: StepClient,
+    registry: MetricsRegistry | None,
+    details: bool = False,
+) -> App:
+    """``details``: ``--enable-prompt-tokens-details``."""
     metrics = None if registry is None else FrontendMetrics("m", 256, registry=registry)
     return generation_app(
-        model, client, max_model_len=256, metrics=metrics, tokenizer=_tokenizer(model)
+        model,
+        client,
+        max_model_len=256,
+        metrics=metrics,
+        tokenizer=_tokenizer(model),
+        enable_prompt_tokens_details=details,
     )
 
 
@@ -155,14 +166,7 @@ async def _stream(
     ``--enable-prompt-tokens-details`` (the usage then reports the cached tokens)."""
     client = StepClient(_tokenizer(model), lane, first_stats)
     registry = MetricsRegistry()
-    app = generation_app(
-        model,
-        client,
-        max_model_len=256,
-        metrics=FrontendMetrics("m", 256, registry=registry) if metrics else None,
-        tokenizer=_tokenizer(model),
-        enable_prompt_tokens_details=details,
-    )
+    app = _app(model, client, registry if metrics else None, details)
     raw = json.dumps({**body, "model": "m", "stream": True}).encode()
     response = await app(Request("POST", path, b"", {b"content-type": b"application/json"}, raw))
     assert isinstance(response, PushedStreamingResponse), getattr(response, "body", response)
@@ -179,15 +183,7 @@ async def _full(
     first output carries prefill stats and events, and usage reports the cached tokens."""
     client = StepClient(_tokenizer(model), lane, first_stats)
     registry = MetricsRegistry()
-    metrics = FrontendMetrics("m", 256, registry=registry)
-    app = generation_app(
-        model,
-        client,
-        max_model_len=256,
-        metrics=metrics,
-        tokenizer=_tokenizer(model),
-        enable_prompt_tokens_details=first_stats,
-    )
+    app = _app(model, client, registry, details=first_stats)
     raw = json.dumps({**body, "model": "m"}).encode()
     headers = {b"content-type": b"application/json"}
     handling = asyncio.create_task(app(Request("POST", path, b"", headers, raw)))

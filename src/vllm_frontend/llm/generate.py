@@ -226,28 +226,24 @@ class _Sample:
             return False
         metrics = self.metrics
         stats = self.stats
-        if (
+        stream = self.stream  # None unless the consumer is quiet
+        more = (
             output.events is not None
             or output.prefill_stats is not None
             or self.prefilling  # a first output also leaves the prefill backlog
             or (metrics is not None and not stats.num_generation_tokens)  # and is recorded
-        ):
-            stream = self.stream
-            if stream is None:
-                return False
-            token_ids = output.new_token_ids
-            consumer = self.consumer
-            if not token_ids or consumer is None or not consumer.tokens(token_ids):
-                return False
-            cached = stream._account(self, output)
-            if cached is not None:
-                self.cached = cached
-            return True
+        )
+        if more and stream is None:
+            return False
         token_ids = output.new_token_ids
         consumer = self.consumer
         if not token_ids or consumer is None or not consumer.tokens(token_ids):
             return False
-        if metrics is not None:
+        if stream is not None and more:
+            cached = stream._account(self, output)
+            if cached is not None:
+                self.cached = cached
+        elif metrics is not None:
             metrics.observe_tokens(stats, len(token_ids))
         return True
 
