@@ -204,8 +204,7 @@ async def push_sequences(
     rides on a later update).
     """
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    pump = _Pump(sink, render, text_event, done)
-    pump.quiet = counts_unused
+    pump = _Pump(sink, render, text_event, done, counts_unused)
     sources: Sequence[UpdateSource] = ()
     try:
         sources = pump.sources = make_sources()
@@ -257,6 +256,7 @@ class _Pump:
         render: Callable[[StreamSink, int, Update], None],
         text_event: TextEvents | None,
         done: asyncio.Future[None],
+        quiet: bool = False,
     ) -> None:
         self.sink = sink
         self.render = render
@@ -267,7 +267,7 @@ class _Pump:
         self.proc: SequenceProcessor | None = None  # the single source's, for tokens()
         self.head = self.tail = b""
         self.counts: list[int] | None = None  # set with head and tail by _arm()
-        self.quiet = False
+        self.quiet = quiet
         """The cached-token count of an update is not rendered: the engine client may offer
         :meth:`tokens` a first output (``GenerationStream.on_tokens``)."""
 
