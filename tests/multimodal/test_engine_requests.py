@@ -219,6 +219,34 @@ BAD = {
         {"role": "user", "content": [{"type": "audio_url",
                                       "audio_url": {"url": "data:audio/wav;base64,AAAA"}}]}
     ],
+    # Part shapes vLLM's request model or chat parser refuses (pydantic's reports): alone in
+    # their message (OpenAI's message branch reads the parts) or beside text (the custom-role
+    # branch does, and vLLM's parser validates the typed URL parts).
+    "image_url as a string": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": _png(9, 9, 20)}]}
+    ],
+    "image_url without url": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {}}]}
+    ],
+    "image_url without url, beside text": [
+        {"role": "user", "content": [_text("Hi"), {"type": "image_url", "image_url": {}}]}
+    ],
+    "video_url as a string": [
+        {"role": "user", "content": [{"type": "video_url", "video_url": "x"}]}
+    ],
+    "video_url without url": [
+        {"role": "user", "content": [{"type": "video_url", "video_url": {}}]}
+    ],
+    "input_image without detail": [
+        {"role": "user", "content": [_text("Hi"),
+                                     {"type": "input_image", "image_url": _png(9, 9, 21)}]}
+    ],
+    "input_image with a bad detail": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": _png(9, 9, 22),
+                                      "detail": "x"}]}
+    ],
+    "no type, image_url an object": [{"role": "user", "content": [{"image_url": {"url": "x"}}]}],
+    "text not a string": [{"role": "user", "content": [{"type": "text", "text": 5}]}],
 }  # fmt: skip
 
 
@@ -625,6 +653,7 @@ def _bad_embeds() -> dict[str, list[Any]]:
         "mixed with an image": user(_image(_png(64, 48, 1)), _embeds(_rows(4, 1), grid)),
         "too many": user(*[_embeds(_rows(4, i), grid) for i in range(4)]),
         "audio embeds": user({"type": "audio_embeds", "audio_embeds": _npy(_rows(4, 1))}),
+        "an empty dictionary": user({"type": "image_embeds", "image_embeds": {}}),
     }  # fmt: skip
 
 
