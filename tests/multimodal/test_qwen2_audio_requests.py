@@ -83,6 +83,10 @@ REQUESTS: dict[str, tuple[list[Any], bool]] = {
     "mp3 22.05 kHz": ([{"role": "user", "content": [
         _input_audio(with_soundfile(tone(1.2, 22050, 1, 7), 22050, "MP3"), "mp3")]}], False),
     "string content": ([{"role": "user", "content": "No audio here."}], True),
+    # A format OpenAI's InputAudio refuses, beside text: the custom-role message branch takes
+    # the message, and vLLM's parser only casts an input_audio part (the clip decodes).
+    "format flac beside text": ([{"role": "user", "content": [
+        _text("Hear:"), _input_audio(_wav(0.8, 16000, 1, 8), "flac")]}], True),
 }  # fmt: skip
 
 
@@ -148,6 +152,20 @@ BAD = {
                                                     for i in range(4)]}],
     "an image": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}],
+    # Alone in its message, a part OpenAI's InputAudio refuses (a format not wav or mp3, none,
+    # no data, not an object): OpenAI's message branch reads it, and pydantic refuses it.
+    "format flac": [{"role": "user", "content": [_input_audio(_wav(0.2, 16000), "flac")]}],
+    "format WAV": [{"role": "user", "content": [_input_audio(_wav(0.2, 16000), "WAV")]}],
+    "no format": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "AAAA"}}]}],
+    "no data": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"format": "wav"}}]}],
+    "input_audio a string": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": "AAAA"}]}],
+    "audio_url a string": [{"role": "user", "content": [
+        {"type": "audio_url", "audio_url": "data:audio/wav;base64,AAAA"}]}],
+    "audio_url without url": [{"role": "user", "content": [
+        {"type": "audio_url", "audio_url": {}}]}],
 }  # fmt: skip
 
 

@@ -213,6 +213,8 @@ def _extra(value: Any, key: str, grid: np.ndarray) -> np.ndarray:
 
 
 def _set(keys: set[str]) -> str:
+    if not keys:
+        return "set()"  # Python's repr of an empty set (vLLM formats the set itself)
     return "{" + ", ".join(repr(k) for k in sorted(keys, reverse=True)) + "}"
 
 

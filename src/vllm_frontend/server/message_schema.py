@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .part_union import fields_set, parser_error
 from .validation import (
     AnyValue,
     Iterable,
@@ -157,17 +158,11 @@ CHAT_MESSAGE = TaggedUnion(
 # vLLM then reads the parts while rendering, and pydantic reports the first one OpenAI's part
 # types refuse ("N validation errors for ValidatorIterator"). Only messages whose branch is
 # certain are judged here: a role of OpenAI's with no field but role, content, name (and a
-# tool's call id), and parts each certain to be read by no part type of vLLM's, or one part
-# that no part type takes at all.
+# tool's call id), and parts each certain to be read by no part type of vLLM's (part_union's
+# count of the fields set is 0), or one part that no part type takes at all. In a message the
+# custom-role branch takes, vLLM's chat parser then validates the typed URL parts it reads
+# (part_union.parser_error).
 
-_VLLM_PART_TYPES = frozenset(
-    {"text", "image_url", "input_audio", "file", "audio_url", "video_url", "refusal",
-     "image_embeds", "audio_embeds", "video_embeds", "prompt_embeds", "tool_reference",
-     "thinking"}
-)  # fmt: skip
-"""The ``type`` values of vLLM's typed content parts."""
-_UNTYPED_PART_FIELDS = frozenset({"image_pil", "uuid", "image_url", "audio_url", "video_url"})
-"""The fields of vLLM's content parts without a ``type`` (any part may match those)."""
 _PARTLY_MODELLED = frozenset({"prompt_cache_breakpoint"})
 """Part fields of OpenAI's part types not described here (a part with one is not judged)."""
 
@@ -233,12 +228,9 @@ def _unread_part(part: Any) -> bool:
     # certain to set no field of any of vLLM's part types
     if not isinstance(part, dict):
         return True  # a string sets none; anything else is taken by none
-    if not part.keys().isdisjoint(_UNTYPED_PART_FIELDS | _PARTLY_MODELLED):
+    if not part.keys().isdisjoint(_PARTLY_MODELLED):
         return False
-    kind = part.get("type")
-    if kind is None:
-        return "type" in part or "name" not in part  # (a tool reference needs no type)
-    return not (isinstance(kind, str) and kind in _VLLM_PART_TYPES)
+    return fields_set(part) == 0
 
 
 def _openai_branch_parts(message: Any) -> list[Any] | None:
@@ -260,17 +252,35 @@ def _openai_branch_parts(message: Any) -> list[Any] | None:
 
 
 def unread_parts_error(messages: Any) -> str | None:
-    """pydantic's report of the first content part an OpenAI message branch refuses as vLLM
-    renders ``messages`` (``None``: none, or not certain)."""
+    """pydantic's report of the first content part vLLM refuses as it reads ``messages``: one
+    an OpenAI message branch refuses, or, in a message the custom-role branch takes, a typed
+    URL part its chat parser refuses (``None``: none, or not certain)."""
     if not isinstance(messages, list):
         return None
     for message in messages:
         parts = _openai_branch_parts(message)
         if parts is None:
+            if report := _parser_error(message):
+                return report
             continue
         members = _OPENAI_PARTS[message["role"]]
         spec = members[0] if len(members) == 1 else TaggedUnion(*members)
         for i, part in enumerate(parts):
             if errors := spec.errors(part, (i,)):
                 return pydantic_report("ValidatorIterator", errors)
+    return None
+
+
+def _parser_error(message: Any) -> str | None:
+    # The first part of a message whose parts the custom-role branch takes (each an object
+    # some member of its part union takes, or a string) that vLLM's chat parser refuses.
+    parts = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(parts, list):
+        return None
+    if not all(isinstance(p, str) or (isinstance(p, dict) and fields_set(p) is not None)
+               for p in parts):  # fmt: skip
+        return None
+    for part in parts:
+        if report := parser_error(part):
+            return report
     return None

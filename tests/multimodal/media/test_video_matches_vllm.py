@@ -107,6 +107,15 @@ def test_jpeg_sequences_and_bad_videos() -> None:
     same(data_url(VIDEOS["mjpg"][:3000], "video/mp4"), None)
 
 
+@pytest.mark.parametrize("processor", [None, "Qwen2VLVideoProcessor", "Qwen3VLVideoProcessor"])
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "BMP", "GIF"])
+def test_a_still_image_sent_as_a_video_gets_vllms_answer(fmt: str, processor: str | None) -> None:
+    # OpenCV opens a still image as a "video" whose frame count it reports as INT64_MIN (one
+    # frame for a GIF): each loader refuses it (or samples nothing) as vLLM's does.
+    image = encode(noise("RGB", (40, 30), 3).convert("P" if fmt == "GIF" else "RGB"), fmt)
+    same(data_url(image, "video/mp4"), None, processor)
+
+
 def test_the_sampling_rules_match_vllms_on_many_clips() -> None:
     from vllm.multimodal.video import Qwen2VLVideoBackend, Qwen3VLVideoBackend, VideoBackend
     from vllm.multimodal.video_decoders import VideoSourceMetadata, VideoTargetMetadata

@@ -71,6 +71,12 @@ def _float32_arange_int(total: int, step: float) -> list[int]:
     # length and each value i * step in double, each value rounded to float32, then truncated.
     import numpy as np
 
+    # torch's own refusals (a RuntimeError there, a 500 from vLLM): OpenCV reports a still
+    # image's frame count as a huge negative number.
+    if step == 0:
+        raise ValueError("step must be nonzero")
+    if (step > 0 and total < 0) or (step < 0 and total > 0):
+        raise ValueError("upper bound and lower bound inconsistent with step sign")
     size = math.ceil(total / step)
     values = np.arange(size, dtype=np.float64) * step
     return values.astype(np.float32).astype(np.int32).tolist()
