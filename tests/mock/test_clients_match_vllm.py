@@ -516,7 +516,8 @@ def _final_text(event: Any) -> tuple[Any, str] | None:
     choice = event["choices"][0]
     if choice.get("finish_reason") is None:
         return None
-    if event.get("object") == "text_completion" and choice.get("text"):
+    if event.get("object") == "text_completion" and isinstance(choice.get("text"), str):
+        # (split even without text: the finish may carry the last tokens' other fields)
         return {**event, "choices": [{**choice, "text": ""}]}, choice["text"]
     delta = choice.get("delta") or {}
     if event.get("object") == "chat.completion.chunk" and delta.get("content"):
@@ -525,34 +526,92 @@ def _final_text(event: Any) -> tuple[Any, str] | None:
     return None
 
 
+_PER_TOKEN = ("logprobs", "token_ids", "prompt_token_ids")
+"""A streamed completion choice's fields that belong to its tokens: where they land depends on
+how the tokens split between events, as the text does."""
+
+
+def _token_fields(event: Any) -> dict[str, Any] | None:
+    """A completion event's per-token fields (None: not a completion event)."""
+    if not isinstance(event, dict) or event.get("object") != "text_completion":
+        return None
+    choices = event.get("choices")
+    return {k: choices[0].get(k) for k in _PER_TOKEN} if choices else None
+
+
+def _joined(first: Any, then: Any) -> Any:
+    """Two events' value of one per-token field as one event's (lists and logprobs' lists
+    concatenated, else the first that is set)."""
+    if isinstance(first, list) and isinstance(then, list):
+        return first + then
+    if isinstance(first, dict) and isinstance(then, dict):
+        return {k: _joined(first.get(k), then.get(k)) for k in first.keys() | then.keys()}
+    return first if first is not None else then
+
+
 def _coalesced(events: list[Any]) -> list[Any]:
     """``events`` with runs of text deltas joined into the first (how many tokens an engine
     step's message carries, and so how deltas split, depends on timing) and without the
-    numbering and text snapshots that follow from the split."""
+    numbering and text snapshots that follow from the split. A completion's per-token fields
+    (:data:`_PER_TOKEN`) are joined with its text."""
     out: list[Any] = []
     joined = False
+
+    def add(text: str, fields: dict[str, Any] | None) -> None:
+        if joined:
+            _, before, had = out[-1]
+            out[-1] = ("text", before + text, _joined(had, fields))
+        else:
+            out.append(("text", text, fields))
+
     for event in events:
         if isinstance(event, dict) and event.get("type") == "text":
             continue  # the anthropic SDK's running text snapshot
         if isinstance(event, dict):
             event = {k: v for k, v in event.items() if k != "sequence_number"}
         text = _text_of(event)
+        fields = _token_fields(event)
         if text is None and (last := _final_text(event)) is not None:
             # the last tokens may come with the finish, or in a chunk of their own
             event, text = last
-            if joined:
-                out[-1] = ("text", out[-1][1] + text)
-            else:
-                out.append(("text", text))
+            if fields is not None:
+                choice = {**event["choices"][0], **dict.fromkeys(_PER_TOKEN)}
+                event = {**event, "choices": [choice]}
+            add(text, fields)
             out.append(event)
             joined = False
             continue
-        if text is not None and joined:
-            out[-1] = ("text", out[-1][1] + text)
+        if text is not None:
+            add(text, fields)
+            joined = True
             continue
-        joined = text is not None
-        out.append(("text", text) if text is not None else event)
+        joined = False
+        out.append(event)
     return out
+
+
+def _completion_event(text: str, finish: str | None, **fields: Any) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "finish_reason": finish, **dict.fromkeys(_PER_TOKEN)}
+    return {"object": "text_completion", "choices": [{**choice, **fields}]}
+
+
+def test_a_completion_stream_reads_the_same_however_its_tokens_split() -> None:
+    # Two tokens of an echoed stream in one event (the engine client read both steps' outputs
+    # at once) or in two: the same once coalesced, the first event's prompt ids included.
+    lp = {"tokens": ["a", "b"], "token_logprobs": [-1.0, -2.0], "text_offset": [2, 7]}
+    one = [_completion_event("hiindowfor", "length", prompt_token_ids=[1, 2], token_ids=[3, 4],
+                             logprobs=lp)]  # fmt: skip
+    two = [
+        _completion_event("hiindow", None, prompt_token_ids=[1, 2], token_ids=[3],
+                          logprobs={k: v[:1] for k, v in lp.items()}),
+        _completion_event("for", "length", token_ids=[4],
+                          logprobs={k: v[1:] for k, v in lp.items()}),
+    ]  # fmt: skip
+    assert _coalesced(one) == _coalesced(two)
+    assert _coalesced(one)[0] == ("text", "hiindowfor", {"logprobs": lp, "token_ids": [3, 4],
+                                                          "prompt_token_ids": [1, 2]})  # fmt: skip
+    changed = [two[0], _completion_event("for", "length", token_ids=[5])]
+    assert _coalesced(changed) != _coalesced(one)
 
 
 def _sdks(port: int) -> list[Any]:
