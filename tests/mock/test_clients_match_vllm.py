@@ -499,7 +499,8 @@ def _text_of(event: Any) -> str | None:
         return str(event["delta"]["text"])
     choices = event.get("choices")
     running = bool(choices) and choices[0]["finish_reason"] is None
-    if event.get("object") == "text_completion" and running and "usage" not in event:
+    if event.get("object") == "text_completion" and running:
+        # (a running event's continuous usage counts the tokens so far: it follows the split)
         return str(choices[0]["text"])
     if event.get("object") == "chat.completion.chunk" and choices:
         delta = choices[0]["delta"]
@@ -612,6 +613,14 @@ def test_a_completion_stream_reads_the_same_however_its_tokens_split() -> None:
                                                           "prompt_token_ids": [1, 2]})  # fmt: skip
     changed = [two[0], _completion_event("for", "length", token_ids=[5])]
     assert _coalesced(changed) != _coalesced(one)
+    # continuous usage: each event counts the tokens so far; the finishing one counts them all
+    usage = [{"completion_tokens": n} for n in (1, 2)]
+    assert _coalesced([{**one[0], "usage": usage[1]}]) == _coalesced(
+        [{**two[0], "usage": usage[0]}, {**two[1], "usage": usage[1]}]
+    )
+    assert _coalesced([{**one[0], "usage": usage[0]}]) != _coalesced(
+        [{**two[0], "usage": usage[0]}, {**two[1], "usage": usage[1]}]
+    )
 
 
 def _sdks(port: int) -> list[Any]:
