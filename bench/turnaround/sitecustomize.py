@@ -80,13 +80,14 @@ def _trace_mock() -> None:
 
 
 def _trace_frontend() -> None:
-    from vllm_frontend.engine import outbox, zmtp_sockets
+    from vllm_frontend.engine import outbox, streams, zmtp_sockets
     from vllm_frontend.server.transport import reader, writer
 
     pull = zmtp_sockets.ZmtpPull._deliver
     send_parts = zmtp_sockets.ZmtpRouter.send_parts
     send_many = zmtp_sockets.ZmtpRouter.send_many
     burst = outbox.Outbox.send
+    notify = streams.Notifier._run
     write = writer.ResponseWriter._write
     received = reader.RequestReader.data_received
     clock, record = time.perf_counter, _EVENTS.append
@@ -109,6 +110,10 @@ def _trace_frontend() -> None:
         record(("C", clock()))
         burst(self, parts)
 
+    def traced_notify(self: Any) -> None:
+        record(("N", clock(), len(self._states)))
+        notify(self)
+
     def traced_write(self: Any, transport: Any, data: bytes) -> None:
         start = clock()
         write(self, transport, data)
@@ -122,6 +127,7 @@ def _trace_frontend() -> None:
     zmtp_sockets.ZmtpRouter.send_parts = traced_send_parts  # type: ignore[method-assign]
     zmtp_sockets.ZmtpRouter.send_many = traced_send_many  # type: ignore[method-assign]
     outbox.Outbox.send = traced_burst  # type: ignore[method-assign]
+    streams.Notifier._run = traced_notify  # type: ignore[method-assign]
     writer.ResponseWriter._write = traced_write  # type: ignore[method-assign]
     reader.RequestReader.data_received = traced_received  # type: ignore[method-assign]
 
