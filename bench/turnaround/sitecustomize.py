@@ -14,7 +14,8 @@ frontend
     ``("D", t, messages)`` engine outputs read off the socket; ``("W", start, end, bytes,
     connection)`` an HTTP response written; ``("R", t, bytes, connection)`` HTTP request bytes
     read; ``("C", t)`` a request handed to the input socket's burst (``Outbox.send``); ``("P",
-    start, end, messages)`` requests written to the engine socket.
+    start, end, messages)`` requests written to the engine socket; ``("N", t, streams)`` the
+    Notifier's callback runs the consumers of the streams that changed.
 
 Python imports only the first ``sitecustomize`` on ``sys.path``, so this one replaces any other.
 """
