@@ -86,6 +86,9 @@ def analyze(directory: pathlib.Path, window_s: float, concurrency: int = 32) -> 
     )
     out["finished per step (mean)"] = f"{statistics.mean(finished):.2f}"
     out["steps per request"] = f"{concurrency / statistics.mean(finished):.2f}"
+    out["outputs sent after their step began us"] = _pct(
+        [(t - starts[bisect.bisect_right(starts, t) - 1]) * 1e6 for t in sent if t0 <= t <= t1]
+    )
     fronts = sorted(directory.glob("frontend-*.trace"))
     fe = [e for f in fronts for e in load(f)]
     if not fe:
