@@ -16,6 +16,9 @@ test_tensor_embeds.py) spends most of each build on them:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 def lean_render_apps() -> None:
     """Patch vLLM (in the reference's own process) so that its render apps build without the
@@ -45,3 +48,23 @@ def share_rust_tokenizers() -> None:
     import tokenizers
 
     copy._deepcopy_dispatch[tokenizers.Tokenizer] = lambda tokenizer, memo: tokenizer  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def rust_tokenizers_shared() -> Iterator[None]:
+    """:func:`share_rust_tokenizers` for a ``with`` block, for a reference computed in the test
+    process itself (deep copies are real again afterwards)."""
+    import copy
+
+    import tokenizers
+
+    dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
+    before = dispatch.get(tokenizers.Tokenizer)
+    share_rust_tokenizers()
+    try:
+        yield
+    finally:
+        if before is None:
+            del dispatch[tokenizers.Tokenizer]
+        else:
+            dispatch[tokenizers.Tokenizer] = before
