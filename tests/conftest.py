@@ -174,6 +174,46 @@ def mock_clients_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any
 
 
 @pytest.fixture(scope="session")
+def mock_vllm_stacks(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """vLLM's servers (each on its own mock engine) of tests/mock/test_admission_behind_frontends.py
+    and test_behind_frontends.py, by module ("admission", "behind"), all started when the first
+    of the two modules begins, so that each starts beside the other parameters' tests; each
+    module waits for and stops its own (``.pop`` it), and this stops what is left after the last
+    of the two modules. Only the modules whose ``vllm`` parameter runs get one."""
+    from tests.mock import test_admission_behind_frontends, test_behind_frontends
+
+    modules = {"admission": test_admission_behind_frontends, "behind": test_behind_frontends}
+
+    def runs_vllm(item: pytest.Item, module: object) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return getattr(item, "module", None) is module and "vllm" in (
+            callspec.params.values() if callspec is not None else ()
+        )
+
+    wanted = [
+        name
+        for name, module in modules.items()
+        if any(runs_vllm(item, module) for item in request.session.items)
+    ]
+
+    def held() -> Iterator[dict[str, Any]]:
+        stacks: dict[str, Any] = {}
+        try:
+            for name in wanted:
+                stacks[name] = modules[name].vllm_stack(tmp_path_factory.mktemp(name))
+            yield stacks
+        finally:
+            for stack in stacks.values():
+                stack.stop()
+
+    stack = held()
+    yield stop_after(_EARLY_STOPS, "mock_vllm_stacks", stack)
+    stack.close()
+
+
+@pytest.fixture(scope="session")
 def recorded_idefics3_qwen2_audio(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:

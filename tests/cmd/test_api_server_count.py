@@ -32,6 +32,7 @@ import psutil
 import pytest
 from tests.support.engines import (
     BASE_ENGINE_ARGS,
+    VllmServer,
     engine_env,
     free_port,
     http_status,
@@ -583,7 +584,35 @@ PROMPTS = [
 REFERENCES = declare_reference(PROMPTS * 2, {"temperature": 0.0, "max_tokens": 8})
 
 
+@pytest.fixture(scope="module")
+def vllm_two_api_servers(tiny_model: pathlib.Path) -> Iterator[tuple[Proc, VllmServer]]:
+    """vLLM's server with two API servers over two mock engines (for
+    test_metrics_of_two_api_servers_have_vllms_series_and_totals), started when the first engine
+    test of the module begins, so that its start (a minute on a busy machine) runs beside that
+    test's engine start instead of after it; stopped at the module's end."""
+    rpc = free_port()
+    mock = Proc(
+        "mock-for-vllm",
+        ["mock-engine", "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "2",
+         "--engine-count", str(ENGINES), "--max-model-len", "2048"],
+    )  # fmt: skip
+    try:
+        server = start_vllm_server(
+            model=tiny_model,
+            extra_args=["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
+                        "--data-parallel-size", str(ENGINES), "--data-parallel-address",
+                        "127.0.0.1", "--api-server-count", "2"],
+        )  # fmt: skip
+        try:
+            yield mock, server
+        finally:
+            server.stop()
+    finally:
+        mock.stop()
+
+
 @pytest.mark.engine
+@pytest.mark.usefixtures("vllm_two_api_servers")  # starts it now, for the test below
 def test_two_frontends_over_a_managed_engine_match_vllms_greedy_output(
     tiny_model: pathlib.Path,
 ) -> None:
@@ -678,34 +707,21 @@ engine batches them, so these counts differ from run to run."""
 
 @pytest.mark.engine  # vLLM's own frontend takes a minute to start
 def test_metrics_of_two_api_servers_have_vllms_series_and_totals(
-    tiny_model: pathlib.Path, tmp_path: pathlib.Path
+    tiny_model: pathlib.Path,
+    tmp_path: pathlib.Path,
+    vllm_two_api_servers: tuple[Proc, VllmServer],
 ) -> None:
-    # vLLM's server starts first and serves last: its start (a minute on a busy machine) runs
-    # beside ours and our requests (separate processes, mock engines and metrics directories).
-    rpc = free_port()
-    mock = Proc(
-        "mock-for-vllm",
-        ["mock-engine", "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "2",
-         "--engine-count", str(ENGINES), "--max-model-len", "2048"],
-    )  # fmt: skip
-    server = start_vllm_server(
-        model=tiny_model,
-        extra_args=["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
-                    "--data-parallel-size", str(ENGINES), "--data-parallel-address", "127.0.0.1",
-                    "--api-server-count", "2"],
-    )  # fmt: skip
+    # vLLM's server started first (the fixture) and serves last: its start runs beside ours and
+    # our requests (separate processes, mock engines and metrics directories).
+    _, server = vllm_two_api_servers
+    ours = Deployment(tiny_model, tmp_path)
     try:
-        ours = Deployment(tiny_model, tmp_path)
-        try:
-            ours.wait_all_serving()
-            our_metrics = _metrics_after_requests(ours.port, ours.model)
-        finally:
-            ours.stop()
-        server.wait_ready(600)
-        vllm_metrics = _metrics_after_requests(server.port, str(tiny_model))
+        ours.wait_all_serving()
+        our_metrics = _metrics_after_requests(ours.port, ours.model)
     finally:
-        server.stop()
-        mock.stop()
+        ours.stop()
+    server.wait_ready(600)
+    vllm_metrics = _metrics_after_requests(server.port, str(tiny_model))
 
     theirs = _families(vllm_metrics)
     # Every family we show is vLLM's, with the same kind and the very same series (label

@@ -11,18 +11,20 @@ closed everything drains and requests are admitted again. (vllm-rs 0.32 has no s
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.mock.test_behind_frontends import _http_get, _start, serving_frontend
-from tests.support.engines import free_port, stop_group
+from tests.mock.test_behind_frontends import VllmStack, _http_get, _start, serving_frontend
+from tests.support.engines import free_port, start_vllm_server, stop_group
 from tests.support.tiny_model import tiny_model_dir
 
 pytestmark = pytest.mark.engine
@@ -59,22 +61,48 @@ class Frontend:
         return 0.0
 
 
-@pytest.fixture(scope="module", params=["vllm", "ours"])
-def frontend(request: pytest.FixtureRequest) -> Iterator[Frontend]:
-    """vLLM's frontend or ours, limits set, one mock engine with ``--max-num-seqs 1``."""
-    name = request.param
-    model = str(tiny_model_dir())
-    rpc = free_port()
-    mock = _start(
+def _mock(name: str, rpc: int) -> subprocess.Popen[bytes]:
+    return _start(
         [sys.executable, "-m", "vllm_frontend", "mock-engine",
          "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--engine-count", "1",
          "--step-ms", "20", "--max-num-seqs", "1", "--max-model-len", "2048"],
         f"mock-engine-admission-{name}",
     )  # fmt: skip
-    external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
-                "--data-parallel-size", "1", *LIMITS]  # fmt: skip
+
+
+def _external(rpc: int) -> list[str]:
+    return ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
+            "--data-parallel-size", "1", *LIMITS]  # fmt: skip
+
+
+def vllm_stack(tmp: Path) -> VllmStack:
+    """This module's vLLM stack (see the session fixture ``mock_vllm_stacks``)."""
+    rpc = free_port()
+    mock = _mock("vllm", rpc)
+    server = start_vllm_server(
+        model=str(tiny_model_dir()),
+        extra_args=[*_external(rpc), "--data-parallel-address", "127.0.0.1"],
+    )
+    return VllmStack(server, mock, None)
+
+
+@pytest.fixture(scope="module", params=["ours", "vllm"])
+def frontend(
+    request: pytest.FixtureRequest, mock_vllm_stacks: dict[str, VllmStack]
+) -> Iterator[Frontend]:
+    """vLLM's frontend or ours, limits set, one mock engine with ``--max-num-seqs 1``. vLLM's
+    (a minute to start on a busy machine) comes last: it has been starting since this module
+    began (``mock_vllm_stacks``)."""
+    name = request.param
+    model = str(tiny_model_dir())
+    if name == "vllm":
+        with mock_vllm_stacks.pop("admission").serving() as port:
+            yield Frontend(name, port, model)
+        return
+    rpc = free_port()
+    mock = _mock(name, rpc)
     try:
-        with serving_frontend(name, model, external) as port:
+        with serving_frontend(name, model, _external(rpc)) as port:
             yield Frontend(name, port, model)
     finally:
         assert stop_group(mock) == 0

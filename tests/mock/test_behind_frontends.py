@@ -25,10 +25,12 @@ import openai
 import pytest
 
 from tests.support.engines import (
+    VllmServer,
     engine_env,
     free_port,
     log_dir,
     start_vllm_server,
+    stop_all,
     stop_group,
 )
 from tests.support.tiny_model import tiny_model_dir
@@ -96,16 +98,8 @@ def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float) -> N
     raise TimeoutError(f"frontend on port {port} not healthy after {timeout}s")
 
 
-@pytest.fixture(scope="module", params=["vllm", "vllm-rs", "ours"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    """A frontend (vLLM's Python one or vllm-rs) with the mock engines joined to it."""
-    name = request.param
-    model = str(tiny_model_dir())
-    rpc = free_port()
-    stats_file = tmp_path_factory.mktemp(name) / "mock-stats.json"
-    mock = _start(
+def _mock(name: str, rpc: int, stats_file: Path) -> subprocess.Popen[bytes]:
+    return _start(
         [
             sys.executable,
             "-m",
@@ -120,13 +114,76 @@ def deployment(
         ],
         f"mock-engine-{name}",
     )  # fmt: skip
-    external = [
+
+
+def _external(rpc: int) -> list[str]:
+    return [
         "--data-parallel-size-local", "0",
         "--data-parallel-rpc-port", str(rpc),
         "--data-parallel-size", str(ENGINES),
     ]  # fmt: skip
+
+
+@dataclass
+class VllmStack:
+    """vLLM's server and the mock engine joined to it, started (not yet waited for)."""
+
+    server: VllmServer
+    mock: subprocess.Popen[bytes]
+    stats_file: Path | None
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[int]:
+        """The server's port once it is ready; both stopped afterwards (the mock engine exits
+        cleanly, status 0, on SIGTERM)."""
+        try:
+            try:
+                self.server.wait_ready(600)
+                yield self.server.port
+            finally:
+                self.server.stop()
+        finally:
+            assert stop_group(self.mock) == 0
+
+    def stop(self) -> None:
+        """Stop both, whatever their state (the session's end, for a stack never used)."""
+        stop_all([self.server, self.mock])
+
+
+def vllm_stack(tmp: Path) -> VllmStack:
+    """This module's vLLM stack (see the session fixture ``mock_vllm_stacks``)."""
+    rpc = free_port()
+    stats_file = tmp / "mock-stats.json"
+    mock = _mock("vllm", rpc, stats_file)
+    server = start_vllm_server(
+        model=str(tiny_model_dir()),
+        extra_args=[*_external(rpc), "--data-parallel-address", "127.0.0.1"],
+    )
+    return VllmStack(server, mock, stats_file)
+
+
+@pytest.fixture(scope="module", params=["ours", "vllm-rs", "vllm"])
+def deployment(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    mock_vllm_stacks: dict[str, VllmStack],
+) -> Iterator[Deployment]:
+    """A frontend (vLLM's Python one, vllm-rs or ours) with the mock engines joined to it.
+    vLLM's (a minute to start on a busy machine) comes last: it has been starting since the
+    first of the mock modules began (``mock_vllm_stacks``)."""
+    name = request.param
+    model = str(tiny_model_dir())
+    if name == "vllm":
+        stack = mock_vllm_stacks.pop("behind")
+        assert stack.stats_file is not None
+        with stack.serving() as port:
+            yield Deployment(name, port, model, stack.stats_file, stack.mock)
+        return
+    rpc = free_port()
+    stats_file = tmp_path_factory.mktemp(name) / "mock-stats.json"
+    mock = _mock(name, rpc, stats_file)
     try:
-        with serving_frontend(name, model, external) as port:
+        with serving_frontend(name, model, _external(rpc)) as port:
             yield Deployment(name, port, model, stats_file, mock)
     finally:
         # The mock engine exits cleanly (status 0) on SIGTERM.

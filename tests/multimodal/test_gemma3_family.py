@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_gemma3 import tiny_gemma3_dir
 from tests.support.tiny_vlm import VLM_PYTHONPATH
 
@@ -167,4 +168,5 @@ def test_family_equals_vllms_processor(
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     pathlib.Path(sys.argv[2]).write_bytes(pickle.dumps(_reference(sys.argv[1])))

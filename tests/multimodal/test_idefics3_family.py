@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.render_reference import rust_tokenizers_shared
 from tests.support.tiny_idefics3 import IMAGE, TILE, tiny_idefics3_dir
 from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
 from vllm_frontend.multimodal.media import ImageItem
@@ -45,9 +46,10 @@ def _vllm(kwargs: dict[str, Any], prompt: list[int], images: list[Image.Image]) 
     config = ModelConfig(
         model=model, tokenizer=model, max_model_len=4096, mm_processor_kwargs=kwargs or None
     )
-    processor = MULTIMODAL_REGISTRY.create_processor(config)
-    items = processor.info.parse_mm_data({"image": images})
-    return processor.apply(ProcessorInputs(prompt, items), TimingContext(enabled=False))
+    with rust_tokenizers_shared():  # its loads' deep copies are most of this reference's CPU
+        processor = MULTIMODAL_REGISTRY.create_processor(config)
+        items = processor.info.parse_mm_data({"image": images})
+        return processor.apply(ProcessorInputs(prompt, items), TimingContext(enabled=False))
 
 
 @pytest.mark.parametrize("kwargs", KWARGS, ids=lambda k: str(k) or "defaults")

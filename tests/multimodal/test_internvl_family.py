@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_internvl import IMAGE_SEQ_LENGTH, IMG_CONTEXT, tiny_internvl_dir
 from tests.support.tiny_vlm import VLM_PYTHONPATH
 
@@ -420,4 +421,5 @@ def test_bad_input_gets_vllms_400s() -> None:
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     pathlib.Path(sys.argv[2]).write_bytes(pickle.dumps(_reference(sys.argv[1])))

@@ -29,6 +29,7 @@ from PIL import Image
 
 from tests.multimodal.family_oracle import facade, run_reference_cached, write_reference
 from tests.multimodal.processor_oracle import assert_same_outputs
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_internvl import IMG_CONTEXT, LLAMA3_VOCAB, tiny_internvl_dir
 
 pytestmark = pytest.mark.oracle
@@ -234,4 +235,5 @@ def test_a_payload_that_is_not_a_video_is_a_400() -> None:
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     write_reference(_reference(sys.argv[1]))

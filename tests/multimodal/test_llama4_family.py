@@ -27,6 +27,7 @@ from tests.multimodal.family_oracle import (
     vllm_requests,
     write_reference,
 )
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_llama4 import IMAGE, PATCH, tiny_llama4_dir
 from vllm_frontend.multimodal.processors.llama4 import Llama4ImageProcessor
 from vllm_frontend.multimodal.sender_cache import SenderCache
@@ -138,4 +139,5 @@ def test_held_image_keeps_its_placeholder_and_goes_without_data() -> None:
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     write_reference(_reference(sys.argv[1]))

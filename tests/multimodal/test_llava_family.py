@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.render_reference import lean_render_apps
+from tests.support.render_reference import lean_render_apps, share_rust_tokenizers
 from tests.support.tiny_llava import tiny_llava_dir
 from tests.support.tiny_model import cache_root, inputs_hash
 from tests.support.tiny_vlm import VLM_PYTHONPATH
@@ -364,6 +364,7 @@ def test_the_cases_are_not_vacuous(reference: dict[tuple[str, str], Any]) -> Non
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     _reference(pathlib.Path(sys.argv[1]))
 
 

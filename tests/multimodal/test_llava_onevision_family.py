@@ -38,6 +38,7 @@ from tests.multimodal.family_oracle import (
     write_reference,
 )
 from tests.multimodal.processor_oracle import assert_same_outputs
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_llava_onevision import IMAGE, VIDEO, tiny_llava_onevision_dir
 
 pytestmark = pytest.mark.oracle
@@ -325,4 +326,5 @@ def test_the_cases_are_not_vacuous(reference: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     write_reference(_reference(sys.argv[1]))

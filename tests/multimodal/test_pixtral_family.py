@@ -33,6 +33,7 @@ from tests.multimodal.family_oracle import (
     vllm_requests,
     write_reference,
 )
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_mistral3 import (
     IMG,
     IMG_BREAK,
@@ -300,4 +301,5 @@ def test_served_family_and_mistral_tokenizer_mode(mistral_mode: bool) -> None:
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     write_reference(_reference({"mistral3": sys.argv[1], "llava": sys.argv[2]}))

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_qwen3_vl import tiny_qwen3_vl_dir
 from tests.support.tiny_qwen25_vl import tiny_qwen25_vl_dir
 from tests.support.tiny_vlm import IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START, VLM_PYTHONPATH
@@ -229,4 +230,5 @@ def test_family_equals_vllms_processor(
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     pathlib.Path(sys.argv[1]).write_bytes(pickle.dumps(_all_references()))

@@ -27,6 +27,7 @@ from tests.multimodal.family_oracle import (
     vllm_requests,
     write_reference,
 )
+from tests.support.render_reference import share_rust_tokenizers
 from tests.support.tiny_smolvlm import IMAGE, TILE, tiny_smolvlm_dir
 from vllm_frontend.multimodal.parts import MediaPart
 from vllm_frontend.text.errors import InvalidInput
@@ -134,4 +135,5 @@ def test_a_video_is_refused_as_vllm_refuses_it(reference: dict[str, Any]) -> Non
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     write_reference(_reference(sys.argv[1]))

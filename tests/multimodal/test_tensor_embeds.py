@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.render_reference import lean_render_apps
+from tests.support.render_reference import lean_render_apps, share_rust_tokenizers
 from tests.support.tiny_gemma3 import tiny_gemma3_dir
 from tests.support.tiny_idefics3 import tiny_idefics3_dir
 from tests.support.tiny_internvl import tiny_internvl_dir
@@ -677,4 +677,5 @@ def test_the_cases_are_not_vacuous(reference: dict[tuple[str, str], Any]) -> Non
 
 
 if __name__ == "__main__":
+    share_rust_tokenizers()
     _reference(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]))

@@ -42,6 +42,7 @@ T = TypeVar("T")
 SHARED_FIXTURES = (
     "tool_servers",
     "mock_clients_stack",
+    "mock_vllm_stacks",
     "recorded_idefics3_qwen2_audio",
     "recorded_qwen_vl",
 )
