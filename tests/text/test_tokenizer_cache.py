@@ -186,3 +186,25 @@ def test_the_builder_is_a_module_entry_point(own_copy: Path, cache: TokenizerCac
     )
     assert missing.returncode == 1
     assert "tokenizer cache:" in missing.stderr
+
+
+def test_the_builder_yields_the_cpu_to_every_other_session() -> None:
+    # The builder runs in a session of its own: with autogroup scheduling its niceness would
+    # rank it only within that session, so the session's group must be lowered too.
+    import subprocess
+    import sys
+
+    script = (
+        "import os, pathlib\n"
+        "from vllm_frontend.text.tokenizer_cache import yield_cpu\n"
+        "yield_cpu()\n"
+        "group = pathlib.Path('/proc/self/autogroup')\n"
+        "print(os.nice(0), group.read_text().split()[-1] if group.exists() else '-')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout.split()  # fmt: skip
+    assert out[0] == "19"
+    if Path("/proc/self/autogroup").exists():
+        assert out[1] == "19"
