@@ -103,6 +103,15 @@ class TextAccumulator:
                 self._tail = (self._tail + new)[-self._tail_len :]
         return None
 
+    def add_plain(self, text: str, num_tokens: int) -> None:
+        """:meth:`add` of ``num_tokens`` tokens whose texts joined are ``text``, for an
+        accumulator without stop strings (where :meth:`add` only records the text)."""
+        self._num_tokens += num_tokens
+        self._length += len(text)
+        if text:
+            self._pending.append(text)
+            self._pending_len += len(text)
+
     def _find_stop(
         self, token_texts: Sequence[str], new: str, num_prev: int, length_before: int
     ) -> StopMatch | None:
