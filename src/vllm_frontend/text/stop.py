@@ -107,10 +107,11 @@ class TextAccumulator:
         """:meth:`add` of ``num_tokens`` tokens whose texts joined are ``text``, for an
         accumulator without stop strings (where :meth:`add` only records the text)."""
         self._num_tokens += num_tokens
-        self._length += len(text)
         if text:
+            length = len(text)
+            self._length += length
             self._pending.append(text)
-            self._pending_len += len(text)
+            self._pending_len += length
 
     def _find_stop(
         self, token_texts: Sequence[str], new: str, num_prev: int, length_before: int
