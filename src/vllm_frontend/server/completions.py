@@ -257,21 +257,27 @@ class CompletionsHandler:
         n = req.n or 1
         prompts = gen.prompts
         # Per prompt, its finished choices by index (beam search may return fewer than n).
-        finals: list[dict[int, SequenceOutput]] = [{} for _ in prompts]
-        cached: list[int | None] = [None] * len(prompts)
-        kv_params: list[dict[str, Any] | None] = [None] * len(prompts)
-        ec_params: list[dict[str, Any] | None] = [None] * len(prompts)
-
-        async def run(i: int) -> None:
-            got = await collect_finals(gen.source(i))
-            finals[i] = got.outputs
-            cached[i] = got.cached
-            kv_params[i] = got.kv_transfer_params
-            ec_params[i] = got.ec_transfer_params
-
-        if len(prompts) == 1:
-            await run(0)
+        finals: list[dict[int, SequenceOutput]]
+        cached: list[int | None]
+        kv_params: list[dict[str, Any] | None]
+        ec_params: list[dict[str, Any] | None]
+        if len(prompts) == 1:  # (the common request: no per-prompt task or closure)
+            got = await collect_finals(gen.source(0))
+            finals, cached = [got.outputs], [got.cached]
+            kv_params, ec_params = [got.kv_transfer_params], [got.ec_transfer_params]
         else:
+            finals = [{} for _ in prompts]
+            cached = [None] * len(prompts)
+            kv_params = [None] * len(prompts)
+            ec_params = [None] * len(prompts)
+
+            async def run(i: int) -> None:
+                got = await collect_finals(gen.source(i))
+                finals[i] = got.outputs
+                cached[i] = got.cached
+                kv_params[i] = got.kv_transfer_params
+                ec_params[i] = got.ec_transfer_params
+
             try:
                 async with asyncio.TaskGroup() as tg:
                     for i in range(len(prompts)):

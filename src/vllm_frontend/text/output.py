@@ -190,7 +190,15 @@ class SequenceProcessor:
         having done nothing, where :meth:`process` would have more to do."""
         if not self._final_plain or self.finished:
             return False
-        self._detokenize(list(new_token_ids), False)
+        # _detokenize(new_token_ids, False) without stop strings: decode and record the text.
+        decode = self._detok.decode_next
+        self._output_ids.extend(new_token_ids)
+        num = len(new_token_ids)
+        self._num_output += num
+        if num == 1:
+            self._text.add_plain(decode(new_token_ids[0]), 1)
+        else:
+            self._text.add_plain("".join(map(decode, new_token_ids)), num)
         return True
 
     def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:

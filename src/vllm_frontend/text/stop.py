@@ -103,6 +103,16 @@ class TextAccumulator:
                 self._tail = (self._tail + new)[-self._tail_len :]
         return None
 
+    def add_plain(self, text: str, num_tokens: int) -> None:
+        """:meth:`add` of ``num_tokens`` tokens whose texts joined are ``text``, for an
+        accumulator without stop strings (where :meth:`add` only records the text)."""
+        self._num_tokens += num_tokens
+        if text:
+            length = len(text)
+            self._length += length
+            self._pending.append(text)
+            self._pending_len += length
+
     def _find_stop(
         self, token_texts: Sequence[str], new: str, num_prev: int, length_before: int
     ) -> StopMatch | None:
