@@ -66,6 +66,7 @@ from vllm_frontend.server.responses_store import store_from_env
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
+from vllm_frontend.server.weights import weight_handlers
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.request_log import RequestLog
@@ -374,6 +375,8 @@ def build_frontend_app(
         add_dev_routes(
             app, client, config, shown, media.clear_mm_cache if media is not None else None
         )
+        for (method, path), handler in weight_handlers(client).items():
+            app.route(method, path, handler)
     if config.profiler_config.get("profiler"):
         logger.warning(
             "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "
