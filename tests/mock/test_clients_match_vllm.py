@@ -300,7 +300,7 @@ def test_connection_semantics_match_uvicorn(stack: Stack, data: bytes) -> None:
 
 ROUTES = ["/health", "/ping", "/version", "/load", "/v1/models", "/metrics", "/v1/completions",
           "/v1/chat/completions", "/v1/responses", "/v1/messages", "/tokenize",
-          "/nope"]  # fmt: skip
+          "/scale_elastic_ep", "/is_scaling_elastic_ep", "/nope"]  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "FOO"])
@@ -418,6 +418,35 @@ def test_bodies_of_every_shape_are_judged_like_fastapi(
 ) -> None:
     [(status, _, _)] = assert_same(stack, post(path, body, content_type=content_type))
     assert status < 500
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"new_data_parallel_size": 1}', b"application/json"),
+        (b'{"new_data_parallel_size": true, "drain_timeout": 5}', b"application/json"),
+        (b'{"new_data_parallel_size": 2}', b"application/json"),
+        (b'{"new_data_parallel_size": 1, "drain_timeout": 0}', b"application/json"),
+        (b'{"new_data_parallel_size": 1, "drain_timeout": "x"}', b"application/json"),
+        (b'{"new_data_parallel_size": 1.0}', b"application/json"),
+        (b'{"new_data_parallel_size": 0}', b"application/json"),
+        (b'{"new_data_parallel_size": null}', b"application/json"),
+        (b"{}", b"application/json"),
+        (b"[1]", b"application/json"),
+        (b"null", b"application/json"),
+        (b"", b"application/json"),
+        (b"{bad", b"application/json"),
+        (b'{"new_data_parallel_size": 1}', b"text/plain"),
+        (b'{"new_data_parallel_size": 1}', b""),
+    ],
+)
+def test_elastic_ep_scaling_is_answered_like_vllm_without_ray(
+    stack: Stack, body: bytes, content_type: bytes
+) -> None:
+    # vLLM serves both routes for every generating model; only its Ray data-parallel backend
+    # scales (any other size fails with its 500 "Scale failed"), and nothing is ever scaling
+    assert_same(stack, post("/scale_elastic_ep", body, content_type=content_type))
+    assert_same(stack, post("/is_scaling_elastic_ep", body, content_type=content_type))
 
 
 def test_a_large_body_and_large_headers_are_served_like_uvicorn(stack: Stack) -> None:

@@ -45,6 +45,8 @@ from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.derender import DerenderHandlers
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
+from vllm_frontend.server.dev_abort import dev_abort_requests_handler
+from vllm_frontend.server.elastic_ep import add_elastic_ep_routes
 from vllm_frontend.server.generate import (
     ABORT_PATH,
     GENERATE_PATH,
@@ -364,6 +366,7 @@ def build_frontend_app(
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
     add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client), messages, responses)
+    add_elastic_ep_routes(app, config.data_parallel_size)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -377,6 +380,7 @@ def build_frontend_app(
         )
         for (method, path), handler in weight_handlers(client).items():
             app.route(method, path, handler)
+        app.route("POST", "/abort_requests", dev_abort_requests_handler(ctx.text.llm))
     if config.profiler_config.get("profiler"):
         logger.warning(
             "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "
