@@ -398,6 +398,8 @@ def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicor
         (b'{"prompt": "hi"}', b"application/json; charset=latin-1"),
         (b'{"prompt": "hi"}', b"Application/JSON"),
         (b'{"prompt": "hi"}', b"application/vnd.api+json"),
+        (b'{"prompt": "hi"}', b"application/json ; charset=utf-8"),
+        (b'{"prompt": "hi"}', b"application/json\t"),
         (b"", b"application/json"),
         (b"null", b"application/json"),
         (b"[1, 2]", b"application/json"),
@@ -410,8 +412,9 @@ def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicor
         (b'{"prompt": "a\\u0000b", "input": "a\\u0000b", "max_tokens": 1}', b"application/json"),
         (b"{}", b"application/json"),
     ],
-    ids=["no-type", "text", "charset", "upper", "vnd", "empty", "null", "array", "string",
-         "huge-float", "bad-utf8", "duplicate-keys", "huge-int", "nested", "nul", "object"],
+    ids=["no-type", "text", "charset", "upper", "vnd", "space-before-param", "trailing-tab",
+         "empty", "null", "array", "string", "huge-float", "bad-utf8", "duplicate-keys",
+         "huge-int", "nested", "nul", "object"],
 )  # fmt: skip
 def test_bodies_of_every_shape_are_judged_like_fastapi(
     stack: Stack, path: str, body: bytes, content_type: bytes

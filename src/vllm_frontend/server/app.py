@@ -192,7 +192,8 @@ class _Cors:
 def _require_json(handler: Handler) -> Handler:
     async def checked(request: Request) -> AnyResponse:
         ctype = request.headers.get(b"content-type", b"")
-        if ctype.split(b";", 1)[0].strip().lower() != b"application/json":
+        # vLLM compares the part before any ";" as it is (no space trimmed within the value)
+        if ctype.lower().split(b";", 1)[0] != b"application/json":
             raise errors.RequestValidationFailed(
                 f"1 validation error:\n  {errors.UNSUPPORTED_MEDIA_TYPE}"
             )
