@@ -296,7 +296,9 @@ class App:
         response = await self._dispatch(request)
         if self.settings.enable_request_id_headers:
             rid = request.headers.get(b"x-request-id")
-            response.headers.append((b"x-request-id", rid if rid else uuid.uuid4().hex.encode()))
+            if rid is None:  # (an empty header is echoed, as vLLM's middleware does)
+                rid = uuid.uuid4().hex.encode()
+            response.headers.append((b"x-request-id", rid))
         return response
 
     async def _dispatch(self, request: Request) -> AnyResponse:
