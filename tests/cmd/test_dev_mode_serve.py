@@ -65,7 +65,11 @@ def test_dev_mode_routes_reach_the_engine(
             "new_version": "v2",
         }
         assert call("GET", "/weight_info") == {"weight_version": "v2"}
+        status, page = serve.request("GET", "/metrics")
+        assert status == 200 and b"rl_weight_update" not in page  # (vLLM's come with the first)
         assert call("POST", "/start_weight_update") == {"message": "Weight update started"}
+        status, page = serve.request("GET", "/metrics")
+        assert b'vllm:rl_weight_update_operations_in_flight{operation="start"} 0.0' in page
         tokenizer = call("GET", "/tokenizer_info")
         assert isinstance(tokenizer, dict) and tokenizer["name_or_path"] == str(tiny_model)
         status, _ = serve.request("POST", "/v1/completions",

@@ -37,6 +37,7 @@ from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.metrics.stats_log import StatsLog
+from vllm_frontend.metrics.weight_ops import WeightOperationMetrics
 from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server import errors as api_errors
@@ -378,7 +379,8 @@ def build_frontend_app(
         add_dev_routes(
             app, client, config, shown, media.clear_mm_cache if media is not None else None
         )
-        for (method, path), handler in weight_handlers(client).items():
+        weight_ops = WeightOperationMetrics(registry)
+        for (method, path), handler in weight_handlers(client, weight_ops).items():
             app.route(method, path, handler)
         app.route("POST", "/abort_requests", dev_abort_requests_handler(ctx.text.llm))
     if config.profiler_config.get("profiler"):

@@ -6,13 +6,17 @@ and ``/weight_checker``.
 
 Each makes the engine calls vLLM's ``AsyncLLM`` makes (a ``collective_rpc`` to the workers, the
 engines' ``set_weight_version`` / ``get_weight_version`` / ``compute_weight_checksums``), on every
-engine, as its data-parallel client does. Bodies are read as FastAPI reads ``Body(embed=True)``
+engine, as its data-parallel client does, timed in vLLM's ``vllm:rl_weight_update_*`` metrics
+(``vllm_frontend.metrics.weight_ops``). Bodies are read as FastAPI reads ``Body(embed=True)``
 parameters: a field of a JSON object, validated as pydantic validates it.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
+
+from vllm_frontend.metrics.weight_ops import WeightOperationMetrics
 
 from . import errors
 from .app import Handler
@@ -72,37 +76,49 @@ async def _rpc(engine: DevEngine, method: str, kwargs: dict[str, Any] | None = N
     return await first_result(engine, "collective_rpc", method, None, (), kwargs)
 
 
-def weight_handlers(engine: DevEngine) -> dict[tuple[str, str], Handler]:
-    """The weight-transfer routes over ``engine`` (see the module docstring)."""
+def weight_handlers(
+    engine: DevEngine, metrics: WeightOperationMetrics | None = None
+) -> dict[tuple[str, str], Handler]:
+    """The weight-transfer routes over ``engine`` (see the module docstring); ``metrics``
+    records the operations as vLLM records them."""
+
+    def record(operation: str) -> AbstractContextManager[None]:
+        return nullcontext() if metrics is None else metrics.record(operation)
 
     async def init_weight_transfer_engine(request: Request) -> Response:
         body = _fields(request, {"init_info": (DictOf(AnyValue()), True)})
-        await _rpc(engine, "init_weight_transfer_engine", {"init_info": body["init_info"]})
+        with record("init"):
+            await _rpc(engine, "init_weight_transfer_engine", {"init_info": body["init_info"]})
         return json_response({"message": "Weight transfer initialized"})
 
     async def shutdown_weight_transfer_engine(request: Request) -> Response:
-        await _rpc(engine, "shutdown_weight_transfer_engine")
+        with record("shutdown"):
+            await _rpc(engine, "shutdown_weight_transfer_engine")
         return json_response({"message": "Weight transfer shut down"})
 
     async def start_weight_update(request: Request) -> Response:
-        await _rpc(engine, "start_weight_update")
+        with record("start"):
+            await _rpc(engine, "start_weight_update")
         return json_response({"message": "Weight update started"})
 
     async def start_draft_weight_update(request: Request) -> Response:
-        await _rpc(engine, "start_draft_weight_update")
+        with record("start_draft"):
+            await _rpc(engine, "start_draft_weight_update")
         return json_response({"message": "Draft weight update started"})
 
     async def update_weights(request: Request) -> Response:
         payload = Union(DictOf(AnyValue()), ListOf(DictOf(AnyValue())))
         body = _fields(request, {"update_info": (payload, True)})
-        await _rpc(engine, "update_weights", {"update_info": body["update_info"]})
+        with record("update"):
+            await _rpc(engine, "update_weights", {"update_info": body["update_info"]})
         return json_response({"message": "Weights updated"})
 
     async def finish_weight_update(request: Request) -> Response:
         body = _fields(request, {"weight_version": (Optional(Str()), False)})
-        await _rpc(engine, "finish_weight_update")
-        if body["weight_version"] is not None:
-            await first_result(engine, "set_weight_version", body["weight_version"])
+        with record("finish"):
+            await _rpc(engine, "finish_weight_update")
+            if body["weight_version"] is not None:
+                await first_result(engine, "set_weight_version", body["weight_version"])
         return json_response({"message": "Weight update finished"})
 
     async def update_weight_version(request: Request) -> Response:
