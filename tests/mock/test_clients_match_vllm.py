@@ -318,6 +318,8 @@ def test_methods_answer_404_or_405_with_allow_like_fastapi(
     ["/health/", "/health//", "/v1/models/", "/v1/models/?a=b%20c&d", "/ping/", "/nope/",
      "/v1/models?x=1", "/health?", "/%68ealth", "/health%20", "//health", "/v1//models",
      "/v1/models/tiny", "/v1/responses/", "/v1/responses/resp_x/", "/v1/models#x",
+     "/v1/responses/resp_x?stream=true&starting_after=1.0",
+     "/v1/responses/resp_x?starting_after=%201", "/v1/responses/resp_x?starting_after=1.5",
      "/health?a#b", "/health#a?b"],
 )  # fmt: skip
 def test_trailing_slashes_and_queries_route_like_starlette(stack: Stack, target: str) -> None:
