@@ -20,7 +20,8 @@ def test_without_dev_mode_the_routes_are_absent(
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
     with mock_serve(tiny_model, tmp_path / "serve.log") as serve:
         for method, path in (("POST", "/sleep"), ("GET", "/is_paused"), ("POST", "/start_profile"),
-                             ("GET", "/server_info"), ("GET", "/tokenizer_info")):  # fmt: skip
+                             ("GET", "/server_info"), ("GET", "/tokenizer_info"),
+                             ("POST", "/abort_requests"), ("GET", "/weight_info")):  # fmt: skip
             assert serve.request(method, path)[0] == 404, path
 
 
@@ -54,6 +55,21 @@ def test_dev_mode_routes_reach_the_engine(
         assert call("POST", "/stop_profile") is None
         info = call("GET", "/server_info?config_format=json")
         assert isinstance(info, dict) and info["vllm_env"]["VLLM_SERVER_DEV_MODE"] == "1"
+        # the RL trainers' routes (vLLM's answers to the same calls on the mock engine)
+        assert call("POST", "/abort_requests", "{}") == {"status": "aborted", "aborted": 0}
+        aborted = call("POST", "/abort_requests", '{"request_ids": ["x", "y"]}')
+        assert aborted == {"status": "aborted", "aborted": 2}
+        assert call("GET", "/weight_info") == {"weight_version": "default"}
+        assert call("POST", "/update_weight_version", '{"new_version": "v2"}') == {
+            "success": True,
+            "new_version": "v2",
+        }
+        assert call("GET", "/weight_info") == {"weight_version": "v2"}
+        status, page = serve.request("GET", "/metrics")
+        assert status == 200 and b"rl_weight_update" not in page  # (vLLM's come with the first)
+        assert call("POST", "/start_weight_update") == {"message": "Weight update started"}
+        status, page = serve.request("GET", "/metrics")
+        assert b'vllm:rl_weight_update_operations_in_flight{operation="start"} 0.0' in page
         tokenizer = call("GET", "/tokenizer_info")
         assert isinstance(tokenizer, dict) and tokenizer["name_or_path"] == str(tiny_model)
         status, _ = serve.request("POST", "/v1/completions",

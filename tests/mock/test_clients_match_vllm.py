@@ -300,7 +300,7 @@ def test_connection_semantics_match_uvicorn(stack: Stack, data: bytes) -> None:
 
 ROUTES = ["/health", "/ping", "/version", "/load", "/v1/models", "/metrics", "/v1/completions",
           "/v1/chat/completions", "/v1/responses", "/v1/messages", "/tokenize",
-          "/nope"]  # fmt: skip
+          "/scale_elastic_ep", "/is_scaling_elastic_ep", "/nope"]  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "PUT", "DELETE", "PATCH", "FOO"])
@@ -318,6 +318,8 @@ def test_methods_answer_404_or_405_with_allow_like_fastapi(
     ["/health/", "/health//", "/v1/models/", "/v1/models/?a=b%20c&d", "/ping/", "/nope/",
      "/v1/models?x=1", "/health?", "/%68ealth", "/health%20", "//health", "/v1//models",
      "/v1/models/tiny", "/v1/responses/", "/v1/responses/resp_x/", "/v1/models#x",
+     "/v1/responses/resp_x?stream=true&starting_after=1.0",
+     "/v1/responses/resp_x?starting_after=%201", "/v1/responses/resp_x?starting_after=1.5",
      "/health?a#b", "/health#a?b"],
 )  # fmt: skip
 def test_trailing_slashes_and_queries_route_like_starlette(stack: Stack, target: str) -> None:
@@ -398,6 +400,8 @@ def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicor
         (b'{"prompt": "hi"}', b"application/json; charset=latin-1"),
         (b'{"prompt": "hi"}', b"Application/JSON"),
         (b'{"prompt": "hi"}', b"application/vnd.api+json"),
+        (b'{"prompt": "hi"}', b"application/json ; charset=utf-8"),
+        (b'{"prompt": "hi"}', b"application/json\t"),
         (b"", b"application/json"),
         (b"null", b"application/json"),
         (b"[1, 2]", b"application/json"),
@@ -410,14 +414,44 @@ def test_the_metrics_mount_frames_its_answer_like_prometheus_client_under_uvicor
         (b'{"prompt": "a\\u0000b", "input": "a\\u0000b", "max_tokens": 1}', b"application/json"),
         (b"{}", b"application/json"),
     ],
-    ids=["no-type", "text", "charset", "upper", "vnd", "empty", "null", "array", "string",
-         "huge-float", "bad-utf8", "duplicate-keys", "huge-int", "nested", "nul", "object"],
+    ids=["no-type", "text", "charset", "upper", "vnd", "space-before-param", "trailing-tab",
+         "empty", "null", "array", "string", "huge-float", "bad-utf8", "duplicate-keys",
+         "huge-int", "nested", "nul", "object"],
 )  # fmt: skip
 def test_bodies_of_every_shape_are_judged_like_fastapi(
     stack: Stack, path: str, body: bytes, content_type: bytes
 ) -> None:
     [(status, _, _)] = assert_same(stack, post(path, body, content_type=content_type))
     assert status < 500
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"new_data_parallel_size": 1}', b"application/json"),
+        (b'{"new_data_parallel_size": true, "drain_timeout": 5}', b"application/json"),
+        (b'{"new_data_parallel_size": 2}', b"application/json"),
+        (b'{"new_data_parallel_size": 1, "drain_timeout": 0}', b"application/json"),
+        (b'{"new_data_parallel_size": 1, "drain_timeout": "x"}', b"application/json"),
+        (b'{"new_data_parallel_size": 1.0}', b"application/json"),
+        (b'{"new_data_parallel_size": 0}', b"application/json"),
+        (b'{"new_data_parallel_size": null}', b"application/json"),
+        (b"{}", b"application/json"),
+        (b"[1]", b"application/json"),
+        (b"null", b"application/json"),
+        (b"", b"application/json"),
+        (b"{bad", b"application/json"),
+        (b'{"new_data_parallel_size": 1}', b"text/plain"),
+        (b'{"new_data_parallel_size": 1}', b""),
+    ],
+)
+def test_elastic_ep_scaling_is_answered_like_vllm_without_ray(
+    stack: Stack, body: bytes, content_type: bytes
+) -> None:
+    # vLLM serves both routes for every generating model; only its Ray data-parallel backend
+    # scales (any other size fails with its 500 "Scale failed"), and nothing is ever scaling
+    assert_same(stack, post("/scale_elastic_ep", body, content_type=content_type))
+    assert_same(stack, post("/is_scaling_elastic_ep", body, content_type=content_type))
 
 
 def test_a_large_body_and_large_headers_are_served_like_uvicorn(stack: Stack) -> None:

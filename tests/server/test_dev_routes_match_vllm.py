@@ -22,6 +22,7 @@ from vllm_frontend.engine.errors import UtilityCallError
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.dev import add_profiler_routes, dev_handlers
 from vllm_frontend.server.transport import Request
+from vllm_frontend.server.weights import weight_handlers
 
 pytestmark = pytest.mark.oracle
 
@@ -74,7 +75,8 @@ def _vllm_engine_client(engines: Engines) -> Any:
         "resume_scheduler_async", "is_scheduler_paused_async", "profile_async",
         "reset_mm_cache_async", "reset_prefix_cache_async", "reset_encoder_cache_async",
         "sleep_async", "release_kv_cache_memory_async", "wake_up_async", "is_sleeping_async",
-        "collective_rpc_async")}  # fmt: skip
+        "collective_rpc_async", "set_weight_version_async", "get_weight_version_async",
+        "compute_weight_checksums_async")}  # fmt: skip
     client_class = DPLBAsyncMPClient if engines.count > 1 else AsyncMPClient
     core_methods["call_utility_async"] = client_class.__dict__["call_utility_async"]
 
@@ -89,7 +91,10 @@ def _vllm_engine_client(engines: Engines) -> Any:
     llm_methods = {name: AsyncLLM.__dict__[name] for name in (
         "sleep", "wake_up", "is_sleeping", "pause_generation", "resume_generation", "is_paused",
         "reset_prefix_cache", "reset_mm_cache", "reset_encoder_cache", "collective_rpc",
-        "start_profile", "stop_profile", "release_kv_cache_memory")}  # fmt: skip
+        "start_profile", "stop_profile", "release_kv_cache_memory",
+        "init_weight_transfer_engine", "shutdown_weight_transfer_engine", "start_weight_update",
+        "start_draft_weight_update", "update_weights", "finish_weight_update",
+        "update_weight_version", "get_weight_version", "compute_weight_checksums")}  # fmt: skip
 
     async def nothing() -> None:
         return None
@@ -142,6 +147,8 @@ def _ours(engines: Engines) -> Callable[[str, str, bytes | None], tuple[int, Any
     for (method, path), handler in dev_handlers(client, world, {"vllm_config": {}}).items():
         app.route(method, path, handler)
     add_profiler_routes(app, client)
+    for (method, path), handler in weight_handlers(client).items():
+        app.route(method, path, handler)
 
     def send(method: str, path: str, body: bytes | None) -> tuple[int, Any]:
         route, _, query = path.partition("?")
@@ -161,6 +168,8 @@ CASES: list[tuple[str, str, bytes | None, dict[str, list[Any]]]] = [
     ("POST", "/sleep", None, {}),
     ("POST", "/sleep?level=2&mode=keep", None, {}),
     ("POST", "/sleep?level=0&mode=wait", None, {}),
+    ("POST", "/sleep?level=2.00&mode=keep", None, {}),
+    ("POST", "/sleep?level=%201_0.0", None, {}),
     ("POST", "/sleep", None, {"sleep": [None, RuntimeError("Sleep mode is not supported")]}),
     ("POST", "/release_kv_cache_memory", None, {}),
     ("POST", "/wake_up", None, {}),
@@ -190,11 +199,53 @@ CASES: list[tuple[str, str, bytes | None, dict[str, list[Any]]]] = [
     ("POST", "/start_profile", None, {}),
     ("POST", "/start_profile", b'{"profile_prefix": "run1", "max_iterations": 3}', {}),
     ("POST", "/stop_profile", None, {}),
+    # the RL trainers' weight-transfer routes
+    ("POST", "/init_weight_transfer_engine", b'{"init_info": {"master_port": 1, "x": [1]}}', {}),
+    ("POST", "/init_weight_transfer_engine", b'{"init_info": {}}',
+     {"collective_rpc": [RuntimeError("no weight transfer backend"), None]}),
+    ("POST", "/init_weight_transfer_engine", b"{}", {}),
+    ("POST", "/init_weight_transfer_engine", b'{"init_info": 5}', {}),
+    ("POST", "/init_weight_transfer_engine", b'{"init_info": null}', {}),
+    ("POST", "/init_weight_transfer_engine", b"[1]", {}),
+    ("POST", "/init_weight_transfer_engine", b"null", {}),
+    ("POST", "/init_weight_transfer_engine", b"{bad", {}),
+    ("POST", "/init_weight_transfer_engine", None, {}),
+    ("POST", "/shutdown_weight_transfer_engine", None, {}),
+    ("POST", "/start_weight_update", None, {}),
+    ("POST", "/start_draft_weight_update", b"{}", {}),
+    ("POST", "/update_weights", b'{"update_info": {"names": ["w"], "shapes": [[2]]}}', {}),
+    ("POST", "/update_weights", b'{"update_info": [{"a": 1}, {}]}', {}),
+    ("POST", "/update_weights", b'{"update_info": [5, {}]}', {}),
+    ("POST", "/update_weights", b'{"update_info": "x"}', {}),
+    ("POST", "/update_weights", None, {}),
+    ("POST", "/finish_weight_update", None, {}),
+    ("POST", "/finish_weight_update", b'{"weight_version": "v3"}', {}),
+    ("POST", "/finish_weight_update", b'{"weight_version": null}', {}),
+    ("POST", "/finish_weight_update", b'{"weight_version": 5}', {}),
+    ("POST", "/update_weight_version", b'{"new_version": "v2"}', {}),
+    ("POST", "/update_weight_version", b'{"new_version": 2}', {}),
+    ("POST", "/update_weight_version", b'{"version": "v2"}', {}),
+    ("GET", "/weight_info", None, {"get_weight_version": ["v1", "v1"]}),
+    ("GET", "/weight_info", None, {"get_weight_version": ["v1", "v2"]}),
+    ("POST", "/weight_checker", b'{"action": "reset"}', {}),
+    ("POST", "/weight_checker", b'{"action": "checksum"}',
+     {"compute_weight_checksums": [[{"b": "2"}, {"a": "1"}], [{"c": "3"}]]}),
+    ("POST", "/weight_checker", b'{"action": "checksum"}',
+     {"compute_weight_checksums": [[{"a": "1"}], [{"a": "2", "b": "1"}]]}),
+    ("POST", "/weight_checker", b'{"action": "compare", "baseline": {"a": "1", "z": "9"}}',
+     {"compute_weight_checksums": [[{"a": "1", "b": "2"}], [{"c": "3"}]]}),
+    ("POST", "/weight_checker", b'{"action": "compare", "baseline": {"a": "1"}}',
+     {"compute_weight_checksums": [[{"a": "1"}], []]}),
+    ("POST", "/weight_checker", b'{"action": "compare"}', {}),
+    ("POST", "/weight_checker", b'{"action": "bogus", "baseline": {"a": 1}}', {}),
+    ("POST", "/weight_checker", b"{}", {}),
 ]  # fmt: skip
 
 INVALID = [
     ("POST", "/sleep?level=3", None),
     ("POST", "/sleep?level=x", None),
+    ("POST", "/sleep?level=1.5", None),
+    ("POST", "/sleep?level=1.", None),
     ("POST", "/sleep?mode=later", None),
     ("POST", "/pause?mode=later", None),
     ("POST", "/pause?clear_cache=maybe", None),

@@ -499,6 +499,9 @@ def test_request_id_header_is_echoed_or_generated_like_vllm() -> None:
         client = vllm_client("--enable-request-id-headers")
         mine, theirs = exchange(srv, client, "GET", "/version", b"", {"x-request-id": "abc-1"})
         assert mine.headers["x-request-id"] == theirs.headers["x-request-id"] == "abc-1"
+        # an empty header is echoed, empty (Starlette's headers.get finds it)
+        mine, theirs = exchange(srv, client, "GET", "/version", b"", {"x-request-id": ""})
+        assert mine.headers["x-request-id"] == theirs.headers["x-request-id"] == ""
         mine, theirs = exchange(srv, client, "GET", "/nope", b"", {})
         for r in (mine, theirs):
             rid = r.headers["x-request-id"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -181,10 +182,12 @@ STEPS: list[tuple[str, str, bytes | None]] = [
 
 
 def _masked(body: Any) -> Any:
-    """A body with what differs between any two servers (timestamps, random ids) masked."""
+    """A body with what differs between any two servers (timestamps, random ids' digits)
+    masked."""
     if isinstance(body, dict):
         return {
-            k: "*" if k == "created" or (k == "id" and str(v).startswith("modelperm-"))
+            k: "*" if k == "created"
+            else re.sub("[0-9a-f]", "h", v) if k == "id" and str(v).startswith("modelperm-")
             else _masked(v)
             for k, v in body.items()
         }  # fmt: skip

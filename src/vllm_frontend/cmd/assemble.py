@@ -37,6 +37,7 @@ from vllm_frontend.metrics.frontend import FrontendMetrics
 from vllm_frontend.metrics.lora_info import LoraInfo
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.metrics.stats_log import StatsLog
+from vllm_frontend.metrics.weight_ops import WeightOperationMetrics
 from vllm_frontend.multimodal.family import is_multimodal_config
 from vllm_frontend.multimodal.media.policy import MediaPolicy
 from vllm_frontend.server import errors as api_errors
@@ -45,6 +46,8 @@ from vllm_frontend.server.chat import ChatHandler
 from vllm_frontend.server.completions import CompletionsHandler
 from vllm_frontend.server.derender import DerenderHandlers
 from vllm_frontend.server.dev import add_dev_routes, add_profiler_routes, dev_mode
+from vllm_frontend.server.dev_abort import dev_abort_requests_handler
+from vllm_frontend.server.elastic_ep import add_elastic_ep_routes
 from vllm_frontend.server.generate import (
     ABORT_PATH,
     GENERATE_PATH,
@@ -66,6 +69,7 @@ from vllm_frontend.server.responses_store import store_from_env
 from vllm_frontend.server.routes import Services, build_app
 from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
+from vllm_frontend.server.weights import weight_handlers
 from vllm_frontend.text.llm import TextLlm
 from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
 from vllm_frontend.text.request_log import RequestLog
@@ -363,6 +367,7 @@ def build_frontend_app(
         for (method, path), handler in lora_routes(adapters, served).items():
             app.route(method, path, handler, json_body=True)
     add_scale_out_routes(app, config, ctx, chat, max_num_seqs(client), messages, responses)
+    add_elastic_ep_routes(app, config.data_parallel_size)
     if config.enable_tokenizer_info_endpoint:
         app.route(
             "GET", "/tokenizer_info", tokenizer_info_handler(model_tokenizer_info(config, model))
@@ -374,6 +379,10 @@ def build_frontend_app(
         add_dev_routes(
             app, client, config, shown, media.clear_mm_cache if media is not None else None
         )
+        weight_ops = WeightOperationMetrics(registry)
+        for (method, path), handler in weight_handlers(client, weight_ops).items():
+            app.route(method, path, handler)
+        app.route("POST", "/abort_requests", dev_abort_requests_handler(ctx.text.llm))
     if config.profiler_config.get("profiler"):
         logger.warning(
             "Profiler with mode '%s' is enabled in the API server. This should ONLY be used "

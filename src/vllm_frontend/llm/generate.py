@@ -701,6 +701,11 @@ class GenerationStream:
         """The engine ids of the samples that have not finished."""
         return [s.engine_id for s in self._samples if not s.done]
 
+    @property
+    def sample_count(self) -> int:
+        """How many samples (engine requests) the request has (its ``n``)."""
+        return len(self._samples)
+
     async def finish_sample(self, index: int, reason: str = "stop") -> None:
         """End sample ``index`` early (e.g. a stop string matched): abort it on the engine."""
         sample = self._samples[index]
@@ -839,6 +844,21 @@ class LLM:
         if engine_ids:
             await self._abort(engine_ids)
         return len(engine_ids)
+
+    async def abort_all(self) -> int:
+        """Abort every started, unfinished request (vLLM's development ``/abort_requests``
+        without ids); returns how many request states vLLM's output processor counts for them:
+        each unfinished engine request, and the parent of an ``n`` > 1 request."""
+        engine_ids: list[str] = []
+        parents = 0
+        for streams in list(self._live.values()):
+            for stream in streams:
+                ids = stream.unfinished_engine_ids()
+                engine_ids.extend(ids)
+                parents += bool(ids) and stream.sample_count > 1
+        if engine_ids:
+            await self._abort(engine_ids)
+        return len(engine_ids) + parents
 
     def _abort_nowait(self, engine_ids: list[str]) -> None:
         try:

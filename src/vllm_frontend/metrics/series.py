@@ -33,6 +33,8 @@ __all__ = [
     "Counter",
     "CounterChild",
     "Family",
+    "Gauge",
+    "GaugeChild",
     "Histogram",
     "HistogramChild",
     "SeriesCollector",
@@ -231,6 +233,40 @@ class Histogram(Family[HistogramChild]):
         return MetricFamily(name, "histogram", self.documentation, samples)
 
 
+class GaugeChild:
+    """One labelled series of a gauge: its current value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        """Add ``amount``."""
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        """Subtract ``amount``."""
+        self.value -= amount
+
+
+class Gauge(Family[GaugeChild]):
+    """A labelled gauge exported as prometheus_client's ``Gauge`` would export it (no
+    ``_created`` series)."""
+
+    __slots__ = ()
+    kind = "gauge"
+
+    def _new_child(self) -> GaugeChild:
+        return GaugeChild()
+
+    def collect(self, with_created: bool) -> MetricFamily:
+        """``<name>`` per series."""
+        name, names = self.name, self.labelnames
+        samples = [Sample(name, names, key, child.value) for key, child in self.children.items()]
+        return MetricFamily(name, "gauge", self.documentation, samples)
+
+
 class SummaryChild:
     """One labelled series of a summary without quantiles: count (a float, as prometheus_client
     keeps it), sum, creation."""
@@ -284,7 +320,7 @@ class SeriesCollector(Collector):
 
     def __init__(
         self,
-        families: Sequence[Counter | Histogram | Summary],
+        families: Sequence[Counter | Gauge | Histogram | Summary],
         before_collect: Callable[[], None] | None = None,
     ) -> None:
         """``before_collect``: brings the families up to date (folds observations kept

@@ -192,7 +192,8 @@ class _Cors:
 def _require_json(handler: Handler) -> Handler:
     async def checked(request: Request) -> AnyResponse:
         ctype = request.headers.get(b"content-type", b"")
-        if ctype.split(b";", 1)[0].strip().lower() != b"application/json":
+        # vLLM compares the part before any ";" as it is (no space trimmed within the value)
+        if ctype.lower().split(b";", 1)[0] != b"application/json":
             raise errors.RequestValidationFailed(
                 f"1 validation error:\n  {errors.UNSUPPORTED_MEDIA_TYPE}"
             )
@@ -295,7 +296,9 @@ class App:
         response = await self._dispatch(request)
         if self.settings.enable_request_id_headers:
             rid = request.headers.get(b"x-request-id")
-            response.headers.append((b"x-request-id", rid if rid else uuid.uuid4().hex.encode()))
+            if rid is None:  # (an empty header is echoed, as vLLM's middleware does)
+                rid = uuid.uuid4().hex.encode()
+            response.headers.append((b"x-request-id", rid))
         return response
 
     async def _dispatch(self, request: Request) -> AnyResponse:

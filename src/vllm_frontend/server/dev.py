@@ -28,8 +28,18 @@ from vllm_frontend.engine.errors import UtilityCallError
 from . import errors
 from .app import App, Handler
 from .transport import Request, Response, json_response
+from .validation import lax_int
 
-__all__ = ["DevEngine", "WorldSize", "add_dev_routes", "add_profiler_routes", "dev_mode"]
+__all__ = [
+    "DevEngine",
+    "WorldSize",
+    "add_dev_routes",
+    "add_profiler_routes",
+    "all_results",
+    "consensus_result",
+    "dev_mode",
+    "first_result",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +75,9 @@ class WorldSize(Protocol):
         ...
 
 
-async def _all(engine: DevEngine, method: str, *args: Any) -> list[Any]:
+async def all_results(engine: DevEngine, method: str, *args: Any) -> list[Any]:
+    """``method(*args)`` on every engine (no timeout), failing as vLLM's client fails: with
+    the engine's failure message as a plain exception."""
     try:
         return await engine.call_utility_all(method, *args, timeout=None)
     except UtilityCallError as e:
@@ -73,12 +85,14 @@ async def _all(engine: DevEngine, method: str, *args: Any) -> list[Any]:
         raise RuntimeError(e.failure_message) from None
 
 
-async def _first(engine: DevEngine, method: str, *args: Any) -> Any:
-    return (await _all(engine, method, *args))[0]
+async def first_result(engine: DevEngine, method: str, *args: Any) -> Any:
+    """:func:`all_results`' first engine's result (vLLM's ``call_utility_async``)."""
+    return (await all_results(engine, method, *args))[0]
 
 
-async def _consensus(engine: DevEngine, method: str) -> Any:
-    results = await _all(engine, method)
+async def consensus_result(engine: DevEngine, method: str) -> Any:
+    """The engines' common result of ``method()``, failing when they disagree."""
+    results = await all_results(engine, method)
     if any(r != results[0] for r in results):
         raise RuntimeError(f"Engines returned different {method} results: {results}")
     return results[0]
@@ -121,15 +135,14 @@ def _int(query: dict[str, list[str]], name: str, default: int, low: int, high: i
     if not values:
         return default
     value = values[-1]
-    try:
-        number = int(value.strip())
-    except ValueError:
+    number = lax_int(value)  # pydantic's reading: "1.0" and " 1 " are 1
+    if number is None:
         raise _invalid(
             name,
             "int_parsing",
             "Input should be a valid integer, unable to parse string as an integer",
             value,
-        ) from None
+        )
     if number < low:
         message = f"Input should be greater than or equal to {low}"
         raise _invalid(name, "greater_than_equal", message, value, {"ge": low})
@@ -168,19 +181,19 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
         running = _bool(query, "reset_running_requests", False)
         external = _bool(query, "reset_external", False)
         logger.info("Resetting prefix cache...")
-        results = await _all(engine, "reset_prefix_cache", running, external)
+        results = await all_results(engine, "reset_prefix_cache", running, external)
         return json_response({"success": bool(all(results))})
 
     async def reset_mm_cache(request: Request) -> Response:
         logger.info("Resetting multi-modal cache...")
         if clear_mm_cache is not None:
             clear_mm_cache()
-        await _first(engine, "reset_mm_cache")
+        await first_result(engine, "reset_mm_cache")
         return Response(b"")
 
     async def reset_encoder_cache(request: Request) -> Response:
         logger.info("Resetting encoder cache...")
-        await _first(engine, "reset_encoder_cache")
+        await first_result(engine, "reset_encoder_cache")
         return Response(b"")
 
     async def collective_rpc(request: Request) -> Response:
@@ -195,7 +208,8 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
             raise errors.HttpError(400, "Missing 'method' in request body")
         args = tuple(body.get("args", []))
         kwargs = body.get("kwargs", {})
-        results = await _first(engine, "collective_rpc", method, body.get("timeout"), args, kwargs)
+        timeout = body.get("timeout")
+        results = await first_result(engine, "collective_rpc", method, timeout, args, kwargs)
         if results is None:
             return Response(b"")
         out = [r if r is None or isinstance(r, dict | list) else str(r) for r in results]
@@ -205,28 +219,28 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
         query = _query(request)
         level = _int(query, "level", 1, 0, 2)
         mode = _mode(query)
-        await _first(engine, "sleep", level, mode)
+        await first_result(engine, "sleep", level, mode)
         return json_response({"status": "sleeping", "level": level})
 
     async def release_kv_cache_memory(request: Request) -> Response:
-        await _first(engine, "release_kv_cache_memory")
+        await first_result(engine, "release_kv_cache_memory")
         return json_response({"status": "kv_cache_released"})
 
     async def wake_up(request: Request) -> Response:
         tags: list[str] | None = _query(request).get("tags") or None
         logger.info("wake up the engine with tags: %s", tags)
-        awake = all(await _all(engine, "wake_up", tags))
+        awake = all(await all_results(engine, "wake_up", tags))
         return json_response({"status": "awake" if awake else "sleeping", "tags": tags})
 
     async def is_sleeping(request: Request) -> Response:
-        return json_response({"is_sleeping": await _consensus(engine, "is_sleeping")})
+        return json_response({"is_sleeping": await consensus_result(engine, "is_sleeping")})
 
     async def pause(request: Request) -> Response:
         query = _query(request)
         mode = _mode(query)
         clear_cache = _bool(query, "clear_cache", True)
         try:
-            await _first(engine, "pause_scheduler", mode, clear_cache)
+            await first_result(engine, "pause_scheduler", mode, clear_cache)
         except Exception as e:
             logger.exception("Failed to pause generation")
             return _error(500, f"Failed to pause generation: {e}")
@@ -236,7 +250,7 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
 
     async def resume(request: Request) -> Response:
         try:
-            await _first(engine, "resume_scheduler")
+            await first_result(engine, "resume_scheduler")
         except Exception as e:
             logger.exception("Failed to resume generation")
             return _error(500, f"Failed to resume generation: {e}")
@@ -244,7 +258,7 @@ def dev_handlers(engine: DevEngine, world: WorldSize, server_info: dict[str, Any
 
     async def is_paused(request: Request) -> Response:
         try:
-            paused = await _consensus(engine, "is_scheduler_paused")
+            paused = await consensus_result(engine, "is_scheduler_paused")
         except Exception as e:
             logger.exception("Failed to fetch pause status")
             return _error(500, f"Failed to fetch pause status: {e}")
@@ -345,13 +359,13 @@ def add_profiler_routes(app: App, engine: DevEngine) -> None:
             overrides.get("delay_iterations"),
             overrides.get("max_iterations"),
         )
-        await _first(engine, "profile", *args)
+        await first_result(engine, "profile", *args)
         logger.info("Profiler started.")
         return Response(b"")
 
     async def stop_profile(request: Request) -> Response:
         logger.info("Stopping profiler...")
-        await _first(engine, "profile", False, None, None, None)
+        await first_result(engine, "profile", False, None, None, None)
         logger.info("Profiler stopped.")
         return Response(b"")
 

@@ -48,7 +48,9 @@ class _ModelList(msgspec.Struct):
 
 
 def _permission(now: int) -> _Permission:
-    return _Permission(id=f"modelperm-{uuid.uuid4().hex}", object="model_permission", created=now)
+    # vLLM's random_uuid: 16 hex digits
+    perm_id = f"modelperm-{uuid.uuid4().int & 0xFFFFFFFFFFFFFFFF:016x}"
+    return _Permission(id=perm_id, object="model_permission", created=now)
 
 
 def models_handler(settings: ServerSettings, services: Services) -> Handler:

@@ -832,15 +832,17 @@ def _query_int(query: dict[str, list[str]], name: str) -> int | None:
     values = query.get(name)
     if not values:
         return None
-    try:
-        return int(values[-1])
-    except ValueError:
+    from .validation import lax_int
+
+    number = lax_int(values[-1])  # pydantic's reading: "1.0" and " 1 " are 1
+    if number is None:
         raise _query_error(
             name,
             values[-1],
             "int_parsing",
             "Input should be a valid integer, unable to parse string as an integer",
-        ) from None
+        )
+    return number
 
 
 def _query_error(name: str, value: str, kind: str, msg: str) -> Exception:

@@ -557,6 +557,25 @@ def decode_json_object(body: bytes) -> Any:
     return _raise(validation_error([_err("missing", ("body",), "Field required", None)]))
 
 
+def _json_media_type(content_type: str) -> bool:
+    # email.message's reading of the header, as FastAPI reads it: one "/" in the part before
+    # any ";", application/json or application/*+json (any case)
+    media = content_type.partition(";")[0].strip().lower()
+    if media.count("/") != 1:
+        return False
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def decode_embedded_body(body: bytes, content_type: str | None) -> Any:
+    """The body FastAPI hands its ``Body(embed=True)`` parameters: None when empty, the JSON
+    value under a JSON media type (FastAPI's errors for malformed JSON), else the raw bytes
+    (also without a content type: FastAPI's strict content type)."""
+    if not body or content_type is None or not _json_media_type(content_type):
+        return body or None
+    return _decode_json(body)
+
+
 def _decode_json(body: bytes) -> Any:
     try:
         return _decode(body)
