@@ -267,6 +267,26 @@ def test_engine_gets_vllms_tool_constraint(tool: str, level: str, tokenizer_dir:
     assert tags > 0
 
 
+@pytest.mark.parametrize("tools", [[WEATHER], [WEATHER, WEATHER]], ids=["unknown", "twice"])
+def test_a_named_choice_matching_no_tool_or_two_is_refused_as_xgrammar_refuses_it(
+    tools: list[dict[str, Any]],
+) -> None:
+    # Messages and Responses reach the tag builder with such a choice (chat refuses it earlier)
+    from xgrammar import get_builtin_structural_tag
+
+    from vllm_frontend.chat.errors import ChatError
+    from vllm_frontend.chat.tool_tags import tool_structural_tag
+
+    name = "nope" if len(tools) == 1 else "get_weather"
+    choice = {"type": "function", "function": {"name": name}}
+    with pytest.raises(ValueError) as theirs:
+        get_builtin_structural_tag("llama", tools, choice)
+    with pytest.raises(ChatError) as mine:
+        tool_structural_tag("llama", tools, choice, parallel_tool_calls=None,
+                            structured_outputs=None, strict_level=0)  # fmt: skip
+    assert str(mine.value) == str(theirs.value)
+
+
 def test_aliases_are_vllms() -> None:
     for alias, name in ALIASES.items():
         assert vllm_parser_cls(alias).tool_parser_cls is vllm_parser_cls(name).tool_parser_cls

@@ -168,7 +168,12 @@ def tool_structural_tag(
         if len(pinned) != 1:
             if forced_only:
                 return None
-            raise ChatError("Forced tool choice must resolve to exactly one tool.")
+            # xgrammar's get_builtin_structural_tag: no match, then more than one
+            raise ChatError(
+                f"The tool with name '{name}' is not found in the tools list."
+                if not pinned
+                else "Forced tool choice must resolve to exactly one tool."
+            )
         choice = "forced"
     builder = BUILDERS[model]
     fmt = builder(pinned, choice, token_suffix) if token_suffix else builder(pinned, choice)
