@@ -769,6 +769,37 @@ def test_odd_inputs_get_vllms_answer(stack: Stack, path: str, change: dict[str, 
     assert status < 500
 
 
+_USER = {"role": "user", "content": "hi"}
+RESPONSES: list[Any] = [
+    # items of the SDK's input union that vLLM's conversion refuses, by their type; an
+    # item_reference may leave its type out (vLLM says "None")
+    {"input": [_USER, {"type": "item_reference", "id": "msg_1"}]},
+    {"input": [{"id": "msg_1"}, _USER]},
+    {"input": [_USER, {"type": "web_search_call", "id": "ws", "status": "completed",
+                       "action": {"type": "search", "query": "q"}}]},
+    {"input": [{"type": "mcp_approval_response", "approval_request_id": "a", "approve": True}]},
+    {"input": [_USER, {"type": "compaction_trigger"}]},
+    {"input": [{"type": "file_search_call", "id": "f", "queries": [], "status": "completed"}]},
+    # a null truncation truncates, then fails building the response (not the length check)
+    {"input": "hi " * 300, "truncation": None},
+    # the prompt and output as raw text and tokens, streamed or not, a stop string trimming
+    # the text (not the tokens)
+    {"input": "hi", "enable_response_messages": True},
+    {"input": "hi", "enable_response_messages": True, "stream": True},
+    {"input": [_USER], "instructions": "be brief", "enable_response_messages": True,
+     "stop": ["db"], "max_output_tokens": 6},
+    {"input": "hi", "enable_response_messages": True, "stop": ["db"], "max_output_tokens": 6,
+     "stream": True},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", RESPONSES, ids=range(len(RESPONSES)))
+def test_responses_requests_get_vllms_answer(stack: Stack, fields: dict[str, Any]) -> None:
+    body = {"model": str(tiny_model_dir()), "max_output_tokens": 3, **fields}
+    [(status, _, _)] = assert_same(stack, post("/v1/responses", body))
+    assert status < 500
+
+
 # -- 1 (end). clients that leave ------------------------------------------------------------------
 
 STREAMS = [
