@@ -128,6 +128,8 @@ def tool_structural_tag(
     ``token_suffix``: the checkpoint's marker suffix, for the models that take one).
     ``None``: vLLM leaves the request as it is."""
     named = isinstance(tool_choice, Mapping)
+    if named and tool_choice.get("type") not in ("function", "custom"):
+        return None  # vLLM: an allowed_tools, built-in or MCP choice asks for no tool call
     is_auto = tool_choice == "auto"
     if not tools or not (is_auto or tool_choice == "required" or named):
         return None
