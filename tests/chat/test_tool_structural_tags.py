@@ -267,6 +267,61 @@ def test_engine_gets_vllms_tool_constraint(tool: str, level: str, tokenizer_dir:
     assert tags > 0
 
 
+@pytest.mark.parametrize("tools", [[WEATHER], [WEATHER, WEATHER]], ids=["unknown", "twice"])
+def test_a_named_choice_matching_no_tool_or_two_is_refused_as_xgrammar_refuses_it(
+    tools: list[dict[str, Any]],
+) -> None:
+    # Messages and Responses reach the tag builder with such a choice (chat refuses it earlier)
+    from xgrammar import get_builtin_structural_tag
+
+    from vllm_frontend.chat.errors import ChatError
+    from vllm_frontend.chat.tool_tags import tool_structural_tag
+
+    name = "nope" if len(tools) == 1 else "get_weather"
+    choice = {"type": "function", "function": {"name": name}}
+    with pytest.raises(ValueError) as theirs:
+        get_builtin_structural_tag("llama", tools, choice)
+    with pytest.raises(ChatError) as mine:
+        tool_structural_tag("llama", tools, choice, parallel_tool_calls=None,
+                            structured_outputs=None, strict_level=0)  # fmt: skip
+    assert str(mine.value) == str(theirs.value)
+
+
+FLAT_WEATHER = {"type": "function", "name": "get_weather", "description": "Weather",
+                "parameters": WEATHER["function"]["parameters"]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"type": "allowed_tools", "mode": "required",
+         "tools": [{"type": "function", "name": "get_weather"}]},
+        {"type": "allowed_tools", "mode": "auto", "tools": []},
+        {"type": "web_search_preview"},
+        {"type": "mcp", "server_label": "s"},
+        {"type": "function", "name": "get_weather"},
+        "required",
+    ],
+    ids=["allowed-required", "allowed-auto", "built-in", "mcp", "named", "required"],
+)  # fmt: skip
+def test_a_responses_tool_choice_gets_vllms_tag_or_none(choice: Any) -> None:
+    # vLLM's _apply_structural_tag asks for tool calls only for auto, required and a named
+    # function: the other choices of a Responses request leave it as it is
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    from vllm_frontend.chat.tool_tags import tool_structural_tag
+    from vllm_frontend.server.responses_input import chat_tool_choice, chat_tools
+
+    request = ResponsesRequest.model_validate(
+        {"model": "m", "input": "hi", "tools": [FLAT_WEATHER], "tool_choice": choice}
+    )
+    so = _vllm_parser("llama3_json", "auto").adjust_request(request).extract_structured_outputs()
+    mine = tool_structural_tag("llama", chat_tools([FLAT_WEATHER], choice),
+                               chat_tool_choice(choice), parallel_tool_calls=None,
+                               structured_outputs=None, strict_level=0)  # fmt: skip
+    assert mine == (so.structural_tag if so is not None else None)
+
+
 def test_aliases_are_vllms() -> None:
     for alias, name in ALIASES.items():
         assert vllm_parser_cls(alias).tool_parser_cls is vllm_parser_cls(name).tool_parser_cls

@@ -803,6 +803,78 @@ def test_odd_inputs_get_vllms_answer(stack: Stack, path: str, change: dict[str, 
     assert status < 500
 
 
+_USER = {"role": "user", "content": "hi"}
+RESPONSES: list[Any] = [
+    # items of the SDK's input union that vLLM's conversion refuses, by their type; an
+    # item_reference may leave its type out (vLLM says "None")
+    {"input": [_USER, {"type": "item_reference", "id": "msg_1"}]},
+    {"input": [{"id": "msg_1"}, _USER]},
+    {"input": [_USER, {"type": "web_search_call", "id": "ws", "status": "completed",
+                       "action": {"type": "search", "query": "q"}}]},
+    {"input": [{"type": "mcp_approval_response", "approval_request_id": "a", "approve": True}]},
+    {"input": [_USER, {"type": "compaction_trigger"}]},
+    {"input": [{"type": "file_search_call", "id": "f", "queries": [], "status": "completed"}]},
+    # a null truncation truncates, then fails building the response (not the length check)
+    {"input": "hi " * 300, "truncation": None},
+    # the prompt and output as raw text and tokens, streamed or not, a stop string trimming
+    # the text (not the tokens)
+    {"input": "hi", "enable_response_messages": True},
+    {"input": "hi", "enable_response_messages": True, "stream": True},
+    {"input": [_USER], "instructions": "be brief", "enable_response_messages": True,
+     "stop": ["db"], "max_output_tokens": 6},
+    {"input": "hi", "enable_response_messages": True, "stop": ["db"], "max_output_tokens": 6,
+     "stream": True},
+]  # fmt: skip
+
+
+# built-in tools vLLM validates with the SDK's models and echoes with every field
+RESPONSES += [{"input": "hi", "tools": [tool]} for tool in [
+    {"type": "web_search", "user_location": {"type": "approximate", "city": "P"},
+     "filters": {"allowed_domains": ["a.com"]}},
+    {"type": "web_search_preview_2025_03_11", "user_location": {"type": "approximate"}},
+    {"type": "file_search", "vector_store_ids": ["v"], "ranking_options": {"ranker": "auto"}},
+    {"type": "computer_use_preview", "display_height": 1, "display_width": 2,
+     "environment": "linux"},
+    {"type": "image_generation", "quality": "low"}, {"type": "local_shell"}, {"type": "shell"},
+    {"type": "mcp", "server_label": "x", "allowed_tools": ["a"]}, {"type": "apply_patch"},
+    {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "tool_search"},
+]]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", RESPONSES, ids=range(len(RESPONSES)))
+def test_responses_requests_get_vllms_answer(stack: Stack, fields: dict[str, Any]) -> None:
+    body = {"model": str(tiny_model_dir()), "max_output_tokens": 3, **fields}
+    seen = {}
+    for name, port in stack.ports.items():
+        [(status, headers, answer)] = responses(exchange(port, post("/v1/responses", body)))
+        if isinstance(answer, list):  # a stream: its events, however the engine steps split
+            answer = _coalesced([e for e in answer if isinstance(e, dict)])
+        seen[name] = (status, headers, answer)
+    assert seen["ours"] == seen["vllm"]
+    assert seen["ours"][0] < 500
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [{"type": "file_search"}, {"type": "computer_use_preview", "display_width": 2},
+     {"type": "mcp"}, {"type": "code_interpreter"}, {"type": "custom"},
+     {"type": "namespace", "name": "n"}],
+)  # fmt: skip
+def test_a_built_in_tool_without_its_required_fields_is_refused_like_vllm(
+    stack: Stack, tool: dict[str, Any]
+) -> None:
+    # vLLM's message lists pydantic's errors for every member of the SDK's tool union; ours
+    # those of FunctionTool and of the member the type names (the first, vLLM's param, alike)
+    body = {"model": str(tiny_model_dir()), "input": "hi", "tools": [{"type": "function",
+            "name": "f"}, tool]}  # fmt: skip
+    seen = {}
+    for name, port in stack.ports.items():
+        [(status, _, answer)] = responses(exchange(port, post("/v1/responses", body)))
+        seen[name] = (status, answer["error"]["param"], answer["error"]["type"])
+    assert seen["ours"] == seen["vllm"]
+    assert seen["ours"][0] == 400 and seen["ours"][1].startswith("body.tools.1.FunctionTool.")
+
+
 # -- 1 (end). clients that leave ------------------------------------------------------------------
 
 STREAMS = [

@@ -128,6 +128,8 @@ def tool_structural_tag(
     ``token_suffix``: the checkpoint's marker suffix, for the models that take one).
     ``None``: vLLM leaves the request as it is."""
     named = isinstance(tool_choice, Mapping)
+    if named and tool_choice.get("type") not in ("function", "custom"):
+        return None  # vLLM: an allowed_tools, built-in or MCP choice asks for no tool call
     is_auto = tool_choice == "auto"
     if not tools or not (is_auto or tool_choice == "required" or named):
         return None
@@ -168,7 +170,12 @@ def tool_structural_tag(
         if len(pinned) != 1:
             if forced_only:
                 return None
-            raise ChatError("Forced tool choice must resolve to exactly one tool.")
+            # xgrammar's get_builtin_structural_tag: no match, then more than one
+            raise ChatError(
+                f"The tool with name '{name}' is not found in the tools list."
+                if not pinned
+                else "Forced tool choice must resolve to exactly one tool."
+            )
         choice = "forced"
     builder = BUILDERS[model]
     fmt = builder(pinned, choice, token_suffix) if token_suffix else builder(pinned, choice)

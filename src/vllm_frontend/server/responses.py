@@ -86,6 +86,11 @@ def _event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + _encode(event) + b"\n\n"
 
 
+def _raw_message(text: str, token_ids: list[int]) -> dict[str, Any]:
+    """vLLM's ``ResponseRawMessageAndToken``: a message as text and tokens."""
+    return {"message": text, "tokens": list(token_ids), "type": "raw_message_tokens"}
+
+
 def transfer_params(source: Any) -> dict[str, Any]:
     """A finished source's ``kv_transfer_params`` and ``ec_transfer_params`` (the KV and
     encoder-cache connectors'), as a response carries them (None without)."""
@@ -251,7 +256,8 @@ class ResponsesHandler:
                 max_tokens=req.max_output_tokens,
                 max_tokens_param="max_output_tokens",
                 add_special_tokens=True,  # as vLLM (a template's BOS then doubles)
-                truncate_prompt_tokens=-1 if req.truncation not in (None, "disabled") else None,
+                # (vLLM: anything but "disabled" truncates, a null too; the null is refused after)
+                truncate_prompt_tokens=None if req.truncation == "disabled" else -1,
                 structured_outputs=structured,
                 priority=req.priority,
                 data_parallel_rank=data_parallel_rank(request),
@@ -512,7 +518,7 @@ class ResponsesHandler:
         reasoning_tokens = parser.count_reasoning_tokens(final.token_ids) if parser else 0
         return self._finish(
             req, response_id, gen, created, final, output, cached, writes, reasoning_tokens,
-            transfer,
+            transfer, final.text,
         )  # fmt: skip
 
     def _finish(
@@ -527,9 +533,11 @@ class ResponsesHandler:
         cache_writes: int,
         reasoning_tokens: int,
         transfer: dict[str, Any],
+        text: str,
     ) -> dict[str, Any]:
         """The final response; ``cached`` and ``cache_writes``: the prompt tokens the engine
-        found in its prefix cache and those it wrote there."""
+        found in its prefix cache and those it wrote there; ``text``: the whole output text
+        (``final``'s token ids are the whole output's)."""
         [prompt] = gen.text.prompts
         status = "incomplete" if final.finish_reason == "length" else "completed"
         response = response_json(
@@ -549,6 +557,12 @@ class ResponsesHandler:
             ),
         )
         response.update(transfer)  # the KV and encoder-cache connectors', or None
+        if req.enable_response_messages:
+            # vLLM's SimpleContext: the prompt as rendered, and the whole output unparsed
+            response["input_messages"] = [_raw_message(prompt.text or "", prompt.token_ids)]
+            response["output_messages"] = (
+                [_raw_message(text, final.token_ids)] if text or final.token_ids else []
+            )
         if req.store and self.store is not None:
             self.store.put_final(response)
         return response
@@ -659,6 +673,7 @@ class ResponsesHandler:
         final: SequenceOutput | None = None
         cached = 0
         token_ids: list[int] = []
+        texts: list[str] = []
         hide = parser is not None and not req.include_reasoning
         try:
             async with contextlib.aclosing(gen.text.source(0)) as outputs:
@@ -668,6 +683,7 @@ class ResponsesHandler:
                     if seq.finish_reason == "error":
                         raise GenerationFailed()
                     token_ids.extend(seq.token_ids)
+                    texts.append(seq.text)
                     if seq.finished:
                         final = seq
                     delta: OutputDelta | None
@@ -695,9 +711,10 @@ class ResponsesHandler:
         assert final is not None
         reasoning_tokens = parser.count_reasoning_tokens(token_ids) if parser else 0
         final.num_output_tokens = len(token_ids)
+        final.token_ids = token_ids
         response = self._finish(
             req, response_id, gen, created, final, state.items, cached, writes,
-            reasoning_tokens, transfer,
+            reasoning_tokens, transfer, "".join(texts),
         )  # fmt: skip
         yield numbered({"response": response, "sequence_number": -1, "type": "response.completed"})
 

@@ -185,6 +185,12 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
             raise _bad_item(index, item, f"{kind} needs call_id and output")
         return {"role": "tool", "content": item.get("output"), "tool_call_id": item["call_id"]}
     if kind not in (None, "message") or item.get("role") not in _ROLES or "content" not in item:
+        required = _UNCONVERTED_ITEMS.get(kind)
+        if kind is None and "role" not in item and isinstance(item.get("id"), str):
+            required = ()  # an item_reference may leave out its type
+        if required is not None and all(key in item for key in required):
+            # the SDK's item union takes it; vLLM's construct_input_messages does not
+            raise InvalidParameter(f"Unsupported input item type: {kind}", parameter="input")
         raise _bad_item(index, item, "Unsupported input item")
     item = _with_image_details(item)
     if item["role"] != "assistant":
@@ -211,6 +217,38 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
             return {"role": "assistant", "content": text}
     return item
 
+
+_UNCONVERTED_ITEMS: dict[str | None, tuple[str, ...]] = {
+    "file_search_call": ("id", "queries", "status"),
+    "computer_call": ("call_id", "id", "pending_safety_checks", "status"),
+    "computer_call_output": ("call_id", "output"),
+    "web_search_call": ("action", "id", "status"),
+    "tool_search_call": ("arguments",),
+    "tool_search_output": ("tools",),
+    "additional_tools": ("role", "tools"),
+    "configuration_update": (),
+    "compaction": ("encrypted_content",),
+    "image_generation_call": ("id", "result", "status"),
+    "code_interpreter_call": ("code", "container_id", "id", "outputs", "status"),
+    "local_shell_call": ("action", "call_id", "id", "status"),
+    "local_shell_call_output": ("id", "output"),
+    "shell_call": ("action", "call_id"),
+    "shell_call_output": ("call_id", "output"),
+    "apply_patch_call": ("call_id", "operation", "status"),
+    "apply_patch_call_output": ("call_id", "status"),
+    "mcp_list_tools": ("id", "server_label", "tools"),
+    "mcp_approval_request": ("arguments", "id", "name", "server_label"),
+    "mcp_approval_response": ("approval_request_id", "approve"),
+    "mcp_call": ("arguments", "id", "name", "server_label"),
+    "compaction_trigger": (),
+    "item_reference": ("id",),
+    "program": ("call_id", "code", "fingerprint", "id"),
+    "program_output": ("call_id", "id", "result", "status"),
+}
+"""The item types of the SDK's ``ResponseInputItemParam`` union that vLLM's conversion refuses
+once validated ("Unsupported input item type"), with the keys each TypedDict requires (their
+values are not checked here: a malformed one gets that message too, where vLLM lists
+pydantic's errors for every branch of the union)."""
 
 _MESSAGE_KEYS = frozenset({"role", "content", "type", "status", "phase"})
 """The keys of the SDK's input message TypedDicts (EasyInputMessageParam, Message)."""

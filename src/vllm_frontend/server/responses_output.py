@@ -86,20 +86,46 @@ _FUNCTION_TOOL_FIELDS = (
 _REASONING_FIELDS = ("context", "effort", "generate_summary", "mode", "summary")
 
 
+_WEB_SEARCH = ("type", "external_web_access", "filters", "search_context_size", "user_location")
+_WEB_SEARCH_PREVIEW = ("type", "search_content_types", "search_context_size", "user_location")
 _BUILTIN_TOOL_FIELDS = {
-    "web_search_preview": ("type", "search_content_types", "search_context_size", "user_location"),
+    "file_search": ("type", "vector_store_ids", "filters", "max_num_results", "ranking_options"),
+    "computer": ("type",),
+    "computer_use_preview": ("display_height", "display_width", "environment", "type"),
+    "web_search": _WEB_SEARCH,
+    "web_search_2025_08_26": _WEB_SEARCH,
+    "web_search_preview": _WEB_SEARCH_PREVIEW,
+    "web_search_preview_2025_03_11": _WEB_SEARCH_PREVIEW,
     "code_interpreter": ("container", "type", "allowed_callers"),
     "mcp": ("server_label", "type", "allowed_callers", "allowed_tools", "authorization",
             "connector_id", "defer_loading", "headers", "require_approval",
             "server_description", "server_url", "tunnel_id"),
+    "programmatic_tool_calling": ("type",),
+    "image_generation": ("type", "action", "background", "complexity", "frame_count",
+                         "frame_duration_ms", "input_fidelity", "input_image_mask", "model",
+                         "moderation", "output_compression", "output_format", "partial_images",
+                         "quality", "size", "svg"),
+    "local_shell": ("type",),
+    "shell": ("type", "allowed_callers", "environment"),
+    "custom": ("name", "type", "allowed_callers", "async", "defer_loading", "description",
+               "format"),
+    "namespace": ("description", "name", "tools", "type"),
+    "tool_search": ("type", "description", "execution", "parameters"),
+    "apply_patch": ("type", "allowed_callers"),
 }  # fmt: skip
+"""Each built-in tool's fields, in the order of its SDK model (openai/types/responses/tool.py),
+as vLLM's response echoes the validated model (every field, unset ones null)."""
 _LOCATION_FIELDS = ("type", "city", "country", "region", "timezone")
+_WEB_SEARCH_LOCATION_FIELDS = ("city", "country", "region", "timezone", "type")
+_RANKING_FIELDS = ("hybrid_search", "ranker", "score_threshold")
+_NAMESPACE_FUNCTION_FIELDS = ("name", "type", "allowed_callers", "async", "defer_loading",
+                              "description", "output_schema", "parameters", "strict")  # fmt: skip
 _AUTO_CONTAINER_FIELDS = ("type", "file_ids", "memory_limit", "network_policy")
 
 
 def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
-    """A request tool as the response echoes it (every SDK field of a function, web search
-    preview, code interpreter or MCP tool)."""
+    """A request tool as the response echoes it (every top-level field of its SDK model;
+    nested models other than a location or a code interpreter's container as given)."""
     kind = tool.get("type")
     if kind == "function":
         return {k: tool.get(k) for k in _FUNCTION_TOOL_FIELDS}
@@ -108,8 +134,24 @@ def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
         return tool
     out = {k: tool.get(k) for k in fields}
     location = out.get("user_location")
+    web_search = fields is _WEB_SEARCH
     if isinstance(location, dict):
-        out["user_location"] = {k: location.get(k) for k in _LOCATION_FIELDS}
+        keys = _WEB_SEARCH_LOCATION_FIELDS if web_search else _LOCATION_FIELDS
+        out["user_location"] = {k: location.get(k) for k in keys}
+    filters = out.get("filters")
+    if web_search and isinstance(filters, dict):
+        out["filters"] = {"allowed_domains": filters.get("allowed_domains")}
+    ranking = out.get("ranking_options") if kind == "file_search" else None
+    if isinstance(ranking, dict):
+        out["ranking_options"] = {k: ranking.get(k) for k in _RANKING_FIELDS}
+    functions = out.get("tools") if kind == "namespace" else None
+    if isinstance(functions, list):
+        out["tools"] = [
+            {k: f.get(k) for k in _NAMESPACE_FUNCTION_FIELDS}
+            if isinstance(f, dict) and f.get("type") == "function"
+            else f
+            for f in functions
+        ]
     container = out.get("container") if kind == "code_interpreter" else None
     if isinstance(container, dict):
         out["container"] = {k: container.get(k) for k in _AUTO_CONTAINER_FIELDS}

@@ -282,13 +282,29 @@ def check_echoed_nulls(req: ResponsesRequest) -> None:
         raise BadRequest(pydantic_report("ResponsesResponse", errors))
 
 
-_SDK_TOOL_TYPES = frozenset(
-    {"function", "file_search", "computer", "computer_use_preview", "web_search",
-     "web_search_2025_08_26", "mcp", "code_interpreter", "programmatic_tool_calling",
-     "image_generation", "local_shell", "shell", "custom", "namespace", "tool_search",
-     "web_search_preview", "web_search_preview_2025_03_11", "apply_patch"}
-)  # fmt: skip
-"""The ``type`` values of the members of the SDK's ``Tool`` union (openai/types/responses/)."""
+_SDK_TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "function": ("FunctionTool", ("name",)),
+    "file_search": ("FileSearchTool", ("vector_store_ids",)),
+    "computer": ("ComputerTool", ()),
+    "computer_use_preview": ("ComputerUsePreviewTool",
+                             ("display_height", "display_width", "environment")),
+    "web_search": ("WebSearchTool", ()),
+    "web_search_2025_08_26": ("WebSearchTool", ()),
+    "mcp": ("Mcp", ("server_label",)),
+    "code_interpreter": ("CodeInterpreter", ("container",)),
+    "programmatic_tool_calling": ("ProgrammaticToolCalling", ()),
+    "image_generation": ("ImageGeneration", ()),
+    "local_shell": ("LocalShell", ()),
+    "shell": ("FunctionShellTool", ()),
+    "custom": ("CustomTool", ("name",)),
+    "namespace": ("NamespaceTool", ("description", "name", "tools")),
+    "tool_search": ("ToolSearchTool", ()),
+    "web_search_preview": ("WebSearchPreviewTool", ()),
+    "web_search_preview_2025_03_11": ("WebSearchPreviewTool", ()),
+    "apply_patch": ("ApplyPatchTool", ()),
+}  # fmt: skip
+"""The members of the SDK's ``Tool`` union (openai/types/responses/tool.py) by ``type``: the
+class name and the fields it requires besides ``type``."""
 
 
 def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -298,8 +314,19 @@ def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # listed here.
     for index, tool in enumerate(tools):
         kind = tool.get("type")
-        if kind != "function" and kind in _SDK_TOOL_TYPES:
-            continue
+        missing: list[dict[str, Any]] = []
+        if kind != "function" and isinstance(kind, str) and kind in _SDK_TOOLS:
+            # the member the type names: its missing fields, after FunctionTool's errors
+            # (vLLM's message goes on with every other member's errors)
+            name, required = _SDK_TOOLS[kind]
+            missing = [
+                {"type": "missing", "loc": ("body", "tools", index, name, field),
+                 "msg": "Field required", "input": tool}
+                for field in required
+                if field not in tool
+            ]  # fmt: skip
+            if not missing:
+                continue
         loc = ("body", "tools", index, "FunctionTool")
         errors: list[dict[str, Any]] = []
         if "name" not in tool:
@@ -327,6 +354,7 @@ def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
                  "msg": "Input should be 'function'", "input": kind,
                  "ctx": {"expected": "'function'"}}
             )  # fmt: skip
+        errors += missing
         if errors:
             return errors
     return []
