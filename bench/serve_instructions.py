@@ -2,7 +2,7 @@
 transport, engine client, ZMTP, output routing), under valgrind.
 
     .venv/bin/python bench/serve_instructions.py [--baseline main] [--route chat]
-        [--requests 1000] [--base-requests 200] [--repeat 2] [--step-ms 20] [--keep]
+        [--requests 600] [--base-requests 100] [--repeat 2] [--step-ms 200] [--keep]
 
 ``bench/instructions.py`` counts ``bench_short.py``'s path (route handler to the engine client's
 streams, no sockets). This one serves the tiny model with ``vllm-frontend serve`` under
@@ -19,9 +19,13 @@ Batching is what the count depends on besides the code: each engine step the fro
 costs it ~36 thousand instructions (reading and routing the output message, waking its
 consumers), whatever it carries. The frontend runs ~50 times slower under valgrind, so with
 the benchmark's 1 ms steps a request saw ~3 steps (at full speed ~0.2) and the count moved by
-~5% with the steps per request between runs. The default 20 ms steps give 0.2-0.6 steps per
-request and counts within ~1% of each other (printed: ``engine steps per request``).
-Instructions are not time: the kernel's side of the syscalls is not in them.
+~5% with the steps per request between runs; with 20 ms steps it saw 0.2-0.8 steps, by the
+machine's load, and an A/B moved by ~1.5% with it. The default 200 ms steps make the engine
+the bottleneck: every step carries an output of each of the ``--concurrency`` requests, so a
+request sees 4/32 = 0.125 steps (printed: ``engine steps per request``) whatever the load, and
+the same tree measured 538,181 and 538,160 (main 539,625 and 540,225). A tree takes ~1 minute
+to start and ~2.5 s per 100 requests (40 requests/s). Instructions are not time: the kernel's
+side of the syscalls is not in them.
 """
 
 from __future__ import annotations
@@ -255,11 +259,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--baseline", default=None, help="git ref to compare with")
     p.add_argument("--route", choices=("completions", "chat"), default="completions")
-    p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--base-requests", type=int, default=200)
-    p.add_argument("--warm-up", type=int, default=200)
+    p.add_argument("--requests", type=int, default=600)
+    p.add_argument("--base-requests", type=int, default=100)
+    p.add_argument("--warm-up", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--step-ms", type=float, default=20.0, help="the mock engine's step period")
+    p.add_argument("--step-ms", type=float, default=200.0, help="the mock engine's step period")
     p.add_argument(
         "--keep", action="store_true", help="keep the callgrind dumps and logs (path printed)"
     )
