@@ -61,6 +61,7 @@ from bench.frontends import (  # noqa: E402
 )
 from bench.instructions import source_tree  # noqa: E402
 
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "health": "/health"}
 _TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 
@@ -86,7 +87,10 @@ def bodies(model: pathlib.Path, route: str, n: int = 64, seed: int = 0) -> list[
 
 
 def request_bytes(path: str, body: bytes) -> bytes:
-    """One keep-alive HTTP/1.1 POST of a JSON ``body``, as a load client sends it."""
+    """One keep-alive HTTP/1.1 POST of a JSON ``body``, as a load client sends it (a GET
+    without a body for an empty one)."""
+    if not body:
+        return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
     head = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
@@ -226,7 +230,7 @@ def run_tree(
     payloads: Sequence[bytes],
 ) -> list[float]:
     """Instructions per request of ``src``, ``args.repeat`` times in one server."""
-    path = "/v1/chat/completions" if args.route == "chat" else "/v1/completions"
+    path = _PATHS[args.route]
     out = []
     with served(src, model, work, name.split()[0], args.step_ms) as (fe, port, stats, prefix):
         asyncio.run(closed_loop(port, path, payloads, args.warm_up, args.concurrency))
@@ -258,7 +262,12 @@ def main() -> None:
     """Print the frontend's instructions per request for this checkout (and ``--baseline``)."""
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--baseline", default=None, help="git ref to compare with")
-    p.add_argument("--route", choices=("completions", "chat"), default="completions")
+    p.add_argument(
+        "--route",
+        choices=tuple(_PATHS),
+        default="completions",
+        help="health: GET /health, the HTTP transport's and app's floor (no engine request)",
+    )
     p.add_argument("--requests", type=int, default=600)
     p.add_argument("--base-requests", type=int, default=100)
     p.add_argument("--warm-up", type=int, default=100)
@@ -272,7 +281,7 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is not installed")
     model = tiny_model()
-    payloads = bodies(model, args.route)
+    payloads = [b""] if args.route == "health" else bodies(model, args.route)
     trees = {"ours": source_tree(None)}
     if args.baseline is not None:
         trees[f"base ({args.baseline})"] = source_tree(args.baseline)

@@ -12,7 +12,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.serve_instructions import closed_loop, dumped_total  # noqa: E402
+from bench.serve_instructions import closed_loop, dumped_total, request_bytes  # noqa: E402
 
 
 async def _serve(statuses: list[int], seen: list[bytes]) -> tuple[asyncio.Server, int]:
@@ -67,3 +67,11 @@ def test_dumped_total_reads_the_newest_new_dump(tmp_path: pathlib.Path) -> None:
     (tmp_path / "callgrind-x.2").write_text("events: Ir\nfn=(1) f\n3 5\ntotals: 250\n")
     (tmp_path / "callgrind-x.10").write_text("events: Ir\nsummary: 777\n")
     assert dumped_total(prefix, before) == 777
+
+
+def test_request_bytes_frame_a_post_or_a_bodiless_get() -> None:
+    assert request_bytes("/v1/completions", b'{"a": 1}') == (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 8\r\n\r\n{"a": 1}'
+    )
+    assert request_bytes("/health", b"") == b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
