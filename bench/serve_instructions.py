@@ -65,8 +65,11 @@ _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "hea
 _TOTALS = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 
-def bodies(model: pathlib.Path, route: str, n: int = 64, seed: int = 0) -> list[bytes]:
-    """``n`` request bodies of issue 19's short rows: 32 random tokens as text, 4 output tokens."""
+def bodies(
+    model: pathlib.Path, route: str, n: int = 64, seed: int = 0, max_tokens: int = 4
+) -> list[bytes]:
+    """``n`` request bodies of issue 19's short rows: 32 random tokens as text, 4 output tokens
+    (or ``max_tokens``)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
@@ -81,7 +84,12 @@ def bodies(model: pathlib.Path, route: str, n: int = 64, seed: int = 0) -> list[
             if route == "chat"
             else {"prompt": text}
         )
-        payload |= {"model": str(model), "max_tokens": 4, "ignore_eos": True, "temperature": 0}
+        payload |= {
+            "model": str(model),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
         out.append(json.dumps(payload).encode())
     return out
 
@@ -272,6 +280,7 @@ def main() -> None:
     p.add_argument("--base-requests", type=int, default=100)
     p.add_argument("--warm-up", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=4, help="output tokens per request")
     p.add_argument("--step-ms", type=float, default=200.0, help="the mock engine's step period")
     p.add_argument(
         "--keep", action="store_true", help="keep the callgrind dumps and logs (path printed)"
@@ -281,7 +290,9 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is not installed")
     model = tiny_model()
-    payloads = [b""] if args.route == "health" else bodies(model, args.route)
+    payloads = (
+        [b""] if args.route == "health" else bodies(model, args.route, max_tokens=args.max_tokens)
+    )
     trees = {"ours": source_tree(None)}
     if args.baseline is not None:
         trees[f"base ({args.baseline})"] = source_tree(args.baseline)
