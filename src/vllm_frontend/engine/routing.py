@@ -133,7 +133,17 @@ class OutputRouter:
                     if stream is None:
                         continue  # already finished or aborted here
                     if out.finish_reason is None:
-                        stream.put(out)
+                        # RequestState.put, its common case inline (a running output offered to
+                        # its consumer's direct handler: a call less per output)
+                        direct = stream.direct
+                        if direct is None or stream.items or stream.done:
+                            stream.put(out)
+                        else:
+                            try:
+                                if not direct(out):
+                                    stream.queue(out)
+                            except Exception as e:  # the request fails, not the loop
+                                stream.direct_failed(e)
                     else:
                         del streams[out.request_id]
                         in_flight[stream.engine_index] -= 1

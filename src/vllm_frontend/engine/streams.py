@@ -94,12 +94,23 @@ class RequestState:
                 if direct(output):
                     return
             except Exception as e:  # a broken consumer: the request fails rather than the loop
-                logger.exception("request output handler failed")
-                self.direct = None
-                self.fail(e)
+                self.direct_failed(e)
                 return
         self.items.append(output)
         self._wake()
+
+    def queue(self, output: EngineCoreOutput) -> None:
+        """The end of :meth:`put` once ``direct`` has declined ``output``: queue it and wake
+        the consumer (the output router offers a running output to ``direct`` itself)."""
+        self.items.append(output)
+        self._wake()
+
+    def direct_failed(self, error: Exception) -> None:
+        """``direct`` raised ``error``: the request fails (not the loop), and ``direct`` is
+        dropped."""
+        logger.exception("request output handler failed", exc_info=error)
+        self.direct = None
+        self.fail(error)
 
     def finish(self, output: EngineCoreOutput) -> None:
         """Queue the final ``output`` (it carries the finish reason); nothing follows it.

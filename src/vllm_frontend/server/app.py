@@ -190,14 +190,17 @@ class _Cors:
 
 
 def _require_json(handler: Handler) -> Handler:
-    async def checked(request: Request) -> AnyResponse:
+    # Not a coroutine of its own: it refuses when called and hands back the handler's
+    # awaitable, which the caller awaits (one coroutine frame less per request to create and
+    # resume through).
+    def checked(request: Request) -> Awaitable[AnyResponse]:
         ctype = request.headers.get(b"content-type", b"")
         # vLLM compares the part before any ";" as it is (no space trimmed within the value)
         if ctype.lower().split(b";", 1)[0] != b"application/json":
             raise errors.RequestValidationFailed(
                 f"1 validation error:\n  {errors.UNSUPPORTED_MEDIA_TYPE}"
             )
-        return await handler(request)
+        return handler(request)
 
     return checked
 

@@ -360,11 +360,16 @@ class ChatHandler:
         )
         """The chat layer's facade."""
 
-    async def __call__(self, request: Request) -> Response | PushedStreamingResponse:
-        """Handle one request (errors are raised, the app maps them)."""
+    def __call__(self, request: Request) -> Awaitable[Response | PushedStreamingResponse]:
+        """Handle one request: the awaitable response (errors are raised, when called or
+        awaited; the app maps them). Not a coroutine of its own: one frame less per request."""
         req = self._parse(request.body)
         if not self.ctx.has_kv_connector:
-            return await self._handle(request, req)
+            return self._handle(request, req)
+        return self._handle_kv(request, req)
+
+    async def _handle_kv(self, request: Request, req: Any) -> Response | PushedStreamingResponse:
+        # With a KV connector, a request refused on its way tells the connector.
         try:
             return await self._handle(request, req)
         except Exception:

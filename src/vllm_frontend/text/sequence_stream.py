@@ -322,13 +322,20 @@ class Finals:
         "outputs",
         "proc",
         "source",
+        "tokens",
     )
 
     def __init__(self, source: UpdateSource, done: asyncio.Future[None]) -> None:
         self.source = source
         self.done = done
         self.proc: SequenceProcessor | None = None
-        """The single sample's processor once :meth:`tokens` is registered (``on_tokens``)."""
+        """The single sample's processor once :attr:`tokens` is registered (``on_tokens``)."""
+        self.tokens: Callable[[list[int]], bool] = _decline
+        """A running sample's plain new tokens as the engine client reads them: taken into its
+        processor (``proc.take_final``) where that only accumulates them (nothing goes out
+        before the end, so the handler is not woken for them), else False and they come
+        through :meth:`__call__`. Declines until ``proc`` is known and once ``done`` is: the
+        processor's own method in between (no call of ours per running output)."""
         self.outputs: dict[int, SequenceOutput] = {}
         """The finished choices by index (a beam search may return fewer than ``n``)."""
         self.cached: int | None = None
@@ -352,20 +359,20 @@ class Finals:
                 if seq.finished:
                     self.outputs[idx] = seq
             if source.finished:
+                self.tokens = _decline
                 done.set_result(None)
         except Exception as e:
+            self.tokens = _decline
             done.set_exception(e)
 
     quiet = True
     """The tokens it takes make no update before the end: the engine client's read loop may
     offer it a sample's first output too (``GenerationStream.on_tokens``)."""
 
-    def tokens(self, token_ids: list[int]) -> bool:
-        """A running sample's plain new tokens as the engine client reads them: taken into its
-        processor where that only accumulates them (nothing goes out before the end, so the
-        handler is not woken for them), else False and they come through :meth:`__call__`."""
-        proc = self.proc
-        return proc is not None and not self.done.done() and proc.take_final(token_ids)
+
+def _decline(token_ids: list[int]) -> bool:
+    # Finals.tokens while there is no processor to take them, or once the wait is over.
+    return False
 
 
 async def collect_finals(source: UpdateSource) -> Finals:
@@ -376,10 +383,13 @@ async def collect_finals(source: UpdateSource) -> Finals:
     finals = Finals(source, asyncio.get_running_loop().create_future())
     try:
         source.on_ready(finals)
-        finals.proc = source.on_tokens(finals)
+        finals.proc = proc = source.on_tokens(finals)
+        if proc is not None:
+            finals.tokens = proc.take_final
         finals()
         await finals.done
     finally:
+        finals.tokens = _decline  # (e.g. cancelled: what still comes goes to the queue)
         close_nowait = getattr(source, "close_nowait", None)
         if close_nowait is None or not close_nowait():  # (the common end: nothing to await)
             await source.aclose()
