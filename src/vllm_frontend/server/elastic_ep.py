@@ -2,7 +2,8 @@
 every generating model (vllm/entrypoints/serve/elastic_ep/api_router.py).
 
 The body is checked as vLLM checks it (JSON content type, JSON, a positive integer
-``new_data_parallel_size`` and ``drain_timeout``). Scaling itself needs vLLM's Ray
+``new_data_parallel_size`` and ``drain_timeout``), but for a body that is not a JSON object:
+vLLM's handler fails on it (a 500), this one refuses it with a 400. Scaling itself needs vLLM's Ray
 data-parallel backend, which this frontend does not drive: a request for the size the engines
 already have answers as vLLM's (nothing to do), any other fails as vLLM's engine client fails
 without Ray (500 "Scale failed"). Nothing is ever scaling.
@@ -31,7 +32,9 @@ def add_elastic_ep_routes(app: App, data_parallel_size: int) -> None:
             body: Any = json.loads(request.body)
         except json.JSONDecodeError:
             raise errors.HttpError(400, "Invalid JSON format") from None
-        # (a body that is not an object fails here as vLLM's does: AttributeError, a 500)
+        if not isinstance(body, dict):
+            # vLLM fails here with an AttributeError (a 500); bad input is a 400 here
+            raise errors.HttpError(400, "Request body must be a JSON object")
         size = body.get("new_data_parallel_size")
         drain_timeout = body.get("drain_timeout", 120)
         if size is None:
