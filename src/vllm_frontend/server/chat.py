@@ -46,7 +46,7 @@ from .generation import (
     usage,
     usage_chunk,
 )
-from .message_schema import unread_parts_error
+from .message_schema import tool_call_errors, unread_parts_error
 from .sse import (
     ChoiceTemplates,
     RequestTemplates,
@@ -57,6 +57,7 @@ from .sse import (
     sse,
 )
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
+from .validation import validation_error
 
 __all__ = ["ChatHandler", "chat_request", "refuse_request_mm_kwargs"]
 
@@ -377,6 +378,8 @@ class ChatHandler:
         ctx.check_model(req.model)
         if (report := unread_parts_error(req.messages)) is not None:
             raise errors.BadRequest(report)
+        if calls_refused := tool_call_errors(req.messages):
+            raise validation_error([{**e, "loc": ("body", *e["loc"])} for e in calls_refused])
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         chat_req = chat_request(req, request, request_id)
         chat_req.text.trace_headers = trace_headers(ctx, request)
