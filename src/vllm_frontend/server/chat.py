@@ -219,6 +219,26 @@ class HiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
     tool_calls: list[DeltaToolCallJSON] | None = None
 
 
+class SetContentDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A delta whose ``content`` vLLM's parser set, null too (hermes beside tool calls)."""
+
+    content: str | None
+    reasoning: str | None = None
+    tool_calls: list[DeltaToolCallJSON] | None = None
+
+
+class SetContentHiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """:class:`SetContentDelta` with ``reasoning`` set to null (``include_reasoning: false``)."""
+
+    content: str | None
+    reasoning: None
+    tool_calls: list[DeltaToolCallJSON] | None = None
+
+
+AnyDelta = ContentDelta | HiddenReasoningDelta | SetContentDelta | SetContentHiddenReasoningDelta
+"""The delta of a running choice's chunk."""
+
+
 class RoleChoice(msgspec.Struct):
     """Role (and echo) chunk choice: vLLM sets index, delta, logprobs and finish_reason."""
 
@@ -232,7 +252,7 @@ class DeltaChoice(msgspec.Struct):
     """A content chunk choice (no ``stop_reason`` key until the finish)."""
 
     index: int
-    delta: ContentDelta | HiddenReasoningDelta
+    delta: AnyDelta
     logprobs: ChatLogprobs | None
     finish_reason: None
     token_ids: list[int] | None
@@ -242,7 +262,7 @@ class FinishChoice(msgspec.Struct):
     """The choice of the chunk carrying the finish reason."""
 
     index: int
-    delta: ContentDelta | HiddenReasoningDelta
+    delta: AnyDelta
     logprobs: ChatLogprobs | None
     finish_reason: str
     stop_reason: int | str | None
@@ -680,7 +700,7 @@ class _StreamChunks:
             event = self._templates.render(idx, seq.text)
             if event is not None:
                 return event
-        delta: ContentDelta | HiddenReasoningDelta = ContentDelta(seq.text)
+        delta: AnyDelta = ContentDelta(seq.text)
         token_ids = list(seq.token_ids) if self._return_ids else None
         if parser is not None:
             parsed = parser.feed(
@@ -806,9 +826,7 @@ def _text_template(request_id: str, created: int, model: str, index: int) -> Sse
     return _TEXT_TEMPLATES.template(request_id, created, (model, index))
 
 
-def _delta_json(
-    delta: OutputDelta, null_names: bool = False
-) -> ContentDelta | HiddenReasoningDelta:
+def _delta_json(delta: OutputDelta, null_names: bool = False) -> AnyDelta:
     """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape);
     ``null_names``: later pieces say ``"name": null`` (vLLM's
     ``extract_required_tool_call_streaming``)."""
@@ -826,6 +844,14 @@ def _delta_json(
                 index=tc.index,
                 function=function,
             )
+        )
+    if delta.content_set and delta.citations is None:
+        if delta.reasoning_hidden:
+            return SetContentHiddenReasoningDelta(
+                content=delta.content, reasoning=None, tool_calls=calls or None
+            )
+        return SetContentDelta(
+            content=delta.content, reasoning=delta.reasoning, tool_calls=calls or None
         )
     if delta.reasoning_hidden:
         return HiddenReasoningDelta(content=delta.content, reasoning=None, tool_calls=calls or None)
