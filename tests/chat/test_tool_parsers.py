@@ -586,3 +586,58 @@ def test_parallel_tool_calls_false_keeps_only_the_first_call_like_vllm() -> None
 
     assert streamed_indexes(True) == {0, 1}
     assert streamed_indexes(False) == {0}
+
+
+def _nulls_written(
+    tool: str, reasoning: str | None, deltas: list[tuple[str, list[int]]], req: Any
+) -> tuple[list[tuple[bool, bool] | None], list[tuple[bool, bool] | None]]:
+    # Per engine update: whether the chunk's delta writes the "content" and "reasoning" keys.
+    # vLLM's stream dumps DeltaMessage with exclude_unset, so a field the parser set to None
+    # is written as null; ours writes the key when the value is set or flagged as set.
+    cls = vllm_parser_cls(tool, reasoning)
+    theirs_parser = cls(tokenizer(), req.tools, chat_template_kwargs={})
+    ours_parser = ours_parsers(tool, reasoning).for_request(options_of(req))
+    theirs: list[tuple[bool, bool] | None] = []
+    ours: list[tuple[bool, bool] | None] = []
+    for k, (text, ids) in enumerate(deltas):
+        last = k == len(deltas) - 1
+        msg = theirs_parser.parse_delta(
+            text, list(ids), req, prompt_token_ids=prompt_ids(), finished=last
+        )
+        theirs.append(
+            None
+            if msg is None
+            else ("content" in msg.model_fields_set, "reasoning" in msg.model_fields_set)
+        )
+        mine = ours_parser.feed(text, ids, prompt_ids(), finished=last)
+        ours.append(
+            None
+            if mine is None
+            else (
+                mine.content is not None or mine.content_set,
+                mine.reasoning is not None or mine.reasoning_hidden,
+            )
+        )
+    return theirs, ours
+
+
+@pytest.mark.parametrize("include_reasoning", [True, False])
+@pytest.mark.parametrize(
+    ("tool", "reasoning", "text"),
+    [
+        ("hermes", None, HERMES_OUTPUTS[0]),
+        ("hermes", None, HERMES_OUTPUTS[1]),
+        ("llama3_json", None, LLAMA_OUTPUTS[2]),
+        ("hermes", "qwen3", REASONING_TOOL_OUTPUTS[0]),
+    ],
+)
+def test_streamed_deltas_write_null_fields_like_vllm(
+    tool: str, reasoning: str | None, text: str, include_reasoning: bool
+) -> None:
+    """Found by a differential probe of the chat route: vLLM's hermes parser sets ``content``
+    on every delta it returns (``"content": null`` beside tool calls), and with
+    ``include_reasoning: false`` every delta of a parsed output says ``"reasoning": null``."""
+    req = vllm_request([WEATHER_TOOL, TIME_TOOL], include_reasoning=include_reasoning)
+    ids = tokenizer().encode(text, add_special_tokens=False)
+    theirs, ours = _nulls_written(tool, reasoning, deltas_of(text, list(range(len(ids)))), req)
+    assert ours == theirs

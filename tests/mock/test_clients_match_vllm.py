@@ -804,6 +804,35 @@ def test_tokenize_reports_parts_no_part_type_reads_as_vllm(stack: Stack, parts: 
     assert status == 400
 
 
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize(
+    "calls",
+    [[{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+     [_CALL, {"id": "c2", "function": {"name": "g", "arguments": "{}"}}],
+     [{**_CALL, "function": {"name": "f", "arguments": {"city": "Paris"}}}],
+     [{**_CALL, "function": {"name": "f"}}], [{**_CALL, "function": {"arguments": "{}"}}],
+     [{**_CALL, "function": "f"}], [{**_CALL, "id": 5}], [{**_CALL, "type": "bogus"}],
+     [{"id": "c", "type": "custom", "custom": {"name": "x"}}], [{}], ["x"], {"a": 1}, "ab",
+     [{**_CALL, "extra": 1}], []],
+)  # fmt: skip
+def test_assistant_tool_calls_are_read_like_vllm(stack: Stack, path: str, calls: Any) -> None:
+    """Found by a differential probe: vLLM reads an assistant message's tool calls lazily and
+    refuses the first one neither tool-call type takes with pydantic's report under
+    ``body.<index>`` (ours served a call without ``type``, and answered others in its own
+    words)."""
+    messages = [{"role": "user", "content": "w?"},
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                {"role": "user", "content": "ok"}]  # fmt: skip
+    body = {"model": str(tiny_model_dir()), "messages": messages}
+    if path != "/tokenize":
+        body["max_tokens"] = 2
+    [(status, _, _)] = assert_same(stack, post(path, body))
+    assert status == (200 if calls in ([], [{**_CALL, "extra": 1}]) else 400)
+
+
 @pytest.mark.parametrize(("path", "change"), _input_cases())
 def test_odd_inputs_get_vllms_answer(stack: Stack, path: str, change: dict[str, Any]) -> None:
     body = {"model": str(tiny_model_dir()), **BASES[path], **change}

@@ -658,6 +658,7 @@ class OutputParser:
             msg = self._finish(msg)
         if msg is not None and not self.options.include_reasoning:
             msg.reasoning = None
+            msg.reasoning_hidden = True  # vLLM sets it: the chunk says "reasoning": null
             if not msg.content and not msg.tool_calls:
                 msg = None
         if self._newlines is not None:

@@ -43,8 +43,11 @@ class OutputDelta(msgspec.Struct):
     reasoning: str | None = None
     tool_calls: list[ToolCallDelta] = msgspec.field(default_factory=list)
     reasoning_hidden: bool = False
-    """``reasoning`` was cleared for ``include_reasoning: false`` the way vLLM's Harmony parser
-    clears it: the chunk then says ``"reasoning": null``."""
+    """``reasoning`` was cleared for ``include_reasoning: false`` the way vLLM's parsers clear
+    it (set to None, not left unset): the chunk then says ``"reasoning": null``."""
+    content_set: bool = False
+    """vLLM's parser set ``content`` even when it is None (hermes' tool-call deltas): the
+    chunk then says ``"content": null``."""
     citations: list[dict[str, Any]] | None = None
     """Grounding citations of the delta (Cohere Command), as vLLM's chat stream writes them."""
 

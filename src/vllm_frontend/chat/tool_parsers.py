@@ -140,7 +140,8 @@ class HermesToolParser(ToolParser):
                 self.prev_calls[i]["arguments"] = args
                 deltas.append(ToolCallDelta(i, arguments=diff))
         if content or deltas:
-            return OutputDelta(content=content, tool_calls=deltas)
+            # vLLM's DeltaMessage(content=content, ...): "content": null beside the calls
+            return OutputDelta(content=content, tool_calls=deltas, content_set=True)
         return None
 
 

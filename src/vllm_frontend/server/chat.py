@@ -46,7 +46,7 @@ from .generation import (
     usage,
     usage_chunk,
 )
-from .message_schema import unread_parts_error
+from .message_schema import tool_call_errors, unread_parts_error
 from .sse import (
     ChoiceTemplates,
     RequestTemplates,
@@ -57,6 +57,7 @@ from .sse import (
     sse,
 )
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
+from .validation import validation_error
 
 __all__ = ["ChatHandler", "chat_request", "refuse_request_mm_kwargs"]
 
@@ -218,6 +219,26 @@ class HiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
     tool_calls: list[DeltaToolCallJSON] | None = None
 
 
+class SetContentDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A delta whose ``content`` vLLM's parser set, null too (hermes beside tool calls)."""
+
+    content: str | None
+    reasoning: str | None = None
+    tool_calls: list[DeltaToolCallJSON] | None = None
+
+
+class SetContentHiddenReasoningDelta(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """:class:`SetContentDelta` with ``reasoning`` set to null (``include_reasoning: false``)."""
+
+    content: str | None
+    reasoning: None
+    tool_calls: list[DeltaToolCallJSON] | None = None
+
+
+AnyDelta = ContentDelta | HiddenReasoningDelta | SetContentDelta | SetContentHiddenReasoningDelta
+"""The delta of a running choice's chunk."""
+
+
 class RoleChoice(msgspec.Struct):
     """Role (and echo) chunk choice: vLLM sets index, delta, logprobs and finish_reason."""
 
@@ -231,7 +252,7 @@ class DeltaChoice(msgspec.Struct):
     """A content chunk choice (no ``stop_reason`` key until the finish)."""
 
     index: int
-    delta: ContentDelta | HiddenReasoningDelta
+    delta: AnyDelta
     logprobs: ChatLogprobs | None
     finish_reason: None
     token_ids: list[int] | None
@@ -241,7 +262,7 @@ class FinishChoice(msgspec.Struct):
     """The choice of the chunk carrying the finish reason."""
 
     index: int
-    delta: ContentDelta | HiddenReasoningDelta
+    delta: AnyDelta
     logprobs: ChatLogprobs | None
     finish_reason: str
     stop_reason: int | str | None
@@ -382,6 +403,8 @@ class ChatHandler:
         ctx.check_model(req.model)
         if (report := unread_parts_error(req.messages)) is not None:
             raise errors.BadRequest(report)
+        if calls_refused := tool_call_errors(req.messages):
+            raise validation_error([{**e, "loc": ("body", *e["loc"])} for e in calls_refused])
         request_id = request_id_for("chatcmpl", request, getattr(req, "request_id", None))
         chat_req = chat_request(req, request, request_id)
         chat_req.text.trace_headers = trace_headers(ctx, request)
@@ -682,7 +705,7 @@ class _StreamChunks:
             event = self._templates.render(idx, seq.text)
             if event is not None:
                 return event
-        delta: ContentDelta | HiddenReasoningDelta = ContentDelta(seq.text)
+        delta: AnyDelta = ContentDelta(seq.text)
         token_ids = list(seq.token_ids) if self._return_ids else None
         if parser is not None:
             parsed = parser.feed(
@@ -808,9 +831,7 @@ def _text_template(request_id: str, created: int, model: str, index: int) -> Sse
     return _TEXT_TEMPLATES.template(request_id, created, (model, index))
 
 
-def _delta_json(
-    delta: OutputDelta, null_names: bool = False
-) -> ContentDelta | HiddenReasoningDelta:
+def _delta_json(delta: OutputDelta, null_names: bool = False) -> AnyDelta:
     """A parser delta as vLLM's ``DeltaMessage`` JSON (tool-call pieces in vLLM's shape);
     ``null_names``: later pieces say ``"name": null`` (vLLM's
     ``extract_required_tool_call_streaming``)."""
@@ -828,6 +849,14 @@ def _delta_json(
                 index=tc.index,
                 function=function,
             )
+        )
+    if delta.content_set and delta.citations is None:
+        if delta.reasoning_hidden:
+            return SetContentHiddenReasoningDelta(
+                content=delta.content, reasoning=None, tool_calls=calls or None
+            )
+        return SetContentDelta(
+            content=delta.content, reasoning=delta.reasoning, tool_calls=calls or None
         )
     if delta.reasoning_hidden:
         return HiddenReasoningDelta(content=delta.content, reasoning=None, tool_calls=calls or None)

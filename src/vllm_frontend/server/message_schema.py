@@ -28,7 +28,7 @@ from .validation import (
 )
 from .validation import Literal as LiteralSpec
 
-__all__ = ["CHAT_MESSAGE"]
+__all__ = ["CHAT_MESSAGE", "tool_call_errors", "unread_parts_error"]
 
 _TEXT_OR_PARTS = Union(Str(), Iterable())
 """``str | Iterable[part]`` (the union's tags, ``str`` and ``generator[...]``, are among the
@@ -94,6 +94,21 @@ _TOOL_CALL = TypedDict(
     },
     ["id", "function", "type"],
 )
+
+_TOOL_CALL_UNION = TaggedUnion(
+    _TOOL_CALL,
+    TypedDict(
+        "ChatCompletionMessageCustomToolCallParam",
+        {
+            "id": Str(),
+            "custom": TypedDict("Custom", {"input": Str(), "name": Str()}, ["input", "name"]),
+            "type": LiteralSpec("custom"),
+        },
+        ["id", "custom", "type"],
+    ),
+)
+"""``ChatCompletionMessageToolCallParam``: the type of an assistant message's ``tool_calls``
+items, which OpenAI's assistant branch reads lazily (an ``Iterable``)."""
 
 CHAT_MESSAGE = TaggedUnion(
     _openai("developer", _TEXT_OR_PARTS, ("name", Str()), required=()),
@@ -283,4 +298,26 @@ def _parser_error(message: Any) -> str | None:
     for part in parts:
         if report := parser_error(part):
             return report
+    return None
+
+
+def tool_call_errors(messages: Any) -> list[dict[str, Any]] | None:
+    """pydantic's errors for the first assistant ``tool_calls`` item vLLM's chat parser refuses
+    as it reads the calls (``list(message["tool_calls"])`` over pydantic's lazy iterator: each
+    item is checked against the function and custom tool-call types, located under the item's
+    index), or ``None``. Only messages the request validation let through with tool calls are
+    judged (OpenAI's assistant branch is the one that reads them lazily). The chat route
+    answers them as a request validation error under ``body``, /tokenize with pydantic's text
+    for ``ValidatorIterator``."""
+    if not isinstance(messages, list):
+        return None
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list | dict | str):
+            continue  # None: no calls; anything else failed the request validation
+        for i, call in enumerate(calls):
+            if errors := _TOOL_CALL_UNION.errors(call, (i,)):
+                return errors
     return None

@@ -8,10 +8,11 @@ from vllm_frontend.text.prompts import encode_prompt
 
 from . import errors
 from .app import Handler, ServerSettings
-from .message_schema import unread_parts_error
+from .message_schema import tool_call_errors, unread_parts_error
 from .protocol import TokenizeCompletionRequest, parse_detokenize_request, parse_tokenize_request
 from .services import Services, check_model
 from .transport import Request, Response, json_response
+from .validation import pydantic_report
 
 __all__ = ["tokenize_handlers"]
 
@@ -46,6 +47,8 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
                 raise errors.NotImplementedFeature("Chat tokenization is not available.")
             if (report := unread_parts_error(req.messages)) is not None:
                 raise errors.BadRequest(report)
+            if calls_refused := tool_call_errors(req.messages):
+                raise errors.BadRequest(pydantic_report("ValidatorIterator", calls_refused))
             result = services.chat_tokenizer(req)
             ids = result if isinstance(result, list) else await result
         strs = tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
