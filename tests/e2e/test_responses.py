@@ -150,6 +150,63 @@ def test_function_tools_with_call_history(sdk: dict[str, openai.OpenAI]) -> None
     )
 
 
+# a namespace function the grammar can only call with {} (its flat name chosen by its local
+# one), and a custom tool (its one-string shim) forced by a named choice
+NAMESPACE_TOOLS: list[Any] = [
+    {
+        "type": "namespace",
+        "name": "crm",
+        "description": "CRM tools",
+        "tools": [
+            {
+                "type": "function",
+                "name": "ping",
+                "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+                "strict": True,
+            }
+        ],
+    }
+]
+CUSTOM_TOOLS: list[Any] = [{"type": "custom", "name": "patch", "description": "Apply a patch"}]
+FORCED_CALLS = [
+    pytest.param(NAMESPACE_TOOLS, {"type": "function", "name": "ping"}, id="namespace"),
+    pytest.param(CUSTOM_TOOLS, {"type": "custom", "name": "patch"}, id="custom"),
+]
+
+
+@pytest.mark.parametrize(("tools", "choice"), FORCED_CALLS)
+def test_forced_calls_of_namespace_and_custom_tools(
+    sdk: dict[str, openai.OpenAI], tools: list[Any], choice: dict[str, Any]
+) -> None:
+    model = model_of(sdk)
+    kwargs: dict[str, Any] = {
+        "input": [{"role": "user", "content": "Go"}],
+        "tools": tools,
+        "tool_choice": choice,
+        "max_output_tokens": 24,
+        "temperature": 0,
+    }
+    ref = both(sdk, **kwargs)
+    kind = "function_call" if choice["type"] == "function" else "custom_tool_call"
+    assert [item["type"] for item in ref["output"]] == [kind]
+    ours, theirs = (stream_events(sdk[n], model, **kwargs) for n in ("ours", "vllm"))
+    assert_same_stream(ours, theirs)
+
+
+def test_custom_tool_call_history(sdk: dict[str, openai.OpenAI]) -> None:
+    both(
+        sdk,
+        input=[
+            {"role": "user", "content": "Fix it"},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "patch", "input": "x = 1\n"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "applied"},
+        ],
+        tools=CUSTOM_TOOLS,
+        max_output_tokens=8,
+        temperature=0,
+    )
+
+
 def test_reasoning_item_input_and_sampling(sdk: dict[str, openai.OpenAI]) -> None:
     both(
         sdk,
