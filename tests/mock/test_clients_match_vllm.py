@@ -879,6 +879,12 @@ RESPONSES += [
     {"input": "hi", "tools": [_NAMESPACE], "tool_choice": {"type": "function", "name": "crm"}},
     {"input": "hi", "tools": [_NAMESPACE, _OTHER_NAMESPACE],
      "tool_choice": {"type": "function", "name": "lookup"}},
+    {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "required"},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": "required", "stream": True},
+    {"input": "hi", "tools": [{"type": "web_search"}], "tool_choice": "required"},
+    {"input": "hi", "tools": [{**_NAMESPACE, "tools": [{"type": "custom", "name": "n"}]}],
+     "tool_choice": "required"},
+    {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "none"},
 ]  # fmt: skip
 
 
