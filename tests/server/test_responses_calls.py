@@ -24,6 +24,7 @@ _NAMESPACE = {
     "tools": [
         {"type": "function", "name": "lookup", "parameters": {"type": "object"}},
         {"type": "custom", "name": "note"},
+        {"type": "function", "name": "patch"},
     ],
 }
 _FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
@@ -31,7 +32,7 @@ TOOLS = [_CUSTOM, _NAMESPACE, _FUNCTION]
 
 # (the called name, its parameters): a custom tool's shim (its input with escapes and a
 # non-ASCII character), shim arguments that hold no input string, a namespace function by its
-# flat name, a plain function, and a namespace's custom tool (shown to the model under no name)
+# flat name, a plain function, a namespace's custom tool (shown to the model under no name)
 CALLS = [
     ("patch", {"input": 'x = "1"\n\té'}),
     ("patch", {"input": ""}),
@@ -40,6 +41,9 @@ CALLS = [
     ("crm__lookup", {"id": 7}),
     ("get_weather", {"city": "Paris"}),
     ("crm__note", {"input": "n"}),
+    # a namespace function named as a custom tool: vLLM's stream reads its call as the custom
+    # tool's (it looks the resolved name up), its non-streamed output as the function's
+    ("crm__patch", {"input": "p"}),
 ]
 
 IDS = {"id", "item_id", "call_id"}
