@@ -171,12 +171,13 @@ CUSTOM_TOOLS: list[Any] = [{"type": "custom", "name": "patch", "description": "A
 FORCED_CALLS = [
     pytest.param(NAMESPACE_TOOLS, {"type": "function", "name": "ping"}, id="namespace"),
     pytest.param(CUSTOM_TOOLS, {"type": "custom", "name": "patch"}, id="custom"),
+    pytest.param(NAMESPACE_TOOLS + CUSTOM_TOOLS, "required", id="required"),
 ]
 
 
 @pytest.mark.parametrize(("tools", "choice"), FORCED_CALLS)
 def test_forced_calls_of_namespace_and_custom_tools(
-    sdk: dict[str, openai.OpenAI], tools: list[Any], choice: dict[str, Any]
+    sdk: dict[str, openai.OpenAI], tools: list[Any], choice: Any
 ) -> None:
     model = model_of(sdk)
     kwargs: dict[str, Any] = {
@@ -187,8 +188,11 @@ def test_forced_calls_of_namespace_and_custom_tools(
         "temperature": 0,
     }
     ref = both(sdk, **kwargs)
-    kind = "function_call" if choice["type"] == "function" else "custom_tool_call"
-    assert [item["type"] for item in ref["output"]] == [kind]
+    kinds = {item["type"] for item in ref["output"]}
+    if choice == "required":  # the model picks its calls (cut off here: no item, as vLLM)
+        assert kinds <= {"function_call", "custom_tool_call"}
+    else:
+        assert kinds == {"function_call" if choice["type"] == "function" else "custom_tool_call"}
     ours, theirs = (stream_events(sdk[n], model, **kwargs) for n in ("ours", "vllm"))
     assert_same_stream(ours, theirs)
 
