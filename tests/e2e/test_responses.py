@@ -197,6 +197,38 @@ def test_forced_calls_of_namespace_and_custom_tools(
     assert_same_stream(ours, theirs)
 
 
+def test_a_custom_call_then_its_output_by_previous_response_id(
+    sdk: dict[str, openai.OpenAI],
+) -> None:
+    # the stored response's custom_tool_call is left out of the next prompt (vLLM keeps only
+    # the previous output's messages); its output comes as a custom_tool_call_output item
+    model = model_of(sdk)
+    bodies = {}
+    for name, client in sdk.items():
+        first = create(
+            client,
+            model=model,
+            input="Fix it",
+            tools=CUSTOM_TOOLS,
+            tool_choice={"type": "custom", "name": "patch"},
+            max_output_tokens=24,
+            temperature=0,
+        )
+        [call] = first["output"]
+        assert call["type"] == "custom_tool_call"
+        second = create(
+            client,
+            model=model,
+            input=[{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "ok"}],
+            tools=CUSTOM_TOOLS,
+            max_output_tokens=6,
+            temperature=0,
+            previous_response_id=first["id"],
+        )
+        bodies[name] = [first, second]
+    assert_same(bodies["ours"], bodies["vllm"])
+
+
 def test_custom_tool_call_history(sdk: dict[str, openai.OpenAI]) -> None:
     both(
         sdk,
