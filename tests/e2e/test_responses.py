@@ -150,6 +150,99 @@ def test_function_tools_with_call_history(sdk: dict[str, openai.OpenAI]) -> None
     )
 
 
+# a namespace function the grammar can only call with {} (its flat name chosen by its local
+# one), and a custom tool (its one-string shim) forced by a named choice
+NAMESPACE_TOOLS: list[Any] = [
+    {
+        "type": "namespace",
+        "name": "crm",
+        "description": "CRM tools",
+        "tools": [
+            {
+                "type": "function",
+                "name": "ping",
+                "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+                "strict": True,
+            }
+        ],
+    }
+]
+CUSTOM_TOOLS: list[Any] = [{"type": "custom", "name": "patch", "description": "Apply a patch"}]
+FORCED_CALLS = [
+    pytest.param(NAMESPACE_TOOLS, {"type": "function", "name": "ping"}, id="namespace"),
+    pytest.param(CUSTOM_TOOLS, {"type": "custom", "name": "patch"}, id="custom"),
+    pytest.param(NAMESPACE_TOOLS + CUSTOM_TOOLS, "required", id="required"),
+]
+
+
+@pytest.mark.parametrize(("tools", "choice"), FORCED_CALLS)
+def test_forced_calls_of_namespace_and_custom_tools(
+    sdk: dict[str, openai.OpenAI], tools: list[Any], choice: Any
+) -> None:
+    model = model_of(sdk)
+    kwargs: dict[str, Any] = {
+        "input": [{"role": "user", "content": "Go"}],
+        "tools": tools,
+        "tool_choice": choice,
+        "max_output_tokens": 24,
+        "temperature": 0,
+    }
+    ref = both(sdk, **kwargs)
+    kinds = {item["type"] for item in ref["output"]}
+    if choice == "required":  # the model picks its calls (cut off here: no item, as vLLM)
+        assert kinds <= {"function_call", "custom_tool_call"}
+    else:
+        assert kinds == {"function_call" if choice["type"] == "function" else "custom_tool_call"}
+    ours, theirs = (stream_events(sdk[n], model, **kwargs) for n in ("ours", "vllm"))
+    assert_same_stream(ours, theirs)
+
+
+def test_a_custom_call_then_its_output_by_previous_response_id(
+    sdk: dict[str, openai.OpenAI],
+) -> None:
+    # the stored response's custom_tool_call is left out of the next prompt (vLLM keeps only
+    # the previous output's messages); its output comes as a custom_tool_call_output item
+    model = model_of(sdk)
+    bodies = {}
+    for name, client in sdk.items():
+        first = create(
+            client,
+            model=model,
+            input="Fix it",
+            tools=CUSTOM_TOOLS,
+            tool_choice={"type": "custom", "name": "patch"},
+            max_output_tokens=24,
+            temperature=0,
+        )
+        [call] = first["output"]
+        assert call["type"] == "custom_tool_call"
+        second = create(
+            client,
+            model=model,
+            input=[{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "ok"}],
+            tools=CUSTOM_TOOLS,
+            max_output_tokens=6,
+            temperature=0,
+            previous_response_id=first["id"],
+        )
+        bodies[name] = [first, second]
+    assert_same(bodies["ours"], bodies["vllm"])
+
+
+def test_custom_tool_call_history(sdk: dict[str, openai.OpenAI]) -> None:
+    both(
+        sdk,
+        input=[
+            {"role": "user", "content": "Fix it"},
+            {"type": "custom_tool_call", "call_id": "c1", "name": "patch", "input": "x = 1\n"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "applied"},
+        ],
+        tools=CUSTOM_TOOLS,
+        max_output_tokens=8,
+        temperature=0,
+    )
+
+
 def test_reasoning_item_input_and_sampling(sdk: dict[str, openai.OpenAI]) -> None:
     both(
         sdk,

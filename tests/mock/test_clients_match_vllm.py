@@ -878,6 +878,53 @@ RESPONSES += [{"input": "hi", "tools": [tool]} for tool in [
 ]]  # fmt: skip
 
 
+# custom tools are shown as one-string function shims, namespace functions under flat
+# ``<namespace>__<name>`` names; a custom_tool_call input item is a call of the shim
+_CUSTOM = {"type": "custom", "name": "patch", "description": "Apply a patch"}
+_NAMESPACE = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "CRM",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Find",
+            "parameters": {"type": "object", "properties": {}},
+        },
+        {"type": "custom", "name": "note"},
+    ],
+}
+_OTHER_NAMESPACE = {**_NAMESPACE, "name": "erp"}
+_CUSTOM_CALL = {"type": "custom_tool_call", "call_id": "c1", "name": "patch", "input": "x = 1"}
+RESPONSES += [
+    {"input": "hi", "tools": [_CUSTOM]},
+    {"input": "hi", "tools": [_NAMESPACE]},
+    {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "stream": True},
+    {"input": [_USER, _CUSTOM_CALL,
+               {"type": "custom_tool_call_output", "call_id": "c1", "output": "ok"}],
+     "tools": [_CUSTOM]},
+    {"input": [_USER, {"type": "message", "role": "assistant", "content": "Sure."},
+               _CUSTOM_CALL, {**_CUSTOM_CALL, "call_id": "c2", "input": "é\n\"q\""},
+               {"type": "function_call", "call_id": "c3", "name": "lookup", "namespace": "crm",
+                "arguments": "{}"}]},
+    # a named choice: a custom tool, a namespace function by its flat or (unique) local name
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"type": "custom", "name": "patch"}},
+    {"input": "hi", "tools": [_NAMESPACE],
+     "tool_choice": {"type": "function", "name": "crm__lookup"}},
+    {"input": "hi", "tools": [_NAMESPACE], "tool_choice": {"type": "function", "name": "lookup"}},
+    {"input": "hi", "tools": [_NAMESPACE], "tool_choice": {"type": "function", "name": "crm"}},
+    {"input": "hi", "tools": [_NAMESPACE, _OTHER_NAMESPACE],
+     "tool_choice": {"type": "function", "name": "lookup"}},
+    {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "required"},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": "required", "stream": True},
+    {"input": "hi", "tools": [{"type": "web_search"}], "tool_choice": "required"},
+    {"input": "hi", "tools": [{**_NAMESPACE, "tools": [{"type": "custom", "name": "n"}]}],
+     "tool_choice": "required"},
+    {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "none"},
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("fields", RESPONSES, ids=range(len(RESPONSES)))
 def test_responses_requests_get_vllms_answer(stack: Stack, fields: dict[str, Any]) -> None:
     body = {"model": str(tiny_model_dir()), "max_output_tokens": 3, **fields}
@@ -910,6 +957,25 @@ def test_a_built_in_tool_without_its_required_fields_is_refused_like_vllm(
         seen[name] = (status, answer["error"]["param"], answer["error"]["type"])
     assert seen["ours"] == seen["vllm"]
     assert seen["ours"][0] == 400 and seen["ours"][1].startswith("body.tools.1.FunctionTool.")
+
+
+@pytest.mark.parametrize(
+    "item",
+    [{**_CUSTOM_CALL, "input": 5}, {k: v for k, v in _CUSTOM_CALL.items() if k != "input"},
+     {**_CUSTOM_CALL, "name": None}],
+)  # fmt: skip
+def test_a_malformed_custom_tool_call_item_is_refused_like_vllm(
+    stack: Stack, item: dict[str, Any]
+) -> None:
+    # vLLM's message lists pydantic's errors for every member of the SDK's item union; ours
+    # the one rule the item breaks (status, param and type alike)
+    body = {"model": str(tiny_model_dir()), "input": [_USER, item], "tools": [_CUSTOM]}
+    seen = {}
+    for name, port in stack.ports.items():
+        [(status, _, answer)] = responses(exchange(port, post("/v1/responses", body)))
+        seen[name] = (status, answer["error"]["param"], answer["error"]["type"])
+    assert seen["ours"] == seen["vllm"]
+    assert seen["ours"][0] == 400
 
 
 # -- 1 (end). clients that leave ------------------------------------------------------------------

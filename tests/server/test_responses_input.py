@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from vllm_frontend.chat.messages import normalize_tools
 from vllm_frontend.server.responses_input import chat_tools, input_messages
 from vllm_frontend.server.responses_protocol import parse_responses_request
 
@@ -58,6 +59,36 @@ INPUTS: list[Any] = [
         {"role": "user", "content": "x"},
     ],
     [CALL, OUTPUT, {"role": "user", "content": "and then?"}],
+]
+
+CUSTOM_CALL = {"type": "custom_tool_call", "call_id": "c3", "name": "patch", "input": 'é\n"x"'}
+CUSTOM_OUTPUT = {"type": "custom_tool_call_output", "call_id": "c3", "output": "done"}
+NAMESPACED_CALL = {**CALL, "call_id": "c4", "namespace": "crm", "name": "lookup"}
+INPUTS += [
+    # a custom tool's call is a call of its function shim; a namespaced call is flattened
+    [{"role": "user", "content": "x"}, CUSTOM_CALL, CUSTOM_OUTPUT],
+    [{"role": "user", "content": "x"}, REASONING, CALL, CUSTOM_CALL, NAMESPACED_CALL, OUTPUT],
+    [{"role": "assistant", "content": "Sure."}, CUSTOM_CALL, {**CUSTOM_CALL, "input": ""}],
+    [CUSTOM_CALL, {**CUSTOM_OUTPUT, "output": ""}],
+    [{**CUSTOM_CALL, "namespace": "crm", "id": "ctc_1"}, CUSTOM_OUTPUT],
+]
+
+# custom and namespace tools, as the model is shown them (function shims, flattened names)
+MORE_TOOLS: list[Any] = [
+    {"type": "custom", "name": "patch", "description": "Apply a patch"},
+    {"type": "custom", "name": "free", "format": {"type": "text"}, "defer_loading": True},
+    {
+        "type": "namespace",
+        "name": "crm",
+        "description": "CRM tools",
+        "tools": [
+            {"type": "function", "name": "lookup", "description": "d", "strict": False},
+            {"type": "custom", "name": "note"},
+            {"type": "function", "name": "later", "defer_loading": True, "parameters": None},
+        ],
+    },
+    {"type": "function", "name": "deferred", "defer_loading": True},
+    {"type": "web_search"},
 ]
 
 
@@ -111,25 +142,19 @@ def test_previous_conversation_matches_vllm() -> None:
     assert _plain(ours) == _plain(theirs)
 
 
+@pytest.mark.parametrize("tools", [TOOLS, TOOLS + MORE_TOOLS], ids=["functions", "all"])
 @pytest.mark.parametrize("choice", ["auto", "none", "required"])
-def test_tools_match_vllm(choice: str) -> None:
+def test_tools_match_vllm(choice: str, tools: list[Any]) -> None:
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest as VllmRequest
     from vllm.entrypoints.openai.responses.utils import construct_tool_dicts
 
-    req = VllmRequest.model_validate({"input": "x", "tools": TOOLS, "tool_choice": choice})
+    req = VllmRequest.model_validate({"input": "x", "tools": tools, "tool_choice": choice})
     theirs = construct_tool_dicts(req.tools, req.tool_choice)
     assert theirs is not None
     # vLLM's dump carries the chat tool model's defaults; the template sees the same values
-    expected = [
-        {
-            "type": t["type"],
-            "function": {
-                k: t["function"].get(k) for k in ("name", "description", "parameters", "strict")
-            },
-        }
-        for t in theirs
-    ]
-    assert chat_tools(TOOLS, choice) == expected
+    ours = chat_tools(tools, choice)
+    assert normalize_tools(ours) == normalize_tools(theirs)
+    assert len(theirs) == (2 if tools is TOOLS else 7)
 
 
 def _plain(messages: Any) -> Any:

@@ -46,6 +46,7 @@ from .generation import (
     sampling_request,
     trace_headers,
 )
+from .responses_calls import CallNames, custom_input, custom_input_prefix, custom_tool_call_item
 from .responses_harmony import HarmonyStream, HarmonyTurn
 from .responses_input import chat_tool_choice, chat_tools, check_content_parts, input_messages
 from .responses_output import (
@@ -619,14 +620,17 @@ class ResponsesHandler:
         calls = parsed.tool_calls
         if req.parallel_tool_calls is False:
             calls = calls[:1]
+        names = CallNames(req.tools)
         for call in calls:
+            call_id = call.id or new_tool_call_id()
+            if call.name in names.custom:
+                payload = custom_input(call.arguments)
+                items.append(custom_tool_call_item(new_id("ctc"), call_id, call.name, payload))
+                continue
+            name, namespace = names.resolve(call.name)
             items.append(
                 function_call_item(
-                    new_id("fc"),
-                    call.id or new_tool_call_id(),
-                    call.name,
-                    call.arguments,
-                    "completed",
+                    new_id("fc"), call_id, name, call.arguments, "completed", namespace
                 )
             )
         return items
@@ -669,7 +673,7 @@ class ResponsesHandler:
             yield numbered(event)
         parser = gen.new_parser()
         [prompt] = gen.text.prompts
-        state = _StreamState()
+        state = _StreamState(CallNames(req.tools))
         final: SequenceOutput | None = None
         cached = 0
         token_ids: list[int] = []
@@ -963,7 +967,8 @@ class _StreamState:
     """vLLM's ``SimpleStreamingEventProcessor``: opens, feeds and closes one output item at a
     time (content, reasoning or a tool call) and keeps the finished items."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: CallNames) -> None:
+        self.names = names
         self.items: list[Any] = []
         self.output_index = 0
         self.kind: str | None = None
@@ -972,6 +977,9 @@ class _StreamState:
         self.logprobs: list[Any] = []
         self.call_id = ""
         self.call_name = ""
+        self.call_namespace: str | None = None
+        self.call_custom = False  # a custom tool's shim: its input is streamed, not arguments
+        self.payload = ""  # (of a custom call: the input streamed so far)
         self.call_index: int | None = None
 
     def feed(self, delta: OutputDelta, logprobs: list[Any] | None) -> list[dict[str, Any]]:
@@ -996,7 +1004,10 @@ class _StreamState:
             events += self._open(kind, call)
         if kind == "call":
             args = "".join(tc.arguments or "" for tc in delta.tool_calls)
-            if args:
+            if args and self.call_custom:
+                self.text += args
+                events += self._custom_delta(custom_input_prefix(self.text))
+            elif args:
                 self.text += args
                 events.append(
                     {
@@ -1044,13 +1055,27 @@ class _StreamState:
         index = self.output_index
         if kind == "call":
             assert call is not None
-            self.item_id = new_id("fc")
+            self.call_name, self.call_namespace = self.names.resolve(call.name or "")
+            # (vLLM asks whether the resolved name is a custom tool's)
+            self.call_custom = self.call_name in self.names.custom
+            self.item_id = new_id("ctc" if self.call_custom else "fc")
             self.call_id = call.id or new_tool_call_id()
-            self.call_name = call.name or ""
             self.call_index = call.index
-            # vLLM builds this item as the SDK's ResponseFunctionToolCallItem, whose
-            # ``created_by`` its serializer leaves out
-            item = function_call_item(self.item_id, self.call_id, self.call_name, "", "in_progress")
+            self.payload = ""
+            item: dict[str, Any]
+            if self.call_custom:
+                item = custom_tool_call_item(self.item_id, self.call_id, self.call_name, "")
+            else:
+                # vLLM builds this item as the SDK's ResponseFunctionToolCallItem, whose
+                # ``created_by`` its serializer leaves out
+                item = function_call_item(
+                    self.item_id,
+                    self.call_id,
+                    self.call_name,
+                    "",
+                    "in_progress",
+                    self.call_namespace,
+                )
             return [
                 {
                     "item": item,
@@ -1091,8 +1116,23 @@ class _StreamState:
         if kind is None:
             return []
         events: list[dict[str, Any]]
-        if kind == "call":
-            item = function_call_item(item_id, self.call_id, self.call_name, text, "completed")
+        if kind == "call" and self.call_custom:
+            payload = custom_input(text)
+            events = self._custom_delta(payload)
+            events.append(
+                {
+                    "input": payload,
+                    "item_id": item_id,
+                    "output_index": index,
+                    "sequence_number": -1,
+                    "type": "response.custom_tool_call_input.done",
+                }
+            )
+            item = custom_tool_call_item(item_id, self.call_id, self.call_name, payload)
+        elif kind == "call":
+            item = function_call_item(
+                item_id, self.call_id, self.call_name, text, "completed", self.call_namespace
+            )
             events = [
                 {
                     "arguments": text,
@@ -1158,7 +1198,26 @@ class _StreamState:
         self.output_index += 1
         self.kind = None
         self.call_index = None
+        self.call_namespace = None
+        self.call_custom = False
         return events
+
+    def _custom_delta(self, payload: str) -> list[dict[str, Any]]:
+        # a custom call's input so far, as a delta of what was streamed; an input that does not
+        # extend it is sent whole (a delta cannot take back what was streamed)
+        streamed = self.payload
+        if payload == streamed:
+            return []
+        self.payload = payload
+        return [
+            {
+                "delta": payload[len(streamed) :] if payload.startswith(streamed) else payload,
+                "item_id": self.item_id,
+                "output_index": self.output_index,
+                "sequence_number": -1,
+                "type": "response.custom_tool_call_input.delta",
+            }
+        ]
 
 
 def _stream_logprob(lp: dict[str, Any]) -> dict[str, Any]:

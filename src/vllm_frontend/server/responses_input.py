@@ -2,9 +2,15 @@
 0.32 builds them (vllm/entrypoints/openai/responses/utils.py, ``construct_input_messages``,
 ``construct_tool_dicts``).
 
-Input items: messages, ``function_call`` and ``function_call_output`` items, and
-``reasoning`` items; a function call or reasoning item joins the assistant message before it,
-as in vLLM. Items of other shapes are refused with a 400 on ``body.input``.
+Input items: messages, ``function_call``, ``custom_tool_call`` (a call of the custom tool's
+function shim, its input as the shim's one ``input`` argument), ``function_call_output`` and
+``custom_tool_call_output`` items, and ``reasoning`` items; a call or reasoning item joins the
+assistant message before it, as in vLLM. Items of other shapes are refused with a 400 on
+``body.input``.
+
+Tools: the model is shown functions only; a namespace's functions flattened to
+``<namespace>__<name>``, a ``custom`` tool as a function of one string (vLLM's
+``get_function_tools``).
 
 A message's content parts are the Responses ones vLLM's request model (the OpenAI SDK's
 ``ResponseInputContentParam``) admits: ``input_text``, ``input_image`` (``detail`` defaulted
@@ -18,15 +24,18 @@ one rule broken, not pydantic's errors for every branch of the item union.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .errors import InvalidParameter
 from .validation import validation_error
 
 __all__ = [
+    "CUSTOM_INPUT_KEY",
     "chat_tool_choice",
     "chat_tools",
     "check_content_parts",
+    "flat_tool_name",
     "input_messages",
     "output_messages",
 ]
@@ -34,27 +43,71 @@ __all__ = [
 _ROLES = ("user", "system", "developer", "assistant")
 
 
+CUSTOM_INPUT_KEY = "input"
+"""The one argument of the function shim a ``custom`` tool is shown to the model as."""
+
+_CUSTOM_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        CUSTOM_INPUT_KEY: {
+            "type": "string",
+            "description": "The freeform text payload for this tool.",
+        }
+    },
+    "required": [CUSTOM_INPUT_KEY],
+    "additionalProperties": False,
+}
+
+
+def flat_tool_name(namespace: Any, name: Any) -> str:
+    """The name a namespace's function is shown to the model under (``<namespace>__<name>``)."""
+    return f"{namespace}__{name}"
+
+
 def chat_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]] | None:
-    """The request's function tools in the chat ``tools`` shape (None without tools)."""
+    """The functions the model is shown, in the chat ``tools`` shape (None without tools), as
+    vLLM's ``get_function_tools``: function tools as they are, a namespace's function tools
+    flattened to ``<namespace>__<name>`` (its custom tools dropped), a ``custom`` tool as a
+    function taking one string ``input``; other tools are not shown."""
     if not tools:
         return None
     out = []
     for tool in tools:
-        if tool.get("type") != "function":
-            continue
-        function = {
-            "name": tool.get("name"),
-            "description": tool.get("description"),
-            "parameters": tool.get("parameters"),
-            "strict": tool.get("strict"),
-        }
-        out.append({"type": "function", "function": function})
+        kind = tool.get("type")
+        if kind == "function":
+            out.append(_chat_function(tool, tool.get("name")))
+        elif kind == "namespace":
+            out.extend(
+                _chat_function(sub, flat_tool_name(tool["name"], sub.get("name")))
+                for sub in tool.get("tools") or ()
+                if isinstance(sub, dict) and sub.get("type") == "function"
+            )
+        elif kind == "custom":
+            function = {
+                "name": tool.get("name"),
+                "description": tool.get("description"),
+                "parameters": _CUSTOM_PARAMETERS,
+            }
+            out.append({"type": "function", "function": function})
     return out
 
 
+def _chat_function(tool: dict[str, Any], name: Any) -> dict[str, Any]:
+    function = {
+        "name": name,
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": tool.get("strict"),
+    }
+    if tool.get("defer_loading") is not None:
+        function["defer_loading"] = tool["defer_loading"]
+    return {"type": "function", "function": function}
+
+
 def chat_tool_choice(tool_choice: Any) -> Any:
-    """A Responses ``tool_choice`` in the chat shape (a named function nests its name)."""
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+    """A Responses ``tool_choice`` in the chat shape (a named function or custom tool nests its
+    name: the model calls a custom tool's function shim)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": tool_choice.get("name")}}
     return tool_choice
 
@@ -151,20 +204,8 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
             raise _bad_item(index, item, "function_call needs call_id, name and arguments")
         namespace = item.get("namespace")
         if namespace:
-            name = f"{namespace}__{name}"
-        call = {
-            "id": call_id,
-            "function": {"name": name, "arguments": arguments},
-            "type": "function",
-        }
-        if prev_assistant is not None:
-            calls = prev_assistant.get("tool_calls")
-            if calls is None:
-                prev_assistant["tool_calls"] = [call]
-                return None
-            calls.append(call)
-            return None
-        return {"role": "assistant", "tool_calls": [call]}
+            name = flat_tool_name(namespace, name)
+        return _with_call(prev_assistant, call_id, name, arguments)
     if kind == "reasoning":
         if item.get("encrypted_content"):
             raise InvalidParameter("Encrypted content is not supported.", parameter="input")
@@ -180,6 +221,12 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
             prev_assistant["reasoning"] = reasoning
             return None
         return {"role": "assistant", "reasoning": reasoning}
+    if kind == "custom_tool_call":
+        call_id, name, payload = item.get("call_id"), item.get("name"), item.get("input")
+        if not all(isinstance(v, str) for v in (call_id, name, payload)):
+            raise _bad_item(index, item, "custom_tool_call needs call_id, name and input")
+        arguments = json.dumps({CUSTOM_INPUT_KEY: payload}, ensure_ascii=False)
+        return _with_call(prev_assistant, call_id, name, arguments)
     if kind in ("function_call_output", "custom_tool_call_output"):
         if not isinstance(item.get("call_id"), str) or "output" not in item:
             raise _bad_item(index, item, f"{kind} needs call_id and output")
@@ -216,6 +263,21 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
                 return None
             return {"role": "assistant", "content": text}
     return item
+
+
+def _with_call(
+    prev_assistant: dict[str, Any] | None, call_id: Any, name: Any, arguments: Any
+) -> dict[str, Any] | None:
+    # a call joins the assistant message before it (None), or starts one
+    call = {"id": call_id, "function": {"name": name, "arguments": arguments}, "type": "function"}
+    if prev_assistant is not None:
+        calls = prev_assistant.get("tool_calls")
+        if calls is None:
+            prev_assistant["tool_calls"] = [call]
+            return None
+        calls.append(call)
+        return None
+    return {"role": "assistant", "tool_calls": [call]}
 
 
 _UNCONVERTED_ITEMS: dict[str | None, tuple[str, ...]] = {

@@ -56,7 +56,12 @@ def reasoning_item(item_id: str, text: str | None, status: str | None) -> dict[s
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    status: str,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """A ``function_call`` output item."""
     return {
@@ -67,7 +72,7 @@ def function_call_item(
         "id": item_id,
         "async": None,
         "caller": None,
-        "namespace": None,
+        "namespace": namespace,
         "status": status,
     }
 
@@ -120,6 +125,10 @@ _WEB_SEARCH_LOCATION_FIELDS = ("city", "country", "region", "timezone", "type")
 _RANKING_FIELDS = ("hybrid_search", "ranker", "score_threshold")
 _NAMESPACE_FUNCTION_FIELDS = ("name", "type", "allowed_callers", "async", "defer_loading",
                               "description", "output_schema", "parameters", "strict")  # fmt: skip
+_NAMESPACE_MEMBER_FIELDS = {
+    "function": _NAMESPACE_FUNCTION_FIELDS,
+    "custom": _BUILTIN_TOOL_FIELDS["custom"],
+}
 _AUTO_CONTAINER_FIELDS = ("type", "file_ids", "memory_limit", "network_policy")
 
 
@@ -147,8 +156,8 @@ def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
     functions = out.get("tools") if kind == "namespace" else None
     if isinstance(functions, list):
         out["tools"] = [
-            {k: f.get(k) for k in _NAMESPACE_FUNCTION_FIELDS}
-            if isinstance(f, dict) and f.get("type") == "function"
+            {k: f.get(k) for k in _NAMESPACE_MEMBER_FIELDS[f["type"]]}
+            if isinstance(f, dict) and f.get("type") in _NAMESPACE_MEMBER_FIELDS
             else f
             for f in functions
         ]
@@ -159,8 +168,8 @@ def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tool_choice_json(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"name": choice.get("name"), "type": "function"}
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        return {"name": choice.get("name"), "type": choice["type"]}
     return choice
 
 

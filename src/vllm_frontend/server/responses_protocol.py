@@ -15,6 +15,7 @@ import msgspec
 
 from .errors import BadRequest, InvalidParameter
 from .protocol import Int64, StopList, XArgValue, _check_cache_salt, _schema
+from .responses_input import flat_tool_name
 from .validation import (
     AnyValue,
     Bool,
@@ -204,11 +205,51 @@ def _check_tool_usage(data: dict[str, Any]) -> None:
             )
     elif named:
         name = choice.get("name")
-        names = {t.get("name") for t in tools if isinstance(t, dict)}
-        if not name or name not in names:
+        if not name:
             raise InvalidParameter(
                 "Tool choice 'function' not found in 'tools' parameter.", parameter="tool_choice"
             )
+        resolved = _resolve_named_choice(name, tools)
+        if resolved != name:
+            data["tool_choice"] = {**choice, "name": resolved}
+
+
+def _resolve_named_choice(name: Any, tools: list[Any]) -> Any:
+    # vLLM's _resolve_named_tool_choice: a tool's own name, or a namespace function's flat
+    # ``<namespace>__<name>`` name, or its local name when one namespace alone defines it
+    if isinstance(name, list | dict):
+        return name  # (refused by the tool choice's validation)
+    exact: set[Any] = set()
+    local: dict[str, list[str]] = {}
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            namespace, functions = tool.get("name"), tool.get("tools")
+            if not isinstance(functions, list) or not isinstance(namespace, str):
+                return name  # (refused by the tool's validation)
+            for function in functions:
+                local_name = function.get("name") if isinstance(function, dict) else None
+                if isinstance(local_name, str):
+                    flat = flat_tool_name(namespace, local_name)
+                    exact.add(flat)
+                    local.setdefault(local_name, []).append(flat)
+        elif isinstance(tool.get("name"), str):
+            exact.add(tool["name"])
+    if name in exact:
+        return name
+    candidates = local.get(name, []) if isinstance(name, str) else []
+    if len(candidates) == 1:
+        return candidates[0]
+    if candidates:
+        raise InvalidParameter(
+            f"Tool choice '{name}' is ambiguous: it is defined in more than one namespace "
+            f"({', '.join(candidates)}). Select it by its full '<namespace>__<name>' name.",
+            parameter="tool_choice",
+        )
+    raise InvalidParameter(
+        "Tool choice 'function' not found in 'tools' parameter.", parameter="tool_choice"
+    )
 
 
 def _check_custom_tool_format(data: dict[str, Any]) -> None:
