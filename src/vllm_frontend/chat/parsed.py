@@ -48,8 +48,8 @@ class OutputDelta(msgspec.Struct):
     then says ``"reasoning": null``."""
     content_set: bool = False
     """vLLM's parser set ``content`` even when it is None (the tool-call deltas of hermes,
-    granite4, apertus, dots, lfm2, poolside_v1, hy_v3, k2_horizon, kimi_k3): the chunk then
-    says ``"content": null``."""
+    granite4, apertus, dots, lfm2, poolside_v1, hy_v3, k2_horizon, kimi_k3, ernie45, plamo3):
+    the chunk then says ``"content": null``."""
     citations: list[dict[str, Any]] | None = None
     """Grounding citations of the delta (Cohere Command), as vLLM's chat stream writes them."""
 
