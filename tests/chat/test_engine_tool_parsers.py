@@ -662,3 +662,29 @@ def test_plamo3_matches_vllm(family: Family, text: str) -> None:
 )
 def test_plamo3_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], which: int) -> None:
     PLAMO.check_stream(text, cuts, plamo_requests()[which])
+
+
+_WRITTEN_KEYS = [
+    *[(family, QWEN3_OUTPUTS[:4]) for family in QWEN3_FAMILIES],
+    *[(family, GLM_OUTPUTS[:4]) for family in GLM_FAMILIES],
+    (KIMI, KIMI_OUTPUTS[:4]),
+    (MINIMAX, MINIMAX_OUTPUTS[:4]),
+    (GRANITE, GRANITE_OUTPUTS[:4]),
+    (ERNIE, ERNIE_OUTPUTS),
+    *[(family, PLAMO_OUTPUTS) for family in PLAMO_FAMILIES],
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    _WRITTEN_KEYS,
+    ids=[f"{f.parser}+{f.reasoning}" if f.reasoning else f.parser for f, _ in _WRITTEN_KEYS],
+)
+def test_streamed_deltas_write_the_fields_vllms_parser_sets(
+    family: Family, outputs: list[str]
+) -> None:
+    """A field vLLM's parser sets to None is written as ``null`` (its stream dumps with
+    ``exclude_unset``): every ernie45 delta says ``"content": null`` when it has none, and
+    plamo3's last delta sets both fields; ours write the same keys, token by token and whole."""
+    for text in outputs:
+        family.check_written_keys(text)

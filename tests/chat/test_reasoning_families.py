@@ -645,6 +645,53 @@ def test_include_reasoning_false_matches_vllm(name: str) -> None:
             assert got[0] == want[0]
 
 
+def _written_keys(
+    name: str, kwargs: dict[str, Any], text: str, cuts: list[int], include_reasoning: bool
+) -> tuple[list[Any], list[Any]]:
+    """(vLLM's, ours) per engine update: whether the chunk's delta writes the ``content`` and
+    ``reasoning`` keys (vLLM dumps ``DeltaMessage`` with ``exclude_unset``: a field its parser
+    set to None is written as null; ours writes a key with a value or flagged as set)."""
+    prompt = list(_ids(name, FAMILIES[name].prompt))
+    req = request(kwargs, include_reasoning=include_reasoning)
+    theirs, mine = vllm_parser(name, kwargs), ours_parser(name, kwargs, include_reasoning)
+    deltas = deltas_of(name, text, cuts)
+    want: list[Any] = []
+    got: list[Any] = []
+    for k, (delta, ids) in enumerate(deltas):
+        last = k == len(deltas) - 1
+        try:
+            msg = theirs.parse_delta(delta, list(ids), req, prompt_token_ids=prompt, finished=last)
+        except Exception:  # vLLM fails the stream (pinned by stream_both's callers)
+            break
+        fields = None if msg is None else msg.model_fields_set
+        want.append(None if fields is None else ("content" in fields, "reasoning" in fields))
+        ours = mine.feed(delta, ids, prompt, finished=last)
+        got.append(
+            None
+            if ours is None
+            else (
+                ours.content is not None or ours.content_set,
+                ours.reasoning is not None or ours.reasoning_hidden,
+            )
+        )
+    return want, got
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_streamed_deltas_write_the_fields_vllms_parser_sets(name: str) -> None:
+    """Found by a differential probe of the chat route: vLLM's granite, hunyuan_a13b, hy_v4,
+    k2_horizon, kimi_k3 and minimax_m3 reasoning parsers set ``content`` beside reasoning (and
+    ``reasoning`` beside content) even when None, so the chunk says ``"content": null``; ours
+    write the same keys, whole and token by token, with ``include_reasoning`` on and off."""
+    for kwargs in FAMILIES[name].kwargs:
+        for text in corpus(name)[:5]:
+            n = len(_ids(name, text))
+            for include_reasoning in (True, False):
+                for cuts in ([], list(range(n))):
+                    want, got = _written_keys(name, kwargs, text, cuts, include_reasoning)
+                    assert got == want, (kwargs, text, include_reasoning, cuts)
+
+
 _SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -760,3 +760,32 @@ def test_k2_horizon_bad_tool_call_format_is_a_400_before_the_engine(stream: bool
     error = json.loads(raw)["error"]
     assert (error["type"], error["message"]) == ("BadRequestError", str(theirs.value))
     assert engine.requests == []
+
+
+_WRITTEN_KEYS = [
+    (HY_V3, hy_outputs("<tool_sep>")[:6]),
+    (HY_V4, hy_outputs("")[:6]),
+    (DOTS, DOTS_OUTPUTS),
+    (LFM2, LFM2_OUTPUTS),
+    (POOLSIDE, POOLSIDE_OUTPUTS),
+    (MUSE, MUSE_OUTPUTS[:6]),
+    (MUSE_WITH_REASONING, MUSE_OUTPUTS[:6]),
+    (MINICPM5, MINICPM5_OUTPUTS[:6]),
+    (K2, K2_XML[:6]),
+    (K2_WITH_REASONING, K2_XML[:6]),
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    _WRITTEN_KEYS,
+    ids=[f"{f.parser}+{f.reasoning}" if f.reasoning else f.parser for f, _ in _WRITTEN_KEYS],
+)
+def test_streamed_deltas_write_the_fields_vllms_parser_sets(
+    family: Family, outputs: list[str]
+) -> None:
+    """A field vLLM's parser sets to None is written as ``null`` (its stream dumps with
+    ``exclude_unset``): dots', lfm2's, poolside_v1's, hy_v3's and k2_horizon's tool-call deltas
+    say ``"content": null``; ours write the same keys, token by token and whole."""
+    for text in outputs:
+        family.check_written_keys(text)

@@ -698,3 +698,48 @@ def test_apertus_matches_vllm(text: str) -> None:
 @given(st.sampled_from(APERTUS_OUTPUTS), st.lists(st.integers(0, 60), max_size=12))
 def test_apertus_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int]) -> None:
     APERTUS.check_stream(text, cuts)
+
+
+_WRITTEN_KEYS = [
+    (PYTHONIC, PYTHONIC_OUTPUTS[:6]),
+    (LLAMA4, LLAMA4_OUTPUTS),
+    (DEEPSEEK_V3, V3_OUTPUTS),
+    (DEEPSEEK_V31, V31_OUTPUTS),
+    (PHI4, PHI4_OUTPUTS),
+    (JAMBA, JAMBA_OUTPUTS),
+    (LONGCAT, HERMES_LIKE),
+    (QWEN3_JSON, HERMES_LIKE),
+    (STEP3, STEP3_OUTPUTS),
+    (OLMO3, OLMO3_OUTPUTS),
+    (INTERNLM, INTERNLM_OUTPUTS),
+    (XLAM, XLAM_OUTPUTS),
+    (GRANITE4, GRANITE4_OUTPUTS),
+    (GIGACHAT3, GIGACHAT3_OUTPUTS),
+    (GRANITE_20B, GRANITE_20B_OUTPUTS),
+    (FUNCTIONGEMMA, FUNCTIONGEMMA_OUTPUTS),
+    (HUNYUAN, HUNYUAN_OUTPUTS),
+    (APERTUS, APERTUS_OUTPUTS),
+] + [
+    (family, [f"<think>Let me think.</think>{body}" for body in outputs[:2]])
+    for family, outputs in [
+        (Family("deepseek_v3", DEEPSEEK_MARKERS + THINK, "deepseek_r1"), V3_OUTPUTS),
+        (Family("pythonic", THINK, "qwen3"), PYTHONIC_OUTPUTS),
+        (Family("jamba", ("<tool_calls>", "</tool_calls>", *THINK), "qwen3"), JAMBA_OUTPUTS),
+        (Family("step3", STEP3.markers + THINK, "deepseek_r1"), STEP3_OUTPUTS),
+    ]
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    _WRITTEN_KEYS,
+    ids=[f"{f.parser}+{f.reasoning}" if f.reasoning else f.parser for f, _ in _WRITTEN_KEYS],
+)
+def test_streamed_deltas_write_the_fields_vllms_parser_sets(
+    family: Family, outputs: list[str]
+) -> None:
+    """A field vLLM's parser sets to None is written as ``null`` (its stream dumps with
+    ``exclude_unset``): granite4's and apertus' tool-call deltas say ``"content": null``;
+    ours write the same keys, token by token and whole, with ``include_reasoning`` on and off."""
+    for text in outputs:
+        family.check_written_keys(text)

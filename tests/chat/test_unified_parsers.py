@@ -475,3 +475,25 @@ def test_minicpmv_streaming_matches_vllm_for_any_cut(
     fam = MINICPMV[family]
     shapes = _shapes(fam)
     fam.check_stream(text, cuts, shapes[which % len(shapes)])
+
+
+_WRITTEN_KEYS = [
+    *[(family, K3_OUTPUTS) for family in K3_FAMILIES],
+    *[(family, COHERE_OUTPUTS) for family in COHERE_FAMILIES],
+    *[(family, MINICPMV_OUTPUTS) for family in MINICPMV],
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    _WRITTEN_KEYS,
+    ids=[f"{f.parser}+{f.reasoning}" for f, _ in _WRITTEN_KEYS],
+)
+def test_streamed_deltas_write_the_fields_vllms_parser_sets(
+    family: Family, outputs: list[str]
+) -> None:
+    """A field vLLM's parser sets to None is written as ``null`` (its stream dumps with
+    ``exclude_unset``): kimi_k3's tool-call deltas say ``"content": null`` and its reasoning
+    parser sets both fields where reasoning ends; ours write the same keys."""
+    for text in outputs:
+        family.check_written_keys(text)

@@ -277,6 +277,50 @@ class Family:
             events.append((msg.content, msg.reasoning, tuple(calls)))
         return events
 
+    def written_keys(
+        self, text: str, req: Any, cuts: list[int]
+    ) -> tuple[list[tuple[bool, bool] | None], list[tuple[bool, bool] | None]]:
+        """(vLLM's, ours) per engine update: whether the chunk's delta writes the ``content``
+        and ``reasoning`` keys. vLLM's stream dumps ``DeltaMessage`` with ``exclude_unset``, so
+        a field its parser set to None is written as null (an empty ``tool_calls`` is dropped
+        by its serializer); ours writes a key that has a value or is flagged as set. Stops
+        where vLLM's parser fails."""
+        deltas = self.deltas(text, cuts)
+        theirs_parser = self.vllm_parser(req)
+        ours_parser = self.ours.for_request(options_of(req))
+        theirs: list[tuple[bool, bool] | None] = []
+        ours: list[tuple[bool, bool] | None] = []
+        for k, (delta, ids) in enumerate(deltas):
+            last = k == len(deltas) - 1
+            try:
+                msg = theirs_parser.parse_delta(
+                    delta, list(ids), req, prompt_token_ids=self.prompt_ids, finished=last
+                )
+            except Exception:  # vLLM fails the stream here (pinned by the family's own tests)
+                break
+            fields = None if msg is None else msg.model_fields_set
+            theirs.append(None if fields is None else ("content" in fields, "reasoning" in fields))
+            mine = ours_parser.feed(delta, ids, self.prompt_ids, finished=last)
+            ours.append(
+                None
+                if mine is None
+                else (
+                    mine.content is not None or mine.content_set,
+                    mine.reasoning is not None or mine.reasoning_hidden,
+                )
+            )
+        return theirs, ours
+
+    def check_written_keys(self, text: str) -> None:
+        """:meth:`written_keys` agree for ``text`` whole and token by token, with and without
+        ``include_reasoning``."""
+        n = len(self.tok.encode(text, add_special_tokens=False))
+        for include_reasoning in (True, False):
+            req = vllm_request(include_reasoning=include_reasoning)
+            for cuts in ([], list(range(n))):
+                theirs, ours = self.written_keys(text, req, cuts)
+                assert ours == theirs, (text, include_reasoning, cuts)
+
     # -- checks ------------------------------------------------------------------------------
 
     def check(self, text: str, req: Any | None = None, cuts: list[int] | None = None) -> None:

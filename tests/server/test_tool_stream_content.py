@@ -88,3 +88,44 @@ def test_content_before_a_call_streams_as_vllms_chunks(
     args = "".join(c["function"].get("arguments") or "" for c in calls)
     assert json.loads(args) == {"city": "Paris"}
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_granite_reasoning_chunks_write_content_null_like_vllm(
+    tiny_model: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """vLLM's granite reasoning parser returns ``DeltaMessage(reasoning=..., content=None)``
+    (and ``reasoning=None`` beside content), and its stream dumps with ``exclude_unset``: every
+    running chunk writes both keys, one of them null. Per-update parity with vLLM's parser is
+    pinned in tests/chat/test_reasoning_families.py; this pins the chunk bytes."""
+    from tokenizers import Tokenizer
+    from vllm.entrypoints.generate.base.protocol import DeltaMessage
+
+    text = "Here is my thought process: hmm, weather. Here is my response: Sure."
+    tok = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([*ids, tok.token_to_id("<|eot_id|>")]))
+    engine = ["--script-tokens", str(script), "--vocab-size", "128256", "--max-model-len", "4096"]
+    with mock_serve(tiny_model, tmp_path / "serve.log", serve_args=["--reasoning-parser",
+                    "granite"], engine_args=engine) as serve:  # fmt: skip
+        body = {
+            "model": str(tiny_model),
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "stream": True,
+            "max_tokens": 200,
+        }
+        status, raw = serve.request("POST", "/v1/chat/completions", json.dumps(body))
+    assert status == 200, raw
+    deltas = [
+        (json.loads(line[6:])["choices"] or [{}])[0].get("delta")
+        for line in raw.decode().split("\n\n")
+        if line.startswith("data: {")
+    ]
+    running = [d for d in deltas[1:] if d and ("content" in d or "reasoning" in d)]
+    reasoning = "".join(d.get("reasoning") or "" for d in running)
+    content = "".join(d.get("content") or "" for d in running)
+    assert (reasoning.strip(), content.strip()) == ("hmm, weather.", "Sure.")
+    for delta in running:
+        theirs = DeltaMessage(reasoning=delta.get("reasoning"), content=delta.get("content"))
+        assert delta == json.loads(theirs.model_dump_json(exclude_unset=True))
+        assert list(delta) == ["content", "reasoning"]

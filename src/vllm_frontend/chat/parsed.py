@@ -43,13 +43,23 @@ class OutputDelta(msgspec.Struct):
     reasoning: str | None = None
     tool_calls: list[ToolCallDelta] = msgspec.field(default_factory=list)
     reasoning_hidden: bool = False
-    """``reasoning`` was cleared for ``include_reasoning: false`` the way vLLM's parsers clear
-    it (set to None, not left unset): the chunk then says ``"reasoning": null``."""
+    """``reasoning`` is None but set, not left unset (vLLM's parsers clear it so for
+    ``include_reasoning: false``, and some reasoning parsers set it beside content): the chunk
+    then says ``"reasoning": null``."""
     content_set: bool = False
-    """vLLM's parser set ``content`` even when it is None (hermes' tool-call deltas): the
-    chunk then says ``"content": null``."""
+    """vLLM's parser set ``content`` even when it is None (the tool-call deltas of hermes,
+    granite4, apertus, dots, lfm2, poolside_v1, hy_v3, k2_horizon, kimi_k3, ernie45, plamo3):
+    the chunk then says ``"content": null``."""
     citations: list[dict[str, Any]] | None = None
     """Grounding citations of the delta (Cohere Command), as vLLM's chat stream writes them."""
+
+
+def both_set(reasoning: str | None, content: str | None) -> OutputDelta:
+    """A delta whose ``reasoning`` and ``content`` are both set, None too (vLLM's
+    ``DeltaMessage(reasoning=..., content=...)``): the chunk writes both keys."""
+    return OutputDelta(
+        content=content, reasoning=reasoning, content_set=True, reasoning_hidden=reasoning is None
+    )
 
 
 class ToolCall(msgspec.Struct, gc=False):

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ReasoningParser
 
 __all__ = ["HunyuanA13BReasoningParser"]
@@ -75,8 +75,8 @@ class HunyuanA13BReasoningParser(ReasoningParser):
             text = self._held + delta_text
             self._matched, self._held = 0, ""
             if self.state == "think":
-                return OutputDelta(reasoning=text)
-            return OutputDelta(content=text)
+                return both_set(text, None)  # vLLM's DeltaMessage(reasoning=..., content=None)
+            return both_set(None, text)
         self._held += delta_text
         self._matched = i = i + 1
         if opening and i - 1 < len(self._alternative) and token == self._alternative[i - 1]:

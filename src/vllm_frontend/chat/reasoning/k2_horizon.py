@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
 from vllm_frontend.chat.reasoning.think_tags import ThinkTagReasoningParser
 
@@ -136,4 +136,4 @@ class K2HorizonReasoningParser(ThinkTagReasoningParser):
             return OutputDelta(reasoning=reasoning) if reasoning else None
         self._buffer = ""
         self._finished = True
-        return OutputDelta(reasoning=reasoning, content=content or None)
+        return both_set(reasoning, content or None)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
 
 __all__ = ["KimiK3ReasoningParser", "xtml_marker"]
@@ -231,9 +231,7 @@ class KimiK3ReasoningParser(ReasoningParser):
             reasoning = _added(
                 self._reasoning_visible(previous_text), current_text[start : m_close.start()]
             )
-            return OutputDelta(
-                reasoning=reasoning or None, content=current_text[m_close.end() :] or None
-            )
+            return both_set(reasoning or None, current_text[m_close.end() :] or None)
         reasoning = _added(
             self._reasoning_visible(previous_text), self._reasoning_visible(current_text)
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ReasoningParser, partial_overlap
 
 __all__ = ["MiniMaxM3ReasoningParser"]
@@ -172,7 +172,7 @@ class MiniMaxM3ReasoningParser(ReasoningParser):
             self._last_content = self._content_ids(delta_text, delta_token_ids, content_out)
         if reasoning_out is None and content_out is None:
             return None
-        return OutputDelta(reasoning=reasoning_out, content=content_out)
+        return both_set(reasoning_out, content_out)
 
     def _content_ids(
         self, delta_text: str, delta_token_ids: Sequence[int], content: str | None

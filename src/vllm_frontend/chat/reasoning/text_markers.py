@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ReasoningParser
 
 __all__ = ["GraniteReasoningParser", "Olmo3ReasoningParser"]
@@ -213,7 +213,7 @@ class GraniteReasoningParser(ReasoningParser):
             )
         if not content_out and not reasoning_out:
             return None
-        return OutputDelta(content=content_out, reasoning=reasoning_out)
+        return both_set(reasoning_out, content_out)  # vLLM's granite sets both
 
     @staticmethod
     def _starts_thinking(text: str) -> bool:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from vllm_frontend.chat.parsed import OutputDelta
+from vllm_frontend.chat.parsed import OutputDelta, both_set
 from vllm_frontend.chat.reasoning.base import ModelFacts, ReasoningParser
 
 __all__ = [
@@ -274,6 +274,17 @@ class HYV4ReasoningParser(HYV3ReasoningParser):
     @staticmethod
     def _thinking(kwargs: Mapping[str, Any]) -> bool:
         return (kwargs.get("reasoning_effort") or "high") != "no_think"
+
+    def stream(
+        self,
+        previous_token_ids: Sequence[int],
+        delta_text: str,
+        delta_token_ids: Sequence[int],
+    ) -> OutputDelta | None:
+        """As ``hy_v3``, with both fields set (vLLM's ``DeltaMessage(reasoning=...,
+        content=...)`` from its extractor's dict): the chunk writes both keys."""
+        delta = super().stream(previous_token_ids, delta_text, delta_token_ids)
+        return None if delta is None else both_set(delta.reasoning, delta.content)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int], streamed: bool) -> int:
         """Tokens up to the first end marker (after a leading start marker), all of them

@@ -139,7 +139,7 @@ class ApertusToolParser(ToolParser):
         if content and not pieces:
             return None  # vLLM's DeltaMessage(tool_calls=None) fails validation
         if pieces or content:
-            return OutputDelta(content=content or None, tool_calls=pieces)
+            return OutputDelta(content=content or None, tool_calls=pieces, content_set=True)
         return None
 
     def _pieces(self, json_text: str, final: bool) -> list[ToolCallDelta]:

@@ -252,4 +252,4 @@ class DotsToolParser(ToolParser):
         content = "".join(text)
         if not content and not calls:
             return None
-        return OutputDelta(content=content or None, tool_calls=calls)
+        return OutputDelta(content=content or None, tool_calls=calls, content_set=True)

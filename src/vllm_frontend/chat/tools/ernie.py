@@ -92,7 +92,7 @@ class Ernie45ToolParser(ToolParser):
                 and delta_ids[0] == self._newline
             ):
                 content = content.lstrip("\n")
-            return OutputDelta(content=content or None)
+            return OutputDelta(content=content or None, content_set=True)
         end = text.find(END)
         if end != -1:
             if self._current == -1:
@@ -111,6 +111,7 @@ class Ernie45ToolParser(ToolParser):
             self.streamed_args[self._current] = args
             delta = OutputDelta(
                 content=found.content,
+                content_set=True,
                 tool_calls=[
                     ToolCallDelta(self._current, id=new_tool_call_id(), name=name, arguments=args)
                 ],
@@ -119,4 +120,4 @@ class Ernie45ToolParser(ToolParser):
             self._buffer = text[end + len(END) :]
             return delta
         self._buffer = text[start:]
-        return OutputDelta(content=text[:start].rstrip("\n") or None)
+        return OutputDelta(content=text[:start].rstrip("\n") or None, content_set=True)

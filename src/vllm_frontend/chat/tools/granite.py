@@ -156,7 +156,7 @@ class Granite4ToolParser(ToolParser):
                 raise _Malformed("calls out of step (an earlier chunk failed)")
             content = "".join(texts)
             if content or deltas:
-                return OutputDelta(content=content or None, tool_calls=deltas)
+                return OutputDelta(content=content or None, tool_calls=deltas, content_set=True)
         except Exception:
             pass
         return None

@@ -321,13 +321,14 @@ class HYV3ToolParser(_HYToolParser):
             self._call_id = new_tool_call_id()
             named = ToolCallDelta(self._current, id=self._call_id, name=self._name)
             if self.call_end not in self._buffer:
-                return OutputDelta(content=content, tool_calls=[named])
+                # vLLM's name_delta.content = content_delta: "content": null too
+                return OutputDelta(content=content, tool_calls=[named], content_set=True)
         diff, complete = self._argument_diff()
         msg: OutputDelta | None = None
         if named is not None:
             if diff:
                 named.arguments = diff
-            msg = OutputDelta(content=content, tool_calls=[named])
+            msg = OutputDelta(content=content, tool_calls=[named], content_set=True)
         elif diff:
             msg = OutputDelta(tool_calls=[ToolCallDelta(self._current, arguments=diff)])
         if complete and (drained := self._drain()):

@@ -252,7 +252,9 @@ class K2HorizonToolParser(ToolParser):
             pieces.append(ToolCallDelta(i, id=new_tool_call_id(), name=name, arguments=arguments))
         after = self._emit(self._text[end:])
         self._cursor = len(self._text)
-        return OutputDelta(content=((content or "") + (after or "")) or None, tool_calls=pieces)
+        return OutputDelta(
+            content=((content or "") + (after or "")) or None, tool_calls=pieces, content_set=True
+        )
 
     def finish_stream(self) -> OutputDelta | None:
         """Text still held: the rest when no block resolved (whitespace alone dropped)."""

@@ -170,4 +170,4 @@ class KimiK3ToolParser(ToolParser):
             for i, (n, a) in enumerate(calls[self._sent_calls :])
         ]
         self._sent_calls = len(calls)
-        return OutputDelta(content=content, tool_calls=deltas)
+        return OutputDelta(content=content, tool_calls=deltas, content_set=True)

@@ -181,7 +181,7 @@ class Lfm2ToolParser(PythonicToolParser):
         except Exception:
             return fallback  # vLLM skips the chunk's calls (its state changes stay)
         if deltas or content:
-            return OutputDelta(content=content or None, tool_calls=deltas)
+            return OutputDelta(content=content or None, tool_calls=deltas, content_set=True)
         if not added and self._current > 0:
             return OutputDelta(content="")
         return None

@@ -208,9 +208,12 @@ class Plamo3ToolParser(EngineToolParser):
         )
         if delta is None:
             return None
+        # vLLM assigns both fields here, so its chunk writes them, null too
         delta.reasoning = self._strip(delta.reasoning)
+        delta.reasoning_hidden = delta.reasoning is None
         if not self.machine.skip_tools:
             delta.content = self._strip(delta.content)
+            delta.content_set = True
         for call in delta.tool_calls:
             if not (call.arguments or "").strip():
                 call.arguments = "{}"

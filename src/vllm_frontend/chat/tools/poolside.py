@@ -231,7 +231,7 @@ class PoolsideV1ToolParser(ToolParser):
         calls = list(pieces.values())
         if content is None and not calls:
             return OutputDelta(content="") if self.wants_logprobs else None
-        return OutputDelta(content=content, tool_calls=calls)
+        return OutputDelta(content=content, tool_calls=calls, content_set=True)
 
     def _begin(self) -> None:
         self._current += 1
