@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import tokenizers
 
+from vllm_frontend.text import tokenizer_cache
 from vllm_frontend.text.tokenizer import Tokenizer
 from vllm_frontend.text.tokenizer_cache import TokenizerCache
 
@@ -125,11 +126,31 @@ def test_an_entry_another_user_owns_is_not_used(own_copy: Path, cache: Tokenizer
     assert cache.lookup(source) == entry
 
 
+def test_one_builder_runs_per_entry_at_a_time(
+    own_copy: Path, cache: TokenizerCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A builder that never finishes (a real one can finish and drop its lock before a second
+    # start when this process is slow to return from the first, e.g. busy with other threads)
+    started: list[list[str]] = []
+
+    class _Running:
+        def __init__(self, argv: list[str], **kwargs: object) -> None:
+            started.append(argv)
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(tokenizer_cache.subprocess, "Popen", _Running)
+    source = own_copy / "tokenizer.json"
+    assert cache.start_build(source)
+    assert not cache.start_build(source)  # its lock is held
+    assert len(started) == 1
+
+
 def test_a_miss_builds_once_in_the_background(own_copy: Path, cache: TokenizerCache) -> None:
     source = own_copy / "tokenizer.json"
     tok = Tokenizer.from_dir(own_copy, cache=cache)  # a miss: loads the original, starts one
     assert tok._vocab_summary is None
-    assert not cache.start_build(source)  # one builder per entry at a time
     deadline = time.monotonic() + 120
     while cache.lookup(source) is None:
         assert time.monotonic() < deadline, "the background builder did not finish"
