@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL
+from tests.chat.tool_family_harness import TIME_TOOL, WEATHER_TOOL, written_keys
 from tests.support.responses import body as body_of
 from tests.support.tiny_model import tiny_model_dir
 from vllm_frontend.chat.output_parser import (
@@ -609,15 +609,7 @@ def _nulls_written(
             if msg is None
             else ("content" in msg.model_fields_set, "reasoning" in msg.model_fields_set)
         )
-        mine = ours_parser.feed(text, ids, prompt_ids(), finished=last)
-        ours.append(
-            None
-            if mine is None
-            else (
-                mine.content is not None or mine.content_set,
-                mine.reasoning is not None or mine.reasoning_hidden,
-            )
-        )
+        ours.append(written_keys(ours_parser.feed(text, ids, prompt_ids(), finished=last)))
     return theirs, ours
 
 

@@ -108,6 +108,17 @@ Event = tuple[str | None, str | None, tuple[tuple[int, str, str | None, str | No
 """One streamed delta: content, reasoning, and per tool-call piece (index, id shape, name, args)."""
 
 
+def written_keys(delta: Any) -> tuple[bool, bool] | None:
+    """Whether our chunk for parser delta ``delta`` (None: no chunk) writes the ``content`` and
+    ``reasoning`` keys: a key with a value, or one flagged as set to null."""
+    if delta is None:
+        return None
+    return (
+        delta.content is not None or delta.content_set,
+        delta.reasoning is not None or delta.reasoning_hidden,
+    )
+
+
 def _id_shape(call_id: str | None) -> str:
     """A tool-call id with its random hex digits masked (``""`` for none)."""
     if call_id is None:
@@ -300,15 +311,7 @@ class Family:
                 break
             fields = None if msg is None else msg.model_fields_set
             theirs.append(None if fields is None else ("content" in fields, "reasoning" in fields))
-            mine = ours_parser.feed(delta, ids, self.prompt_ids, finished=last)
-            ours.append(
-                None
-                if mine is None
-                else (
-                    mine.content is not None or mine.content_set,
-                    mine.reasoning is not None or mine.reasoning_hidden,
-                )
-            )
+            ours.append(written_keys(ours_parser.feed(delta, ids, self.prompt_ids, finished=last)))
         return theirs, ours
 
     def check_written_keys(self, text: str) -> None:
