@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from vllm_frontend.engine import transport
 from vllm_frontend.engine.client import (
     EngineCoreClient,
     EngineDeadError,
@@ -83,7 +84,7 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
     identity = index.to_bytes(2, "little")
     ctx = zmq.Context()
     handshake = None
-    if mode == "handshake":
+    if mode in ("handshake", "ready-unregistered"):
         handshake = ctx.socket(zmq.DEALER)
         handshake.setsockopt(zmq.IDENTITY, identity)
         handshake.connect(argv[1])
@@ -96,6 +97,16 @@ def _fake_engine_main(argv: list[str]) -> None:  # pragma: no cover - runs in a 
                 os._exit(0)  # the test process is gone: do not linger as an orphan
         init = codec.decode_handshake_init(handshake.recv())
         input_addr, output_addr = init.addresses.inputs[0], init.addresses.outputs[0]
+        if mode == "ready-unregistered":
+            # READY, then the handshake closed, with no input connection ever made: what the
+            # frontend sees of an engine killed before libzmq connected its input socket.
+            handshake.send(
+                msgspec.msgpack.encode({"status": "READY", "local": False, "headless": True})
+            )
+            handshake.close()
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(0)
     else:
         input_addr, output_addr = argv[1], argv[2]
     inp = ctx.socket(zmq.DEALER)
@@ -669,6 +680,24 @@ def test_engine_crashing_during_startup_fails_the_handshake_at_once() -> None:
             # Whether its registration got through before the kill or not, startup fails now.
             with pytest.raises(HandshakeError, match=r"disconnected during startup|registering"):
                 await connecting
+
+    run(main())
+
+
+def test_engine_ready_but_never_registered_fails_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An engine queues its registration before READY; if it dies before libzmq made its input
+    # connection, the closed handshake after READY is the only sign: startup gives it a grace
+    # period to register, not the whole ready timeout.
+    monkeypatch.setattr(transport, "REGISTRATION_GRACE_S", 0.5)
+
+    async def main() -> None:
+        address = f"tcp://127.0.0.1:{_free_port()}"
+        with processes() as procs:
+            procs.append(start_fake("ready-unregistered", address, "0"))
+            with pytest.raises(HandshakeError, match=r"engine\(s\) 0 sent READY .* within 0.5 s"):
+                await EngineCoreClient.connect(address, engine_count=1, ready_timeout_s=30)
 
     run(main())
 

@@ -74,6 +74,10 @@ _COPY_THRESHOLD = zmq.COPY_THRESHOLD
 _send_frame = zmq.backend.Socket.send
 _EVENT_HEADER = struct.Struct("=HI")
 _monitor_ids = itertools.count()
+REGISTRATION_GRACE_S = 10.0
+"""How long an engine that sent READY and closed its handshake connection may take to register.
+A vLLM engine queues its registration before READY, so only a dead engine stays unregistered
+(its input connection may never have been made: nothing else would tell)."""
 
 
 def _zmtp_default() -> bool:
@@ -480,6 +484,7 @@ async def _run_handshake(
     if handshake_sock is not None and handshake_watch is not None:
         hs_sock = handshake_sock
         waits += [lambda: wait_readable(hs_sock), handshake_watch.wait]
+    ready_closed: dict[int, float] = {}  # engine -> when its READY handshake closed unregistered
     while not hs.complete:
         progressed = False
         if handshake_sock is not None and handshake_watch is not None:
@@ -507,6 +512,10 @@ async def _run_handshake(
                 while (frames := recv_nowait(handshake_sock)) is not None and len(frames) == 2:
                     hs.receive_handshake(frames[0].bytes, frames[1].bytes)
                 gone += [i for i in closed if hs.state(i) is not EngineState.READY]
+                now = time.monotonic()
+                for i in closed:
+                    if hs.state(i) is EngineState.READY:
+                        ready_closed.setdefault(i, now)
         if gone:
             raise HandshakeError(
                 "engine(s) "
@@ -524,9 +533,21 @@ async def _run_handshake(
             )
         if hs.complete or progressed:
             continue
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
+        late = sorted(i for i in ready_closed if not hs.is_registered(i))
+        if late:
+            grace_left = min(ready_closed[i] for i in late) + REGISTRATION_GRACE_S - now
+            if grace_left <= 0:
+                raise HandshakeError(
+                    f"engine(s) {', '.join(map(str, late))} sent READY and closed the handshake "
+                    f"but did not register within {REGISTRATION_GRACE_S:g} s (crashed or killed "
+                    "during startup before registering?)"
+                )
         if remaining <= 0:
             raise hs.timeout_error(timeout_s)
+        if late:
+            remaining = min(remaining, grace_left)
         waiters = [asyncio.ensure_future(w()) for w in waits]
         try:
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
