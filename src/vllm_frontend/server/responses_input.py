@@ -36,6 +36,7 @@ __all__ = [
     "chat_tools",
     "check_content_parts",
     "flat_tool_name",
+    "function_output_parts",
     "input_messages",
     "output_messages",
 ]
@@ -159,6 +160,33 @@ def check_content_parts(request_input: str | list[Any]) -> None:
                 _check_content(_with_image_details(item).get("content"), index, item)
             except _BadItem as bad:
                 raise _input_error(request_input, bad) from None
+
+
+# The fields of the SDK's function-call output parts (ResponseInput{Text,Image,File}ContentParam),
+# in their order: pydantic's TypedDict validation returns a part with these keys first, in this
+# order, then any others as sent.
+_OUTPUT_PART_FIELDS = {
+    "input_text": ("text", "type", "prompt_cache_breakpoint"),
+    "input_image": ("type", "detail", "file_id", "image_url", "prompt_cache_breakpoint"),
+    "input_file": ("type", "detail", "file_data", "file_id", "file_url", "filename",
+                   "prompt_cache_breakpoint"),
+}  # fmt: skip
+
+
+def function_output_parts(parts: list[Any]) -> list[Any]:
+    """A ``function_call_output``'s list ``output`` as vLLM's request model holds it once
+    validated (each part's keys in its SDK type's field order)."""
+    out: list[Any] = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        fields = _OUTPUT_PART_FIELDS.get(kind) if isinstance(kind, str) else None
+        if fields is None:
+            out.append(part)
+            continue
+        ordered = {k: part[k] for k in fields if k in part}
+        ordered.update((k, v) for k, v in part.items() if k not in ordered)
+        out.append(ordered)
+    return out
 
 
 def output_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
