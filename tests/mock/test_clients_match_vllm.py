@@ -816,13 +816,14 @@ _CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argument
      [{**_CALL, "function": {"name": "f"}}], [{**_CALL, "function": {"arguments": "{}"}}],
      [{**_CALL, "function": "f"}], [{**_CALL, "id": 5}], [{**_CALL, "type": "bogus"}],
      [{"id": "c", "type": "custom", "custom": {"name": "x"}}], [{}], ["x"], {"a": 1}, "ab",
-     [{**_CALL, "extra": 1}], []],
+     [{**_CALL, "extra": 1}], [], 5, 2.5, True],
 )  # fmt: skip
 def test_assistant_tool_calls_are_read_like_vllm(stack: Stack, path: str, calls: Any) -> None:
     """Found by a differential probe: vLLM reads an assistant message's tool calls lazily and
     refuses the first one neither tool-call type takes with pydantic's report under
     ``body.<index>`` (ours served a call without ``type``, and answered others in its own
-    words)."""
+    words). A number or a boolean fails vLLM's ``list(tool_calls)`` before validation: Python's
+    TypeError text (ours answered the message union's report)."""
     messages = [{"role": "user", "content": "w?"},
                 {"role": "assistant", "content": None, "tool_calls": calls},
                 {"role": "user", "content": "ok"}]  # fmt: skip
@@ -861,6 +862,10 @@ RESPONSES: list[Any] = [
      "stop": ["db"], "max_output_tokens": 6},
     {"input": "hi", "enable_response_messages": True, "stop": ["db"], "max_output_tokens": 6,
      "stream": True},
+    # previous_input_messages are Harmony messages or any objects (ours took anything)
+    {"input": "hi", "previous_input_messages": [5]},
+    {"input": "hi", "previous_input_messages": [{"role": "user", "content": "a"}, "x", None]},
+    {"input": "hi", "previous_input_messages": "x"},
 ]  # fmt: skip
 
 

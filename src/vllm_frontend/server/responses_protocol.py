@@ -21,11 +21,13 @@ from .validation import (
     Bool,
     DictOf,
     LazyModel,
+    ListOf,
     Model,
     Optional,
     Spec,
     Str,
     TaggedUnion,
+    TypedDict,
     convert_body,
     decode_json_object,
     pydantic_report,
@@ -164,6 +166,12 @@ class _ToolChoice(Spec):
         return out
 
 
+# vLLM's ``list[OpenAIHarmonyMessage | dict]``: any object passes (as a dict, when not a
+# Harmony message); pydantic names the dict branch "dict[str,any]", which vLLM's error location
+# drops.
+_PREVIOUS_INPUT_MESSAGES = Optional(
+    ListOf(TaggedUnion(Model("Message", {}), TypedDict("dict[str,any]", {})))
+)
 _SCHEMA = LazyModel(
     lambda: _schema(
         ResponsesRequest,
@@ -172,6 +180,7 @@ _SCHEMA = LazyModel(
             "reasoning": Optional(_REASONING),
             "tool_choice": _ToolChoice(),
             "request_id": Str(),
+            "previous_input_messages": _PREVIOUS_INPUT_MESSAGES,
         },
     )
 )
@@ -182,6 +191,10 @@ _UNCONVERTED = (
     ("reasoning", lambda v: v is None),
     ("tool_choice", lambda v: isinstance(v, dict) or v in _TOOL_CHOICE_MODES),
     ("request_id", lambda v: type(v) is str),  # (vLLM's default is a fresh id; not null)
+    (
+        "previous_input_messages",
+        lambda v: v is None or (type(v) is list and all(type(m) is dict for m in v)),
+    ),
 )
 
 
