@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from .errors import InvalidParameter
+from .responses_items import item_errors
 from .validation import validation_error
 
 __all__ = [
@@ -211,14 +212,18 @@ def _bad_item(index: int, item: Any, message: str) -> Exception:
 
 def _input_error(request_input: list[Any], bad: _BadItem) -> Exception:
     # pydantic reports the string branch of ``input`` first (vLLM's param: body.input), then
-    # each item branch; ours names the one rule the item breaks
+    # every member of the item union; ours names the one rule the item breaks where the union's
+    # schema, which leaves nested parts out, finds nothing (a bad content part)
     string_error = {
         "type": "string_type",
         "loc": ("body", "input"),
         "msg": "Input should be a valid string",
         "input": request_input,
     }
-    return validation_error([string_error, bad.error])
+    index = bad.error["loc"][-1]
+    return validation_error(
+        [string_error, *(item_errors(bad.error["input"], index) or [bad.error])]
+    )
 
 
 def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -263,7 +268,11 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
         required = _UNCONVERTED_ITEMS.get(kind)
         if kind is None and "role" not in item and isinstance(item.get("id"), str):
             required = ()  # an item_reference may leave out its type
-        if required is not None and all(key in item for key in required):
+        if (
+            required is not None
+            and all(key in item for key in required)
+            and not item_errors(item, index)
+        ):
             # the SDK's item union takes it; vLLM's construct_input_messages does not
             raise InvalidParameter(f"Unsupported input item type: {kind}", parameter="input")
         raise _bad_item(index, item, "Unsupported input item")
