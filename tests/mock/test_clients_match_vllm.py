@@ -866,6 +866,13 @@ RESPONSES: list[Any] = [
     {"input": "hi", "previous_input_messages": [5]},
     {"input": "hi", "previous_input_messages": [{"role": "user", "content": "a"}, "x", None]},
     {"input": "hi", "previous_input_messages": "x"},
+    # an additional_tools item is passed on as a developer message without content: served
+    # after a user message, refused by the Llama 3 template when first (ours refused both)
+    {"input": [_USER, {"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}}]}]},
+    {"input": [{"type": "additional_tools", "role": "developer", "tools": []}, _USER]},
+    {"input": [_USER, {"type": "additional_tools", "role": "developer", "tools": []}],
+     "stream": True},
 ]  # fmt: skip
 
 

@@ -264,6 +264,10 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
         if not isinstance(item.get("call_id"), str) or "output" not in item:
             raise _bad_item(index, item, f"{kind} needs call_id and output")
         return {"role": "tool", "content": item.get("output"), "tool_call_id": item["call_id"]}
+    if kind == "additional_tools" and not item_errors(item, index):
+        # vLLM passes any item with a role on as a chat message: here a developer message
+        # without content (which a template may fail on: Llama 3's, when it comes first)
+        return {k: v for k, v in item.items() if k != "tools"}
     if kind not in (None, "message") or item.get("role") not in _ROLES or "content" not in item:
         required = _UNCONVERTED_ITEMS.get(kind)
         if kind is None and "role" not in item and isinstance(item.get("id"), str):
