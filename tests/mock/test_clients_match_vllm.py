@@ -934,6 +934,13 @@ RESPONSES += [
     {"input": "hi", "tools": [{**_NAMESPACE, "tools": [{"type": "custom", "name": "n"}]}],
      "tool_choice": "required"},
     {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "none"},
+    # the tool choice is echoed as the SDK's model holds it: its fields in order (an MCP
+    # choice's unset name null), other keys after (ours echoed it as sent, or dropped keys)
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"type": "mcp", "server_label": "x"}},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"type": "custom", "name": "patch",
+                                                         "extra": 1}},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"tools": [{"type": "custom",
+     "name": "patch"}], "mode": "auto", "type": "allowed_tools"}, "stream": True},
 ]  # fmt: skip
 
 
