@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vllm_frontend.chat.errors import ChatError
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.text.errors import InvalidInput
 
@@ -223,6 +224,23 @@ def test_unsupported_reasoning_effort_is_refused_like_vllm(effort: str) -> None:
         our_ids(body)
     assert str(ours.value) == str(theirs.value)
     assert ours.value.parameter == theirs.value.parameter == "reasoning_effort"
+
+
+@pytest.mark.parametrize("role", ["assistant", "user", "tool", "developer"])
+def test_null_tool_calls_are_read_like_vllm(role: str) -> None:
+    """Found by a differential probe: vLLM makes an assistant message's null tool calls a list
+    (maybe_serialize_tool_calls), and iterates any other message's: a TypeError, its text
+    answered as a 400 (ours took them all)."""
+    message = {"role": role, "content": "x", "tool_calls": None, "tool_call_id": "c"}
+    body = {"messages": [{"role": "user", "content": "Hi"}, message]}
+    if role == "assistant":
+        assert our_ids(body) == vllm_ids(body)
+        return
+    with pytest.raises(TypeError) as theirs:
+        vllm_ids(body)
+    with pytest.raises(ChatError) as ours:
+        our_ids(body)
+    assert str(ours.value) == str(theirs.value)
 
 
 _text = st.text(st.sampled_from('ab é😀\n{}"<|>'), max_size=12)

@@ -816,13 +816,14 @@ _CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "argument
      [{**_CALL, "function": {"name": "f"}}], [{**_CALL, "function": {"arguments": "{}"}}],
      [{**_CALL, "function": "f"}], [{**_CALL, "id": 5}], [{**_CALL, "type": "bogus"}],
      [{"id": "c", "type": "custom", "custom": {"name": "x"}}], [{}], ["x"], {"a": 1}, "ab",
-     [{**_CALL, "extra": 1}], []],
+     [{**_CALL, "extra": 1}], [], 5, 2.5, True],
 )  # fmt: skip
 def test_assistant_tool_calls_are_read_like_vllm(stack: Stack, path: str, calls: Any) -> None:
     """Found by a differential probe: vLLM reads an assistant message's tool calls lazily and
     refuses the first one neither tool-call type takes with pydantic's report under
     ``body.<index>`` (ours served a call without ``type``, and answered others in its own
-    words)."""
+    words). A number or a boolean fails vLLM's ``list(tool_calls)`` before validation: Python's
+    TypeError text (ours answered the message union's report)."""
     messages = [{"role": "user", "content": "w?"},
                 {"role": "assistant", "content": None, "tool_calls": calls},
                 {"role": "user", "content": "ok"}]  # fmt: skip
@@ -860,6 +861,17 @@ RESPONSES: list[Any] = [
     {"input": [_USER], "instructions": "be brief", "enable_response_messages": True,
      "stop": ["db"], "max_output_tokens": 6},
     {"input": "hi", "enable_response_messages": True, "stop": ["db"], "max_output_tokens": 6,
+     "stream": True},
+    # previous_input_messages are Harmony messages or any objects (ours took anything)
+    {"input": "hi", "previous_input_messages": [5]},
+    {"input": "hi", "previous_input_messages": [{"role": "user", "content": "a"}, "x", None]},
+    {"input": "hi", "previous_input_messages": "x"},
+    # an additional_tools item is passed on as a developer message without content: served
+    # after a user message, refused by the Llama 3 template when first (ours refused both)
+    {"input": [_USER, {"type": "additional_tools", "role": "developer", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object"}}]}]},
+    {"input": [{"type": "additional_tools", "role": "developer", "tools": []}, _USER]},
+    {"input": [_USER, {"type": "additional_tools", "role": "developer", "tools": []}],
      "stream": True},
 ]  # fmt: skip
 
@@ -922,6 +934,13 @@ RESPONSES += [
     {"input": "hi", "tools": [{**_NAMESPACE, "tools": [{"type": "custom", "name": "n"}]}],
      "tool_choice": "required"},
     {"input": "hi", "tools": [_CUSTOM, _NAMESPACE], "tool_choice": "none"},
+    # the tool choice is echoed as the SDK's model holds it: its fields in order (an MCP
+    # choice's unset name null), other keys after (ours echoed it as sent, or dropped keys)
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"type": "mcp", "server_label": "x"}},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"type": "custom", "name": "patch",
+                                                         "extra": 1}},
+    {"input": "hi", "tools": [_CUSTOM], "tool_choice": {"tools": [{"type": "custom",
+     "name": "patch"}], "mode": "auto", "type": "allowed_tools"}, "stream": True},
 ]  # fmt: skip
 
 

@@ -328,8 +328,10 @@ async def theirs(
     finish: str,
     server: str,
     previous: Any = None,
+    sink: list[Any] | None = None,
 ) -> tuple[list[int], Any, Any]:
-    """vLLM's prompt ids, engine constraint and response body (or stream events)."""
+    """vLLM's prompt ids, engine constraint and response body (or stream events; each is also
+    appended to ``sink`` as it comes, for a stream that fails)."""
     from vllm.entrypoints.generate.base.protocol import RequestResponseMetadata
     from vllm.entrypoints.openai.responses.context import HarmonyContext
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
@@ -366,12 +368,13 @@ async def theirs(
     meta = RequestResponseMetadata(request_id=request.request_id)
     constraint = _constraint(params.structured_outputs)
     if request.stream:
-        raw = [
-            e
-            async for e in serving.responses_stream_generator(
-                request, params, generate(), context, "m", hf, meta, created_time=1
-            )
-        ]
+        raw = []
+        async for e in serving.responses_stream_generator(
+            request, params, generate(), context, "m", hf, meta, created_time=1
+        ):
+            raw.append(e)
+            if sink is not None:
+                sink.append(json.loads(e.model_dump_json(by_alias=True)))
         events = [json.loads(e.model_dump_json(by_alias=True)) for e in raw]
         LAST_TURN[:] = [messages, raw[-1].response]
         return prompt, constraint, events
@@ -557,6 +560,18 @@ ERRORS: list[dict[str, Any]] = [
     {"input": "x", "reasoning": {"effort": "minimal"}},
     {"input": "x", "reasoning": {"effort": "none"}},
     {"input": "x", "tools": [WEATHER, {"type": "mcp", "server_label": "s"}]},
+    # a list output is handed to Harmony's Message as one content: pydantic's report, the
+    # parts as vLLM's request model holds them (keys in the SDK types' order, extras after)
+    {"input": [{"type": "function_call", "call_id": "c1", "name": "get_weather",
+                "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c1",
+                "output": [{"zz": 1, "type": "input_text", "text": "sunny"},
+                           {"image_url": "http://x/i.png", "type": "input_image"}]}],
+     "tools": [WEATHER]},
+    {"input": [{"type": "function_call", "call_id": "c1", "name": "get_weather",
+                "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c1", "output": []}]},
+    {"input": [{"type": "function_call_output", "call_id": "c2", "output": []}]},
 ]  # fmt: skip
 
 
@@ -578,6 +593,41 @@ def test_bad_input_is_refused_as_vllm_refuses_it(fields: dict[str, Any]) -> None
     assert status == 400
     assert {k: out["error"][k] for k in expected} == expected
     assert not engine.requests
+
+
+UNKNOWN_CHANNELS = {
+    "unknown": "<|channel|>weird<|message|>Hmm.<|end|><|start|>assistant<|channel|>final"
+    "<|message|>ok<|return|>",
+    "none": "<|message|>hi<|return|>",
+}
+
+
+@pytest.mark.parametrize("name", list(UNKNOWN_CHANNELS))
+def test_an_unknown_output_channel_is_answered_as_vllm_answers_it(name: str) -> None:
+    """Found by a differential probe: vLLM's output items refuse a message without a recipient
+    on a channel other than analysis, commentary and final ("Unknown channel: X", a ValueError
+    its server answers with a 400 BadRequestError); ours left the message out. A stream gets
+    the same events up to the response's end, where vLLM's is cut off: ours completes it."""
+    text = UNKNOWN_CHANNELS[name]
+    steps = steps_of(text, 3)
+    body = {"model": "m", "input": "Hi", "tools": [WEATHER]}
+    with pytest.raises(ValueError, match=r"^Unknown channel") as refused:
+        asyncio.run(theirs(copy.deepcopy(body), steps, "stop", "both"))
+    engine = CachingEngine(steps, "stop")
+    status, out = asyncio.run(call(our_app(engine, "both"), copy.deepcopy(body)))
+    assert (status, out["error"]) == (
+        400, {"message": str(refused.value), "type": "BadRequestError", "param": None,
+              "code": 400},
+    )  # fmt: skip
+
+    streamed = {**body, "stream": True}
+    their_events: list[Any] = []
+    with pytest.raises(ValueError, match=r"^Unknown channel"):
+        asyncio.run(theirs(copy.deepcopy(streamed), steps, "stop", "both", sink=their_events))
+    status, events = asyncio.run(call(our_app(CachingEngine(steps, "stop"), "both"), streamed))
+    assert status == 200
+    assert masked(events[:-1]) == masked(their_events)
+    assert events[-1]["type"] == "response.completed"
 
 
 def test_logprobs_are_refused_as_vllm_refuses_them() -> None:

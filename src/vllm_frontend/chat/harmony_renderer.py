@@ -195,7 +195,10 @@ class HarmonyRenderer:
     def _history(self, chat: Sequence[Any]) -> list[Any]:
         names: dict[Any, Any] = {}
         for message in chat:
-            for call in message.get("tool_calls", []) or []:
+            calls = message.get("tool_calls", [])
+            if calls is None and message.get("role") == "assistant":
+                calls = []  # (vLLM's maybe_serialize_tool_calls; other roles' null fails below)
+            for call in calls:
                 names[call.get("id")] = (call.get("function") or {}).get("name")
         out: list[Any] = []
         for message in chat:

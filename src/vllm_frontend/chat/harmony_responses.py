@@ -30,6 +30,7 @@ from vllm_frontend.chat.harmony_renderer import HarmonyRenderer, flatten_text
 from vllm_frontend.text.errors import InvalidInput
 
 __all__ = [
+    "HarmonyContentError",
     "HarmonyInputError",
     "function_tool_names",
     "message_dicts",
@@ -44,6 +45,16 @@ _NAMESPACE_SEPARATOR = "__"
 class HarmonyInputError(ValueError):
     """An input item Harmony cannot take (vLLM: 400 ``invalid_request_error`` on ``input``,
     its message as ``str(error)``)."""
+
+
+class HarmonyContentError(HarmonyInputError):
+    """A ``function_call_output`` whose ``output`` is a list of parts: vLLM hands the list to
+    Harmony's ``Message`` as one content, and pydantic refuses it (vLLM answers its report for
+    ``Message`` as a 400 on ``input``). ``value`` is the list."""
+
+    def __init__(self, value: list[Any]) -> None:
+        super().__init__("content.0: Input should be a valid dictionary or instance of Content")
+        self.value = value
 
 
 def function_tool_names(tools: Sequence[Mapping[str, Any]]) -> frozenset[str]:
@@ -268,6 +279,8 @@ def _input_message(
         if name is None:
             raise HarmonyInputError(f"No call message found for {call_id} (parameter=input)")
         output = item.get("output")
+        if isinstance(output, list):
+            raise HarmonyContentError(output)
         return (
             h.Message.from_author_and_content(h.Author.new(h.Role.TOOL, f"functions.{name}"),
                                               output if isinstance(output, str) else "")

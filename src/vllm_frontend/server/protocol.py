@@ -809,12 +809,19 @@ def _check_generation_prompt(data: dict[str, Any]) -> None:
 
 
 def _normalize_messages(data: dict[str, Any]) -> None:
-    # chat_completion/protocol.py _normalize_messages_before: reasoning_content -> reasoning
+    # chat_completion/protocol.py _normalize_messages_before: reasoning_content -> reasoning;
+    # its list(tool_calls) of a non-list fails for a number or a boolean with Python's
+    # TypeError, which escapes pydantic and is answered as a 400 with its text
     messages = data.get("messages")
     if not isinstance(messages, list):
         return
     for msg in messages:
-        if isinstance(msg, dict) and "reasoning_content" in msg:
+        if not isinstance(msg, dict):
+            continue
+        calls = msg.get("tool_calls")
+        if isinstance(calls, int | float):
+            raise BadRequest(f"'{type(calls).__name__}' object is not iterable")
+        if "reasoning_content" in msg:
             rc = msg.pop("reasoning_content")
             if rc is not None and msg.get("reasoning") is None:
                 msg["reasoning"] = rc

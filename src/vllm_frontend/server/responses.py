@@ -25,6 +25,7 @@ import msgspec
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser
 from vllm_frontend.chat.harmony_renderer import HarmonyRenderer
 from vllm_frontend.chat.harmony_responses import (
+    HarmonyContentError,
     HarmonyInputError,
     function_tool_names,
     message_dicts,
@@ -48,7 +49,13 @@ from .generation import (
 )
 from .responses_calls import CallNames, custom_input, custom_input_prefix, custom_tool_call_item
 from .responses_harmony import HarmonyStream, HarmonyTurn
-from .responses_input import chat_tool_choice, chat_tools, check_content_parts, input_messages
+from .responses_input import (
+    chat_tool_choice,
+    chat_tools,
+    check_content_parts,
+    function_output_parts,
+    input_messages,
+)
 from .responses_output import (
     function_call_item,
     message_item,
@@ -61,6 +68,7 @@ from .responses_output import (
 from .responses_protocol import ResponsesRequest, check_echoed_nulls
 from .responses_store import ResponseStore, StoredStream
 from .transport import PushedStreamingResponse, Request, Response, StreamSink
+from .validation import pydantic_report
 
 __all__ = ["ResponsesHandler"]
 
@@ -351,6 +359,12 @@ class ResponsesHandler:
                 previous_calls=previous_calls,
                 previous_input_messages=req.previous_input_messages,
             )
+        except HarmonyContentError as e:
+            # (vLLM: pydantic refuses the list as the content of Harmony's Message)
+            error = {"type": "model_type", "loc": ("content", 0),
+                     "msg": "Input should be a valid dictionary or instance of Content",
+                     "input": function_output_parts(e.value)}  # fmt: skip
+            raise InvalidRequest(pydantic_report("Message", [error]), param="input") from None
         except HarmonyInputError as e:
             raise InvalidRequest(str(e), param="input") from None
         return chat_request
@@ -392,6 +406,7 @@ class ResponsesHandler:
             turn.cache_writes = outputs.num_cache_creation_tokens or 0
         assert final is not None
         turn.append(final.token_ids, final.finish_reason, True)
+        turn.check_channels()
         return self._harmony_finish(req, response_id, gen, created, turn, cached,
                                     transfer)  # fmt: skip
 

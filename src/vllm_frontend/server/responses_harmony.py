@@ -22,6 +22,7 @@ from typing import Any
 
 from vllm_frontend.chat.harmony_output import HarmonyOutputParser, is_function_recipient
 
+from .errors import BadRequest
 from .responses_output import function_call_item, message_item, new_id, output_text, reasoning_item
 
 __all__ = ["HarmonyStream", "HarmonyTurn", "harmony_items"]
@@ -66,7 +67,7 @@ def harmony_items(
     if message.channel in ("commentary", "final"):
         parts = [output_text(c.text, None) for c in message.content]
         return [message_item(new_id("msg"), parts, status)]
-    return []  # (vLLM: a ValueError, "Unknown channel")
+    return []  # (vLLM: a ValueError, "Unknown channel"; see HarmonyTurn.check_channels)
 
 
 def _reasoning_items(message: Any) -> list[dict[str, Any]]:
@@ -174,6 +175,20 @@ class HarmonyTurn:
                 next_streamed = next(pending, None)
             out.extend(items)
         return out
+
+    def check_channels(self) -> None:
+        """Refuse the output of a whole (not streamed) response as vLLM does when an assistant
+        message without a recipient is on a channel other than ``analysis``, ``commentary`` and
+        ``final`` (none included): its ``harmony_to_response_output`` raises "Unknown channel",
+        answered as a 400. (A stream sends every event and is then cut off in vLLM; ours
+        completes it without that message's items.)"""
+        for message in self.messages:
+            if (
+                message.author.role == "assistant"
+                and message.recipient is None
+                and message.channel not in ("analysis", "commentary", "final")
+            ):
+                raise BadRequest(f"Unknown channel: {message.channel}")
 
     def usage(self) -> dict[str, Any]:
         """``usage`` with one turn's lists."""

@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from .errors import InvalidParameter
+from .responses_items import item_errors
 from .validation import validation_error
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "chat_tools",
     "check_content_parts",
     "flat_tool_name",
+    "function_output_parts",
     "input_messages",
     "output_messages",
 ]
@@ -161,6 +163,33 @@ def check_content_parts(request_input: str | list[Any]) -> None:
                 raise _input_error(request_input, bad) from None
 
 
+# The fields of the SDK's function-call output parts (ResponseInput{Text,Image,File}ContentParam),
+# in their order: pydantic's TypedDict validation returns a part with these keys first, in this
+# order, then any others as sent.
+_OUTPUT_PART_FIELDS = {
+    "input_text": ("text", "type", "prompt_cache_breakpoint"),
+    "input_image": ("type", "detail", "file_id", "image_url", "prompt_cache_breakpoint"),
+    "input_file": ("type", "detail", "file_data", "file_id", "file_url", "filename",
+                   "prompt_cache_breakpoint"),
+}  # fmt: skip
+
+
+def function_output_parts(parts: list[Any]) -> list[Any]:
+    """A ``function_call_output``'s list ``output`` as vLLM's request model holds it once
+    validated (each part's keys in its SDK type's field order)."""
+    out: list[Any] = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        fields = _OUTPUT_PART_FIELDS.get(kind) if isinstance(kind, str) else None
+        if fields is None:
+            out.append(part)
+            continue
+        ordered = {k: part[k] for k in fields if k in part}
+        ordered.update((k, v) for k, v in part.items() if k not in ordered)
+        out.append(ordered)
+    return out
+
+
 def output_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of ``messages`` as the store keeps them (later requests extend their own)."""
     return [dict(m) for m in messages]
@@ -183,14 +212,18 @@ def _bad_item(index: int, item: Any, message: str) -> Exception:
 
 def _input_error(request_input: list[Any], bad: _BadItem) -> Exception:
     # pydantic reports the string branch of ``input`` first (vLLM's param: body.input), then
-    # each item branch; ours names the one rule the item breaks
+    # every member of the item union; ours names the one rule the item breaks where the union's
+    # schema, which leaves nested parts out, finds nothing (a bad content part)
     string_error = {
         "type": "string_type",
         "loc": ("body", "input"),
         "msg": "Input should be a valid string",
         "input": request_input,
     }
-    return validation_error([string_error, bad.error])
+    index = bad.error["loc"][-1]
+    return validation_error(
+        [string_error, *(item_errors(bad.error["input"], index) or [bad.error])]
+    )
 
 
 def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -231,11 +264,19 @@ def _message(item: Any, index: int, prev: dict[str, Any] | None) -> dict[str, An
         if not isinstance(item.get("call_id"), str) or "output" not in item:
             raise _bad_item(index, item, f"{kind} needs call_id and output")
         return {"role": "tool", "content": item.get("output"), "tool_call_id": item["call_id"]}
+    if kind == "additional_tools" and not item_errors(item, index):
+        # vLLM passes any item with a role on as a chat message: here a developer message
+        # without content (which a template may fail on: Llama 3's, when it comes first)
+        return {k: v for k, v in item.items() if k != "tools"}
     if kind not in (None, "message") or item.get("role") not in _ROLES or "content" not in item:
         required = _UNCONVERTED_ITEMS.get(kind)
         if kind is None and "role" not in item and isinstance(item.get("id"), str):
             required = ()  # an item_reference may leave out its type
-        if required is not None and all(key in item for key in required):
+        if (
+            required is not None
+            and all(key in item for key in required)
+            and not item_errors(item, index)
+        ):
             # the SDK's item union takes it; vLLM's construct_input_messages does not
             raise InvalidParameter(f"Unsupported input item type: {kind}", parameter="input")
         raise _bad_item(index, item, "Unsupported input item")

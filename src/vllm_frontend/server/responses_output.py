@@ -167,10 +167,24 @@ def tool_json(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The fields of the SDK's ToolChoice members by type (the others have ``type`` alone), in their
+# order: vLLM echoes the validated model (unset optional fields null, other keys after).
+_TOOL_CHOICE_FIELDS = {
+    "function": ("name", "type"),
+    "custom": ("name", "type"),
+    "mcp": ("server_label", "type", "name"),
+    "allowed_tools": ("mode", "tools", "type"),
+}
+
+
 def _tool_choice_json(choice: Any) -> Any:
-    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
-        return {"name": choice.get("name"), "type": choice["type"]}
-    return choice
+    if not isinstance(choice, dict):
+        return choice
+    kind = choice.get("type")
+    fields = _TOOL_CHOICE_FIELDS.get(kind, ("type",)) if isinstance(kind, str) else ("type",)
+    out = {k: choice.get(k) for k in fields}
+    out.update((k, v) for k, v in choice.items() if k not in out)
+    return out
 
 
 def _format_json(fmt: Any) -> Any:

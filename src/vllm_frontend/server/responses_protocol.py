@@ -20,16 +20,18 @@ from .validation import (
     AnyValue,
     Bool,
     DictOf,
+    Int,
     LazyModel,
+    ListOf,
     Model,
     Optional,
     Spec,
     Str,
     TaggedUnion,
+    TypedDict,
     convert_body,
     decode_json_object,
     pydantic_report,
-    validation_error,
 )
 from .validation import Literal as LiteralSpec
 
@@ -164,6 +166,98 @@ class _ToolChoice(Spec):
         return out
 
 
+# The SDK's ``Tool`` union (openai/types/responses/tool.py), which vLLM types ``tools`` with:
+# its members in order, each with its fields in their order (generated from the SDK's models;
+# fields of nested models are not modelled and take any value). pydantic reports every member's
+# errors for a tool no member takes.
+_TOOL = TaggedUnion(
+    Model("FunctionTool", {"name": Str(), "parameters": Optional(DictOf(AnyValue())),
+                           "strict": Optional(Bool()), "type": LiteralSpec("function"),
+                           "async": Optional(Bool()), "defer_loading": Optional(Bool()),
+                           "description": Optional(Str()),
+                           "output_schema": Optional(DictOf(AnyValue()))}, ["name", "type"]),
+    Model("FileSearchTool", {"type": LiteralSpec("file_search"), "vector_store_ids": ListOf(Str()),
+                             "max_num_results": Optional(Int())}, ["type", "vector_store_ids"]),
+    Model("ComputerTool", {"type": LiteralSpec("computer")}, ["type"]),
+    Model("ComputerUsePreviewTool",
+          {"display_height": Int(), "display_width": Int(),
+           "environment": LiteralSpec("windows", "mac", "linux", "ubuntu", "browser"),
+           "type": LiteralSpec("computer_use_preview")},
+          ["display_height", "display_width", "environment", "type"]),
+    Model("WebSearchTool", {"type": LiteralSpec("web_search", "web_search_2025_08_26"),
+                            "external_web_access": Optional(Bool()),
+                            "search_context_size": Optional(LiteralSpec("low", "medium", "high"))},
+          ["type"]),
+    Model("Mcp", {"server_label": Str(), "type": LiteralSpec("mcp"),
+                  "authorization": Optional(Str()),
+                  "connector_id": Optional(LiteralSpec(
+                      "connector_dropbox", "connector_gmail", "connector_googlecalendar",
+                      "connector_googledrive", "connector_microsoftteams",
+                      "connector_outlookcalendar", "connector_outlookemail",
+                      "connector_sharepoint")),
+                  "defer_loading": Optional(Bool()), "server_description": Optional(Str()),
+                  "server_url": Optional(Str()), "tunnel_id": Optional(Str())},
+          ["server_label", "type"]),
+    Model("CodeInterpreter", {"container": AnyValue(), "type": LiteralSpec("code_interpreter")},
+          ["container", "type"]),
+    Model("ProgrammaticToolCalling", {"type": LiteralSpec("programmatic_tool_calling")}, ["type"]),
+    Model("ImageGeneration",
+          {"type": LiteralSpec("image_generation"),
+           "action": Optional(LiteralSpec("generate", "edit", "auto")),
+           "background": Optional(LiteralSpec("transparent", "opaque", "auto")),
+           "complexity": Optional(LiteralSpec("low", "medium", "high")),
+           "frame_count": Optional(Int()), "frame_duration_ms": Optional(Int()),
+           "input_fidelity": Optional(LiteralSpec("high", "low")),
+           "moderation": Optional(LiteralSpec("auto", "low")),
+           "output_compression": Optional(Int()),
+           "output_format": Optional(LiteralSpec("png", "webp", "jpeg", "gif", "svg")),
+           "partial_images": Optional(Int()),
+           "quality": Optional(LiteralSpec("low", "medium", "high", "xhigh", "max", "auto"))},
+          ["type"]),
+    Model("LocalShell", {"type": LiteralSpec("local_shell")}, ["type"]),
+    Model("FunctionShellTool", {"type": LiteralSpec("shell")}, ["type"]),
+    Model("CustomTool", {"name": Str(), "type": LiteralSpec("custom"), "async": Optional(Bool()),
+                         "defer_loading": Optional(Bool()), "description": Optional(Str())},
+          ["name", "type"]),
+    Model("NamespaceTool", {"description": Str(), "name": Str(), "tools": AnyValue(),
+                            "type": LiteralSpec("namespace")},
+          ["description", "name", "tools", "type"]),
+    Model("ToolSearchTool", {"type": LiteralSpec("tool_search"), "description": Optional(Str()),
+                             "execution": Optional(LiteralSpec("server", "client"))}, ["type"]),
+    Model("WebSearchPreviewTool",
+          {"type": LiteralSpec("web_search_preview", "web_search_preview_2025_03_11"),
+           "search_context_size": Optional(LiteralSpec("low", "medium", "high"))}, ["type"]),
+    Model("ApplyPatchTool", {"type": LiteralSpec("apply_patch")}, ["type"]),
+)  # fmt: skip
+_OPTIONAL_FUNCTION_TOOL_FIELDS = {
+    "description": str, "parameters": dict, "output_schema": dict, "strict": bool, "async": bool,
+    "defer_loading": bool,
+}  # fmt: skip
+
+
+def _plain_function_tool(tool: Any) -> bool:
+    # a function tool the union's first member takes as it is (checked without the schema)
+    if (
+        type(tool) is not dict
+        or tool.get("type") != "function"
+        or type(tool.get("name")) is not str
+    ):
+        return False
+    for key, value in tool.items():
+        if key in ("type", "name") or value is None:
+            continue
+        kind = _OPTIONAL_FUNCTION_TOOL_FIELDS.get(key)
+        if kind is None or type(value) is not kind:
+            return False
+    return True
+
+
+# vLLM's ``list[OpenAIHarmonyMessage | dict]``: any object passes (as a dict, when not a
+# Harmony message); pydantic names the dict branch "dict[str,any]", which vLLM's error location
+# drops.
+_PREVIOUS_INPUT_MESSAGES = Optional(
+    ListOf(TaggedUnion(Model("Message", {}), TypedDict("dict[str,any]", {})))
+)
 _SCHEMA = LazyModel(
     lambda: _schema(
         ResponsesRequest,
@@ -172,6 +266,8 @@ _SCHEMA = LazyModel(
             "reasoning": Optional(_REASONING),
             "tool_choice": _ToolChoice(),
             "request_id": Str(),
+            "previous_input_messages": _PREVIOUS_INPUT_MESSAGES,
+            "tools": ListOf(_TOOL),
         },
     )
 )
@@ -182,6 +278,11 @@ _UNCONVERTED = (
     ("reasoning", lambda v: v is None),
     ("tool_choice", lambda v: isinstance(v, dict) or v in _TOOL_CHOICE_MODES),
     ("request_id", lambda v: type(v) is str),  # (vLLM's default is a fresh id; not null)
+    ("tools", lambda v: type(v) is list and all(_plain_function_tool(t) for t in v)),
+    (
+        "previous_input_messages",
+        lambda v: v is None or (type(v) is list and all(type(m) is dict for m in v)),
+    ),
 )
 
 
@@ -297,9 +398,6 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
     )
     if req.top_logprobs is None:
         req.top_logprobs = 0
-    errors = _function_tool_errors(req.tools)
-    if errors:
-        raise validation_error(errors)
     return req
 
 
@@ -321,81 +419,3 @@ def check_echoed_nulls(req: ResponsesRequest) -> None:
         )  # fmt: skip
     if errors:
         raise BadRequest(pydantic_report("ResponsesResponse", errors))
-
-
-_SDK_TOOLS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "function": ("FunctionTool", ("name",)),
-    "file_search": ("FileSearchTool", ("vector_store_ids",)),
-    "computer": ("ComputerTool", ()),
-    "computer_use_preview": ("ComputerUsePreviewTool",
-                             ("display_height", "display_width", "environment")),
-    "web_search": ("WebSearchTool", ()),
-    "web_search_2025_08_26": ("WebSearchTool", ()),
-    "mcp": ("Mcp", ("server_label",)),
-    "code_interpreter": ("CodeInterpreter", ("container",)),
-    "programmatic_tool_calling": ("ProgrammaticToolCalling", ()),
-    "image_generation": ("ImageGeneration", ()),
-    "local_shell": ("LocalShell", ()),
-    "shell": ("FunctionShellTool", ()),
-    "custom": ("CustomTool", ("name",)),
-    "namespace": ("NamespaceTool", ("description", "name", "tools")),
-    "tool_search": ("ToolSearchTool", ()),
-    "web_search_preview": ("WebSearchPreviewTool", ()),
-    "web_search_preview_2025_03_11": ("WebSearchPreviewTool", ()),
-    "apply_patch": ("ApplyPatchTool", ()),
-}  # fmt: skip
-"""The members of the SDK's ``Tool`` union (openai/types/responses/tool.py) by ``type``: the
-class name and the fields it requires besides ``type``."""
-
-
-def _function_tool_errors(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # vLLM types ``tools`` as the SDK's tool union: pydantic tries FunctionTool first, so a
-    # malformed function tool's report starts with that branch's errors (its location is
-    # vLLM's ``param``); the other branches' errors, which follow in vLLM's message, are not
-    # listed here.
-    for index, tool in enumerate(tools):
-        kind = tool.get("type")
-        missing: list[dict[str, Any]] = []
-        if kind != "function" and isinstance(kind, str) and kind in _SDK_TOOLS:
-            # the member the type names: its missing fields, after FunctionTool's errors
-            # (vLLM's message goes on with every other member's errors)
-            name, required = _SDK_TOOLS[kind]
-            missing = [
-                {"type": "missing", "loc": ("body", "tools", index, name, field),
-                 "msg": "Field required", "input": tool}
-                for field in required
-                if field not in tool
-            ]  # fmt: skip
-            if not missing:
-                continue
-        loc = ("body", "tools", index, "FunctionTool")
-        errors: list[dict[str, Any]] = []
-        if "name" not in tool:
-            errors.append(
-                {"type": "missing", "loc": (*loc, "name"), "msg": "Field required", "input": tool}
-            )
-        elif not isinstance(tool["name"], str):
-            errors.append(
-                {"type": "string_type", "loc": (*loc, "name"),
-                 "msg": "Input should be a valid string", "input": tool["name"]}
-            )  # fmt: skip
-        parameters = tool.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            errors.append(
-                {"type": "dict_type", "loc": (*loc, "parameters"),
-                 "msg": "Input should be a valid dictionary", "input": parameters}
-            )  # fmt: skip
-        if "type" not in tool:
-            errors.append(
-                {"type": "missing", "loc": (*loc, "type"), "msg": "Field required", "input": tool}
-            )
-        elif kind != "function":  # no member of the union takes the type
-            errors.append(
-                {"type": "literal_error", "loc": (*loc, "type"),
-                 "msg": "Input should be 'function'", "input": kind,
-                 "ctx": {"expected": "'function'"}}
-            )  # fmt: skip
-        errors += missing
-        if errors:
-            return errors
-    return []
