@@ -227,6 +227,8 @@ class ResponsesHandler:
         harmony_messages: list[Any] | None = None,
     ) -> ChatRequest:
         sampling = sampling_request(_SamplingView(req), chat=True)
+        if sampling.extra_args is None:
+            sampling.extra_args = {}  # vLLM's ResponsesRequest.to_sampling_params: xargs or {}
         structured = req.structured_outputs
         fmt = (req.text or {}).get("format")
         if isinstance(fmt, dict):
