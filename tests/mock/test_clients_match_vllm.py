@@ -80,14 +80,16 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                 _start(
                     [sys.executable, "-m", "vllm_frontend", "mock-engine",
                      "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "10",
-                     "--max-model-len", "256", "--script-tokens", str(script),
+                     "--max-model-len", "300", "--script-tokens", str(script),
                      "--stats-file", str(stats[name]), "--report-interval", "0.1",
                      *engine_args],
                     log_dir() / f"clients-mock-{name}-{rpc}.log",
                 )
             )  # fmt: skip
             # (usage reports the prompt tokens the engine read from and wrote to its cache; the
-            # responses carry a fingerprint given, vLLM's own holding its config's hash)
+            # responses carry a fingerprint given, vLLM's own holding its config's hash; the
+            # engines allow 300 tokens, the frontends' --max-model-len 256 is the lower bound
+            # each serves, as vLLM's frontend keeps the smaller of its own and the engines')
             external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
                         "--max-model-len", "256", "--enable-prompt-tokens-details",
                         "--fingerprint-mode", "custom", "--fingerprint-value", "fp-1"]  # fmt: skip

@@ -235,6 +235,10 @@ def build_frontend_app(
     max_model_len = client.max_model_len or model.files.max_position_embeddings
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
+    if config.max_model_len is not None and config.max_model_len > 0:
+        # As vLLM's frontend: its own --max-model-len, lowered to the engines' (which may be
+        # smaller, e.g. external engines started with less); -1 (auto) takes the engines'.
+        max_model_len = min(max_model_len, config.max_model_len)
     served = config.served_model_names
     # /metrics is rendered by the server itself. As in vLLM, process and gc series only when
     # this is the one API-server process (siblings use multiprocess mode).
@@ -439,7 +443,8 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     """An engine-free server of ``config``'s model, as ``vllm launch render``: the render routes
     with ``/health``, ``/ping``, ``/version``, ``/v1/models``, ``/tokenize``, ``/detokenize`` and
     ``/metrics`` (no generation routes)."""
-    max_model_len = config.max_model_len or model.files.max_position_embeddings
+    explicit = config.max_model_len if config.max_model_len and config.max_model_len > 0 else None
+    max_model_len = explicit or model.files.max_position_embeddings  # -1: auto, the model's
     if max_model_len is None:
         raise ConfigError("config.json gives no context length: pass --max-model-len")
     limits = RequestLimits(
