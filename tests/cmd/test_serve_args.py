@@ -90,6 +90,27 @@ def test_refused_options_at_their_default_and_ignored_options_go_nowhere() -> No
     assert args.engine_args == ["--quantization", "fp8"]
 
 
+def test_ignored_options_take_only_the_values_vllms_parser_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What `vllm serve` 0.32 answered for each (exit status 2, this message on stderr).
+    for argv, message in (
+        (["--uvicorn-log-level", "bogus"], "argument --uvicorn-log-level: invalid choice: "
+         "'bogus' (choose from 'critical', 'debug', 'error', 'info', 'trace', 'warning')"),
+        (["--renderer-num-workers", "two"],
+         "argument --renderer-num-workers: invalid int value: 'two'"),
+        (["--dp-supervisor-probe-timeout-s", "x"],
+         "argument --dp-supervisor-probe-timeout-s: invalid float value: 'x'"),
+        (["--disable-fastapi-docs", "yes"], "unrecognized arguments: yes"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            parse_serve_args(_parser(), ["m", *argv])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+    args = parse_serve_args(_parser(), ["m", "--log-level", "DEBUG", "--no-log-error-stack"])
+    assert args.engine_args == []
+
+
 def test_options_both_sides_read_are_taken_after_the_separator_too() -> None:
     args = parse_serve_args(_parser(), ["m", "--", "--enforce-eager", "--max-model-len", "48"])
     assert args.ns.max_model_len == 48

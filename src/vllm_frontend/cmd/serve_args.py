@@ -319,7 +319,36 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-context-parallel-size", type=int, default=None)
     p.add_argument("--profiler-config", type=_json_object, default=None)
     p.add_argument("--kv-transfer-config", type=_json_object, default=None)
+    _add_ignored_arguments(p)
     _add_negations(p)
+
+
+def _add_ignored_arguments(p: argparse.ArgumentParser) -> None:
+    """Options this frontend ignores (``cmd.flags``), read as vLLM's parser reads them, so that
+    a bad value stops startup as it does there; given, they are logged and have no effect."""
+    quiet: dict[str, Any] = {"default": None, "help": argparse.SUPPRESS}
+    for name in (
+        "enable_log_deltas", "cohere_is_reasoning_model", "log_error_stack",
+        "disable_uvicorn_access_log", "disable_fastapi_docs", "enable_offline_docs",
+        "aggregate_engine_logging",
+    ):  # fmt: skip
+        p.add_argument(flags.option_name(name), action="store_true", **quiet)
+    for name, kind in (
+        ("data_parallel_supervisor_port", int),
+        ("dp_supervisor_probe_interval_s", float),
+        ("dp_supervisor_probe_timeout_s", float),
+        ("dp_supervisor_probe_failure_threshold", int),
+        ("renderer_num_workers", int),
+    ):
+        p.add_argument(flags.option_name(name), type=kind, **quiet)
+    p.add_argument(
+        "--uvicorn-log-level",
+        choices=["critical", "debug", "error", "info", "trace", "warning"],
+        **quiet,
+    )
+    p.add_argument(
+        "--log-level", choices=["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"], **quiet
+    )
 
 
 def _add_negations(p: argparse.ArgumentParser) -> None:
