@@ -71,7 +71,12 @@ from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
 from vllm_frontend.server.weights import weight_handlers
 from vllm_frontend.text.llm import TextLlm
-from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
+from vllm_frontend.text.model_files import (
+    ModelFiles,
+    load_model_files,
+    override_max_tokens,
+    resolve_model_dir,
+)
 from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo, uses_v2_model_runner
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -285,6 +290,9 @@ def build_frontend_app(
         eos_token_id=model.tokenizer.eos_token_id,
         generation_eos_token_ids=list(model.files.generation_eos_token_ids),
         sampling_defaults=dict(model.files.sampling_defaults),
+        override_max_tokens=override_max_tokens(
+            config.generation_config, config.override_generation_config, model.files
+        ),
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,
@@ -457,6 +465,9 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         eos_token_id=model.tokenizer.eos_token_id,
         generation_eos_token_ids=list(model.files.generation_eos_token_ids),
         sampling_defaults=dict(model.files.sampling_defaults),
+        override_max_tokens=override_max_tokens(
+            config.generation_config, config.override_generation_config, model.files
+        ),
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,
