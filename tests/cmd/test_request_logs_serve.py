@@ -20,6 +20,12 @@ def test_requests_are_logged(tiny_model: pathlib.Path, tmp_path: pathlib.Path) -
     text = log.read_text()
     received = re.findall(r"Received request (cmpl-\S+): params: SamplingParams\(n=2, ", text)
     assert [r.rsplit("-", 1)[1] for r in received] == ["0", "1"]
+    # logged before the input processor resolves watermarking: as the request gave it (none),
+    # which vLLM's SamplingParams writes as None
+    assert re.findall(r"Received request cmpl-\S+: params: .*?, watermarking=(\w+), ", text) == [
+        "None",
+        "None",
+    ]
     assert len(re.findall(r"Added request \S+\.", text)) == 4  # two prompts x n=2
 
 
