@@ -301,6 +301,7 @@ def build_frontend_app(
         mistral_tokenizer=mistral_kind(model.tokenizer),
         thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
     )
+    request_log = RequestLog(config.max_log_len) if config.enable_log_requests else None
     ctx = ServingContext(
         multimodal=multimodal_facade(config, model, client),
         llm=llm,
@@ -319,7 +320,7 @@ def build_frontend_app(
         system_fingerprint=(
             config.fingerprint_value if config.fingerprint_mode == "custom" else None
         ),
-        request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
+        request_log=request_log,
         has_kv_connector=config.kv_transfer_config is not None,
         adapters=adapters,
         runtime_lora_updating=runtime_lora,
@@ -342,6 +343,7 @@ def build_frontend_app(
         media_policy=media_policy(config),
         adapters=adapters,
         runtime_lora_updating=runtime_lora,
+        request_log=request_log,
     )
     parsers = output_parsers(
         config, model.tokenizer, model_facts(model), harmony=harmony is not None
