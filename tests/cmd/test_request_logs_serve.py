@@ -17,9 +17,29 @@ def test_requests_are_logged(tiny_model: pathlib.Path, tmp_path: pathlib.Path) -
         status, _ = serve.request("POST", "/v1/completions",
                                   '{"prompt": ["a", "b"], "max_tokens": 2, "n": 2}')  # fmt: skip
         assert status == 200
+        # /tokenize and /detokenize log their inputs too, as vLLM's tokenize serving does:
+        # "tokenize-" + X-Request-Id (else a random id), no params
+        for path, body, headers in (
+            ("/tokenize", '{"prompt": "a b c"}', {"X-Request-Id": "t1"}),
+            ("/tokenize", '{"messages": [{"role": "user", "content": "hi"}]}', {}),
+            ("/detokenize", '{"tokens": [1, 2]}', {"X-Request-Id": "d1"}),
+        ):
+            answer = serve.request("POST", path, body, headers)
+            assert answer[0] == 200, answer
     text = log.read_text()
+    tokenize_ids = re.findall(
+        r"Received request tokenize-(\S+): params: None, lora_request: None\.", text
+    )
+    assert len(tokenize_ids) == 3 and tokenize_ids[0] == "t1" and tokenize_ids[2] == "d1"
+    assert re.fullmatch(r"[0-9a-f]{16}", tokenize_ids[1])
     received = re.findall(r"Received request (cmpl-\S+): params: SamplingParams\(n=2, ", text)
     assert [r.rsplit("-", 1)[1] for r in received] == ["0", "1"]
+    # logged before the input processor resolves watermarking: as the request gave it (none),
+    # which vLLM's SamplingParams writes as None
+    assert re.findall(r"Received request cmpl-\S+: params: .*?, watermarking=(\w+), ", text) == [
+        "None",
+        "None",
+    ]
     assert len(re.findall(r"Added request \S+\.", text)) == 4  # two prompts x n=2
 
 

@@ -90,6 +90,27 @@ def test_refused_options_at_their_default_and_ignored_options_go_nowhere() -> No
     assert args.engine_args == ["--quantization", "fp8"]
 
 
+def test_ignored_options_take_only_the_values_vllms_parser_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What `vllm serve` 0.32 answered for each (exit status 2, this message on stderr).
+    for argv, message in (
+        (["--uvicorn-log-level", "bogus"], "argument --uvicorn-log-level: invalid choice: "
+         "'bogus' (choose from 'critical', 'debug', 'error', 'info', 'trace', 'warning')"),
+        (["--renderer-num-workers", "two"],
+         "argument --renderer-num-workers: invalid int value: 'two'"),
+        (["--dp-supervisor-probe-timeout-s", "x"],
+         "argument --dp-supervisor-probe-timeout-s: invalid float value: 'x'"),
+        (["--disable-fastapi-docs", "yes"], "unrecognized arguments: yes"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            parse_serve_args(_parser(), ["m", *argv])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+    args = parse_serve_args(_parser(), ["m", "--log-level", "DEBUG", "--no-log-error-stack"])
+    assert args.engine_args == []
+
+
 def test_options_both_sides_read_are_taken_after_the_separator_too() -> None:
     args = parse_serve_args(_parser(), ["m", "--", "--enforce-eager", "--max-model-len", "48"])
     assert args.ns.max_model_len == 48
@@ -229,7 +250,7 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
         "--allowed-origins", '["http://a"]', "--stream-interval", "3",
         "--sse-keep-alive-interval", "15",
         "--enable-prompt-tokens-details", "--enable-force-include-usage",
-        "--max-num-queued-reqs", "7", "--max-num-queued-tokens", "0",
+        "--max-num-queued-reqs", "7", "--max-num-queued-tokens", "1K", "--max-model-len", "25.6k",
         "--h11-max-incomplete-event-size", "1000", "--h11-max-header-count", "9",
         "--allowed-media-domains", "a.example", "b.example", "--allowed-local-media-path", "/tmp",
         "--media-io-kwargs", '{"video": {"num_frames": 8}}',
@@ -241,7 +262,7 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
             "allowed_origins", "stream_interval", "sse_keep_alive_interval",
             "enable_prompt_tokens_details",
             "enable_force_include_usage", "max_num_queued_reqs",
-            "max_num_queued_tokens", "h11_max_incomplete_event_size",
+            "max_num_queued_tokens", "max_model_len", "h11_max_incomplete_event_size",
             "h11_max_header_count", "allowed_media_domains", "allowed_local_media_path",
             "media_io_kwargs"]  # fmt: skip
     out = subprocess.run(
@@ -255,6 +276,20 @@ def test_shared_flags_parse_to_the_same_values_as_vllm_serve() -> None:
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     for k in keys:
         assert ours[k] == theirs[k], k
+
+
+def test_max_model_len_takes_vllms_spellings_and_bad_ones_stop_startup() -> None:
+    # vLLM's human_readable_int_or_auto: -1 or "auto" for auto-fit, k/m/g/t decimal and K/M/G/T
+    # binary suffixes, no decimals with a binary one; ModelConfig refuses below -1 at startup.
+    for text, value in (("auto", -1), ("-1", -1), ("AUTO", -1), ("1k", 1000), ("1K", 1024),
+                        ("2048", 2048), (" 4k ", 4000)):  # fmt: skip
+        assert parse_serve_args(_parser(), ["m", "--max-model-len", text]).ns.max_model_len == value
+    for bad in ("1.5K", "abc", "1e3"):
+        with pytest.raises(SystemExit):
+            parse_serve_args(_parser(), ["m", "--max-model-len", bad])
+    for key in ("max_model_len", "max_logprobs"):
+        with pytest.raises(ConfigError, match=key):
+            config_from_args({"model_tag": "m", key: -2})
 
 
 def test_media_flags_reach_the_config_and_the_policy(tmp_path: pathlib.Path) -> None:

@@ -42,6 +42,9 @@ pytestmark = pytest.mark.engine
 SCRIPT = [1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000]
 """The token ids every request gets from the mock engines, in order."""
 
+GENERATION_CAP = 200
+"""``max_new_tokens`` of the servers' ``--generation-config`` folder: vLLM's server-wide cap."""
+
 
 @dataclass
 class Stack:
@@ -68,6 +71,13 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
     model = str(tiny_model_dir())
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT))
+    # The model's generation config given as a folder, with a server-wide max_new_tokens.
+    generation = tmp / "generation"
+    generation.mkdir()
+    defaults = json.loads((pathlib.Path(model) / "generation_config.json").read_text())
+    (generation / "generation_config.json").write_text(
+        json.dumps({**defaults, "max_new_tokens": GENERATION_CAP})
+    )
     procs: list[subprocess.Popen[bytes]] = []
     servers = []
     ports: dict[str, int] = {}
@@ -80,17 +90,21 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                 _start(
                     [sys.executable, "-m", "vllm_frontend", "mock-engine",
                      "--handshake-address", f"tcp://127.0.0.1:{rpc}", "--step-ms", "10",
-                     "--max-model-len", "256", "--script-tokens", str(script),
+                     "--max-model-len", "300", "--script-tokens", str(script),
                      "--stats-file", str(stats[name]), "--report-interval", "0.1",
                      *engine_args],
                     log_dir() / f"clients-mock-{name}-{rpc}.log",
                 )
             )  # fmt: skip
             # (usage reports the prompt tokens the engine read from and wrote to its cache; the
-            # responses carry a fingerprint given, vLLM's own holding its config's hash)
+            # responses carry a fingerprint given, vLLM's own holding its config's hash; the
+            # engines allow 300 tokens, the frontends' --max-model-len 256 is the lower bound
+            # each serves, as vLLM's frontend keeps the smaller of its own and the engines'; the
+            # generation folder's max_new_tokens caps every request's max_tokens)
             external = ["--data-parallel-size-local", "0", "--data-parallel-rpc-port", str(rpc),
                         "--max-model-len", "256", "--enable-prompt-tokens-details",
-                        "--fingerprint-mode", "custom", "--fingerprint-value", "fp-1"]  # fmt: skip
+                        "--fingerprint-mode", "custom", "--fingerprint-value", "fp-1",
+                        "--generation-config", str(generation)]  # fmt: skip
             if name == "vllm":
                 server = start_vllm_server(
                     model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
@@ -839,6 +853,14 @@ def test_odd_inputs_get_vllms_answer(stack: Stack, path: str, change: dict[str, 
     body = {"model": str(tiny_model_dir()), **BASES[path], **change}
     [(status, _, _)] = assert_same(stack, post(path, body))
     assert status < 500
+
+
+def test_the_generation_folders_max_new_tokens_caps_every_request(stack: Stack) -> None:
+    # vLLM's override_max_tokens: a request asking for more is answered with the cap's tokens
+    # (one API: the cap is applied where every API resolves max_tokens)
+    body = {"model": str(tiny_model_dir()), "prompt": "hi", "max_tokens": GENERATION_CAP + 3}
+    [(status, _, answer)] = assert_same(stack, post("/v1/completions", body))
+    assert status == 200 and answer["usage"]["completion_tokens"] == GENERATION_CAP
 
 
 _USER = {"role": "user", "content": "hi"}

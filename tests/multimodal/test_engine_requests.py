@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -1022,6 +1023,12 @@ def test_responses_engine_requests_equal(sides: dict[str, Side], name: str) -> N
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
         compare_requests(vllm, ours, _SENT)
+        # the engine request's id: the response's, numbered as vLLM numbers a response's turns
+        assert _id_shape(ours.request_id) == _id_shape(vllm.request_id)
+
+
+def _id_shape(request_id: str) -> str:
+    return re.sub(r"[0-9a-f]{8,}", "X", request_id)
 
 
 RESPONSES_BAD: dict[str, tuple[list[Any], dict[str, Any]]] = {

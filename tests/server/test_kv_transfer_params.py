@@ -18,6 +18,8 @@ import pathlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import pytest
+
 from tests.support.generation_app import generation_app
 from tests.support.responses import body as body_of
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
@@ -286,3 +288,26 @@ def test_ec_transfer_params_come_back_where_kv_transfer_params_do(
         assert body["ec_transfer_params"] == {"encoder": client.added[0], "sent": EC_SENT}
         body = json.loads(asyncio.run(_post(app, path, extra)))
         assert body["ec_transfer_params"] is None
+
+
+def test_responses_send_the_extra_args_vllm_sends(tiny_model: pathlib.Path) -> None:
+    """The Responses engine request's ``extra_args`` as vLLM's
+    ``ResponsesRequest.to_sampling_params`` sets them: ``{}`` (not None) when the request sends
+    none, which a logits processor or KV connector reading them sees."""
+    protocol = pytest.importorskip("vllm.entrypoints.openai.responses.protocol")
+
+    app, client = _agent_app(tiny_model)
+    sent: list[Any] = []
+    add_request = client.add_request
+
+    def recording(request: EngineCoreRequest) -> Any:
+        sent.append(request.sampling_params.extra_args)
+        return add_request(request)
+
+    client.add_request = recording  # type: ignore[method-assign]
+    for extra in ({}, {"vllm_xargs": {"a": 1}}, {"kv_transfer_params": SENT},
+                  {"ec_transfer_params": EC_SENT, "vllm_xargs": {"b": "x"}}):  # fmt: skip
+        body = {"input": "hi", **extra}
+        asyncio.run(_post(app, "/v1/responses", body))
+        vllm = protocol.ResponsesRequest(model="m", **body).to_sampling_params(16)
+        assert sent[-1] == vllm.extra_args, extra

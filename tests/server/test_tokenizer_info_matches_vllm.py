@@ -41,15 +41,28 @@ def _variant(tiny: pathlib.Path, tmp: pathlib.Path, name: str) -> pathlib.Path:
 
 @pytest.mark.parametrize("template", [None, "{{ messages[0]['content'] }}"])
 @pytest.mark.parametrize("name", ["as built", "extra special tokens", "added token objects"])
+@pytest.mark.parametrize("offline", [False, True])
 def test_tokenizer_info_is_vllms(
-    tiny_model: pathlib.Path, tmp_path: pathlib.Path, name: str, template: str | None
+    tiny_model: pathlib.Path,
+    tmp_path: pathlib.Path,
+    name: str,
+    template: str | None,
+    offline: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import huggingface_hub
     from vllm.entrypoints.serve.tokenize.protocol import TokenizerInfoResponse
     from vllm.entrypoints.serve.tokenize.serving import TokenizerInfo
     from vllm.tokenizers import get_tokenizer
+    from vllm.tokenizers.hf import maybe_make_thread_pool
 
+    # offline (HF_HUB_OFFLINE=1, as the test engines run): the load says local_files_only
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     directory = _variant(tiny_model, tmp_path, name)
-    tokenizer = get_tokenizer(str(directory))
+    # as vLLM's server holds it: its HF renderer wraps the tokenizer in a thread pool
+    tokenizer = maybe_make_thread_pool(get_tokenizer(str(directory)), 2)
     theirs = TokenizerInfoResponse(**TokenizerInfo(tokenizer, template).to_dict()).model_dump()
     config = json.loads((directory / "tokenizer_config.json").read_text())
     ours = tokenizer_info(config, str(directory), template)

@@ -71,7 +71,12 @@ from vllm_frontend.server.sagemaker import invocations_handler
 from vllm_frontend.server.tokenizer_info import tokenizer_info, tokenizer_info_handler
 from vllm_frontend.server.weights import weight_handlers
 from vllm_frontend.text.llm import TextLlm
-from vllm_frontend.text.model_files import ModelFiles, load_model_files, resolve_model_dir
+from vllm_frontend.text.model_files import (
+    ModelFiles,
+    load_model_files,
+    override_max_tokens,
+    resolve_model_dir,
+)
 from vllm_frontend.text.request_log import RequestLog
 from vllm_frontend.text.sampling import ModelSamplingInfo, uses_v2_model_runner
 from vllm_frontend.text.tokenizer import Tokenizer
@@ -235,6 +240,10 @@ def build_frontend_app(
     max_model_len = client.max_model_len or model.files.max_position_embeddings
     if max_model_len is None:
         raise RuntimeError("the engines reported no max_model_len and config.json has none")
+    if config.max_model_len is not None and config.max_model_len > 0:
+        # As vLLM's frontend: its own --max-model-len, lowered to the engines' (which may be
+        # smaller, e.g. external engines started with less); -1 (auto) takes the engines'.
+        max_model_len = min(max_model_len, config.max_model_len)
     served = config.served_model_names
     # /metrics is rendered by the server itself. As in vLLM, process and gc series only when
     # this is the one API-server process (siblings use multiprocess mode).
@@ -281,6 +290,9 @@ def build_frontend_app(
         eos_token_id=model.tokenizer.eos_token_id,
         generation_eos_token_ids=list(model.files.generation_eos_token_ids),
         sampling_defaults=dict(model.files.sampling_defaults),
+        override_max_tokens=override_max_tokens(
+            config.generation_config, config.override_generation_config, model.files
+        ),
         limits=client.limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,
@@ -289,6 +301,7 @@ def build_frontend_app(
         mistral_tokenizer=mistral_kind(model.tokenizer),
         thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
     )
+    request_log = RequestLog(config.max_log_len) if config.enable_log_requests else None
     ctx = ServingContext(
         multimodal=multimodal_facade(config, model, client),
         llm=llm,
@@ -307,7 +320,7 @@ def build_frontend_app(
         system_fingerprint=(
             config.fingerprint_value if config.fingerprint_mode == "custom" else None
         ),
-        request_log=RequestLog(config.max_log_len) if config.enable_log_requests else None,
+        request_log=request_log,
         has_kv_connector=config.kv_transfer_config is not None,
         adapters=adapters,
         runtime_lora_updating=runtime_lora,
@@ -330,6 +343,7 @@ def build_frontend_app(
         media_policy=media_policy(config),
         adapters=adapters,
         runtime_lora_updating=runtime_lora,
+        request_log=request_log,
     )
     parsers = output_parsers(
         config, model.tokenizer, model_facts(model), harmony=harmony is not None
@@ -439,7 +453,8 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     """An engine-free server of ``config``'s model, as ``vllm launch render``: the render routes
     with ``/health``, ``/ping``, ``/version``, ``/v1/models``, ``/tokenize``, ``/detokenize`` and
     ``/metrics`` (no generation routes)."""
-    max_model_len = config.max_model_len or model.files.max_position_embeddings
+    explicit = config.max_model_len if config.max_model_len and config.max_model_len > 0 else None
+    max_model_len = explicit or model.files.max_position_embeddings  # -1: auto, the model's
     if max_model_len is None:
         raise ConfigError("config.json gives no context length: pass --max-model-len")
     limits = RequestLimits(
@@ -452,6 +467,9 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         eos_token_id=model.tokenizer.eos_token_id,
         generation_eos_token_ids=list(model.files.generation_eos_token_ids),
         sampling_defaults=dict(model.files.sampling_defaults),
+        override_max_tokens=override_max_tokens(
+            config.generation_config, config.override_generation_config, model.files
+        ),
         limits=limits,
         structured_outputs_backend=config.structured_outputs_backend,
         watermarking=config.watermark_configured,

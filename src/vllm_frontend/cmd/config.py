@@ -363,6 +363,11 @@ def _validate(config: FrontendConfig) -> None:
         raise ConfigError("--ssl-keyfile needs --ssl-certfile")
     if config.api_server_count < 1:
         raise ConfigError("api_server_count must be at least 1")
+    for name in ("max_model_len", "max_logprobs"):
+        value = getattr(config, name)
+        if value is not None and value < -1:
+            # vLLM's ModelConfig (Field ge=-1) refuses it at startup too.
+            raise ConfigError(f"{name} must be at least -1 (-1: auto / no cap), got {value}")
     if config.fingerprint_mode not in ("full", "custom", "none"):
         # (vLLM's `hash` mode holds vLLM's config hash, which needs vLLM to compute)
         raise ConfigError(

@@ -64,6 +64,37 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {value!r}")
 
 
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(value: str) -> int:
+    """An integer as vLLM's flags spell it: ``1000``, ``1k`` (1,000), ``25.6k`` (25,600),
+    ``1K`` (1,024); decimals only with the decimal suffixes k/m/g/t."""
+    value = value.strip()
+    match = _HUMAN_INT.fullmatch(value)
+    if match is None:
+        return int(value)
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    try:
+        return int(number) * _BINARY[suffix]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Decimals are not allowed with binary suffixes like {suffix}. "
+            f"Did you mean to use {number}{suffix.lower()} instead?"
+        ) from None
+
+
+def human_readable_int_or_auto(value: str) -> int:
+    """``human_readable_int``, or -1 for ``-1`` / ``auto`` (vLLM's ``--max-model-len``)."""
+    if value.strip() == "-1" or value.strip().lower() == "auto":
+        return -1
+    return human_readable_int(value)
+
+
 def _json_object(value: str) -> dict[str, Any]:
     try:
         obj = json.loads(value)
@@ -175,7 +206,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", "600")),
     )
-    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-model-len", type=human_readable_int_or_auto, default=None)
     p.add_argument("--shutdown-timeout", type=float, default=0.0)
     add_http_limit_arguments(p, defaults=True)
     p.add_argument("--chat-template", default=None)
@@ -187,7 +218,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-strict-level", choices=["auto", "function", "parameter"], default="auto")
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument(
-        "--chat-template-content-format", choices=["auto", "string", "openai"], default="auto"
+        "--chat-template-content-format", choices=["auto", "openai", "string"], default="auto"
     )
     p.add_argument("--response-role", default="assistant")
     p.add_argument("--cohere-format", default="cmd4")
@@ -202,7 +233,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fingerprint-mode", choices=["full", "hash", "custom", "none"], default="full")
     p.add_argument("--fingerprint-value", default=None)
     p.add_argument("--max-num-queued-reqs", type=int, default=None)
-    p.add_argument("--max-num-queued-tokens", type=int, default=None)
+    p.add_argument("--max-num-queued-tokens", type=human_readable_int, default=None)
     p.add_argument("--return-tokens-as-token-ids", **opt_bool)
     p.add_argument("--enable-prompt-tokens-details", **opt_bool)
     p.add_argument("--enable-force-include-usage", **opt_bool)
@@ -288,7 +319,36 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-context-parallel-size", type=int, default=None)
     p.add_argument("--profiler-config", type=_json_object, default=None)
     p.add_argument("--kv-transfer-config", type=_json_object, default=None)
+    _add_ignored_arguments(p)
     _add_negations(p)
+
+
+def _add_ignored_arguments(p: argparse.ArgumentParser) -> None:
+    """Options this frontend ignores (``cmd.flags``), read as vLLM's parser reads them, so that
+    a bad value stops startup as it does there; given, they are logged and have no effect."""
+    quiet: dict[str, Any] = {"default": None, "help": argparse.SUPPRESS}
+    for name in (
+        "enable_log_deltas", "cohere_is_reasoning_model", "log_error_stack",
+        "disable_uvicorn_access_log", "disable_fastapi_docs", "enable_offline_docs",
+        "aggregate_engine_logging",
+    ):  # fmt: skip
+        p.add_argument(flags.option_name(name), action="store_true", **quiet)
+    for name, kind in (
+        ("data_parallel_supervisor_port", int),
+        ("dp_supervisor_probe_interval_s", float),
+        ("dp_supervisor_probe_timeout_s", float),
+        ("dp_supervisor_probe_failure_threshold", int),
+        ("renderer_num_workers", int),
+    ):
+        p.add_argument(flags.option_name(name), type=kind, **quiet)
+    p.add_argument(
+        "--uvicorn-log-level",
+        choices=["critical", "debug", "error", "info", "trace", "warning"],
+        **quiet,
+    )
+    p.add_argument(
+        "--log-level", choices=["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"], **quiet
+    )
 
 
 def _add_negations(p: argparse.ArgumentParser) -> None:

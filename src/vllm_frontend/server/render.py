@@ -212,8 +212,6 @@ class RenderHandlers:
         token_ids = _plain_prompt(gen.text, 0)
         params = gen.text.params[0]
         assert isinstance(params, SamplingParams)
-        if params.extra_args is None:
-            params.extra_args = {}  # vLLM's ResponsesRequest.to_sampling_params
         parsers = responses.chat.parsers
         kwargs = None
         if parsers is not None and parsers.has_reasoning:

@@ -75,6 +75,13 @@ __all__ = ["ResponsesHandler"]
 _encode = msgspec.json.Encoder().encode
 
 
+def _engine_request_id(response_id: str) -> str:
+    """The id of a response's (first) engine request: vLLM's Responses serving numbers the
+    requests of a response's turns ``<response id>_0``, ``_1``, ... (only the first here: no
+    built-in tools run between turns)."""
+    return f"{response_id}_0"
+
+
 class InvalidRequest(errors.ApiError):
     """vLLM's ``create_error_response(err_type="invalid_request_error", ...)``."""
 
@@ -191,6 +198,7 @@ class ResponsesHandler:
         )
         refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
         chat_request = self._chat_request(request, req, response_id, messages)
+        chat_request.text.request_id = _engine_request_id(response_id)
         constraint = chat_request.text.structured_outputs
         gen = await self.chat.generate(chat_request)
         check_echoed_nulls(req)  # (the generation is not started yet: nothing to abort)
@@ -235,6 +243,8 @@ class ResponsesHandler:
         harmony_messages: list[Any] | None = None,
     ) -> ChatRequest:
         sampling = sampling_request(_SamplingView(req), chat=True)
+        if sampling.extra_args is None:
+            sampling.extra_args = {}  # vLLM's ResponsesRequest.to_sampling_params: xargs or {}
         structured = req.structured_outputs
         fmt = (req.text or {}).get("format")
         if isinstance(fmt, dict):
@@ -348,6 +358,7 @@ class ResponsesHandler:
             ]
         check_content_parts(req.input)  # the item union vLLM's request model validates
         chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
+        chat_request.text.request_id = _engine_request_id(response_id)
         try:
             chat_request.harmony_messages = responses_conversation(
                 renderer,

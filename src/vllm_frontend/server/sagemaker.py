@@ -9,9 +9,11 @@ Not here: the SageMaker hosting library's LoRA adapter header and stateful-sessi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from . import errors
 from .app import Handler
+from .protocol import parse_chat_request, parse_completion_request
 from .transport import AnyResponse, Request
 
 __all__ = ["invocations_handler"]
@@ -20,8 +22,14 @@ _EXPECTED = "['ChatCompletionRequest', 'CompletionRequest']"
 
 
 def invocations_handler(chat: Handler, completions: Handler) -> Handler:
-    """``/invocations`` over the chat and completions handlers: a body with ``messages`` is a
-    chat completion, one with a ``prompt`` (or ``prompt_embeds``) a completion."""
+    """``/invocations`` over the chat and completions handlers: the first whose request model
+    validates the body answers it, as vLLM's TypeAdapters pick, so a body that is no chat
+    request goes to completions even without a ``prompt``. A model validator's own refusal
+    (vLLM's VLLMValidationError, which pydantic does not catch) is the answer, as in vLLM."""
+    candidates: tuple[tuple[Callable[[bytes], object], Handler], ...] = (
+        (parse_chat_request, chat),
+        (parse_completion_request, completions),
+    )
 
     async def invocations(request: Request) -> AnyResponse:
         try:
@@ -31,10 +39,12 @@ def invocations_handler(chat: Handler, completions: Handler) -> Handler:
         except UnicodeDecodeError as e:
             raise errors.HttpError(400, f"JSON decode error: {e}") from None
         if isinstance(body, dict):
-            if "messages" in body:
-                return await chat(request)
-            if "prompt" in body or "prompt_embeds" in body:
-                return await completions(request)
+            for parse, handler in candidates:
+                try:
+                    parse(request.body)
+                except errors.RequestValidationFailed:  # pydantic's ValidationError: next type
+                    continue
+                return await handler(request)
         raise errors.BadRequest(
             f"Cannot find suitable handler for request. Expected one of: {_EXPECTED}"
         )

@@ -11,6 +11,7 @@ import msgspec
 from vllm_frontend.llm import LoraAdapters
 from vllm_frontend.metrics.registry import MetricsRegistry
 from vllm_frontend.multimodal.media.policy import MediaPolicy
+from vllm_frontend.text.request_log import RequestLog
 
 from . import errors
 from .protocol import TokenizeChatRequest
@@ -75,6 +76,8 @@ class Services(msgspec.Struct):
     runtime_lora_updating: bool = False
     """``VLLM_ALLOW_RUNTIME_LORA_UPDATING``: ``/v1/load_lora_adapter`` and
     ``/v1/unload_lora_adapter`` are served."""
+    request_log: RequestLog | None = None
+    """``--enable-log-requests``: ``/tokenize`` and ``/detokenize`` log their inputs too."""
 
 
 def check_model(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from vllm_frontend.text.prompts import encode_prompt
 
 from . import errors
 from .app import Handler, ServerSettings
+from .derender_protocol import random_uuid
 from .message_schema import tool_call_errors, unread_parts_error
 from .protocol import TokenizeCompletionRequest, parse_detokenize_request, parse_tokenize_request
 from .services import Services, check_model
@@ -26,6 +29,16 @@ class _TokenizeResponse(msgspec.Struct):
 
 class _DetokenizeResponse(msgspec.Struct):
     prompt: str
+
+
+def _log_id(request: Request) -> str:
+    # vLLM's tokenize serving: "tokenize-" and the X-Request-Id header, else a random id
+    given = request.headers.get(b"x-request-id")
+    return "tokenize-" + (given.decode("latin-1") if given is not None else random_uuid())
+
+
+def _lora(services: Services, req: Any) -> Any:
+    return services.adapters.get(req.model) if services.adapters is not None else None
 
 
 def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Handler, Handler]:
@@ -51,6 +64,10 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
                 raise errors.BadRequest(pydantic_report("ValidatorIterator", calls_refused))
             result = services.chat_tokenizer(req)
             ids = result if isinstance(result, list) else await result
+        if (log := services.request_log) is not None:
+            # as vLLM logs the engine input (for messages its rendered text: not kept here)
+            text = req.prompt if isinstance(req, TokenizeCompletionRequest) else None
+            log.log_inputs(_log_id(request), text, ids, None, _lora(services, req))
         strs = tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
         return json_response(_TokenizeResponse(len(ids), settings.max_model_len, ids, strs))
 
@@ -63,6 +80,8 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
         tokenizer = services.tokenizer
         if tokenizer is None:
             raise errors.NotImplementedFeature("Detokenization is not available.")
+        if (log := services.request_log) is not None:
+            log.log_inputs(_log_id(request), None, req.tokens, None, _lora(services, req))
         await tokenizer.ensure_backend()  # a let-go `tokenizers` object comes back off the loop
         return json_response(_DetokenizeResponse(tokenizer.decode(req.tokens)))
 

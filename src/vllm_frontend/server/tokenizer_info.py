@@ -4,9 +4,9 @@ builds them from ``tokenizer_config.json``, made JSON (added tokens as their tex
 tokenizer's class name, and ``--chat-template`` when one is given.
 
 The kwargs are the config's keys in order, then what vLLM's tokenizer load adds (the truncation
-side, the path, how it was found, the backend); transformers moves
+side, the path, how it was found (offline or not), the backend); transformers moves
 ``additional_special_tokens`` to ``extra_special_tokens`` among those additions, and the class
-is the name of vLLM's cached-tokenizer wrapper.
+is the name of vLLM's cached and pooled tokenizer wrapper.
 """
 
 from __future__ import annotations
@@ -20,8 +20,15 @@ from .transport import Request, Response, json_response
 
 __all__ = ["tokenizer_info", "tokenizer_info_handler"]
 
-_CLASS = "CachedTokenizersBackend"
-"""``type(tokenizer).__name__`` of vLLM 0.32's HF tokenizer (transformers 5's fast backend)."""
+_CLASS = "TokenizerPoolCachedTokenizersBackend"
+"""``type(tokenizer).__name__`` of vLLM 0.32's HF tokenizer in its server: transformers 5's
+fast backend, cached, then wrapped by its renderer's thread pool (``maybe_make_thread_pool``)."""
+
+
+def _hub_offline() -> bool:
+    # huggingface_hub's HF_HUB_OFFLINE, with which transformers loads the tokenizer
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _json(value: Any) -> Any:
@@ -56,7 +63,7 @@ def tokenizer_info(
         info["extra_special_tokens"] = extra
     info["name_or_path"] = name_or_path
     info["is_local"] = os.path.isdir(name_or_path)
-    info["local_files_only"] = False
+    info["local_files_only"] = _hub_offline()
     info["backend"] = "tokenizers"
     if chat_template:
         info["chat_template"] = chat_template

@@ -407,7 +407,14 @@ class TextGeneration:
         params = self.params[p]
         request_id = f"{request.request_id}-{p}" if request.numbered else request.request_id
         if (log := self._text.request_log) is not None:
-            log.log_inputs(request_id, prompt.text, prompt.token_ids, params, self.lora_request)
+            log.log_inputs(
+                request_id,
+                prompt.text,
+                prompt.token_ids,
+                params,
+                self.lora_request,
+                request.sampling.watermarking,
+            )
         if isinstance(params, BeamSearchParams):
             search = BeamSearch(
                 self._text,

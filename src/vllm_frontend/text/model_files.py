@@ -144,6 +144,19 @@ class ModelFiles(msgspec.Struct, frozen=True):
         return value if isinstance(value, int) else None
 
 
+def override_max_tokens(
+    generation_config: str, override_generation_config: Mapping[str, Any] | None, files: ModelFiles
+) -> int | None:
+    """vLLM's server-wide cap on ``max_tokens`` (its servings' ``override_max_tokens``): the
+    ``max_new_tokens`` of a generation-config folder (overrides applied), else that of
+    ``--override-generation-config``; the model's own generation config only gives a default."""
+    if generation_config not in ("auto", "vllm"):
+        value = files.sampling_defaults.get("max_tokens")
+    else:
+        value = (override_generation_config or {}).get("max_new_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def load_model_files(
     model: str,
     *,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
+
 from vllm_frontend.engine.protocol import SamplingParams
 
 __all__ = ["RequestLog", "sampling_params_repr"]
@@ -90,8 +92,11 @@ class RequestLog:
         prompt_token_ids: list[int],
         params: Any,
         lora_request: Any = None,
+        watermarking: bool | None = None,
     ) -> None:
-        """Log one prompt's request (DEBUG: with its prompt; INFO: its parameters)."""
+        """Log one prompt's request (DEBUG: with its prompt; INFO: its parameters, with
+        ``watermarking`` as the request asked, which vLLM logs before its input processor
+        resolves it)."""
         if logger.isEnabledFor(logging.DEBUG):
             ids: list[int] = prompt_token_ids
             if self.max_log_len is not None:
@@ -104,6 +109,8 @@ class RequestLog:
                 ids,
                 None,
             )
+        if isinstance(params, SamplingParams) and params.watermarking is not watermarking:
+            params = msgspec.structs.replace(params, watermarking=watermarking)
         logger.info(
             "Received request %s: params: %s, lora_request: %s.",
             request_id,
