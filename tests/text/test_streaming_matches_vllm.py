@@ -177,6 +177,31 @@ def test_running_tokens_taken_by_take_final_give_vllms_updates(
 
 
 @settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_an_abort_after_take_final_has_the_text_of_the_taken_tokens(
+    ours: Tokenizer, data: Any
+) -> None:
+    # take_final leaves its tokens' decoding for later: an abort (client gone) before the
+    # engine's final output must still carry their text, as when process handled each step.
+    sc = data.draw(scenarios(ours))
+    options: Options = sc["options"]
+    options.stop, options.output_kind, options.logprobs = [], FINAL_ONLY, None
+    options.prompt_logprobs = None
+    taken = SequenceProcessor(ours, sc["prompt"], options)
+    processed = SequenceProcessor(ours, sc["prompt"], options)
+    steps = sc["steps"][: data.draw(st.integers(0, len(sc["steps"])))]
+    for step in steps:
+        assert taken.take_final(step)
+        assert processed.process(step) is None
+    a, b = taken.abort(), processed.abort()
+    assert (a.text, a.token_ids, a.num_output_tokens) == (b.text, b.token_ids, b.num_output_tokens)
+
+
+@settings(
     max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

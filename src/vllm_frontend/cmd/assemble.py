@@ -258,8 +258,15 @@ def build_frontend_app(
         if client.limits.supports_lora and client.limits.max_loras is not None:
             metrics.lora_info = LoraInfo(client.limits.max_loras)
             stat_registry.register(metrics.lora_info)
-    # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1).
-    factory = functools.partial(EngineCoreRequest, client_index=client.limits.client_index)
+    # Outputs come back on the socket named by client_index: stamp this frontend's (§8.1). The
+    # first frontend's is the struct's default: the class itself then, since a partial with a
+    # keyword calls it through a merged keyword dict (~1,500 instructions more per request).
+    client_index = client.limits.client_index
+    factory: Callable[..., EngineCoreRequest] = (
+        EngineCoreRequest
+        if client_index == 0
+        else functools.partial(EngineCoreRequest, client_index=client_index)
+    )
     admission = AdmissionControl(
         config.max_num_queued_reqs,
         config.max_num_queued_tokens,

@@ -433,6 +433,9 @@ class ZmtpRouter(ZmtpSocket):
 
     def send_many(self, messages: Sequence[Sequence[Any]]) -> None:
         """:meth:`send_parts` for each message, one write per peer."""
+        if len(messages) == 1:  # (a burst cut short by its window: usually one message)
+            self.send_parts(messages[0])
+            return
         by_conn: dict[_Connection, list[Any]] = {}
         get = self._by_identity.get
         for parts in messages:
@@ -443,8 +446,10 @@ class ZmtpRouter(ZmtpSocket):
                     by_conn[conn] = buffers = []
                 buffers += zmtp.message(parts[1:])
         for conn, buffers in by_conn.items():
-            with contextlib.suppress(RuntimeError):  # as in send_parts
+            try:  # noqa: SIM105 - as in send_parts
                 conn.transport.writelines(buffers)
+            except RuntimeError:  # as in send_parts
+                pass
 
     def _attach(
         self, conn: _Connection, identity: bytes

@@ -111,6 +111,7 @@ class SequenceProcessor:
         "_output_ids",
         "_sent_tokens",
         "_text",
+        "_undecoded",
         "finished",
     )
 
@@ -146,6 +147,8 @@ class SequenceProcessor:
         """Output token ids so far, except those take_text took (only counted)."""
         self._num_output = 0
         """Output tokens so far (after stop-string trimming)."""
+        self._undecoded = 0
+        """The last output ids take_final took, not decoded yet (see :meth:`take_final`)."""
         # vLLM batches DELTA outputs every `stream_interval` tokens (the larger of the server's
         # --stream-interval and the request's), always sending the first and the last.
         requested = getattr(options, "stream_interval", None)
@@ -187,19 +190,27 @@ class SequenceProcessor:
         """:meth:`process` of a running output's new tokens (no logprobs) where it would return
         None having only decoded them (a FINAL_ONLY sequence without stop strings or logprobs,
         not finished): True, with the state advanced as :meth:`process` advances it. False,
-        having done nothing, where :meth:`process` would have more to do."""
+        having done nothing, where :meth:`process` would have more to do.
+
+        The ids are decoded later, all at once, before anything reads the text (the next
+        :meth:`process` or :meth:`abort`): without stop strings nothing reads it before, and
+        the incremental detokenizer gives the same text for the same ids in the same order
+        whenever it decodes them (one call less per token for a non-streamed request)."""
         if not self._final_plain or self.finished:
             return False
-        # _detokenize(new_token_ids, False) without stop strings: decode and record the text.
-        decode = self._detok.decode_next
         self._output_ids.extend(new_token_ids)
         num = len(new_token_ids)
         self._num_output += num
-        if num == 1:
-            self._text.add_plain(decode(new_token_ids[0]), 1)
-        else:
-            self._text.add_plain("".join(map(decode, new_token_ids)), num)
+        self._undecoded += num
         return True
+
+    def _decode_taken(self) -> None:
+        # _detokenize(ids, False) without stop strings, of the ids take_final took: decode
+        # them in order and record their text.
+        num = self._undecoded
+        self._undecoded = 0
+        ids = self._output_ids[-num:]
+        self._text.add_plain("".join(map(self._detok.decode_next, ids)), num)
 
     def plain_output(self, text: str, new_token_ids: Sequence[int]) -> SequenceOutput:
         """The update :meth:`process` returns for the tokens :meth:`take_text` just took."""
@@ -227,6 +238,8 @@ class SequenceProcessor:
                 return self.plain_output(text, new_token_ids)
         if self.finished:
             return None
+        if self._undecoded:
+            self._decode_taken()
         new_ids = list(new_token_ids)
         engine_finished = finish_reason is not None
         reason = FINISH_REASONS[finish_reason] if finish_reason is not None else None
@@ -269,6 +282,8 @@ class SequenceProcessor:
 
     def abort(self) -> SequenceOutput:
         """The final output for a request aborted by the frontend (client gone, shutdown)."""
+        if self._undecoded:
+            self._decode_taken()
         self.finished = True
         return self._make_output([], FINISH_REASONS[_ABORT], None, False)
 
