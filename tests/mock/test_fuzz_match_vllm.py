@@ -211,6 +211,28 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         "/v1/responses",
         {"input": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]},
     ),
+    # pydantic reads an integer from a string of digits only (msgspec's lax mode takes "1e3"),
+    # and from an integral float only within 64 bits (1e19 is too large even where unbounded)
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "1e3"}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": "1E1"}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop_token_ids": [1, "1e3"]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": "1e0"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_k": 1e300}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "n": 9.3e18}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": -9.223372036854775808e18}),
+    # the refused bad words and extra args name what vLLM's VLLMValidationError names
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "bad_words": ["x", ""]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "bad_words": [" "]}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "vllm_xargs": {"a": [2**64]}}),
+    # a completions body's mm_processor_kwargs and media_io_kwargs are extra keys vLLM keeps (of
+    # any type) and refuses when true, after the suffix checks
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "mm_processor_kwargs": {"a": 1}}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "mm_processor_kwargs": 0}),
+    ("/v1/completions", {"prompt": "hi", "media_io_kwargs": "x", "stream": True}),
+    ("/v1/completions", {"prompt": "hi", "media_io_kwargs": [1], "suffix": "s", "echo": True}),
+    ("/v1/completions/render", {"prompt": "hi", "mm_processor_kwargs": {"a": 1}}),
+    # prompt_embeds is bytes (any JSON string), not a string
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "prompt_embeds": [5]}),
 ]
 
 

@@ -323,7 +323,10 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
             "stop strings are only supported when detokenize is True.", "stop"
         )
     if bad_words and any(not w for w in bad_words):
-        raise InvalidRequestError("bad_words cannot contain an empty string.", "bad_words")
+        raise InvalidRequestError(
+            f"bad_words cannot contain an empty string. Got bad_words={list(bad_words)}",
+            "bad_words",
+        )
     if temperature < _SAMPLING_EPS and n > 1:
         raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {n}.", "n")
 
@@ -653,8 +656,10 @@ def _check_extra_args(extra: Any) -> None:
     while pending:
         value = pending.pop()
         if _is_int(value) and not _INT64_MIN <= value < _UINT64_END:
+            # (vLLM's VLLMValidationError names its parameter, without a value)
             raise InvalidRequestError(
-                "extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args"
+                "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)",
+                "extra_args",
             )
         if isinstance(value, Mapping | list | tuple) and id(value) not in seen:
             seen.add(id(value))

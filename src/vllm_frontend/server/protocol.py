@@ -35,6 +35,7 @@ from .message_schema import CHAT_MESSAGE
 from .validation import (
     AnyValue,
     Bool,
+    Bytes,
     DictOf,
     Float,
     Int,
@@ -47,7 +48,9 @@ from .validation import (
     Union,
     convert_body,
     decode_json_object,
+    integer_fields,
     lax_int,
+    lax_strings_refused,
     validation_error,
 )
 from .validation import Literal as LiteralSpec
@@ -133,6 +136,10 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     bad_words: list[str] = msgspec.field(default_factory=list)
     prompt_embeds: Any = None
     """``bytes | list[bytes] | None`` (base64 strings); prompt embeddings are not supported."""
+    mm_processor_kwargs: Any = None
+    """Not a field of vLLM's: an extra key it keeps (any value) and refuses when set."""
+    media_io_kwargs: Any = None
+    """Likewise."""
     add_special_tokens: bool = True
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
@@ -437,7 +444,7 @@ _COMPLETION_SCHEMA = LazyModel(
                     ListOf(Str()),
                 )
             ),
-            "prompt_embeds": Optional(Union(Str(), ListOf(Str()))),
+            "prompt_embeds": Optional(Union(Bytes(), ListOf(Bytes()))),
             "response_format": _RESPONSE_FORMAT,
             "structured_outputs": _STRUCTURED_OUTPUTS,
             "repetition_detection": _REPETITION_DETECTION,
@@ -1043,6 +1050,8 @@ _S = TypeVar("_S")
 
 
 def _convert_plain(data: dict[str, Any], struct: type[_S]) -> _S | None:
+    if lax_strings_refused(data, integer_fields(struct)):
+        return None  # the general path reports the string pydantic refuses
     try:
         return msgspec.convert(data, struct, strict=False)
     except msgspec.ValidationError:

@@ -68,6 +68,11 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     """The completions ``echo``: with ``max_tokens`` 0, vLLM still runs one step."""
     suffix: str | None = None
     prompt_embeds: Any = None
+    mm_processor_kwargs: Any = None
+    """The completions body's ``mm_processor_kwargs`` (a key vLLM keeps as an extra field, of
+    any type): refused when set, as :func:`refuse_request_mm_kwargs`."""
+    media_io_kwargs: Any = None
+    """The completions body's ``media_io_kwargs``, likewise."""
     structured_outputs: Mapping[str, Any] | None = None
     """The request's ``structured_outputs`` (JSON), merged with ``response_format``."""
     response_format: Mapping[str, Any] | None = None
@@ -458,6 +463,26 @@ class TokenPrompt(msgspec.Struct, gc=False):
     """The request's sampling fields, as :meth:`TextLlm.generate_tokens` lowers them."""
 
 
+def refuse_request_mm_kwargs(mm_processor_kwargs: Any, media_io_kwargs: Any) -> None:
+    """vLLM's ``validate_request_mm_kwargs`` without ``--trust-request-mm-kwargs`` (which this
+    frontend does not take): per-request processor and media options (any value that is true
+    in Python) are refused."""
+    if mm_processor_kwargs:
+        raise InvalidInput(
+            "Per-request mm_processor_kwargs are disabled by default because they can change "
+            "multimodal preprocessing resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="mm_processor_kwargs",
+        )
+    if media_io_kwargs:
+        raise InvalidInput(
+            "Per-request media_io_kwargs are disabled by default because they can change "
+            "multimodal media loading resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="media_io_kwargs",
+        )
+
+
 def completion_prompts(request: TextRequest) -> list[str | list[int]]:
     """The completions ``prompt`` as a list of prompts, after vLLM's
     ``OnlineRenderer.render_completion`` checks (``suffix``, ``prompt_embeds``, empty)."""
@@ -477,6 +502,7 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
                 "suffix is only supported for models with FIM completion rendering",
                 param="suffix",
             )
+    refuse_request_mm_kwargs(request.mm_processor_kwargs, request.media_io_kwargs)
     if request.prompt_embeds is not None and request.prompt_embeds != []:
         raise InvalidInput(
             "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
