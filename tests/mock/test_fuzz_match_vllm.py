@@ -233,6 +233,19 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
     ("/v1/completions/render", {"prompt": "hi", "mm_processor_kwargs": {"a": 1}}),
     # prompt_embeds is bytes (any JSON string), not a string
     ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "prompt_embeds": [5]}),
+    # repetition_detection is a dataclass, whose checks are worded as its __post_init__'s
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "repetition_detection": []}),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "repetition_detection": {"max_pattern_size": -1},
+        },
+    ),
+    (
+        "/v1/completions",
+        {"prompt": "hi", "repetition_detection": {"max_pattern_size": 2, "min_count": 1}},
+    ),
 ]
 
 

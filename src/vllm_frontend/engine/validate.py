@@ -512,15 +512,17 @@ def _check_repetition_detection(rd: Any) -> None:
     max_size = _int(rd.max_pattern_size, "max_pattern_size")
     min_size = _int(rd.min_pattern_size, "min_pattern_size")
     min_count = _int(rd.min_count, "min_count")
+    # (vLLM's RepetitionDetectionParams.__post_init__ words them, naming no parameter)
     if max_size < 0 or min_size < 0 or min_size > max_size:
         raise InvalidRequestError(
             "max_pattern_size, min_pattern_size must be >=0, with "
-            "min_pattern_size <= max_pattern_size.",
-            "repetition_detection",
+            "min_pattern_size <= max_pattern_size. "
+            "Set both to 0 to disable repetitive pattern detection."
         )
     if max_size > 0 and min_count < 2:
         raise InvalidRequestError(
-            "min_count must be >= 2 to detect repetitive patterns.", "repetition_detection"
+            "min_count must be >= 2 to detect repetitive patterns in engine output. If you do "
+            "not wish to detect repetitive patterns, set max_pattern_size to 0."
         )
 
 

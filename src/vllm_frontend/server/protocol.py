@@ -36,6 +36,7 @@ from .validation import (
     AnyValue,
     Bool,
     Bytes,
+    Dataclass,
     DictOf,
     Float,
     Int,
@@ -406,7 +407,7 @@ _STRUCTURED_OUTPUTS = Optional(
     )
 )
 _REPETITION_DETECTION = Optional(
-    Model(
+    Dataclass(
         "RepetitionDetectionParams",
         {"max_pattern_size": Int(), "min_pattern_size": Int(), "min_count": Int()},
     )

@@ -449,6 +449,17 @@ class TypedDict(Model):
         return super().errors(value, loc)
 
 
+class Dataclass(Model):
+    """A pydantic dataclass: as :class:`Model`, but a non-object is "not a dictionary or an
+    instance of" the class."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, dict):
+            msg = f"Input should be a dictionary or an instance of {self.name}"
+            return [_err("dataclass_type", loc, msg, value, {"class_name": self.name})]
+        return super().errors(value, loc)
+
+
 class Iterable(Spec):
     """``Iterable[X]``: pydantic checks only that the value iterates (a JSON string, array or
     object); its items are validated later, as they are read."""
