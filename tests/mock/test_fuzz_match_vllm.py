@@ -246,6 +246,28 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         "/v1/completions",
         {"prompt": "hi", "repetition_detection": {"max_pattern_size": 2, "min_count": 1}},
     ),
+    # structured_outputs' flags are read as pydantic reads booleans (1 was a 500: it reached the
+    # engine request as an integer), in the one-constraint check too
+    (
+        "/v1/completions",
+        {"prompt": "hi", "max_tokens": 2, "structured_outputs": {"json_object": 1}},
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "structured_outputs": {"json_object": "y"},
+        },
+    ),
+    ("/v1/completions", {"prompt": "hi", "structured_outputs": {"disable_any_whitespace": "1"}}),
+    # a json_schema response format's strict is a boolean
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": 1.5}},
+        },
+    ),
 ]
 
 

@@ -355,7 +355,12 @@ def schema_of(struct: type, overrides: dict[str, Spec] | None = None) -> Model:
 _TOKEN = Int(ge=0)
 _JSON_SCHEMA_FORMAT = Model(
     "JsonSchemaResponseFormat",
-    {"name": Str(), "description": Optional(Str()), "schema": Optional(DictOf(AnyValue()))},
+    {
+        "name": Str(),
+        "description": Optional(Str()),
+        "schema": Optional(DictOf(AnyValue())),
+        "strict": Optional(Bool()),
+    },
     ["name"],
 )
 _RESPONSE_FORMAT = Optional(
@@ -606,7 +611,7 @@ def _check_structured_outputs_constraint(data: dict[str, Any]) -> None:
     if not isinstance(so, dict) or _STRUCTURED_OUTPUTS.errors(so, ("body", "structured_outputs")):
         return
     try:
-        structured_outputs_params(so)
+        structured_outputs_params(_STRUCTURED_OUTPUTS.coerce(so))  # (its flags as pydantic's)
     except ValueError as e:
         raise BadRequest(str(e)) from None
 
@@ -1078,6 +1083,8 @@ def _completion_request(data: Any) -> CompletionRequest:
     )
     if not _plain_prompt(req.prompt):
         req.prompt = _lax_token_ids(req.prompt)
+    if req.structured_outputs is not None:  # its flags as pydantic reads them (1 -> True)
+        req.structured_outputs = _STRUCTURED_OUTPUTS.coerce(req.structured_outputs)
     return req
 
 
@@ -1100,9 +1107,12 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 def _chat_request(data: Any) -> ChatCompletionRequest:
     # the general path: every validator, every check, every error
-    return convert_body(
+    req = convert_body(
         data, ChatCompletionRequest, _CHAT_SCHEMA, _CHAT_VALIDATORS, _CHAT_UNCONVERTED
     )
+    if req.structured_outputs is not None:  # its flags as pydantic reads them (1 -> True)
+        req.structured_outputs = _STRUCTURED_OUTPUTS.coerce(req.structured_outputs)
+    return req
 
 
 _TOKENIZE_CHAT_ONLY = frozenset(TokenizeChatRequest.__struct_fields__) - {
