@@ -268,6 +268,22 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
             "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": 1.5}},
         },
     ),
+    # a truncated token-id prompt echoes the text of all its ids (vLLM decodes, then truncates)
+    (
+        "/v1/completions",
+        {"prompt": [1000, 1001, 1002, 1003], "truncate_prompt_tokens": 2, "echo": 1},
+    ),
+    (
+        "/v1/completions",
+        {
+            "prompt": [[1000, 1001, 1002], [5, 6, 7]],
+            "truncate_prompt_tokens": 1,
+            "truncation_side": "right",
+            "echo": True,
+            "stream": True,
+            "max_tokens": 2,
+        },
+    ),
 ]
 
 

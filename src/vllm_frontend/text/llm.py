@@ -358,9 +358,11 @@ class TextLlm:
         )
 
     def prompt_text(self, prompt: PreparedPrompt) -> str:
-        """The prompt's text (decoded from its ids, once, when it came as ids)."""
+        """The prompt's text (decoded from its ids, once, when it came as ids: all of them when
+        it was truncated, as vLLM echoes it)."""
         if prompt.text is None:
-            prompt.text = self.tokenizer.decode(prompt.token_ids, skip_special_tokens=False)
+            ids = prompt.token_ids if prompt.untruncated_ids is None else prompt.untruncated_ids
+            prompt.text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return prompt.text
 
 
