@@ -284,6 +284,9 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
             "max_tokens": 2,
         },
     ),
+    # ... and decoding it first refuses an id beyond 32 bits (the binding's conversion error)
+    ("/v1/completions", {"prompt": [1, 2**40, 2**63], "max_tokens": 2, "echo": True}),
+    ("/v1/completions", {"prompt": [[1], [2**63, 2**40]], "echo": True, "stream": True}),
 ]
 
 

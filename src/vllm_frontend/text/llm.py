@@ -518,10 +518,26 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
     if isinstance(prompt, str):
         return [prompt]
     if prompt and all(isinstance(t, int) for t in prompt):
-        return [list(prompt)]
-    if not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
+        prompts: list[str | list[int]] = [list(prompt)]
+    elif not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
         raise BadInput("You must pass at least one prompt")
-    return list(prompt)
+    else:
+        prompts = list(prompt)
+    if request.echo:
+        _check_decodable(prompts)
+    return prompts
+
+
+def _check_decodable(prompts: list[str | list[int]]) -> None:
+    # To echo a token-id prompt vLLM's renderer decodes it first, before the engine checks the
+    # ids: the tokenizer's binding refuses an id beyond 32 bits with its conversion error.
+    # (the first such id decides the message, as the binding converts them in order)
+    for p in prompts:
+        if isinstance(p, list) and p and max(p) >= 1 << 32:
+            first = next(t for t in p if t >= 1 << 32)
+            if first >= 1 << 63:
+                raise BadInput("Python int too large to convert to C long")
+            raise BadInput("number too large to fit in target type")
 
 
 def _decodes(request: TextRequest) -> bool:
