@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 JUNK: list[Any] = [None, "x", "", 0, -1, 1.5, True, [], {}, ["x"], {"a": 1}]
 """Values of the wrong type for most fields."""
 
-INTS = [0, 1, 2, 3, -1, 5, 20, 21, 256, 257, 2**31, 2**63, -(2**63) - 1, 1.0, 2.5, "3"]
+INTS = [0, 1, 2, 3, -1, 5, 20, 21, 256, 257, 2**31, 2**63, -(2**63) - 1, 1.0, 2.5, "3", "1e3", 1e19]
 FLOATS = [0, 0.0, 0.5, 1, 1.0, 2, 2.0, -0.5, -2, 3, 100, 1e-9, 1e300, "0.5"]
 TEXTS = ["hi", "", " ", "\n", "a\u0000b", "\U0001f600", "\u202e", "x" * 50]
 TOKEN_IDS = [[1], [1, 2, 3], [], [0], [-1], [128255], [128256], [2**40]]
@@ -144,6 +144,8 @@ STRUCTURED: list[Any] = [
     {"choice": []},
     {"grammar": 'root ::= "a"'},
     {"json_object": True},
+    {"json_object": 1},
+    {"regex": "a", "disable_any_whitespace": "yes"},
     {"json": SCHEMA, "regex": "a"},
     {"regex": "("},
     {"json": {"type": "bogus"}},
@@ -198,6 +200,11 @@ SAMPLING: dict[str, st.SearchStrategy[Any]] = {
     "cache_salt": _values(["s"]),
     "bad_words": _pick([["x"], [], None, "x", [5]]),
     "allowed_token_ids": _pick([[1, 2], [], None, [-1], "x"]),
+    "repetition_detection": _pick(
+        [{"max_pattern_size": 2, "min_count": 2}, {"max_pattern_size": -1}, {"min_count": 1}, 5]
+    ),
+    "vllm_xargs": _pick([{"a": 1}, {"a": [2**64]}, {"a": None}, "x"]),
+    "mm_processor_kwargs": _pick([{"a": 1}, {}, 0, "x", None]),
 }
 COMPLETIONS = {
     **SAMPLING,

@@ -211,6 +211,82 @@ FOUND: list[tuple[str, dict[str, Any]]] = [
         "/v1/responses",
         {"input": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]},
     ),
+    # pydantic reads an integer from a string of digits only (msgspec's lax mode takes "1e3"),
+    # and from an integral float only within 64 bits (1e19 is too large even where unbounded)
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "1e3"}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": "1E1"}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop_token_ids": [1, "1e3"]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": "1e0"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_k": 1e300}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "n": 9.3e18}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "seed": -9.223372036854775808e18}),
+    # the refused bad words and extra args name what vLLM's VLLMValidationError names
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "bad_words": ["x", ""]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "bad_words": [" "]}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "vllm_xargs": {"a": [2**64]}}),
+    # a completions body's mm_processor_kwargs and media_io_kwargs are extra keys vLLM keeps (of
+    # any type) and refuses when true, after the suffix checks
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "mm_processor_kwargs": {"a": 1}}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "mm_processor_kwargs": 0}),
+    ("/v1/completions", {"prompt": "hi", "media_io_kwargs": "x", "stream": True}),
+    ("/v1/completions", {"prompt": "hi", "media_io_kwargs": [1], "suffix": "s", "echo": True}),
+    ("/v1/completions/render", {"prompt": "hi", "mm_processor_kwargs": {"a": 1}}),
+    # prompt_embeds is bytes (any JSON string), not a string
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "prompt_embeds": [5]}),
+    # repetition_detection is a dataclass, whose checks are worded as its __post_init__'s
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "repetition_detection": []}),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "repetition_detection": {"max_pattern_size": -1},
+        },
+    ),
+    (
+        "/v1/completions",
+        {"prompt": "hi", "repetition_detection": {"max_pattern_size": 2, "min_count": 1}},
+    ),
+    # structured_outputs' flags are read as pydantic reads booleans (1 was a 500: it reached the
+    # engine request as an integer), in the one-constraint check too
+    (
+        "/v1/completions",
+        {"prompt": "hi", "max_tokens": 2, "structured_outputs": {"json_object": 1}},
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "structured_outputs": {"json_object": "y"},
+        },
+    ),
+    ("/v1/completions", {"prompt": "hi", "structured_outputs": {"disable_any_whitespace": "1"}}),
+    # a json_schema response format's strict is a boolean
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": 1.5}},
+        },
+    ),
+    # a truncated token-id prompt echoes the text of all its ids (vLLM decodes, then truncates)
+    (
+        "/v1/completions",
+        {"prompt": [1000, 1001, 1002, 1003], "truncate_prompt_tokens": 2, "echo": 1},
+    ),
+    (
+        "/v1/completions",
+        {
+            "prompt": [[1000, 1001, 1002], [5, 6, 7]],
+            "truncate_prompt_tokens": 1,
+            "truncation_side": "right",
+            "echo": True,
+            "stream": True,
+            "max_tokens": 2,
+        },
+    ),
+    # ... and decoding it first refuses an id beyond 32 bits (the binding's conversion error)
+    ("/v1/completions", {"prompt": [1, 2**40, 2**63], "max_tokens": 2, "echo": True}),
+    ("/v1/completions", {"prompt": [[1], [2**63, 2**40]], "echo": True, "stream": True}),
 ]
 
 

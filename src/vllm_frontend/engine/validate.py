@@ -323,7 +323,10 @@ def validate_sampling_params(params: Any, limits: RequestLimits | None = None) -
             "stop strings are only supported when detokenize is True.", "stop"
         )
     if bad_words and any(not w for w in bad_words):
-        raise InvalidRequestError("bad_words cannot contain an empty string.", "bad_words")
+        raise InvalidRequestError(
+            f"bad_words cannot contain an empty string. Got bad_words={list(bad_words)}",
+            "bad_words",
+        )
     if temperature < _SAMPLING_EPS and n > 1:
         raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {n}.", "n")
 
@@ -509,15 +512,17 @@ def _check_repetition_detection(rd: Any) -> None:
     max_size = _int(rd.max_pattern_size, "max_pattern_size")
     min_size = _int(rd.min_pattern_size, "min_pattern_size")
     min_count = _int(rd.min_count, "min_count")
+    # (vLLM's RepetitionDetectionParams.__post_init__ words them, naming no parameter)
     if max_size < 0 or min_size < 0 or min_size > max_size:
         raise InvalidRequestError(
             "max_pattern_size, min_pattern_size must be >=0, with "
-            "min_pattern_size <= max_pattern_size.",
-            "repetition_detection",
+            "min_pattern_size <= max_pattern_size. "
+            "Set both to 0 to disable repetitive pattern detection."
         )
     if max_size > 0 and min_count < 2:
         raise InvalidRequestError(
-            "min_count must be >= 2 to detect repetitive patterns.", "repetition_detection"
+            "min_count must be >= 2 to detect repetitive patterns in engine output. If you do "
+            "not wish to detect repetitive patterns, set max_pattern_size to 0."
         )
 
 
@@ -653,8 +658,10 @@ def _check_extra_args(extra: Any) -> None:
     while pending:
         value = pending.pop()
         if _is_int(value) and not _INT64_MIN <= value < _UINT64_END:
+            # (vLLM's VLLMValidationError names its parameter, without a value)
             raise InvalidRequestError(
-                "extra_args integers must be between -2**63 and 2**64 - 1.", "extra_args"
+                "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)",
+                "extra_args",
             )
         if isinstance(value, Mapping | list | tuple) and id(value) not in seen:
             seen.add(id(value))

@@ -22,8 +22,8 @@ from vllm_frontend.chat.llm import ChatGeneration, ChatLlm, ChatRequest, generat
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.parsed import OutputDelta
-from vllm_frontend.text.errors import InvalidInput
 from vllm_frontend.text.llm import TextRequest
+from vllm_frontend.text.llm import refuse_request_mm_kwargs as refuse_mm_kwargs
 from vllm_frontend.text.logprobs import PositionLogprobs, token_id_placeholder
 from vllm_frontend.text.output import SequenceOutput
 from vllm_frontend.text.sequence_stream import Update, UpdateSource, collect_finals
@@ -912,19 +912,7 @@ def chat_request(req: Any, request: Request, request_id: str) -> ChatRequest:
 
 
 def refuse_request_mm_kwargs(req: Any) -> None:
-    """vLLM's ``validate_request_mm_kwargs`` without ``--trust-request-mm-kwargs`` (which this
-    frontend does not take): per-request processor and media options are refused."""
-    if getattr(req, "mm_processor_kwargs", None):
-        raise InvalidInput(
-            "Per-request mm_processor_kwargs are disabled by default because they can change "
-            "multimodal preprocessing resource usage. Start the server with "
-            "--trust-request-mm-kwargs only when clients are trusted.",
-            parameter="mm_processor_kwargs",
-        )
-    if getattr(req, "media_io_kwargs", None):
-        raise InvalidInput(
-            "Per-request media_io_kwargs are disabled by default because they can change "
-            "multimodal media loading resource usage. Start the server with "
-            "--trust-request-mm-kwargs only when clients are trusted.",
-            parameter="media_io_kwargs",
-        )
+    """vLLM's ``validate_request_mm_kwargs`` on a request's fields (see the text layer's)."""
+    refuse_mm_kwargs(
+        getattr(req, "mm_processor_kwargs", None), getattr(req, "media_io_kwargs", None)
+    )

@@ -579,6 +579,8 @@ def text_request(req: Any, request: Request, request_id: str) -> TextRequest:
         echo=bool(req.echo),
         suffix=req.suffix,
         prompt_embeds=req.prompt_embeds,
+        mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
+        media_io_kwargs=getattr(req, "media_io_kwargs", None),
         structured_outputs=req.structured_outputs,
         response_format=req.response_format,
         repetition_detection=req.repetition_detection,

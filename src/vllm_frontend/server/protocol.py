@@ -35,6 +35,8 @@ from .message_schema import CHAT_MESSAGE
 from .validation import (
     AnyValue,
     Bool,
+    Bytes,
+    Dataclass,
     DictOf,
     Float,
     Int,
@@ -47,7 +49,9 @@ from .validation import (
     Union,
     convert_body,
     decode_json_object,
+    integer_fields,
     lax_int,
+    lax_strings_refused,
     validation_error,
 )
 from .validation import Literal as LiteralSpec
@@ -133,6 +137,10 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     bad_words: list[str] = msgspec.field(default_factory=list)
     prompt_embeds: Any = None
     """``bytes | list[bytes] | None`` (base64 strings); prompt embeddings are not supported."""
+    mm_processor_kwargs: Any = None
+    """Not a field of vLLM's: an extra key it keeps (any value) and refuses when set."""
+    media_io_kwargs: Any = None
+    """Likewise."""
     add_special_tokens: bool = True
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
@@ -347,7 +355,12 @@ def schema_of(struct: type, overrides: dict[str, Spec] | None = None) -> Model:
 _TOKEN = Int(ge=0)
 _JSON_SCHEMA_FORMAT = Model(
     "JsonSchemaResponseFormat",
-    {"name": Str(), "description": Optional(Str()), "schema": Optional(DictOf(AnyValue()))},
+    {
+        "name": Str(),
+        "description": Optional(Str()),
+        "schema": Optional(DictOf(AnyValue())),
+        "strict": Optional(Bool()),
+    },
     ["name"],
 )
 _RESPONSE_FORMAT = Optional(
@@ -399,7 +412,7 @@ _STRUCTURED_OUTPUTS = Optional(
     )
 )
 _REPETITION_DETECTION = Optional(
-    Model(
+    Dataclass(
         "RepetitionDetectionParams",
         {"max_pattern_size": Int(), "min_pattern_size": Int(), "min_count": Int()},
     )
@@ -437,7 +450,7 @@ _COMPLETION_SCHEMA = LazyModel(
                     ListOf(Str()),
                 )
             ),
-            "prompt_embeds": Optional(Union(Str(), ListOf(Str()))),
+            "prompt_embeds": Optional(Union(Bytes(), ListOf(Bytes()))),
             "response_format": _RESPONSE_FORMAT,
             "structured_outputs": _STRUCTURED_OUTPUTS,
             "repetition_detection": _REPETITION_DETECTION,
@@ -598,7 +611,7 @@ def _check_structured_outputs_constraint(data: dict[str, Any]) -> None:
     if not isinstance(so, dict) or _STRUCTURED_OUTPUTS.errors(so, ("body", "structured_outputs")):
         return
     try:
-        structured_outputs_params(so)
+        structured_outputs_params(_STRUCTURED_OUTPUTS.coerce(so))  # (its flags as pydantic's)
     except ValueError as e:
         raise BadRequest(str(e)) from None
 
@@ -1050,6 +1063,8 @@ _S = TypeVar("_S")
 
 
 def _convert_plain(data: dict[str, Any], struct: type[_S]) -> _S | None:
+    if lax_strings_refused(data, integer_fields(struct)):
+        return None  # the general path reports the string pydantic refuses
     try:
         return msgspec.convert(data, struct, strict=False)
     except msgspec.ValidationError:
@@ -1075,6 +1090,8 @@ def _completion_request(data: Any) -> CompletionRequest:
     )
     if not _plain_prompt(req.prompt):
         req.prompt = _lax_token_ids(req.prompt)
+    if req.structured_outputs is not None:  # its flags as pydantic reads them (1 -> True)
+        req.structured_outputs = _STRUCTURED_OUTPUTS.coerce(req.structured_outputs)
     return req
 
 
@@ -1097,9 +1114,12 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 def _chat_request(data: Any) -> ChatCompletionRequest:
     # the general path: every validator, every check, every error
-    return convert_body(
+    req = convert_body(
         data, ChatCompletionRequest, _CHAT_SCHEMA, _CHAT_VALIDATORS, _CHAT_UNCONVERTED
     )
+    if req.structured_outputs is not None:  # its flags as pydantic reads them (1 -> True)
+        req.structured_outputs = _STRUCTURED_OUTPUTS.coerce(req.structured_outputs)
+    return req
 
 
 _TOKENIZE_CHAT_ONLY = frozenset(TokenizeChatRequest.__struct_fields__) - {

@@ -59,6 +59,9 @@ class AnyValue(Spec):
         return []
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
 class Int(Spec):
     """``int`` with optional ``ge``/``le`` (pydantic lax mode: numeric strings, integral floats
     and booleans are accepted)."""
@@ -82,6 +85,10 @@ class Int(Spec):
                         value,
                     )
                 ]
+            if not _I64_MIN < value < _I64_MAX:
+                # pydantic converts an integral float only within i64 (its bounds excluded,
+                # as floats): 1e19 is "too large", even for an unbounded int
+                return [_err("int_parsing_size", loc, _INT_TOO_LARGE, value)]
             v = int(value)
         elif isinstance(value, str):
             parsed = _lax_int(value)
@@ -125,6 +132,7 @@ class Int(Spec):
         return int(value)
 
 
+_INT_TOO_LARGE = "Unable to parse input string as an integer, exceeded maximum size"
 _ZERO_FRACTION = re.compile(r"\.0+$")
 
 
@@ -147,7 +155,12 @@ def lax_int(value: Any) -> int | None:
         return _lax_int(value)
     if isinstance(value, int):
         return int(value)
-    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+    if (
+        isinstance(value, float)
+        and math.isfinite(value)
+        and value == int(value)
+        and _I64_MIN < value < _I64_MAX
+    ):
         return int(value)
     return None
 
@@ -207,7 +220,6 @@ def _number(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
 
 
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _BOOL_PARSING = "Input should be a valid boolean, unable to interpret input"
 _TRUE_STRINGS = {"1", "on", "t", "true", "y", "yes"}
 _BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", *_TRUE_STRINGS}
@@ -273,6 +285,15 @@ class Str(Spec):
                 )
             ]
         return []
+
+
+class Bytes(Spec):
+    """``bytes`` (in JSON a string: pydantic takes any string for one)."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if isinstance(value, str):
+            return []
+        return [_err("bytes_type", loc, "Input should be a valid bytes", value)]
 
 
 class Literal(Spec):
@@ -425,6 +446,17 @@ class TypedDict(Model):
     def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
         if not isinstance(value, dict):
             return [_err("dict_type", loc, "Input should be a valid dictionary", value)]
+        return super().errors(value, loc)
+
+
+class Dataclass(Model):
+    """A pydantic dataclass: as :class:`Model`, but a non-object is "not a dictionary or an
+    instance of" the class."""
+
+    def errors(self, value: Any, loc: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if not isinstance(value, dict):
+            msg = f"Input should be a dictionary or an instance of {self.name}"
+            return [_err("dataclass_type", loc, msg, value, {"class_name": self.name})]
         return super().errors(value, loc)
 
 
@@ -600,6 +632,48 @@ def _raise(exc: Exception) -> Any:
 
 Validator = Callable[[dict[str, Any]], None]
 
+_INTEGER_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def integer_fields(struct: type) -> frozenset[str]:
+    """The fields ``struct`` types as an integer or a list of integers (optional or not)."""
+    if (known := _INTEGER_FIELDS.get(struct)) is not None:
+        return known
+    import msgspec.inspect as mi
+
+    def integral(t: Any) -> bool:
+        return isinstance(t, mi.IntType) or (
+            isinstance(t, mi.ListType) and isinstance(t.item_type, mi.IntType)
+        )
+
+    names = set()
+    for field in mi.type_info(struct).fields:  # type: ignore[attr-defined]
+        types = field.type.types if isinstance(field.type, mi.UnionType) else (field.type,)
+        if any(integral(t) for t in types) and all(
+            integral(t) or isinstance(t, mi.NoneType) for t in types
+        ):
+            names.add(field.name)
+    _INTEGER_FIELDS[struct] = known = frozenset(names)
+    return known
+
+
+def lax_strings_refused(data: dict[str, Any], fields: frozenset[str]) -> bool:
+    """Whether ``data`` gives one of its integer ``fields`` (:func:`integer_fields`: typed as
+    an integer or a list of them) a string that msgspec's lax mode reads as one and pydantic
+    does not: msgspec reads an exponent ("1e3", "1E1"), pydantic only digits with an optional
+    zero fraction."""
+    for key in fields.intersection(data):  # (in C: most bodies give one or two of them)
+        value = data[key]
+        kind = type(value)
+        if kind is str:
+            if _lax_int(value) is None:
+                return True
+        elif kind is list:
+            for item in value:
+                if type(item) is str and _lax_int(item) is None:
+                    return True
+    return False
+
 
 def convert_body(
     data: Any,
@@ -627,6 +701,10 @@ def convert_body(
             and spec.fields[name].errors(data[name], ("body", name))
         ):
             raise validation_error(spec.errors(data, ("body",)))
+    if lax_strings_refused(data, integer_fields(struct)) and (
+        errors := spec.errors(data, ("body",))
+    ):
+        raise validation_error(errors)
     try:
         return msgspec.convert(data, struct, strict=False)
     except msgspec.ValidationError as exc:

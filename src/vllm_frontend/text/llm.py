@@ -68,6 +68,11 @@ class TextRequest(msgspec.Struct, kw_only=True, gc=False):
     """The completions ``echo``: with ``max_tokens`` 0, vLLM still runs one step."""
     suffix: str | None = None
     prompt_embeds: Any = None
+    mm_processor_kwargs: Any = None
+    """The completions body's ``mm_processor_kwargs`` (a key vLLM keeps as an extra field, of
+    any type): refused when set, as :func:`refuse_request_mm_kwargs`."""
+    media_io_kwargs: Any = None
+    """The completions body's ``media_io_kwargs``, likewise."""
     structured_outputs: Mapping[str, Any] | None = None
     """The request's ``structured_outputs`` (JSON), merged with ``response_format``."""
     response_format: Mapping[str, Any] | None = None
@@ -353,9 +358,11 @@ class TextLlm:
         )
 
     def prompt_text(self, prompt: PreparedPrompt) -> str:
-        """The prompt's text (decoded from its ids, once, when it came as ids)."""
+        """The prompt's text (decoded from its ids, once, when it came as ids: all of them when
+        it was truncated, as vLLM echoes it)."""
         if prompt.text is None:
-            prompt.text = self.tokenizer.decode(prompt.token_ids, skip_special_tokens=False)
+            ids = prompt.token_ids if prompt.untruncated_ids is None else prompt.untruncated_ids
+            prompt.text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return prompt.text
 
 
@@ -465,6 +472,26 @@ class TokenPrompt(msgspec.Struct, gc=False):
     """The request's sampling fields, as :meth:`TextLlm.generate_tokens` lowers them."""
 
 
+def refuse_request_mm_kwargs(mm_processor_kwargs: Any, media_io_kwargs: Any) -> None:
+    """vLLM's ``validate_request_mm_kwargs`` without ``--trust-request-mm-kwargs`` (which this
+    frontend does not take): per-request processor and media options (any value that is true
+    in Python) are refused."""
+    if mm_processor_kwargs:
+        raise InvalidInput(
+            "Per-request mm_processor_kwargs are disabled by default because they can change "
+            "multimodal preprocessing resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="mm_processor_kwargs",
+        )
+    if media_io_kwargs:
+        raise InvalidInput(
+            "Per-request media_io_kwargs are disabled by default because they can change "
+            "multimodal media loading resource usage. Start the server with "
+            "--trust-request-mm-kwargs only when clients are trusted.",
+            parameter="media_io_kwargs",
+        )
+
+
 def completion_prompts(request: TextRequest) -> list[str | list[int]]:
     """The completions ``prompt`` as a list of prompts, after vLLM's
     ``OnlineRenderer.render_completion`` checks (``suffix``, ``prompt_embeds``, empty)."""
@@ -484,6 +511,7 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
                 "suffix is only supported for models with FIM completion rendering",
                 param="suffix",
             )
+    refuse_request_mm_kwargs(request.mm_processor_kwargs, request.media_io_kwargs)
     if request.prompt_embeds is not None and request.prompt_embeds != []:
         raise InvalidInput(
             "You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
@@ -497,10 +525,26 @@ def completion_prompts(request: TextRequest) -> list[str | list[int]]:
     if isinstance(prompt, str):
         return [prompt]
     if prompt and all(isinstance(t, int) for t in prompt):
-        return [list(prompt)]
-    if not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
+        prompts: list[str | list[int]] = [list(prompt)]
+    elif not prompt:  # vLLM's renderer refuses an empty prompt list (render_prompts)
         raise BadInput("You must pass at least one prompt")
-    return list(prompt)
+    else:
+        prompts = list(prompt)
+    if request.echo:
+        _check_decodable(prompts)
+    return prompts
+
+
+def _check_decodable(prompts: list[str | list[int]]) -> None:
+    # To echo a token-id prompt vLLM's renderer decodes it first, before the engine checks the
+    # ids: the tokenizer's binding refuses an id beyond 32 bits with its conversion error.
+    # (the first such id decides the message, as the binding converts them in order)
+    for p in prompts:
+        if isinstance(p, list) and p and max(p) >= 1 << 32:
+            first = next(t for t in p if t >= 1 << 32)
+            if first >= 1 << 63:
+                raise BadInput("Python int too large to convert to C long")
+            raise BadInput("number too large to fit in target type")
 
 
 def _decodes(request: TextRequest) -> bool:

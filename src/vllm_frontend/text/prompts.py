@@ -41,6 +41,9 @@ class PreparedPrompt(msgspec.Struct):
     mm_token_counts: dict[str, int] | None = None
     """Placeholder tokens per modality (vLLM's ``multimodal_tokens`` in prompt-token usage
     details), counted before the features are sent; None for a text prompt."""
+    untruncated_ids: list[int] | None = None
+    """A token-id prompt's ids before truncation, when it was truncated: its text (for echo)
+    is theirs, as vLLM's renderer decodes a token prompt before truncating it."""
 
 
 class PromptPreparer:
@@ -138,6 +141,8 @@ class PromptPreparer:
             if truncate is not None:
                 ids = _truncated(ids, truncate, side)
             self.check_prompt_length(len(ids), from_text=False)
+            if len(ids) != len(prompt):
+                return PreparedPrompt(ids, None, untruncated_ids=list(prompt))
             return PreparedPrompt(ids, None)
         if truncate is not None and truncation_side is None:
             # vLLM lets the HF tokenizer truncate (max_length counts the special tokens, which

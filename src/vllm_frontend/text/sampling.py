@@ -487,7 +487,9 @@ def _bad_words_token_ids(bad_words: Sequence[str], tokenizer: Tokenizer) -> list
             if not ids:
                 if not prefix:
                     raise InvalidRequestError(
-                        "bad_words entries must tokenize to at least one token.", "bad_words"
+                        "bad_words entries must tokenize to at least one token.",
+                        "bad_words",
+                        list(bad_words),
                     )
                 continue
             if not prefix or (ids[0] != out[-1][0] and len(ids) == len(out[-1])):
