@@ -1063,6 +1063,12 @@ _S = TypeVar("_S")
 
 
 def _convert_plain(data: dict[str, Any], struct: type[_S]) -> _S | None:
+    try:
+        # Strict first: the common body (JSON numbers for numbers) needs no string check, and
+        # what strict mode takes, lax mode takes to the same values.
+        return msgspec.convert(data, struct)
+    except msgspec.ValidationError:
+        pass
     if lax_strings_refused(data, integer_fields(struct)):
         return None  # the general path reports the string pydantic refuses
     try:
