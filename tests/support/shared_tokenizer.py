@@ -28,15 +28,20 @@ _ENV = (
     "VLLM_FRONTEND_CACHE_ROOT",
     "FASTOKENS_BPE_THREADS",
 )
-_LOADED: dict[tuple[str, tuple[str | None, ...]], Tokenizer] = {}
+_LOADED: dict[tuple[str, bool | None, tuple[str | None, ...]], Tokenizer] = {}
 _LOCK = threading.Lock()
 
 
-def shared_tokenizer(model_dir: pathlib.Path) -> Tokenizer:
-    """``Tokenizer.from_dir(model_dir)``, loaded once per process (and environment)."""
-    key = (str(pathlib.Path(model_dir).resolve()), tuple(os.environ.get(n) for n in _ENV))
+def shared_tokenizer(
+    model_dir: str | pathlib.Path, *, use_fastokens: bool | None = None
+) -> Tokenizer:
+    """``Tokenizer.from_dir(model_dir, use_fastokens=use_fastokens)``, loaded once per process
+    (and environment)."""
+    path = str(pathlib.Path(model_dir).resolve())
+    key = (path, use_fastokens, tuple(os.environ.get(n) for n in _ENV))
     with _LOCK:
         tokenizer = _LOADED.get(key)
         if tokenizer is None:
-            tokenizer = _LOADED[key] = Tokenizer.from_dir(model_dir)
+            tokenizer = Tokenizer.from_dir(model_dir, use_fastokens=use_fastokens)
+            _LOADED[key] = tokenizer
         return tokenizer
