@@ -24,6 +24,7 @@ from tests.support.shared_stacks import (
     stop_after,
 )
 from tests.support.shared_stacks import tool_servers as _tool_servers
+from tests.support.shared_tokenizer import release_shared_tokenizers
 from tests.support.tiny_model import tiny_model_dir
 
 # The frontends that tests start keep their tokenizer cache (vllm_frontend.text.tokenizer_cache)
@@ -108,9 +109,11 @@ class _SharedStacksPlugin:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a module's last test, release the oracle objects the test modules cached
-    (tests/support/module_caches.py): a worker would otherwise hold every module's."""
+    (tests/support/module_caches.py) and the shared tokenizers of models other than the tiny
+    Llama 3 (tests/support/shared_tokenizer.py): a worker would otherwise hold every module's."""
     yield
     if nextitem is None or nextitem.path != item.path:
+        release_shared_tokenizers()
         release_module_caches(
             value
             for done in item.session.items

@@ -163,11 +163,11 @@ def _route(special: tuple[str, ...]) -> tuple[Any, Any]:
     """A scripted engine and our chat app with ``--tool-call-parser mistral`` and the family's
     tokens."""
     from tests.chat.test_tool_parsers import _chat_app, _ScriptedEngine
+    from tests.support.shared_tokenizer import shared_tokenizer
     from tests.support.tiny_model import tiny_model_dir
     from vllm_frontend.chat.output_parser import OutputParsers
-    from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    tok = shared_tokenizer(tiny_model_dir(), use_fastokens=False)
     vocab = {t: 128_100 + i for i, t in enumerate(special)}
     parsers = OutputParsers.for_tokenizer(
         lambda t: vocab.get(t) if t in vocab else tok.token_to_id(t),

@@ -101,9 +101,9 @@ def _vllm_fields(
 def test_engine_requests_carry_vllms_reasoning_fields(
     tokenizer_dir: str, tool: str | None, reasoning: str | None
 ) -> None:
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    tok = Tokenizer.from_dir(tokenizer_dir)
+    tok = shared_tokenizer(tokenizer_dir)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id,
         tool_call_parser=tool,

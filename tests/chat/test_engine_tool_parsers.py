@@ -452,11 +452,11 @@ def test_granite_streaming_matches_vllm_for_any_cut(text: str, cuts: list[int], 
 
 
 def _route_parsers(name: str) -> Any:
+    from tests.support.shared_tokenizer import shared_tokenizer
     from tests.support.tiny_model import tiny_model_dir
     from vllm_frontend.chat.output_parser import OutputParsers
-    from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = shared_tokenizer(tiny_model_dir())
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id,
         tool_call_parser=name,

@@ -563,9 +563,9 @@ HTTP_OUTPUT = (
 
 def _hf_app(engine: Any) -> Any:
     from tests.chat.test_tool_parsers import _chat_app
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    tok = shared_tokenizer(tiny_model_dir(), use_fastokens=False)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id,
         tool_call_parser="hf",
@@ -580,9 +580,9 @@ def _hf_app(engine: Any) -> Any:
 
 def test_chat_route_serves_the_hf_parsers() -> None:
     from tests.chat.test_tool_parsers import _post, _ScriptedEngine
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    tok = shared_tokenizer(tiny_model_dir(), use_fastokens=False)
     ids = tok.encode(HTTP_OUTPUT, add_special_tokens=False)
     body = {
         "model": "m",

@@ -159,10 +159,10 @@ def think_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _reasoning_app(tokenizer_dir: str) -> tuple[Any, Any]:
     from tests.chat.test_tool_parsers import _chat_app, _ScriptedEngine
+    from tests.support.shared_tokenizer import shared_tokenizer
     from vllm_frontend.chat.output_parser import OutputParsers
-    from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tokenizer_dir)
+    tok = shared_tokenizer(tokenizer_dir)
     engine = _ScriptedEngine(tok.encode(THOUGHT, add_special_tokens=False))
     parsers = OutputParsers.for_tokenizer(tok.token_to_id, reasoning_parser="qwen3")
     return _chat_app(engine, parsers, tokenizer_dir), engine

@@ -741,11 +741,11 @@ def test_k2_horizon_bad_tool_call_format_is_a_400_before_the_engine(stream: bool
     import json
 
     from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+    from tests.support.shared_tokenizer import shared_tokenizer
     from tests.support.tiny_model import tiny_model_dir
     from vllm_frontend.chat.output_parser import OutputParsers
-    from vllm_frontend.text.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir(), use_fastokens=False)
+    tok = shared_tokenizer(tiny_model_dir(), use_fastokens=False)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser="k2_horizon", enable_auto_tool_choice=True
     )

@@ -68,11 +68,11 @@ def _hf_view(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_tiny_model_prompt_matches_its_hf_tokenizer(
     name: str, tiny_model: pathlib.Path, frozen_clock: object
 ) -> None:
-    from transformers import AutoTokenizer
+    from tests.support.hf_tokenizer import fresh_tokenizer
 
     messages, tools = CONVERSATIONS[name]
     ours = ChatRenderer.from_model_dir(tiny_model).render(messages, tools=tools).prompt
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer = fresh_tokenizer(tiny_model)  # AutoTokenizer.from_pretrained's, copied
     expected = tokenizer.apply_chat_template(
         _hf_view(messages),
         tools=None if tools is None else json.loads(json.dumps(tools)),

@@ -353,18 +353,18 @@ def test_named_call_streams_every_delta_as_arguments_like_vllm(text: str, cuts: 
 
 
 def _llama_parsers() -> OutputParsers:
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = shared_tokenizer(tiny_model_dir())
     return OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser="llama3_json", enable_auto_tool_choice=True
     )
 
 
 def _ids(text: str) -> list[int]:
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    return Tokenizer.from_dir(tiny_model_dir()).encode(text, add_special_tokens=False)
+    return shared_tokenizer(tiny_model_dir()).encode(text, add_special_tokens=False)
 
 
 REQUIRED_TEXT = (

@@ -441,12 +441,12 @@ def test_generated_arguments_match_vllm(
 
 def test_chat_route_types_step3_arguments_by_the_request_tools() -> None:
     from tests.chat.test_tool_parsers import CHAT, _chat_app, _post, _ScriptedEngine
+    from tests.support.shared_tokenizer import shared_tokenizer
     from tests.support.tiny_model import tiny_model_dir
     from vllm_frontend.chat.output_parser import OutputParsers
-    from vllm_frontend.text.tokenizer import Tokenizer
 
     text = STEP3_OUTPUTS[2]
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = shared_tokenizer(tiny_model_dir())
     ids = tok.encode(text, add_special_tokens=False)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser="step3", enable_auto_tool_choice=True

@@ -401,6 +401,7 @@ def _chat_app(
 ) -> Any:
     import pathlib
 
+    from tests.support.shared_tokenizer import shared_tokenizer
     from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
     from vllm_frontend.engine.protocol import EngineCoreRequest
     from vllm_frontend.llm import LLM
@@ -409,10 +410,9 @@ def _chat_app(
     from vllm_frontend.server.generation import ServingContext
     from vllm_frontend.server.protocol import parse_chat_request
     from vllm_frontend.text.sampling import ModelSamplingInfo
-    from vllm_frontend.text.tokenizer import Tokenizer
 
     model = pathlib.Path(tiny_model_dir())
-    tok = tok or Tokenizer.from_dir(tokenizer_dir or model)
+    tok = tok or shared_tokenizer(tokenizer_dir or model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(engine, EngineCoreRequest),
@@ -453,9 +453,9 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris
 
 
 def test_chat_route_returns_llama3_tool_calls_like_vllm() -> None:
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = shared_tokenizer(tiny_model_dir())
     ids = tok.encode(CALL_TEXT, add_special_tokens=False)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser="llama3_json", enable_auto_tool_choice=True
@@ -554,10 +554,10 @@ def test_explicit_null_tool_choice_matches_vllm(text: str) -> None:
 
 
 def test_parallel_tool_calls_false_keeps_only_the_first_call_like_vllm() -> None:
-    from vllm_frontend.text.tokenizer import Tokenizer
+    from tests.support.shared_tokenizer import shared_tokenizer
 
     text = LLAMA_OUTPUTS[2]  # two calls
-    tok = Tokenizer.from_dir(tiny_model_dir())
+    tok = shared_tokenizer(tiny_model_dir())
     ids = tok.encode(text, add_special_tokens=False)
     parsers = OutputParsers.for_tokenizer(
         tok.token_to_id, tool_call_parser="llama3_json", enable_auto_tool_choice=True

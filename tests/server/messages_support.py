@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from tests.support.responses import body as body_of
+from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
@@ -70,7 +71,7 @@ def messages_app(
     **context: Any,
 ) -> App:
     """``/v1/chat/completions`` and the Messages routes serving model ``"m"`` from ``client``."""
-    tokenizer = tokenizer or Tokenizer.from_dir(model)
+    tokenizer = tokenizer or shared_tokenizer(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
         llm=LLM(client, EngineCoreRequest),

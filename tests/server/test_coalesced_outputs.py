@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.generation_app import generation_app
 from tests.support.responses import body as body_of
+from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.engine.protocol import (
     EngineCoreOutput,
     EngineCoreRequest,
@@ -99,7 +100,7 @@ class ScriptedClient:
 def _app(
     model: pathlib.Path, batched: bool, stream_interval: int = 1, keep_alive: float = 0.0
 ) -> App:
-    tokenizer = Tokenizer.from_dir(model)
+    tokenizer = shared_tokenizer(model)
     return generation_app(
         model,
         ScriptedClient(tokenizer, batched),

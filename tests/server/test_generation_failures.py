@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.responses import BufferSink
 from tests.support.responses import body as body_of
+from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.client import EngineDeadError
 from vllm_frontend.engine.protocol import EngineCoreOutput, EngineCoreRequest, FinishReason
@@ -28,7 +29,6 @@ from vllm_frontend.server.generation import ServingContext
 from vllm_frontend.server.protocol import parse_chat_request, parse_completion_request
 from vllm_frontend.server.transport import PushedStreamingResponse, Request
 from vllm_frontend.text.sampling import ModelSamplingInfo
-from vllm_frontend.text.tokenizer import Tokenizer
 
 
 class ScriptedClient:
@@ -64,7 +64,7 @@ class ScriptedClient:
 
 
 def _app(model: pathlib.Path, client: ScriptedClient) -> App:
-    tokenizer = Tokenizer.from_dir(model)
+    tokenizer = shared_tokenizer(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     sampling = ModelSamplingInfo(max_model_len=128, eos_token_id=tokenizer.eos_token_id)
 

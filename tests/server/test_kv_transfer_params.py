@@ -209,16 +209,16 @@ def _agent_app(model: pathlib.Path) -> tuple[App, ConnectorClient]:
     """/v1/messages and /v1/responses over the connector engine."""
     from tests.server.messages_support import messages_app
     from tests.support.generation_app import generation_context
+    from tests.support.shared_tokenizer import shared_tokenizer
     from vllm_frontend.chat.output_parser import OutputParsers
     from vllm_frontend.server.responses import ResponsesHandler
     from vllm_frontend.server.responses_protocol import parse_responses_request
     from vllm_frontend.server.responses_store import ResponseStore
-    from vllm_frontend.text.tokenizer import Tokenizer
 
     client = ConnectorClient()
     app = messages_app(model, client, max_model_len=128)
     ctx = generation_context(model, client, max_model_len=128)
-    parsers = OutputParsers.for_tokenizer(Tokenizer.from_dir(model).token_to_id)
+    parsers = OutputParsers.for_tokenizer(shared_tokenizer(model).token_to_id)
     handler = ResponsesHandler(ctx, parse_responses_request, parsers, store=ResponseStore())
     for (method, path), route in handler.routes().items():
         app.route(method, path, route)

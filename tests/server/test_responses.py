@@ -14,13 +14,13 @@ import pytest
 from tests.server.test_coalesced_outputs import ScriptedClient
 from tests.support.generation_app import generation_context
 from tests.support.responses import body as body_of
+from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
 from vllm_frontend.server.responses_store import ResponseStore
 from vllm_frontend.server.transport import PushedStreamingResponse, Request, Response
-from vllm_frontend.text.tokenizer import Tokenizer
 
 
 def _app(
@@ -29,7 +29,7 @@ def _app(
     text: str | None = None,
     tool_parser: str | None = None,
 ) -> App:
-    tokenizer = Tokenizer.from_dir(model)
+    tokenizer = shared_tokenizer(model)
     client = ScriptedClient(tokenizer, False)
     if text is not None:  # the engine generates this text instead
         client.ids = tokenizer.encode(text, add_special_tokens=False)

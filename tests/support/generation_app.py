@@ -7,6 +7,7 @@ import json
 import pathlib
 from typing import Any
 
+from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.chat import ChatRenderer, ModelChatTemplates, special_tokens_map
 from vllm_frontend.engine.protocol import EngineCoreRequest
 from vllm_frontend.engine.validate import RequestLimits
@@ -59,8 +60,9 @@ def generation_context(
 ) -> ServingContext:
     """The serving context of :func:`generation_app` (model ``"m"`` from ``client``);
     ``limits``: the engines' request limits the text layer checks (None: none); ``tracer``:
-    the request tracer (``metrics.tracing.RequestTracer`` or a stand-in)."""
-    tokenizer = tokenizer or Tokenizer.from_dir(model)
+    the request tracer (``metrics.tracing.RequestTracer`` or a stand-in); ``tokenizer``: the
+    process's shared one for ``model`` (tests/support/shared_tokenizer.py) unless given."""
+    tokenizer = tokenizer or shared_tokenizer(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     return ServingContext(
         llm=LLM(client, EngineCoreRequest, metrics, tracer=tracer),

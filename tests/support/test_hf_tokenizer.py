@@ -1,0 +1,54 @@
+"""fresh_tokenizer's copies answer as ``copy.deepcopy``'s would, and changing one changes neither
+the loaded tokenizer nor another copy."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.support.hf_tokenizer import _loaded, fresh_tokenizer, rust_copy
+from tests.support.tiny_model import tiny_model_dir
+
+pytestmark = pytest.mark.oracle
+
+TEXTS = ["Hello world", " <|begin_of_text|>ünïcode\n\n  spaces", "<|eot_id|><think>x</think>"]
+
+
+def _original() -> object:
+    return _loaded(str(tiny_model_dir()))
+
+
+def test_a_copy_serializes_and_encodes_as_a_deep_copy_does() -> None:
+    rust = _original().backend_tokenizer  # type: ignore[attr-defined]
+    rust.enable_truncation(max_length=7, stride=1)
+    rust.enable_padding(length=9, pad_id=3, pad_token="<pad>")
+    try:
+        ours, deep = rust_copy(rust), copy.deepcopy(rust)
+        assert ours.to_str() == deep.to_str() == rust.to_str()
+        assert ours.truncation == deep.truncation and ours.padding == deep.padding
+        for text in TEXTS:
+            assert ours.encode(text).ids == deep.encode(text).ids
+    finally:
+        rust.no_truncation()
+        rust.no_padding()
+
+
+def test_changing_a_copy_leaves_the_original_and_other_copies_alone() -> None:
+    original = _original()
+    before = original.backend_tokenizer.to_str()  # type: ignore[attr-defined]
+    first, second = fresh_tokenizer(), fresh_tokenizer()
+    assert first.backend_tokenizer.to_str() == before
+    first.add_tokens(["<think>", "</think>"])
+    first.add_tokens(["<marker>"], special_tokens=True)
+    first.backend_tokenizer.pre_tokenizer[1].add_prefix_space = True  # its ByteLevel step
+    first.backend_tokenizer.encode_special_tokens = True
+    assert '"add_prefix_space":true' in first.backend_tokenizer.to_str()
+    assert original.backend_tokenizer.to_str() == before  # type: ignore[attr-defined]
+    assert second.backend_tokenizer.to_str() == before
+    assert len(first) == len(second) + 3
+    for tok in (original, second):
+        assert tok.encode("<think>x</think>", add_special_tokens=False) == second.encode(  # type: ignore[attr-defined]
+            "<think>x</think>", add_special_tokens=False
+        )
+    assert first.encode("<think>", add_special_tokens=False) == [len(second)]
