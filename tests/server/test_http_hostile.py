@@ -141,6 +141,8 @@ def stricter_than_h11(request: bytes) -> bool:
     value, a head near the size limit (h11 and we count it differently), HTTP/1.x versions
     other than 1.0 and 1.1, more than 256 headers, whitespace after a chunk size."""
     head = _head_of(request)
+    end = re.search(rb"\r?\n\r?\n", request)
+    framed = request if end is None else request[: end.end()]  # the head with its blank line
     lines = re.split(rb"\r?\n", head)
     method = lines[0].split(b" ", 1)[0]
     version = lines[0].rsplit(b" ", 1)[-1]
@@ -151,7 +153,7 @@ def stricter_than_h11(request: bytes) -> bool:
         or len(lengths) > 1
         or any(b"," in line for line in lengths)
         or method not in LLHTTP_METHODS
-        or re.search(rb"(?<!\r)\n", head) is not None
+        or re.search(rb"(?<!\r)\n", framed) is not None
         or any(line[:1] in (b" ", b"\t") for line in lines[1:])
         or b"\x00" in head
         or re.search(rb"\r(?!\n)", head) is not None
@@ -255,6 +257,7 @@ CORPUS: dict[str, Case] = {
     "head missing": Case([b"HEAD /nope HTTP/1.1\r\n" + H + b"\r\n", get()]),
     "stream then get": Case([get(b"/stream"), get(b"/pushed"), get()]),
     "http/1.0": Case([b"GET /echo HTTP/1.0\r\n\r\n"]),
+    "bare LF ends only the head": Case([b"GET /echo HTTP/1.0\n\n"]),
     "http/1.0 stream": Case([b"GET /stream HTTP/1.0\r\n\r\n"]),
     "http/1.0 pushed": Case([b"GET /pushed HTTP/1.0\r\n\r\n"]),
     "http/1.0 keep-alive": Case(
