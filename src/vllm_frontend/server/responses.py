@@ -312,6 +312,7 @@ class ResponsesHandler:
         # vLLM's _render_responses_with_harmony, then one generation read by a HarmonyContext.
         store = self.store
         chat_request = self._harmony_request(request, req, response_id, previous)
+        chat_request.text.request_id = _engine_request_id(response_id)  # (render: the id itself)
         constraint = chat_request.text.structured_outputs
         messages = chat_request.harmony_messages
         assert messages is not None
@@ -358,7 +359,6 @@ class ResponsesHandler:
             ]
         check_content_parts(req.input)  # the item union vLLM's request model validates
         chat_request = self._chat_request(request, req, response_id, [], harmony_messages=[])
-        chat_request.text.request_id = _engine_request_id(response_id)
         try:
             chat_request.harmony_messages = responses_conversation(
                 renderer,
