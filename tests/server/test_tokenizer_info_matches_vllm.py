@@ -6,6 +6,7 @@ special tokens, tokens written as ``AddedToken`` objects, or no chat template, w
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import shutil
@@ -22,6 +23,8 @@ def _variant(tiny: pathlib.Path, tmp: pathlib.Path, name: str) -> pathlib.Path:
     if name == "as built":
         return tiny
     target = tmp / name.replace(" ", "-")
+    if target.exists():  # made by an earlier test of the module
+        return target
     target.mkdir()
     for file in ("tokenizer.json", "config.json"):
         shutil.copy(tiny / file, target / file)
@@ -39,12 +42,30 @@ def _variant(tiny: pathlib.Path, tmp: pathlib.Path, name: str) -> pathlib.Path:
     return target
 
 
+@pytest.fixture(scope="module")
+def variants_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    # one directory per variant for the module: vLLM's tokenizer of each is loaded once
+    return tmp_path_factory.mktemp("variants")
+
+
+@functools.cache
+def _vllms_tokenizer(directory: str, offline: bool) -> Any:
+    # As vLLM's server holds it: its HF renderer wraps the tokenizer in a thread pool. One
+    # load (~5 CPU-s for the 128k vocabulary) per directory and mode: the template only changes
+    # what TokenizerInfo reports, not the tokenizer. (Released after the module.)
+    from vllm.tokenizers import get_tokenizer
+    from vllm.tokenizers.hf import maybe_make_thread_pool
+
+    del offline  # (a key: the load reads HF_HUB_OFFLINE, set by the caller)
+    return maybe_make_thread_pool(get_tokenizer(directory), 2)
+
+
 @pytest.mark.parametrize("template", [None, "{{ messages[0]['content'] }}"])
 @pytest.mark.parametrize("name", ["as built", "extra special tokens", "added token objects"])
 @pytest.mark.parametrize("offline", [False, True])
 def test_tokenizer_info_is_vllms(
     tiny_model: pathlib.Path,
-    tmp_path: pathlib.Path,
+    variants_dir: pathlib.Path,
     name: str,
     template: str | None,
     offline: bool,
@@ -53,16 +74,13 @@ def test_tokenizer_info_is_vllms(
     import huggingface_hub
     from vllm.entrypoints.serve.tokenize.protocol import TokenizerInfoResponse
     from vllm.entrypoints.serve.tokenize.serving import TokenizerInfo
-    from vllm.tokenizers import get_tokenizer
-    from vllm.tokenizers.hf import maybe_make_thread_pool
 
     # offline (HF_HUB_OFFLINE=1, as the test engines run): the load says local_files_only
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    directory = _variant(tiny_model, tmp_path, name)
-    # as vLLM's server holds it: its HF renderer wraps the tokenizer in a thread pool
-    tokenizer = maybe_make_thread_pool(get_tokenizer(str(directory)), 2)
+    directory = _variant(tiny_model, variants_dir, name)
+    tokenizer = _vllms_tokenizer(str(directory), offline)
     theirs = TokenizerInfoResponse(**TokenizerInfo(tokenizer, template).to_dict()).model_dump()
     config = json.loads((directory / "tokenizer_config.json").read_text())
     ours = tokenizer_info(config, str(directory), template)
