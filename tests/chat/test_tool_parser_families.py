@@ -733,7 +733,7 @@ _WRITTEN_KEYS = [
 @pytest.mark.parametrize(
     ("family", "outputs"),
     _WRITTEN_KEYS,
-    ids=[f"{f.parser}+{f.reasoning}" if f.reasoning else f.parser for f, _ in _WRITTEN_KEYS],
+    ids=[f.label for f, _ in _WRITTEN_KEYS],
 )
 def test_streamed_deltas_write_the_fields_vllms_parser_sets(
     family: Family, outputs: list[str]

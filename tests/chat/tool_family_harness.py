@@ -147,6 +147,11 @@ class Family:
     """Tokens the prompt ends with (its ids are ``[1]`` and these)."""
 
     @property
+    def label(self) -> str:
+        """The parser name, with ``+`` and the reasoning parser when one runs (a test id)."""
+        return f"{self.parser}+{self.reasoning}" if self.reasoning else self.parser
+
+    @property
     def prompt_ids(self) -> list[int]:
         """The prompt's token ids."""
         return [1, *self.tok.convert_tokens_to_ids(list(self.prompt_end))]
