@@ -6,11 +6,11 @@ from typing import Any
 
 import msgspec
 
+from vllm_frontend.llm.ids import public_request_id
 from vllm_frontend.text.prompts import encode_prompt
 
 from . import errors
 from .app import Handler, ServerSettings
-from .derender_protocol import random_uuid
 from .message_schema import tool_call_errors, unread_parts_error
 from .protocol import TokenizeCompletionRequest, parse_detokenize_request, parse_tokenize_request
 from .services import Services, check_model
@@ -33,8 +33,7 @@ class _DetokenizeResponse(msgspec.Struct):
 
 def _log_id(request: Request) -> str:
     # vLLM's tokenize serving: "tokenize-" and the X-Request-Id header, else a random id
-    given = request.headers.get(b"x-request-id")
-    return "tokenize-" + (given.decode("latin-1") if given is not None else random_uuid())
+    return public_request_id("tokenize", request.header(b"x-request-id"), None)
 
 
 def _lora(services: Services, req: Any) -> Any:
