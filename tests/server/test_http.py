@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import os
 import socket
@@ -227,6 +228,19 @@ def test_json_request_and_response_round_trip(server: RunningServer) -> None:
         "body": '{"a":"ü"}',
         "ctype": "application/json",
     }
+
+
+def test_the_date_header_follows_the_clock_on_a_kept_connection(server: RunningServer) -> None:
+    # (the header's presence and shape beside vLLM's: tests/mock/test_clients_match_vllm.py)
+    with httpx.Client(base_url=server.url) as client:
+        for _ in range(2):
+            before = int(time.time())
+            r = client.get("/echo")
+            after = time.time()
+            date = email.utils.parsedate_to_datetime(r.headers["date"]).timestamp()
+            # (made on the loop's tick just after each second: up to a tick late, as uvicorn's)
+            assert before - 1 <= date <= after and r.headers["server"] == "uvicorn"
+            time.sleep(2.05)  # a date that stood still would now be over a second behind
 
 
 def test_many_requests_reuse_one_keep_alive_connection(server: RunningServer) -> None:

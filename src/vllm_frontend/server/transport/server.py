@@ -59,6 +59,7 @@ class HttpServer:
                 lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context
             )
         self._servers.append(server)
+        state.start_clock()
 
     @property
     def open_connections(self) -> int:
@@ -87,3 +88,4 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         self._servers.clear()
+        state.stop_clock()
