@@ -445,6 +445,22 @@ def test_shutdown_stops_accepting_and_cancels_streams_in_flight(probe: Probe) ->
         s.close()
 
 
+def test_shutdown_settles_what_is_left_then_lets_its_responses_out(probe: Probe) -> None:
+    # (the runner's settle fails the engine requests left: tests/cmd/test_serve_shutdown.py)
+    srv = RunningServer(make_app(probe))
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        s.sendall(b"GET /idle_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = s.recv(4096)
+        while b"data: 1" not in out:
+            out += s.recv(4096)
+        release = probe.release
+        assert release is not None
+        srv.call(srv.server.shutdown(0.0, settle=release.set))
+        while chunk := s.recv(4096):  # until the server closes the connection
+            out += chunk
+    assert out.endswith(b"data: 2\n\n\r\n0\r\n\r\n")
+
+
 def test_concurrent_streams_are_independent(server: RunningServer) -> None:
     async def one(client: httpx.AsyncClient) -> bytes:
         async with client.stream("GET", "/sse") as r:
