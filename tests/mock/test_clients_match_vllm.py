@@ -11,6 +11,7 @@ streamed and not: every request ends in vLLM's shape and ``/health`` turns unhea
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import pathlib
 import re
@@ -156,7 +157,8 @@ def exchange(port: int, data: bytes | list[bytes], timeout: float = 10.0) -> byt
         return out
 
 
-KEPT_HEADERS = ("content-type", "allow", "location", "connection")
+KEPT_HEADERS = ("content-type", "allow", "location", "connection", "server", "date")
+_HTTP_DATE = re.compile(r"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
 DROPPED = {"id", "created", "created_at", "model", "root"}
 _IDS = re.compile(r"(cmpl|chatcmpl|resp|msg|modelperm|rs|fc|call)[-_][0-9a-zA-Z]+")
 
@@ -225,6 +227,8 @@ def responses(raw: bytes, head: bool = False) -> list[tuple[int, dict[str, str],
         else:
             body, rest = rest, b""
         kept = {k: headers[k] for k in KEPT_HEADERS if k in headers}
+        if _HTTP_DATE.fullmatch(kept.get("date", "")):
+            kept["date"] = "<IMF-fixdate>"  # the time itself: test_every_response_is_dated_...
         out.append((status, kept, _body(headers.get("content-type", ""), body)))
     return out
 
@@ -310,6 +314,33 @@ def test_expect_100_continue_gets_the_interim_response_then_the_answer(stack: St
 )
 def test_connection_semantics_match_uvicorn(stack: Stack, data: bytes) -> None:
     assert_same(stack, data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        request("GET", "/health"),
+        post("/v1/completions", completion(stream=True)),
+        post("/v1/completions", b"{bad"),
+        b"GARBAGE\r\n\r\n",  # refused by the HTTP parser, before any route
+        request("HEAD", "/v1/models"),
+    ],
+    ids=["empty", "stream", "400", "unparsable", "head"],
+)
+def test_every_response_is_dated_and_names_its_server_like_uvicorns(
+    stack: Stack, data: bytes
+) -> None:
+    # uvicorn (vLLM's server) puts "date" (the time, in whole seconds) and "server" before
+    # every response's own headers; the kept headers of every other test compare their shape
+    for name in ("vllm", "ours"):
+        before = int(time.time())
+        head = exchange(stack.ports[name], data).partition(b"\r\n\r\n")[0].decode("latin-1")
+        after = time.time()
+        lines = head.split("\r\n")
+        assert [line.partition(":")[0] for line in lines[1:3]] == ["date", "server"], name
+        date = email.utils.parsedate_to_datetime(lines[1].partition(": ")[2]).timestamp()
+        assert before - 2 <= date <= after, (name, lines[1])
+        assert lines[2] == "server: uvicorn", name
 
 
 ROUTES = ["/health", "/ping", "/version", "/load", "/v1/models", "/metrics", "/v1/completions",

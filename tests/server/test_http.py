@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import os
 import socket
@@ -229,6 +230,19 @@ def test_json_request_and_response_round_trip(server: RunningServer) -> None:
     }
 
 
+def test_the_date_header_follows_the_clock_on_a_kept_connection(server: RunningServer) -> None:
+    # (the header's presence and shape beside vLLM's: tests/mock/test_clients_match_vllm.py)
+    with httpx.Client(base_url=server.url) as client:
+        for _ in range(2):
+            before = int(time.time())
+            r = client.get("/echo")
+            after = time.time()
+            date = email.utils.parsedate_to_datetime(r.headers["date"]).timestamp()
+            # (made on the loop's tick just after each second: up to a tick late, as uvicorn's)
+            assert before - 1 <= date <= after and r.headers["server"] == "uvicorn"
+            time.sleep(2.05)  # a date that stood still would now be over a second behind
+
+
 def test_many_requests_reuse_one_keep_alive_connection(server: RunningServer) -> None:
     with httpx.Client(base_url=server.url) as client:
         for i in range(20):
@@ -429,6 +443,22 @@ def test_shutdown_stops_accepting_and_cancels_streams_in_flight(probe: Probe) ->
             socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
     finally:
         s.close()
+
+
+def test_shutdown_settles_what_is_left_then_lets_its_responses_out(probe: Probe) -> None:
+    # (the runner's settle fails the engine requests left: tests/cmd/test_serve_shutdown.py)
+    srv = RunningServer(make_app(probe))
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        s.sendall(b"GET /idle_stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = s.recv(4096)
+        while b"data: 1" not in out:
+            out += s.recv(4096)
+        release = probe.release
+        assert release is not None
+        srv.call(srv.server.shutdown(0.0, settle=release.set))
+        while chunk := s.recv(4096):  # until the server closes the connection
+            out += chunk
+    assert out.endswith(b"data: 2\n\n\r\n0\r\n\r\n")
 
 
 def test_concurrent_streams_are_independent(server: RunningServer) -> None:

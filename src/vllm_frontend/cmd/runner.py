@@ -358,7 +358,11 @@ async def _serve(
     logger.info("shutting down")
     if refresher is not None:
         await refresher.stop()
-    await http.shutdown(config.shutdown_timeout)
+    # What --shutdown-timeout did not see finish ends as vLLM's API server ends it when it shuts
+    # its engine client down: the dead-engine 500, or the SSE error event and [DONE].
+    await http.shutdown(
+        config.shutdown_timeout, lambda: client.end_in_flight("the API server is shutting down")
+    )
     await app.aclose()
     if siblings is not None:
         await siblings.close()

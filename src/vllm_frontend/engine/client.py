@@ -305,6 +305,13 @@ class EngineCoreClient:
         """Abort requests by id (unknown or finished ids are ignored); returns how many."""
         return self._requests.abort_requests(request_ids)
 
+    def end_in_flight(self, reason: str) -> int:
+        """Shutting down: abort every in-flight request at its engine and fail its stream with
+        ``EngineDeadError(reason)``, as vLLM's API server ends what is in flight when it shuts
+        its engine client down (each client gets vLLM's dead-engine 500 or SSE error event);
+        returns how many. New requests are still taken."""
+        return self._requests.fail_in_flight(EngineDeadError(reason))
+
     # -- utility calls --------------------------------------------------------------------------
 
     async def call_utility(

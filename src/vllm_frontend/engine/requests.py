@@ -148,6 +148,22 @@ class RequestSender:
                 self.in_flight[stream.engine_index] -= 1
                 stream.finish(EngineCoreOutput(request_id, [], finish_reason=_ABORTED))
 
+    def fail_in_flight(self, error: EngineDeadError) -> int:
+        """Abort every live request at its engine and fail its stream with (a copy of)
+        ``error``; returns how many. The engines live on (a shutdown's last step)."""
+        states = list(self.streams.values())
+        self.streams.clear()
+        by_engine: dict[int, list[str]] = {}
+        for state in states:
+            self.in_flight[state.engine_index] -= 1
+            by_engine.setdefault(state.engine_index, []).append(state.request_id)
+            state.fail(EngineDeadError(str(error)))
+        liveness = self._liveness
+        if liveness.dead is None and not liveness.closed:
+            for engine, ids in by_engine.items():
+                self._outbox.send_now([self._identities[engine], *codec.encode_abort(ids)])
+        return len(states)
+
     def fail_all(self, error: EngineDeadError) -> None:
         """Fail every live stream with (a copy of) ``error`` and forget them."""
         states = list(self.streams.values())

@@ -123,7 +123,9 @@ class HttpConnection(RequestReader, asyncio.Protocol):
         status, message = self._refusal
         server = self._server
         response = server.refusal(status, message)
-        self._write(self._transport, response_head(response, False) + response.body)
+        self._write(
+            self._transport, response_head(response, False, server.default_lines) + response.body
+        )
         if server.on_refusal is not None:
             try:
                 method = self._parser.get_method().decode("ascii", "replace")
@@ -177,9 +179,13 @@ class HttpConnection(RequestReader, asyncio.Protocol):
                 # a streamed one without Transfer-Encoding, as uvicorn frames it (httptools_impl)
                 if not isinstance(response, Response):
                     await _discard_body(response)
-                self._write(transport, response_head(response, keep_alive, False))
+                defaults = self._server.default_lines
+                self._write(transport, response_head(response, keep_alive, defaults, False))
             elif isinstance(response, Response):
-                self._write(transport, response_head(response, keep_alive) + response.body)
+                defaults = self._server.default_lines
+                self._write(
+                    transport, response_head(response, keep_alive, defaults) + response.body
+                )
             else:
                 if not http11:
                     keep_alive = False  # HTTP/1.0 has no chunked framing: close-delimited body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from email.utils import formatdate
 from http import HTTPStatus
 
 from .messages import AnyResponse, Response
@@ -27,13 +28,23 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 """The interim response to ``Expect: 100-continue``."""
 
 
-def response_head(response: AnyResponse, keep_alive: bool, chunked: bool = True) -> bytes:
-    """Status line and headers of ``response``: ``Content-Length`` for a complete body, else
+def default_lines(now: float) -> bytes:
+    """The header lines uvicorn (vLLM's server) puts before every response's own: ``date``
+    (RFC 9110 §6.6.1: ``now`` in whole seconds, as uvicorn formats it) and ``server``."""
+    date = formatdate(int(now), usegmt=True).encode()
+    return b"date: %b\r\nserver: uvicorn\r\n" % date
+
+
+def response_head(
+    response: AnyResponse, keep_alive: bool, defaults: bytes, chunked: bool = True
+) -> bytes:
+    """Status line and headers of ``response``, after the ``defaults`` lines (see
+    :func:`default_lines`): ``Content-Length`` for a complete body, else
     ``Transfer-Encoding: chunked`` (or nothing with ``chunked=False``: a close-delimited body
     for an HTTP/1.0 client, which needs ``keep_alive=False``)."""
     status = response.status
     line = _STATUS_LINES.get(status) or _status_line(status)
-    parts = [line]
+    parts = [line, defaults]
     for name, value in response.headers:
         parts.append(b"%b: %b\r\n" % (name, value))
     if isinstance(response, Response):

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import cast
 
 from .connection import HttpConnection
@@ -16,6 +17,18 @@ from .sockets import LISTEN_BACKLOG
 from .state import SharedState
 
 logger = logging.getLogger(__name__)
+
+
+SETTLE_GRACE = 1.0
+"""Seconds a shutdown gives the responses that its ``settle`` step ended to go out."""
+
+
+async def _wait_closed(connections: set[HttpConnection], timeout: float) -> None:
+    # until every connection has closed, or ``timeout`` seconds
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while connections and loop.time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 class HttpServer:
@@ -59,15 +72,20 @@ class HttpServer:
                 lambda: HttpConnection(state), sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context
             )
         self._servers.append(server)
+        state.start_clock()
 
     @property
     def open_connections(self) -> int:
         """Number of client connections currently open."""
         return len(self._state.connections)
 
-    async def shutdown(self, timeout: float = 0.0) -> None:
-        """Stop accepting, let in-flight requests finish for up to ``timeout`` seconds, then
-        cancel what is left (which aborts its engine requests) and close every connection."""
+    async def shutdown(
+        self, timeout: float = 0.0, settle: Callable[[], object] | None = None
+    ) -> None:
+        """Stop accepting, let in-flight requests finish for up to ``timeout`` seconds; then,
+        with ``settle``, call it (e.g. to end what is left with an error) and give the
+        responses up to ``SETTLE_GRACE`` seconds to go out; then cancel what is left (which
+        aborts its engine requests) and close every connection."""
         state = self._state
         state.closing = True
         for server in self._servers:
@@ -76,10 +94,10 @@ class HttpServer:
         for conn in list(connections):
             conn.close_if_idle()
         if timeout > 0:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while connections and loop.time() < deadline:
-                await asyncio.sleep(0.05)
+            await _wait_closed(connections, timeout)
+        if settle is not None and connections:
+            settle()
+            await _wait_closed(connections, SETTLE_GRACE)
         tasks = [t for conn in list(connections) if (t := conn.abort()) is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -87,3 +105,4 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         self._servers.clear()
+        state.stop_clock()

@@ -1,13 +1,16 @@
 """What the connections of one server share: the app, the limits and refusal hooks, the set of
-open connections, the batch of output flushed once per loop iteration, and the streamed
-responses' heads held for their first chunk."""
+open connections, the header lines every response starts with (``date`` kept current), the
+batch of output flushed once per loop iteration, and the streamed responses' heads held for
+their first chunk."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Protocol
 
+from .framing import default_lines
 from .limits import HttpLimits, RefusalRecorder, RefusalRenderer
 from .messages import App
 
@@ -31,9 +34,11 @@ class SharedState:
     """Owned by the server, read by each of its connections."""
 
     __slots__ = (
+        "_clock",
         "app",
         "closing",
         "connections",
+        "default_lines",
         "dirty",
         "flush_pending",
         "held",
@@ -58,6 +63,10 @@ class SharedState:
         """Shutting down: connections close once idle."""
         self.connections: set[object] = set()
         """The open connections."""
+        self.default_lines = default_lines(time.time())
+        """The ``date`` and ``server`` lines of every response head, made again each second
+        while the clock runs (as uvicorn's server makes them on its tick)."""
+        self._clock: asyncio.TimerHandle | None = None
         self.dirty: list[Flushable] = []
         """Connections with output waiting, flushed together once per loop iteration."""
         self.flush_pending = False
@@ -65,6 +74,23 @@ class SharedState:
         """Connections that held a streamed response's head since the last release tick."""
         self.held_before: list[tuple[Flushable, bytes]] = []
         """Those held before it: released (if still held) at the next tick."""
+
+    def start_clock(self) -> None:
+        """Keep ``default_lines``' date current: remade just after each whole second."""
+        if self._clock is None:
+            self._tick()
+
+    def stop_clock(self) -> None:
+        """Stop remaking ``default_lines``."""
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
+
+    def _tick(self) -> None:
+        now = time.time()
+        self.default_lines = default_lines(now)
+        loop = asyncio.get_running_loop()
+        self._clock = loop.call_later(1.0 - now % 1.0, self._tick)
 
     def flush_dirty(self) -> None:
         """Flush every connection that queued output (scheduled by the first of them)."""

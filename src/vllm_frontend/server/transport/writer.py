@@ -66,7 +66,7 @@ class ResponseWriter(StreamSink):
         # closes the connection after it, and chunks go out as they are.
         # The head waits for the body's first chunk (a bounded while: see ``SharedState.hold``):
         # one write, and one wake-up of the client, where the head alone would be a second.
-        head = response_head(response, keep_alive, chunked)
+        head = response_head(response, keep_alive, self._server.default_lines, chunked)
         self._out.append(head)
         self._server.hold(self, head)
         sink: StreamSink = self if chunked else _CloseDelimitedSink(self)
