@@ -44,7 +44,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sid
     """This module's recorded stack, its directory and model made now (started by the
     session's ``recorded_qwen_vl`` beside test_qwen_vl_requests')."""
     tmp = tmp_path_factory.mktemp("records")
-    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out"]
+    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out",
+            "--trust-request-chat-template", "--interleave-mm-strings"]  # fmt: skip
     return recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
@@ -177,6 +178,60 @@ def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> Non
         # The first of the two carries every item's data, the second none.
         assert all(f.data is not None for f in ours[0].mm_features)
         assert all(f.data is None for f in ours[1].mm_features)
+
+
+# A request's template that reads each message's content as a string: vLLM's "string" content
+# format, where each media part stands as its placeholder text in its place
+# (--interleave-mm-strings; without it, in front of the message's text).
+STRING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+STRING_FORMAT = {
+    "interleaved": [
+        {
+            "role": "user",
+            "content": [
+                _text("a"),
+                _image(_png(40, 30, 500)),
+                _text("b"),
+                _video(4, 2.0, (32, 32)),
+            ],
+        },
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [_text(""), _image(_png(41, 30, 501)), _text("")]},
+    ],
+    "the marker typed in a text": [
+        {"role": "user", "content": [_text("see <##IMAGE##> here"), _image(_png(42, 30, 502))]}
+    ],
+    "a lone marker takes an item's place": [
+        {"role": "user", "content": [_text("<##IMAGE##>"), _image(_png(43, 30, 503))]}
+    ],
+    "a placeholder typed in a text": [
+        {
+            "role": "user",
+            "content": [
+                _text("x <|vision_start|><|image_pad|><|vision_end|>"),
+                _image(_png(44, 30, 504)),
+            ],
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(STRING_FORMAT))
+def test_string_format_requests_equal(sides: dict[str, Side], name: str) -> None:
+    messages = STRING_FORMAT[name]
+    responses = {
+        k: _post(side, messages, chat_template=STRING_TEMPLATE) for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    if responses["vllm"].status_code != 200:
+        assert responses["ours"].json() == responses["vllm"].json()
+        return
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
 
 
 @pytest.mark.parametrize("key", ["mm_processor_kwargs", "media_io_kwargs"])

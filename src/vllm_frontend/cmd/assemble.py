@@ -612,6 +612,7 @@ def multimodal_facade(
         mm_device_do_normalize=config.mm_device_do_normalize,
         mm_processor_cache_gb=config.mm_processor_cache_gb,
         enable_mm_embeds=config.enable_mm_embeds,
+        interleave_mm_strings=config.interleave_mm_strings,
     )
     tokenizer = model.tokenizer
 

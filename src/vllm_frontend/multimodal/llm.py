@@ -78,6 +78,8 @@ class MultimodalOptions(msgspec.Struct, kw_only=True):
     """The engine's multimodal cache size (GiB); 0 disables it (every item carries data)."""
     enable_mm_embeds: bool = False
     """``*_embeds`` content parts are taken (``--enable-mm-embeds``)."""
+    interleave_mm_strings: bool = False
+    """"string"-format content keeps each media part's placeholder in its place."""
 
 
 def load_family(
@@ -311,6 +313,7 @@ class MultimodalLlm:
             family.supported_limits,
             family.placeholders,
             embeds_enabled=self.options.enable_mm_embeds,
+            interleave=self.options.interleave_mm_strings,
         )
 
     def _unsupported_message(self) -> str:
