@@ -413,6 +413,59 @@ def test_bad_images_through_the_agent_apis_answer_as_vllm(
         assert side.new_requests() == []
 
 
+TOKENIZE = {
+    "one image": {"messages": REQUESTS["one image"]},
+    "images and videos, token strings": {
+        "messages": REQUESTS["videos and images"],
+        "return_token_strs": True,
+    },
+    "special tokens, no generation prompt": {
+        "messages": REQUESTS["repeated image"],
+        "add_special_tokens": True,
+        "add_generation_prompt": False,
+    },
+    "longer than the context once expanded": {
+        "messages": [{"role": "user", "content": [_image(_png(64, 48, 1)), _text("hi " * 2100)]}]
+    },
+    "too many images": {"messages": BAD["too many images"]},
+    "not an image": {"messages": BAD["not an image"]},
+    "mm_processor_kwargs": {
+        "messages": REQUESTS["one image"],
+        "mm_processor_kwargs": {"max_pixels": 20000},
+    },
+    "media_io_kwargs without media": {
+        "messages": REQUESTS["string content"],
+        "media_io_kwargs": {"image": {"image_mode": "L"}},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(TOKENIZE))
+def test_tokenize_with_media_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
+    # /tokenize expands each item's placeholder as generation does (vLLM's preprocess_chat).
+    responses = {
+        k: httpx.post(side.url + "/tokenize", json=TOKENIZE[name], timeout=120)
+        for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    assert responses["ours"].json() == responses["vllm"].json()
+
+
+def test_tokenize_leaves_the_engine_cache_alone_as_vllm(sides: dict[str, Side]) -> None:
+    # vLLM's /tokenize sends nothing: a chat request after it carries the image's data.
+    messages = [{"role": "user", "content": [_image(_png(52, 44, 91)), _text("Now?")]}]
+    for side in sides.values():
+        response = httpx.post(side.url + "/tokenize", json={"messages": messages}, timeout=120)
+        assert response.status_code == 200, response.text
+        assert side.new_requests() == []
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
+    assert all(feature.data is not None for feature in ours.mm_features)
+
+
 def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
     # 2048-token context: the expanded prompt (~150 tokens) leaves less than 2000 for output,
     # and a max_tokens beyond the context is refused.

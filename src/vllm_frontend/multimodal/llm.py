@@ -434,6 +434,32 @@ class MultimodalLlm:
         cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
         return PreparedPrompt(ids, None, features, cache, _token_counts(features))
 
+    async def tokenize_prompt(
+        self, token_ids: list[int], parts: MediaParts, processor_kwargs: Mapping[str, Any]
+    ) -> list[int]:
+        """``/tokenize``'s ids of a rendered chat prompt's ``token_ids`` with ``parts``' items,
+        as vLLM's renderer makes them: every item loaded and processed, its placeholder token
+        expanded into its run; the engine's cache is neither read nor recorded (vLLM's
+        ``/tokenize`` sends nothing), and no length is checked."""
+        if not parts.items:
+            return token_ids
+        family = self.family
+        assert family is not None  # new_parts refused the parts otherwise
+        items = parts.items
+        _check_named(items)
+        loaded = await _all_or_none(self._load(part, None) for part in items)
+        if any(part.is_embeds for part in items):
+            check_not_mixed([(part.modality, part.is_embeds) for part in items])
+            self._check_references(items, loaded, {})
+            processed, hashes = await self._process_with_embeds(
+                family, items, loaded, processor_kwargs, None
+            )
+        else:
+            processed, hashes = await self._process_or_hold(
+                family, items, loaded, processor_kwargs, None, hold=False
+            )
+        return _expand(token_ids, family, items, processed, hashes)[0]
+
     def _sending_cache(
         self,
         family: Family,
