@@ -1123,10 +1123,27 @@ RESPONSES_INPUTS: dict[str, list[Any]] = {
 }
 
 
+def _function_output(*parts: Any) -> list[Any]:
+    """A call and its ``function_call_output`` of ``parts`` (a tool message's parts in chat)."""
+    return [
+        {"role": "user", "content": "Look it up."},
+        {"type": "function_call", "call_id": "c1", "name": "find", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": list(parts)},
+    ]
+
+
+RESPONSES_INPUTS["a function's output with an image"] = _function_output(
+    {"type": "input_text", "text": "Found:"}, _input_image(_png(41, 33, 31), detail="low")
+)
+_FIND = [{"type": "function", "name": "find", "parameters": {"type": "object"}}]
+
+
 @pytest.mark.parametrize("name", list(RESPONSES_INPUTS))
 def test_responses_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
     for _ in range(2):  # the second time, the engine holds the items
-        responses = {k: _responses(side, RESPONSES_INPUTS[name]) for k, side in sides.items()}
+        request_input = RESPONSES_INPUTS[name]
+        extra = {"tools": _FIND} if request_input[-1].get("type") == "function_call_output" else {}
+        responses = {k: _responses(side, request_input, **extra) for k, side in sides.items()}
         assert responses["ours"].status_code == responses["vllm"].status_code == 200
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
@@ -1157,6 +1174,11 @@ RESPONSES_BAD: dict[str, tuple[list[Any], dict[str, Any]]] = {
     "too many images": (
         [{"role": "user", "content": [_input_image(_png(8 + i, 8, i)) for i in range(4)]}],
         {},
+    ),
+    # vLLM defaults the detail of a message's input_image only: its chat parser refuses this
+    "a function's output image without detail": (
+        _function_output(_input_image(_png(42, 33, 32))),
+        {"tools": _FIND},
     ),
     "media_io_kwargs": (RESPONSES_INPUTS["image and text"], {"media_io_kwargs": {"image": {}}}),
     "mm_processor_kwargs": (
