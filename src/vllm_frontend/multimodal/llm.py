@@ -361,13 +361,17 @@ class MultimodalLlm:
             truncate=truncate,
             truncation_side=request.truncation_side,
         )
+        # vLLM hashes a chat request's items with its media_io_kwargs over the server's
+        # (--media-io-kwargs): its chat params' merged ones.
+        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
+        io_kwargs = merge_media_io_kwargs(self.options.media_io_kwargs, given)
         if embeds_request:
             processed, hashes = await self._process_with_embeds(
-                family, items, loaded, processor_kwargs, media_io_kwargs
+                family, items, loaded, processor_kwargs, io_kwargs
             )
         else:
             processed, hashes = await self._process_or_hold(
-                family, items, loaded, processor_kwargs, media_io_kwargs, hold=not request.render
+                family, items, loaded, processor_kwargs, io_kwargs, hold=not request.render
             )
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         if truncate is not None and truncate < len(ids):
