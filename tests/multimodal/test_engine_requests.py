@@ -1072,6 +1072,26 @@ def test_uuid_only_parts_name_what_the_engine_holds_as_vllm(sides: dict[str, Sid
         assert side.new_requests() == []
 
 
+def test_a_null_image_pil_with_a_uuid_names_a_held_item_as_vllm(sides: dict[str, Side]) -> None:
+    # JSON has no PIL image: vLLM reads ``"image_pil": null`` as an image without data.
+    sent = [{"role": "user", "content": [_image(_png(61, 45, 901), uuid="pil-held")]}]
+    responses = {k: _post(side, sent) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    for uuid, status in (("pil-held", 200), ("pil-unknown", 400)):
+        part = {"type": "image_pil", "image_pil": None, "uuid": uuid}
+        messages = [{"role": "user", "content": [_text("Again?"), part]}]
+        responses = {k: _post(side, messages) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == status
+        if status != 200:
+            assert responses["ours"].json() == responses["vllm"].json()
+    vllm = sides["vllm"].new_requests()
+    ours = sides["ours"].new_requests()
+    assert len(vllm) == len(ours) == 2
+    for theirs, mine in zip(vllm, ours, strict=True):
+        compare_requests(theirs, mine, _SENT)
+    assert [f.data for f in ours[1].mm_features] == [None]
+
+
 def test_messages_render_with_an_image_is_vllms(sides: dict[str, Side]) -> None:
     # /v1/messages/render: the Anthropic image block mapped onto an image_url part, rendered
     # as the chat render renders it (hashes, placeholders and, by default, the tensors).

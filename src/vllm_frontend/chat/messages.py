@@ -361,6 +361,11 @@ def _media_part(
                 url = f"data:audio/{audio_format};base64,{data}"
         modality = "audio"
         placeholder = media.add(MediaPart(modality, url, uuid))
+    elif kind == "image_pil" and part.get("image_pil") is None:
+        # (JSON has no PIL image: ``null``, which vLLM reads as an image without data, as an
+        # image_url part without a URL; with a uuid, an item the engine's cache holds)
+        modality = "image"
+        placeholder = media.add(MediaPart(modality, None, uuid))
     elif kind not in _URL_PARTS:
         raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
     else:
