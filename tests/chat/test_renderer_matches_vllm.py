@@ -193,6 +193,27 @@ CASES: dict[str, tuple[dict[str, Any], ChatTemplateOptions]] = {
         },
         ChatTemplateOptions(chat_template=CHATML),
     ),
+    "string_format_drops_empty_texts": (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": ""},
+                        {"type": "text", "text": "one"},
+                        "",
+                        {"type": "input_text", "text": "two"},
+                        {"type": "text", "text": ""},
+                    ],
+                }
+            ]
+        },
+        ChatTemplateOptions(chat_template=CHATML),
+    ),
+    "text_part_with_a_uuid_refused": (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "uuid": "u"}]}]},
+        ChatTemplateOptions(),
+    ),
     "forced_openai_format": (
         {"messages": [{"role": "user", "content": "hi"}], "chat_template": DUMP},
         ChatTemplateOptions(trust_request_chat_template=True, content_format="openai"),

@@ -44,7 +44,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sid
     """This module's recorded stack, its directory and model made now (started by the
     session's ``recorded_qwen_vl`` beside test_qwen_vl_requests')."""
     tmp = tmp_path_factory.mktemp("records")
-    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out"]
+    args = ["--limit-mm-per-prompt", LIMITS, "--enable-mm-embeds", "--enable-scale-out",
+            "--trust-request-chat-template", "--interleave-mm-strings"]  # fmt: skip
     return recorded_sides(tiny_vlm_dir(), tmp, args, {"PYTHONPATH": VLM_PYTHONPATH})
 
 
@@ -177,6 +178,60 @@ def test_reset_mm_cache_clears_the_mirror_as_vllm(sides: dict[str, Side]) -> Non
         # The first of the two carries every item's data, the second none.
         assert all(f.data is not None for f in ours[0].mm_features)
         assert all(f.data is None for f in ours[1].mm_features)
+
+
+# A request's template that reads each message's content as a string: vLLM's "string" content
+# format, where each media part stands as its placeholder text in its place
+# (--interleave-mm-strings; without it, in front of the message's text).
+STRING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+STRING_FORMAT = {
+    "interleaved": [
+        {
+            "role": "user",
+            "content": [
+                _text("a"),
+                _image(_png(40, 30, 500)),
+                _text("b"),
+                _video(4, 2.0, (32, 32)),
+            ],
+        },
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [_text(""), _image(_png(41, 30, 501)), _text("")]},
+    ],
+    "the marker typed in a text": [
+        {"role": "user", "content": [_text("see <##IMAGE##> here"), _image(_png(42, 30, 502))]}
+    ],
+    "a lone marker takes an item's place": [
+        {"role": "user", "content": [_text("<##IMAGE##>"), _image(_png(43, 30, 503))]}
+    ],
+    "a placeholder typed in a text": [
+        {
+            "role": "user",
+            "content": [
+                _text("x <|vision_start|><|image_pad|><|vision_end|>"),
+                _image(_png(44, 30, 504)),
+            ],
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(STRING_FORMAT))
+def test_string_format_requests_equal(sides: dict[str, Side], name: str) -> None:
+    messages = STRING_FORMAT[name]
+    responses = {
+        k: _post(side, messages, chat_template=STRING_TEMPLATE) for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    if responses["vllm"].status_code != 200:
+        assert responses["ours"].json() == responses["vllm"].json()
+        return
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
 
 
 @pytest.mark.parametrize("key", ["mm_processor_kwargs", "media_io_kwargs"])
@@ -356,6 +411,59 @@ def test_bad_images_through_the_agent_apis_answer_as_vllm(
         assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json()), api
     for side in sides.values():
         assert side.new_requests() == []
+
+
+TOKENIZE = {
+    "one image": {"messages": REQUESTS["one image"]},
+    "images and videos, token strings": {
+        "messages": REQUESTS["videos and images"],
+        "return_token_strs": True,
+    },
+    "special tokens, no generation prompt": {
+        "messages": REQUESTS["repeated image"],
+        "add_special_tokens": True,
+        "add_generation_prompt": False,
+    },
+    "longer than the context once expanded": {
+        "messages": [{"role": "user", "content": [_image(_png(64, 48, 1)), _text("hi " * 2100)]}]
+    },
+    "too many images": {"messages": BAD["too many images"]},
+    "not an image": {"messages": BAD["not an image"]},
+    "mm_processor_kwargs": {
+        "messages": REQUESTS["one image"],
+        "mm_processor_kwargs": {"max_pixels": 20000},
+    },
+    "media_io_kwargs without media": {
+        "messages": REQUESTS["string content"],
+        "media_io_kwargs": {"image": {"image_mode": "L"}},
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(TOKENIZE))
+def test_tokenize_with_media_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
+    # /tokenize expands each item's placeholder as generation does (vLLM's preprocess_chat).
+    responses = {
+        k: httpx.post(side.url + "/tokenize", json=TOKENIZE[name], timeout=120)
+        for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code
+    assert responses["ours"].json() == responses["vllm"].json()
+
+
+def test_tokenize_leaves_the_engine_cache_alone_as_vllm(sides: dict[str, Side]) -> None:
+    # vLLM's /tokenize sends nothing: a chat request after it carries the image's data.
+    messages = [{"role": "user", "content": [_image(_png(52, 44, 91)), _text("Now?")]}]
+    for side in sides.values():
+        response = httpx.post(side.url + "/tokenize", json={"messages": messages}, timeout=120)
+        assert response.status_code == 200, response.text
+        assert side.new_requests() == []
+    responses = {k: _post(side, messages) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    [vllm] = sides["vllm"].new_requests()
+    [ours] = sides["ours"].new_requests()
+    compare_requests(vllm, ours, _SENT)
+    assert all(feature.data is not None for feature in ours.mm_features)
 
 
 def test_output_budget_counts_the_placeholders(sides: dict[str, Side]) -> None:
@@ -964,6 +1072,26 @@ def test_uuid_only_parts_name_what_the_engine_holds_as_vllm(sides: dict[str, Sid
         assert side.new_requests() == []
 
 
+def test_a_null_image_pil_with_a_uuid_names_a_held_item_as_vllm(sides: dict[str, Side]) -> None:
+    # JSON has no PIL image: vLLM reads ``"image_pil": null`` as an image without data.
+    sent = [{"role": "user", "content": [_image(_png(61, 45, 901), uuid="pil-held")]}]
+    responses = {k: _post(side, sent) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 200
+    for uuid, status in (("pil-held", 200), ("pil-unknown", 400)):
+        part = {"type": "image_pil", "image_pil": None, "uuid": uuid}
+        messages = [{"role": "user", "content": [_text("Again?"), part]}]
+        responses = {k: _post(side, messages) for k, side in sides.items()}
+        assert responses["ours"].status_code == responses["vllm"].status_code == status
+        if status != 200:
+            assert responses["ours"].json() == responses["vllm"].json()
+    vllm = sides["vllm"].new_requests()
+    ours = sides["ours"].new_requests()
+    assert len(vllm) == len(ours) == 2
+    for theirs, mine in zip(vllm, ours, strict=True):
+        compare_requests(theirs, mine, _SENT)
+    assert [f.data for f in ours[1].mm_features] == [None]
+
+
 def test_messages_render_with_an_image_is_vllms(sides: dict[str, Side]) -> None:
     # /v1/messages/render: the Anthropic image block mapped onto an image_url part, rendered
     # as the chat render renders it (hashes, placeholders and, by default, the tensors).
@@ -1015,10 +1143,27 @@ RESPONSES_INPUTS: dict[str, list[Any]] = {
 }
 
 
+def _function_output(*parts: Any) -> list[Any]:
+    """A call and its ``function_call_output`` of ``parts`` (a tool message's parts in chat)."""
+    return [
+        {"role": "user", "content": "Look it up."},
+        {"type": "function_call", "call_id": "c1", "name": "find", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": list(parts)},
+    ]
+
+
+RESPONSES_INPUTS["a function's output with an image"] = _function_output(
+    {"type": "input_text", "text": "Found:"}, _input_image(_png(41, 33, 31), detail="low")
+)
+_FIND = [{"type": "function", "name": "find", "parameters": {"type": "object"}}]
+
+
 @pytest.mark.parametrize("name", list(RESPONSES_INPUTS))
 def test_responses_engine_requests_equal(sides: dict[str, Side], name: str) -> None:
     for _ in range(2):  # the second time, the engine holds the items
-        responses = {k: _responses(side, RESPONSES_INPUTS[name]) for k, side in sides.items()}
+        request_input = RESPONSES_INPUTS[name]
+        extra = {"tools": _FIND} if request_input[-1].get("type") == "function_call_output" else {}
+        responses = {k: _responses(side, request_input, **extra) for k, side in sides.items()}
         assert responses["ours"].status_code == responses["vllm"].status_code == 200
         [vllm] = sides["vllm"].new_requests()
         [ours] = sides["ours"].new_requests()
@@ -1049,6 +1194,11 @@ RESPONSES_BAD: dict[str, tuple[list[Any], dict[str, Any]]] = {
     "too many images": (
         [{"role": "user", "content": [_input_image(_png(8 + i, 8, i)) for i in range(4)]}],
         {},
+    ),
+    # vLLM defaults the detail of a message's input_image only: its chat parser refuses this
+    "a function's output image without detail": (
+        _function_output(_input_image(_png(42, 33, 32))),
+        {"tools": _FIND},
     ),
     "media_io_kwargs": (RESPONSES_INPUTS["image and text"], {"media_io_kwargs": {"image": {}}}),
     "mm_processor_kwargs": (

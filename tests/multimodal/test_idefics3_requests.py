@@ -25,13 +25,17 @@ from tests.support.tiny_idefics3 import tiny_idefics3_dir
 pytestmark = pytest.mark.engine
 
 LIMITS = '{"image": 4}'
+# The server's image loading options (vLLM's default mode: the same pixels); vLLM hashes a chat
+# request's images with them (and a uuid with them, in place of the uuid alone).
+MEDIA_IO_KWARGS = '{"image": {"image_mode": "RGB"}}'
 
 
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Side]]:
     """This module's recorded stack, its directory and model made now (started by the
     session's ``recorded_idefics3_qwen2_audio`` beside test_qwen2_audio_requests')."""
     tmp = tmp_path_factory.mktemp("records")
-    return recorded_sides(tiny_idefics3_dir(), tmp, ["--limit-mm-per-prompt", LIMITS])
+    args = ["--limit-mm-per-prompt", LIMITS, "--media-io-kwargs", MEDIA_IO_KWARGS]
+    return recorded_sides(tiny_idefics3_dir(), tmp, args)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ carries the text generation, the response role, the echoed text and the output p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -538,10 +538,13 @@ def generation_prompt(add_generation_prompt: Any, continue_final_message: Any) -
 
 
 def chat_tokenizer(
-    renderer: ChatRenderer | MistralChatRenderer, tokenizer: PromptTokenizer
-) -> Callable[[Any], list[int]]:
+    renderer: ChatRenderer | MistralChatRenderer,
+    tokenizer: PromptTokenizer,
+    media: MultimodalLlm | None = None,
+) -> Callable[[Any], list[int] | Awaitable[list[int]]]:
     """The ``/tokenize`` messages form: render with the request's template options, then
-    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``); a mistral_common
+    tokenize with its ``add_special_tokens`` (vLLM's ``preprocess_chat``), each media item's
+    placeholder expanded as for generation (``media``, a multimodal model's); a mistral_common
     renderer gives the ids itself."""
     if isinstance(renderer, MistralChatRenderer):
         mistral = renderer
@@ -558,7 +561,8 @@ def chat_tokenizer(
 
         return tokenize_mistral
 
-    def tokenize(req: Any) -> list[int]:
+    def tokenize(req: Any) -> list[int] | Awaitable[list[int]]:
+        parts = media.new_parts() if media is not None else None
         rendered = renderer.render(
             req.messages,
             tools=req.tools,
@@ -568,8 +572,12 @@ def chat_tokenizer(
             continue_final_message=req.continue_final_message,
             chat_template=req.chat_template,
             chat_template_kwargs=req.chat_template_kwargs,
+            media=parts,
         )
-        return tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
+        ids = tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
+        if media is None or parts is None or not parts.items:
+            return ids
+        return media.tokenize_prompt(ids, parts, req.mm_processor_kwargs or {})
 
     return tokenize
 

@@ -71,6 +71,20 @@ _MEDIA_PART_TYPES = frozenset(
         "file",
     }
 )
+# The keys vLLM's chat parser looks for, in its order, in a part without a ``type`` or with
+# a ``uuid``: the first one present is the part's type.
+_UNTYPED_PART_KEYS = (
+    "image_url",
+    "image_pil",
+    "image_embeds",
+    "audio_embeds",
+    "video_embeds",
+    "prompt_embeds",
+    "audio_url",
+    "input_audio",
+    "video_url",
+    "tool_reference",
+)
 _CLAUDE_BILLING_HEADER = "x-anthropic-billing-header"
 # Media part types that carry a URL, with the key holding it and their modality.
 _URL_PARTS = {
@@ -238,7 +252,7 @@ def _content(
     if role == "system":
         parts = _strip_billing_header(parts)
 
-    placeholders: list[str] = []
+    placeholders: list[tuple[str, str | None]] = []
     texts = [
         _parse_part(f"{where}.content.{i}", part, media, placeholders, content_format)
         for i, part in enumerate(parts)
@@ -246,8 +260,39 @@ def _content(
     kept = [p for p in texts if p is not None]
     if content_format == "openai":
         return kept
-    text = "\n".join(p["text"] if p["type"] == "text" else p["name"] for p in kept)
-    return _with_placeholders(text, placeholders) if placeholders else text
+    # vLLM's string format drops empty texts before joining (its parts are kept when truthy).
+    strings = [p["text"] if p["type"] == "text" else p["name"] for p in kept]
+    strings = [t for t in strings if t]
+    if media is not None and media.interleave:
+        strings = _interleaved(strings, placeholders)
+    text = "\n".join(strings)
+    stored = [p for _, p in placeholders if p]
+    return _with_placeholders(text, stored) if stored else text
+
+
+# The text a media part stands for in "string"-format content with --interleave-mm-strings,
+# replaced by the item's placeholder (vLLM's MODALITY_PLACEHOLDERS_MAP).
+_INTERLEAVE_MARKERS = {"image": "<##IMAGE##>", "audio": "<##AUDIO##>", "video": "<##VIDEO##>"}
+
+
+def _interleaved(texts: list[str], placeholders: list[tuple[str, str | None]]) -> list[str]:
+    # vLLM's _get_interleaved_text_prompt: each text that is a modality's marker (a media
+    # part's, or the same text typed in a part) takes the modality's next placeholder.
+    slots: dict[str, list[str]] = {}
+    for modality, placeholder in placeholders:
+        if placeholder:
+            slots.setdefault(_INTERLEAVE_MARKERS[modality], []).append(placeholder)
+    out = []
+    for text in texts:
+        if text in slots:
+            if not slots[text]:
+                raise ChatError(
+                    f"Found more '{text}' placeholders in input prompt than actual multimodal "
+                    "data items."
+                )
+            text = slots[text].pop(0)
+        out.append(text)
+    return out
 
 
 def _with_placeholders(text: str, placeholders: list[str]) -> str:
@@ -283,7 +328,7 @@ def _media_part(
     kind: str,
     part: dict[str, Any],
     media: MediaParts | None,
-    placeholders: list[str],
+    placeholders: list[tuple[str, str | None]],
     content_format: ContentFormat,
 ) -> dict[str, Any] | None:
     """A media part added to ``media``: its stand-in (an "openai"-format part, or None with its
@@ -316,6 +361,11 @@ def _media_part(
                 url = f"data:audio/{audio_format};base64,{data}"
         modality = "audio"
         placeholder = media.add(MediaPart(modality, url, uuid))
+    elif kind == "image_pil" and part.get("image_pil") is None:
+        # (JSON has no PIL image: ``null``, which vLLM reads as an image without data, as an
+        # image_url part without a URL; with a uuid, an item the engine's cache holds)
+        modality = "image"
+        placeholder = media.add(MediaPart(modality, None, uuid))
     elif kind not in _URL_PARTS:
         raise ChatError(f"Content part type {kind!r} is not supported by this frontend yet.")
     else:
@@ -329,9 +379,8 @@ def _media_part(
         # An empty URL names no media, as vLLM reads it (chat_utils: ``if image_url else None``).
         placeholder = media.add(MediaPart(modality, url or None, uuid))
     if content_format != "openai":
-        if placeholder is not None:
-            placeholders.append(placeholder)
-        return None
+        placeholders.append((modality, placeholder))
+        return {"type": "text", "text": _INTERLEAVE_MARKERS[modality]} if media.interleave else None
     out: dict[str, Any] = {"type": modality}
     out.update((k, v) for k, v in part.items() if k not in _KNOWN_PART_FIELDS)
     return out
@@ -341,7 +390,7 @@ def _parse_part(
     where: str,
     part: Any,
     media: MediaParts | None = None,
-    placeholders: list[str] | None = None,
+    placeholders: list[tuple[str, str | None]] | None = None,
     content_format: ContentFormat = "openai",
 ) -> dict[str, Any] | None:
     """One content part as an "openai"-format part (text, tool_reference or a media item's
@@ -352,12 +401,11 @@ def _parse_part(
     if not isinstance(part, dict):
         raise ChatError(f"{where} must be a string or an object.", param=where)
     kind = part.get("type")
-    if kind is None:
-        if any(key in part for key in _MEDIA_PART_TYPES):
-            kind = next(key for key in _MEDIA_PART_TYPES if key in part)
-        elif "tool_reference" in part:
-            kind = "tool_reference"
-        else:
+    if kind is None or part.get("uuid") is not None:
+        # vLLM's parser reads a part without a type, or with a uuid (whatever its type), by
+        # the first of these keys it holds.
+        kind = next((key for key in _UNTYPED_PART_KEYS if key in part), None)
+        if kind is None:
             raise ChatError("Missing 'type' field in multimodal part.", param="type")
     if not isinstance(kind, str):
         raise ChatError("Invalid 'type' field in multimodal part.", param="type")

@@ -344,7 +344,7 @@ def build_frontend_app(
     services = Services(
         engine=client,
         tokenizer=model.tokenizer,
-        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer),
+        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer, ctx.media),
         model_root=config.model,
         metrics_registry=registry,
         media_policy=media_policy(config),
@@ -524,7 +524,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
     services = Services(
         engine=no_engine,
         tokenizer=model.tokenizer,
-        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer),
+        chat_tokenizer=chat_tokenizer(model.mistral or model.renderer, model.tokenizer, ctx.media),
         model_root=config.model,
         media_policy=media_policy(config),
     )
@@ -612,6 +612,7 @@ def multimodal_facade(
         mm_device_do_normalize=config.mm_device_do_normalize,
         mm_processor_cache_gb=config.mm_processor_cache_gb,
         enable_mm_embeds=config.enable_mm_embeds,
+        interleave_mm_strings=config.interleave_mm_strings,
     )
     tokenizer = model.tokenizer
 

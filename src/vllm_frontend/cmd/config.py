@@ -203,6 +203,8 @@ class FrontendConfig(msgspec.Struct):
     mm_processor_cache_type: str = "lru"
     enable_mm_embeds: bool = False
     """``image_embeds`` / ``video_embeds`` / ``audio_embeds`` content parts are taken."""
+    interleave_mm_strings: bool = False
+    """"string"-format chat content keeps each media part's placeholder in its place."""
     lora_modules: list[LoraModule] = msgspec.field(default_factory=list)
     """``--lora-modules``: the LoRA adapters loaded on the engines at startup."""
     otlp_traces_endpoint: str | None = None

@@ -261,6 +261,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mm-processor-cache-type", default=None)
     p.add_argument("--mm-device-do-normalize", **{**opt_bool, "default": None})
     p.add_argument("--enable-mm-embeds", **opt_bool)
+    p.add_argument("--interleave-mm-strings", **opt_bool)
     p.add_argument(
         "--lora-modules",
         nargs="+",

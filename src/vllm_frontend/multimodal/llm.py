@@ -78,6 +78,8 @@ class MultimodalOptions(msgspec.Struct, kw_only=True):
     """The engine's multimodal cache size (GiB); 0 disables it (every item carries data)."""
     enable_mm_embeds: bool = False
     """``*_embeds`` content parts are taken (``--enable-mm-embeds``)."""
+    interleave_mm_strings: bool = False
+    """"string"-format content keeps each media part's placeholder in its place."""
 
 
 def load_family(
@@ -311,6 +313,7 @@ class MultimodalLlm:
             family.supported_limits,
             family.placeholders,
             embeds_enabled=self.options.enable_mm_embeds,
+            interleave=self.options.interleave_mm_strings,
         )
 
     def _unsupported_message(self) -> str:
@@ -358,13 +361,17 @@ class MultimodalLlm:
             truncate=truncate,
             truncation_side=request.truncation_side,
         )
+        # vLLM hashes a chat request's items with its media_io_kwargs over the server's
+        # (--media-io-kwargs): its chat params' merged ones.
+        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
+        io_kwargs = merge_media_io_kwargs(self.options.media_io_kwargs, given)
         if embeds_request:
             processed, hashes = await self._process_with_embeds(
-                family, items, loaded, processor_kwargs, media_io_kwargs
+                family, items, loaded, processor_kwargs, io_kwargs
             )
         else:
             processed, hashes = await self._process_or_hold(
-                family, items, loaded, processor_kwargs, media_io_kwargs, hold=not request.render
+                family, items, loaded, processor_kwargs, io_kwargs, hold=not request.render
             )
         ids, features = _expand(prepared.token_ids, family, items, processed, hashes)
         if truncate is not None and truncate < len(ids):
@@ -430,6 +437,32 @@ class MultimodalLlm:
         ids, features = _expand(token_ids, family, items, processed, hashes)
         cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
         return PreparedPrompt(ids, None, features, cache, _token_counts(features))
+
+    async def tokenize_prompt(
+        self, token_ids: list[int], parts: MediaParts, processor_kwargs: Mapping[str, Any]
+    ) -> list[int]:
+        """``/tokenize``'s ids of a rendered chat prompt's ``token_ids`` with ``parts``' items,
+        as vLLM's renderer makes them: every item loaded and processed, its placeholder token
+        expanded into its run; the engine's cache is neither read nor recorded (vLLM's
+        ``/tokenize`` sends nothing), and no length is checked."""
+        if not parts.items:
+            return token_ids
+        family = self.family
+        assert family is not None  # new_parts refused the parts otherwise
+        items = parts.items
+        _check_named(items)
+        loaded = await _all_or_none(self._load(part, None) for part in items)
+        if any(part.is_embeds for part in items):
+            check_not_mixed([(part.modality, part.is_embeds) for part in items])
+            self._check_references(items, loaded, {})
+            processed, hashes = await self._process_with_embeds(
+                family, items, loaded, processor_kwargs, None
+            )
+        else:
+            processed, hashes = await self._process_or_hold(
+                family, items, loaded, processor_kwargs, None, hold=False
+            )
+        return _expand(token_ids, family, items, processed, hashes)[0]
 
     def _sending_cache(
         self,

@@ -44,6 +44,7 @@ class MediaParts:
         "_supported",
         "by_modality",
         "embeds_enabled",
+        "interleave",
         "items",
     )
 
@@ -54,15 +55,20 @@ class MediaParts:
         placeholders: Mapping[str, str],
         refusal: str | None = None,
         embeds_enabled: bool = False,
+        interleave: bool = False,
     ) -> None:
         """``limits``: items allowed per prompt by modality (``--limit-mm-per-prompt`` within
         what the model supports; absent: none); ``supported``: the model's own limits (None:
         any number); ``placeholders``: the text a part stands for in "string"-format
         conversations; ``refusal``: the message every part is refused with (a model whose
-        family is not implemented); ``embeds_enabled``: ``--enable-mm-embeds``."""
+        family is not implemented); ``embeds_enabled``: ``--enable-mm-embeds``;
+        ``interleave``: ``--interleave-mm-strings``."""
         self._refusal = refusal
         self.embeds_enabled = embeds_enabled
         """``*_embeds`` parts are taken (``--enable-mm-embeds``)."""
+        self.interleave = interleave
+        """In "string"-format content, each part's placeholder goes where the part is
+        (``--interleave-mm-strings``), not in front of the message's text."""
         self._counts: dict[str, int] = {}
         self._limits = limits
         self._supported = supported

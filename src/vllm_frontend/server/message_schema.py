@@ -28,7 +28,7 @@ from .validation import (
 )
 from .validation import Literal as LiteralSpec
 
-__all__ = ["CHAT_MESSAGE", "tool_call_errors", "unread_parts_error"]
+__all__ = ["CHAT_MESSAGE", "converted_parts_error", "tool_call_errors", "unread_parts_error"]
 
 _TEXT_OR_PARTS = Union(Str(), Iterable())
 """``str | Iterable[part]`` (the union's tags, ``str`` and ``generator[...]``, are among the
@@ -297,6 +297,17 @@ def _parser_error(message: Any) -> str | None:
         return None
     for part in parts:
         if report := parser_error(part):
+            return report
+    return None
+
+
+def converted_parts_error(parts: list[Any]) -> str | None:
+    """pydantic's report of the first of ``parts`` vLLM's chat parser refuses, for parts of a
+    message vLLM made itself and another request model kept (a Responses
+    ``function_call_output``'s list ``output``: an ``input_image`` without ``detail``), or
+    None."""
+    for part in parts:
+        if report := parser_error(part, kept=False):
             return report
     return None
 

@@ -200,15 +200,15 @@ _PARSED = {
 it reads them without a ``uuid``; the other types it only casts."""
 
 
-def parser_error(part: Any) -> str | None:
+def parser_error(part: Any, *, kept: bool = True) -> str | None:
     """pydantic's report of ``part`` as vLLM's chat parser validates it (a typed image, audio
-    or video URL part, or a Responses ``input_image``, read without a ``uuid``), or None."""
+    or video URL part, or a Responses ``input_image``, read without a ``uuid``), or None;
+    ``kept``: the part as the chat request's part union hands it on (False: as given)."""
     if not isinstance(part, dict) or part.get("uuid") is not None:
         return None
     kind = part.get("type")
     spec = _PARSED.get(kind) if isinstance(kind, str) else None
     if spec is None:
         return None
-    kept = as_kept(part)
-    errors = spec.errors(kept, ())
+    errors = spec.errors(as_kept(part) if kept else part, ())
     return pydantic_report(spec.name, errors) if errors else None

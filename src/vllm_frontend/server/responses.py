@@ -47,6 +47,7 @@ from .generation import (
     sampling_request,
     trace_headers,
 )
+from .message_schema import converted_parts_error
 from .responses_calls import CallNames, custom_input, custom_input_prefix, custom_tool_call_item
 from .responses_harmony import HarmonyStream, HarmonyTurn
 from .responses_input import (
@@ -90,6 +91,18 @@ class InvalidRequest(errors.ApiError):
     def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
         super().__init__(message, param=param)
         self.status = status
+
+
+def _check_converted_parts(messages: list[dict[str, Any]]) -> None:
+    # vLLM's chat parser validates the typed parts of the messages the input became: those of
+    # a function_call_output's list output (a message item's were checked with the request),
+    # as the Responses request model kept them.
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") != "tool" or not isinstance(content, list):
+            continue
+        if (report := converted_parts_error(function_output_parts(content))) is not None:
+            raise errors.BadRequest(report)
 
 
 def _not_found(response_id: str) -> InvalidRequest:
@@ -197,6 +210,7 @@ class ResponsesHandler:
             previous["output"] if previous else None,
         )
         refuse_request_mm_kwargs(req)  # vLLM's preprocess_chat, after the input's conversion
+        _check_converted_parts(messages)
         chat_request = self._chat_request(request, req, response_id, messages)
         chat_request.text.request_id = _engine_request_id(response_id)
         constraint = chat_request.text.structured_outputs
@@ -232,6 +246,7 @@ class ResponsesHandler:
             return self._harmony_request(request, req, response_id, None)
         messages = input_messages(req.instructions, req.input, None, None)
         refuse_request_mm_kwargs(req)
+        _check_converted_parts(messages)
         return self._chat_request(request, req, response_id, messages)
 
     def _chat_request(

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from vllm_frontend.llm.ids import public_request_id
+from vllm_frontend.text.llm import refuse_request_mm_kwargs
 from vllm_frontend.text.prompts import encode_prompt
 
 from . import errors
@@ -61,6 +62,8 @@ def tokenize_handlers(settings: ServerSettings, services: Services) -> tuple[Han
                 raise errors.BadRequest(report)
             if calls_refused := tool_call_errors(req.messages):
                 raise errors.BadRequest(pydantic_report("ValidatorIterator", calls_refused))
+            # vLLM's preprocess_chat, before rendering
+            refuse_request_mm_kwargs(req.mm_processor_kwargs, req.media_io_kwargs)
             result = services.chat_tokenizer(req)
             ids = result if isinstance(result, list) else await result
         if (log := services.request_log) is not None:
