@@ -47,7 +47,7 @@ from vllm_frontend.text.tokenizer import Tokenizer
 __all__ = ["GenerateFailed", "TextGeneration", "TextLlm", "TextRequest", "TokenPrompt"]
 
 
-class TextRequest(msgspec.Struct, kw_only=True, gc=False):
+class TextRequest(msgspec.Struct, gc=False):
     """One generation request in text terms, as a route maps it (field names are vLLM's)."""
 
     request_id: str
