@@ -67,7 +67,7 @@ AnyOutputParser = (
 """One choice's output parser, whichever family reads it."""
 
 
-class ChatRequest(msgspec.Struct, kw_only=True, gc=False):
+class ChatRequest(msgspec.Struct, gc=False):
     """One chat request, as a route maps it (field names are vLLM's; values as decoded)."""
 
     messages: Any

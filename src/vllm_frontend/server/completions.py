@@ -568,29 +568,32 @@ class _StreamChunks:
 def text_request(req: Any, request: Request, request_id: str) -> TextRequest:
     """A decoded ``CompletionRequest`` in the text layer's terms (``request``: its HTTP
     request, for the data-parallel rank header)."""
+    # Positional, in field order: a call with more than 15 keywords goes through a keyword
+    # dict (CPython 3.11 compiles it to CALL_FUNCTION_EX), ~1 us more per request.
     return TextRequest(
-        request_id=request_id,
-        sampling=sampling_request(req, chat=False),
-        prompt=req.prompt,
-        max_tokens=req.max_tokens,
-        add_special_tokens=getattr(req, "add_special_tokens", True),
-        truncate_prompt_tokens=req.truncate_prompt_tokens,
-        truncation_side=req.truncation_side,
-        echo=bool(req.echo),
-        suffix=req.suffix,
-        prompt_embeds=req.prompt_embeds,
-        mm_processor_kwargs=getattr(req, "mm_processor_kwargs", None),
-        media_io_kwargs=getattr(req, "media_io_kwargs", None),
-        structured_outputs=req.structured_outputs,
-        response_format=req.response_format,
-        repetition_detection=req.repetition_detection,
-        use_beam_search=bool(req.use_beam_search),
-        length_penalty=req.length_penalty,
-        numbered=True,
-        priority=getattr(req, "priority", 0) or 0,
-        data_parallel_rank=data_parallel_rank(request),
-        cache_salt=getattr(req, "cache_salt", None),
-        model=req.model,
+        request_id,
+        sampling_request(req, chat=False),
+        req.prompt,
+        req.max_tokens,
+        "max_tokens",  # max_tokens_param
+        getattr(req, "add_special_tokens", True),
+        req.truncate_prompt_tokens,
+        req.truncation_side,
+        bool(req.echo),  # echo
+        req.suffix,
+        req.prompt_embeds,
+        getattr(req, "mm_processor_kwargs", None),
+        getattr(req, "media_io_kwargs", None),
+        req.structured_outputs,
+        req.response_format,
+        req.repetition_detection,
+        bool(req.use_beam_search),  # use_beam_search
+        req.length_penalty,
+        True,  # numbered
+        getattr(req, "priority", 0) or 0,  # priority
+        data_parallel_rank(request),
+        getattr(req, "cache_salt", None),
+        req.model,
         defer_engine_checks=bool(req.stream),
     )
 

@@ -177,34 +177,36 @@ def sampling_request(req: Any, *, chat: bool) -> SamplingRequest:
         extra_args["kv_transfer_params"] = req.kv_transfer_params
     if req.ec_transfer_params:
         extra_args["ec_transfer_params"] = req.ec_transfer_params
+    # Positional, in field order: a call with more than 15 keywords goes through a keyword
+    # dict (CPython 3.11 compiles it to CALL_FUNCTION_EX), ~1 us more per request.
     return SamplingRequest(
-        n=req.n,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        min_p=req.min_p,
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty,
-        seed=req.seed,
-        stop=req.stop,
-        stop_token_ids=req.stop_token_ids,
-        include_stop_str_in_output=req.include_stop_str_in_output,
-        ignore_eos=req.ignore_eos,
-        min_tokens=req.min_tokens,
-        logprobs=logprobs,
-        prompt_logprobs=prompt_logprobs,
-        logprob_token_ids=req.logprob_token_ids or None,
-        skip_special_tokens=req.skip_special_tokens,
-        spaces_between_special_tokens=req.spaces_between_special_tokens,
-        logit_bias=req.logit_bias,
-        allowed_token_ids=req.allowed_token_ids,
-        bad_words=req.bad_words,
-        extra_args=extra_args or None,
-        stream=bool(req.stream),
-        stream_interval=req.stream_interval,
-        watermarking=req.watermarking,
-        thinking_token_budget=req.thinking_token_budget,
+        req.n,
+        req.temperature,
+        req.top_p,
+        req.top_k,
+        req.min_p,
+        req.presence_penalty,
+        req.frequency_penalty,
+        req.repetition_penalty,
+        req.seed,
+        req.stop,
+        req.stop_token_ids,
+        req.include_stop_str_in_output,
+        req.ignore_eos,
+        req.min_tokens,
+        logprobs,
+        prompt_logprobs,
+        req.logprob_token_ids or None,  # logprob_token_ids
+        req.skip_special_tokens,
+        req.spaces_between_special_tokens,
+        req.logit_bias,
+        req.allowed_token_ids,
+        req.bad_words,
+        extra_args or None,  # extra_args
+        bool(req.stream),  # stream
+        req.stream_interval,
+        req.watermarking,
+        req.thinking_token_budget,
     )
 
 

@@ -120,7 +120,6 @@ class SequenceProcessor:
         tokenizer: Tokenizer,
         prompt_token_ids: Sequence[int],
         options: OutputOptions,
-        *,
         token_strings: TokenStrings | None = None,
         request_id: str = "",
         stream_interval: int = 1,
@@ -130,18 +129,19 @@ class SequenceProcessor:
         self._final_only = options.output_kind == _FINAL_ONLY
         self._delta = options.output_kind == _DELTA
         self._include_stop = options.include_stop_str_in_output
+        # (positional arguments: a class called with keywords gets them as a dict, ~0.3 us more)
         self._detok = IncrementalDetokenizer(
             tokenizer,
             prompt_token_ids,
-            skip_special_tokens=options.skip_special_tokens,
-            spaces_between_special_tokens=options.spaces_between_special_tokens,
-            request_id=request_id,
+            options.skip_special_tokens,
+            options.spaces_between_special_tokens,
+            request_id,
         )
         self._text = TextAccumulator(
             stops,
-            include_stop_str_in_output=options.include_stop_str_in_output,
-            min_tokens=options.min_tokens,
-            keep_released=not self._delta,
+            options.include_stop_str_in_output,
+            options.min_tokens,
+            not self._delta,  # keep_released
         )
         self._output_ids: list[int] = []
         """Output token ids so far, except those take_text took (only counted)."""

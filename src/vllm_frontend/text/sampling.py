@@ -89,7 +89,7 @@ _OPENAI_DEFAULTS: dict[str, float | int] = {
 }
 
 
-class SamplingRequest(msgspec.Struct, kw_only=True):
+class SamplingRequest(msgspec.Struct):
     """The sampling-related fields of a completions or chat request, already route-mapped.
 
     Routes map their own names onto these: chat `logprobs`+`top_logprobs` → `logprobs`

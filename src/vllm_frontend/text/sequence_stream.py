@@ -104,7 +104,6 @@ class SequenceStream:
     def __init__(
         self,
         text: TextContext,
-        *,
         request_id: str,
         prompt: PreparedPrompt,
         params: Any,
@@ -121,12 +120,7 @@ class SequenceStream:
         strings = text.strings() if wants_logprobs else None
         self._procs = [
             SequenceProcessor(
-                text.tokenizer,
-                prompt.token_ids,
-                params,
-                token_strings=strings,
-                request_id=request_id,
-                stream_interval=text.stream_interval,
+                text.tokenizer, prompt.token_ids, params, strings, request_id, text.stream_interval
             )
             for _ in range(n)
         ]

@@ -58,7 +58,6 @@ class TextAccumulator:
     def __init__(
         self,
         stop: Sequence[str] = (),
-        *,
         include_stop_str_in_output: bool = False,
         min_tokens: int = 0,
         keep_released: bool = False,
