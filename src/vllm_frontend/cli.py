@@ -92,8 +92,16 @@ def _server_imports() -> Iterator[None]:
             os.environ.pop(blas, None)
 
 
+def _exit_code(code: int) -> int:
+    from vllm_frontend.cmd.process import exit_code
+
+    return exit_code(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return the process exit code."""
+    """Run the CLI and return the process exit code (a server subcommand stopped while its
+    tokenizer's background load runs ends the process itself, see
+    :func:`vllm_frontend.cmd.process.exit_code`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, serve_parser = build_parser()
     if argv and argv[0] == "serve":
@@ -101,13 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from vllm_frontend.cmd.runner import run_serve
         from vllm_frontend.cmd.serve_args import parse_serve_args
 
-        return run_serve(parse_serve_args(serve_parser, argv[1:]))
+        return _exit_code(run_serve(parse_serve_args(serve_parser, argv[1:])))
     if argv and argv[0] == "render":
         with _server_imports():
             from vllm_frontend.cmd.render import run_render
         from vllm_frontend.cmd.serve_args import parse_serve_args
 
-        return run_render(parse_serve_args(serve_parser, argv[1:]))
+        return _exit_code(run_render(parse_serve_args(serve_parser, argv[1:])))
     if argv and argv[0] == "mock-engine":
         from vllm_frontend.mock.cli import main as mock_main
 
@@ -122,6 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _server_imports():
             from vllm_frontend.cmd.runner import run_frontend
 
-        return run_frontend(args)
+        return _exit_code(run_frontend(args))
     parser.print_help(sys.stderr)
     return 2

@@ -41,6 +41,9 @@ from tests.support.tiny_model import cache_root, tiny_model_dir
 
 # `vllm` console script of the interpreter running the tests (the project's venv).
 VLLM_CLI = pathlib.Path(sys.executable).with_name("vllm")
+# What start_vllm runs for `vllm ARGS`: the same CLI, its EngineCore processes forked rather than
+# spawned (one interpreter fewer importing torch and vLLM per engine start; see the module).
+VLLM_FORKING_CLI = (sys.executable, str(pathlib.Path(__file__).with_name("vllm_forking_cli.py")))
 
 # Flags every engine here needs (see issue 2): eager mode, a small context, and a memory share
 # that leaves room for several engines and the test processes on one NUMA node.
@@ -184,9 +187,11 @@ def start_vllm(
     """Start `vllm <args>` (or another `program`) in a new process group, logging to a file.
 
     The environment is engine_env(env); the log lands in log_dir() under `name`. A positive
-    `nice` lowers the CPU priority of the process and everything it starts.
+    `nice` lowers the CPU priority of the process and everything it starts. `vllm` itself runs
+    as tests/support/vllm_forking_cli.py (its EngineCore processes forked, not spawned).
     """
-    argv = [str(program), *args]
+    command = VLLM_FORKING_CLI if program == VLLM_CLI else (str(program),)
+    argv = [*command, *args]
     log_path = log_dir() / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     with log_path.open("wb") as log:
         log.write(("$ " + " ".join(argv) + "\n").encode())

@@ -40,13 +40,42 @@ from vllm_frontend.text.tokenizer_fastokens import (
     single_bpe_thread,
 )
 
-__all__ = ["PieceLookup", "Tokenizer", "TokenizerError", "release_enabled"]
+__all__ = [
+    "PieceLookup",
+    "Tokenizer",
+    "TokenizerError",
+    "leave_fast_encoder_loads",
+    "release_enabled",
+]
 
 _log = logging.getLogger(__name__)
 
-# The named special-token slots of transformers' tokenizers, in its order.
 _EXIT_WAIT_S = 10.0
-"""Seconds an exiting process waits for a running ``fastokens`` load to end."""
+"""Seconds an exiting process waits for its running ``fastokens`` loads to end."""
+
+_fast_loads: list[threading.Thread] = []  # the loads this process started (see start_fast_encoder)
+_wait_at_exit = True
+_exit_wait_registered = False
+
+
+def _join_fast_loads() -> None:
+    # (atexit) A process that exits while a load runs in native code can abort ("exception not
+    # rethrown") as the interpreter stops daemon threads: let the loads end first.
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for loader in _fast_loads if _wait_at_exit else ():
+        loader.join(max(0.0, deadline - time.monotonic()))
+
+
+def leave_fast_encoder_loads() -> bool:
+    """Stop this process's exit from waiting for its running ``fastokens`` loads; True when one
+    is still running, which the interpreter's finalisation must then not meet: the caller ends
+    the process with ``os._exit`` (see :func:`vllm_frontend.cmd.process.exit_code`)."""
+    global _wait_at_exit
+    _wait_at_exit = False
+    return any(loader.is_alive() for loader in _fast_loads)
+
+
+# The named special-token slots of transformers' tokenizers, in its order.
 
 _SPECIAL_SLOTS = (
     "bos_token",
@@ -392,10 +421,13 @@ class Tokenizer:
         ``start_fast_encoder=False``)."""
         loader, self._fast_loader = self._fast_loader, None
         if loader is not None:
+            global _exit_wait_registered
+            if not _exit_wait_registered:
+                atexit.register(_join_fast_loads)
+                _exit_wait_registered = True
+            _fast_loads[:] = [t for t in _fast_loads if t.is_alive()]
+            _fast_loads.append(loader)
             loader.start()
-            # A process that exits while the load runs in native code can abort ("exception
-            # not rethrown") as the interpreter stops daemon threads: let the load end first.
-            atexit.register(loader.join, _EXIT_WAIT_S)
 
     def wait_for_fast_encoder(self, timeout: float | None = None) -> bool:
         """Wait until the ``fastokens`` encoder (if asked for) has loaded or failed to; False
