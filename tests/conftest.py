@@ -15,6 +15,7 @@ import pytest
 from _pytest.mark.expression import Expression
 
 from tests.support.engines import HeadlessEngines, start_headless_engines, stop_all
+from tests.support.hf_tokenizer import copy_rust_tokenizers_cheaply
 from tests.support.module_caches import release_module_caches
 from tests.support.module_costs import load_costs, slowest_first
 from tests.support.shared_stacks import (
@@ -143,8 +144,10 @@ def _starts_engines(item: pytest.Item) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the shared-stack plugin."""
+    """Register the shared-stack plugin; deep copies of Rust tokenizers are
+    :func:`tests.support.hf_tokenizer.rust_copy` copies in the test processes."""
     config.pluginmanager.register(_SharedStacksPlugin(), "shared-stacks")
+    copy_rust_tokenizers_cheaply()
 
 
 @pytest.fixture(scope="session")

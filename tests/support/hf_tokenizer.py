@@ -45,6 +45,19 @@ def rust_copy(tokenizer: Any) -> Any:
     return out
 
 
+def copy_rust_tokenizers_cheaply() -> None:
+    """Make ``copy.deepcopy`` of a ``tokenizers.Tokenizer`` a :func:`rust_copy` in this (test)
+    process. transformers deep-copies the Rust tokenizer it has just loaded inside every
+    ``from_pretrained`` (``TokenizersBackend.__init__``, dropping the original) and in the
+    keyword arguments of every processor load (which carry the tokenizer): ~0.6 CPU-s each with
+    the tiny models' 128k pieces, for vLLM's tokenizer of each family, template and parser the
+    oracle modules load. A copy stays a copy (changing it changes neither the original nor
+    another copy); only the model, which neither library changes after the load, is shared."""
+    import tokenizers
+
+    copy._deepcopy_dispatch[tokenizers.Tokenizer] = lambda tokenizer, memo: rust_copy(tokenizer)  # type: ignore[attr-defined]
+
+
 def fresh_tokenizer(directory: pathlib.Path | None = None) -> Any:
     """A copy of ``AutoTokenizer.from_pretrained(directory)`` (the tiny Llama 3's by default)
     that the caller may change. A load parses the 128k-token tokenizer.json and then deep-copies

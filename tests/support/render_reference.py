@@ -11,13 +11,18 @@ test_tensor_embeds.py) spends most of each build on them:
   model's largest size and then clears the processor cache it filled, to time the first request
   better; three quarters of an app's build on two cores (93 s to 24 s for Qwen2.5-VL);
 - deep copies of the Rust tokenizer (:func:`share_rust_tokenizers`), in every reference process
-  that builds vLLM's processors for the tiny multimodal models.
+  that builds vLLM's processors for the tiny multimodal models;
+- loads of the same ``tokenizer.json`` (:func:`share_rust_tokenizers` too): vLLM's tokenizer,
+  its processor, the processor it loads again for the chat template, each parses the tiny
+  model's 128k-token file anew.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 def lean_render_apps() -> None:
@@ -42,12 +47,20 @@ def share_rust_tokenizers() -> None:
     A shared Rust tokenizer answers as a copy would: the references use one at a time, all the
     wrappers sharing one were loaded from the same files (the same added tokens), and every
     encoding call sets the truncation and padding it needs before it runs.
+
+    Loads of a ``tokenizer.json`` (``tokenizers.Tokenizer.from_file``) parse each file once (by
+    path, size and modification time) and hand out a :func:`tests.support.hf_tokenizer.rust_copy`
+    of it: a tokenizer that serializes and encodes as a fresh load does, whose changes (added
+    tokens, truncation, padding...) stay its own; only the model (vocabulary and merges) is
+    shared. Half of test_tensor_embeds' reference was these loads (four to five per render app).
     """
     import copy
 
     import tokenizers
 
     copy._deepcopy_dispatch[tokenizers.Tokenizer] = lambda tokenizer, memo: tokenizer  # type: ignore[attr-defined]
+    if not isinstance(vars(tokenizers.Tokenizer).get("from_file"), _LoadOnce):
+        tokenizers.Tokenizer.from_file = _LoadOnce(tokenizers.Tokenizer.from_file)  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -60,11 +73,36 @@ def rust_tokenizers_shared() -> Iterator[None]:
 
     dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
     before = dispatch.get(tokenizers.Tokenizer)
+    from_file = vars(tokenizers.Tokenizer)["from_file"]
     share_rust_tokenizers()
     try:
         yield
     finally:
+        tokenizers.Tokenizer.from_file = from_file  # type: ignore[method-assign]
         if before is None:
             del dispatch[tokenizers.Tokenizer]
         else:
             dispatch[tokenizers.Tokenizer] = before
+
+
+class _LoadOnce:
+    """``tokenizers.Tokenizer.from_file`` parsing each file once: later loads of an unchanged
+    file get a :func:`~tests.support.hf_tokenizer.rust_copy` of the first (never handed out)."""
+
+    def __init__(self, load: Callable[..., Any]) -> None:
+        self._load = load
+        self._loaded: dict[tuple[str, int, int], Any] = {}
+
+    def __get__(self, instance: object, owner: type | None = None) -> _LoadOnce:
+        return self  # reached as a static method of the class
+
+    def __call__(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        from tests.support.hf_tokenizer import rust_copy
+
+        if args or kwargs:
+            return self._load(path, *args, **kwargs)
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        if key not in self._loaded:
+            self._loaded[key] = self._load(path)
+        return rust_copy(self._loaded[key])
