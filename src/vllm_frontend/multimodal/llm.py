@@ -348,7 +348,12 @@ class MultimodalLlm:
         items = parts.items
         _check_named(items)
         await text.load_decoder(request)
-        loaded = await _all_or_none(self._load(part, media_io_kwargs) for part in items)
+        # The request's media_io_kwargs over the server's (--media-io-kwargs), merged once: the
+        # loads use them, and vLLM hashes a chat request's items with them (its chat params').
+        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
+        io_kwargs = merge_media_io_kwargs(self.options.media_io_kwargs, given)
+        load_kwargs = (io_kwargs or {}) if media_io_kwargs else None
+        loaded = await _all_or_none(self._load(part, load_kwargs) for part in items)
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
@@ -361,10 +366,6 @@ class MultimodalLlm:
             truncate=truncate,
             truncation_side=request.truncation_side,
         )
-        # vLLM hashes a chat request's items with its media_io_kwargs over the server's
-        # (--media-io-kwargs): its chat params' merged ones.
-        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
-        io_kwargs = merge_media_io_kwargs(self.options.media_io_kwargs, given)
         if embeds_request:
             processed, hashes = await self._process_with_embeds(
                 family, items, loaded, processor_kwargs, io_kwargs
@@ -683,8 +684,10 @@ class MultimodalLlm:
         return held
 
     async def _load(
-        self, part: MediaPart, request_kwargs: Mapping[str, Any] | None
+        self, part: MediaPart, io_kwargs: Mapping[str, Any] | None
     ) -> ImageItem | VideoItem | np.ndarray | dict[str, Any] | None:
+        # io_kwargs: a request's media_io_kwargs merged over the server's, or None (none given:
+        # the loader's own, the server's)
         if part.is_embeds:
             return await self._load_embeds(part)
         if part.url is None and part.uuid is not None:
@@ -704,20 +707,16 @@ class MultimodalLlm:
             raise MediaError.bad_request(
                 "A media part without data (a uuid alone) is not supported by this frontend yet"
             )
-        merged = None
-        if request_kwargs:
-            given = {k: v for k, v in request_kwargs.items() if isinstance(v, Mapping)}
-            merged = merge_media_io_kwargs(self.options.media_io_kwargs, given) or {}
         if part.modality == "audio":
             resampled = getattr(self.family, "resampled", None)
             if resampled is None:
                 raise MediaError.bad_request("audio inputs are not supported for this model")
-            clip = await self.loader.load_audio(part.url, merged)
+            clip = await self.loader.load_audio(part.url, io_kwargs)
             return await asyncio.get_running_loop().run_in_executor(_media_pool(), resampled, clip)
         if part.modality == "video":
             name = getattr(self.family, "video_processor_name", None)
-            return await self.loader.load_video_item(part.url, merged, video_processor=name)
-        return await self.loader.load_image_item(part.url, merged)
+            return await self.loader.load_video_item(part.url, io_kwargs, video_processor=name)
+        return await self.loader.load_image_item(part.url, io_kwargs)
 
     async def _load_embeds(self, part: MediaPart) -> dict[str, Any]:
         """An embeddings part's tensors by key (a bare payload under ``<modality>_embeds``),
