@@ -63,12 +63,6 @@ def fresh_tokenizer(directory: pathlib.Path | None = None) -> Any:
     that the caller may change. A load parses the 128k-token tokenizer.json and then deep-copies
     what it parsed: twice a copy's cost, seconds a load on the loaded 2-core machine, and the
     chat oracle modules load one per tool or reasoning family. The copy's Rust tokenizer is a
-    :func:`rust_copy` (the rest of the wrapper a deep copy)."""
-    import tokenizers
-
-    loaded = _loaded(str(directory or tiny_model_dir()))
-    memo: dict[int, Any] = {}
-    for value in vars(loaded).values():
-        if isinstance(value, tokenizers.Tokenizer):
-            memo[id(value)] = rust_copy(value)
-    return copy.deepcopy(loaded, memo)
+    :func:`rust_copy` in the test processes (:func:`copy_rust_tokenizers_cheaply`, installed by
+    tests/conftest.py), the rest of the wrapper a deep copy."""
+    return copy.deepcopy(_loaded(str(directory or tiny_model_dir())))
