@@ -7,7 +7,9 @@ serve` streaming completions (32-token random prompts, 256 output tokens, concur
 requests) while a side client sends, one after another with 50 ms pauses, completions of one
 token for a prompt of ``--chars`` characters of plain words (~6k tokens at the default). Printed
 per run: the streams' inter-token latency (mean, p99) and TTFT (mean, p99), and the long
-requests' count and mean latency; ``--no-long`` runs the streams alone, for the baseline.
+requests' count and mean and median latency; ``--no-long`` runs the streams alone, for the
+baseline. Ours loads fastokens in the background once serving (vllm-rs before it answers /health):
+the run starts when it has, so that the long requests are timed on the encoder each one serves with.
 Compare code versions by putting another checkout's ``src`` on PYTHONPATH (ours only).
 """
 
@@ -17,13 +19,14 @@ import argparse
 import json
 import pathlib
 import random
+import statistics
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
 
-from frontends import served, tiny_model, vllm_rs_binary
+from frontends import await_fastokens, served, tiny_model, vllm_rs_binary
 
 _WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "then"]
 
@@ -45,7 +48,9 @@ def _side_load(port: int, model: str, prompt: str, stop: threading.Event) -> lis
 
 def run_once(name: str, model: pathlib.Path, prompt: str | None) -> dict[str, float]:
     """One run of ``name``: the streams' latencies and the long requests' (if any)."""
-    with served(name, model) as (_fe, _mock, port, _startup):
+    with served(name, model) as (fe, _mock, port, _startup):
+        if name.startswith("ours"):
+            await_fastokens(fe.log)
         stop = threading.Event()
         latencies: list[float] = []
         side = None
@@ -73,6 +78,7 @@ def run_once(name: str, model: pathlib.Path, prompt: str | None) -> dict[str, fl
                                           "p99_ttft_ms")}  # fmt: skip
     row["long_requests"] = float(len(latencies))
     row["long_latency_mean_ms"] = 1000 * sum(latencies) / len(latencies) if latencies else 0.0
+    row["long_latency_p50_ms"] = 1000 * statistics.median(latencies) if latencies else 0.0
     return row
 
 

@@ -15,9 +15,10 @@ to /health 200 is the frontend's own. Streaming load comes from `vllm-rs bench s
 client inside the vllm-rs binary); non-streaming completions and chat come from `wrk` (that
 client only streams). The 1 ms workloads are issue 19's: short requests (32-token prompts, 4
 output tokens, concurrency 32; streaming and not, completions and chat) and 2k/16k/64k-token
-prompts, served with a long-context variant of the tiny model; ours with two API-server
-processes (ours-x2) runs them too. Per frontend and workload the run records output tokens/s,
-requests/s, TTFT and inter-token latency, the frontend's CPU time per output token and per
+prompts, served with a long-context variant of the tiny model, and 16k-token prompts that the
+tiny model's 8192-token context refuses (each tokenized, then answered 400); ours with two
+API-server processes (ours-x2) runs them too. Per frontend and workload the run records output
+tokens/s, requests/s, TTFT and inter-token latency, the frontend's CPU time per output token and per
 request (utime+stime of the frontend and its non-engine children from /proc over the run, minus
 its idle rate over the client's own set-up time), peak RSS (sampled every 0.1 s), startup time,
 the load client's and the engine's CPU time, and the machine's load average. A markdown table
@@ -49,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -85,7 +87,7 @@ PROMPT_LEN = 32
 class Workload:
     """One load shape: streaming completions/chat (vllm-rs bench) or non-streaming ones (wrk)."""
 
-    kind: str  # "cmpl-stream" | "chat-stream" | "cmpl-short" | "chat-short"
+    kind: str  # "cmpl-stream" | "chat-stream" | "cmpl-short" | "chat-short" | "*-refuse"
     concurrency: int
     output_len: int
     step_ms: float
@@ -111,6 +113,11 @@ class Workload:
         return self.kind.endswith("-stream")
 
     @property
+    def refused(self) -> bool:
+        """Every request is over-long and must get the frontend's 400 (wrk, non-streaming)."""
+        return self.kind.endswith("-refuse")
+
+    @property
     def chat(self) -> bool:
         """/v1/chat/completions (else /v1/completions)."""
         return self.kind.startswith("chat-")
@@ -133,6 +140,10 @@ def per_request_workloads(quick: bool) -> list[Workload]:
         for api in ("cmpl", "chat"):
             out.append(Workload(f"{api}-stream", conc, 8, 1.0, num_prompts=n, input_len=input_len,
                                 tag=tag, long_model=True, scale=True))  # fmt: skip
+    # A 16k-token prompt against the tiny model's 8192-token context: tokenized, then refused.
+    for api in ("cmpl", "chat"):
+        out.append(Workload(f"{api}-refuse", 8, 4, 1.0, duration_s=2.0 if quick else 6.0,
+                            input_len=16000, tag="i16k", scale=True))  # fmt: skip
     return out
 
 
@@ -277,6 +288,17 @@ def _post(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"raw": data.decode(errors="replace")}
     out: dict[str, Any] = json.loads(data)
     return out
+
+
+def _refusal(port: int, path: str, body: dict[str, Any]) -> str:
+    """The error message of ``body``'s answer, which must be a 400."""
+    try:
+        _post(port, path, body)
+    except urllib.error.HTTPError as e:
+        if e.code == 400:
+            return str(json.loads(e.read())["error"]["message"])[:200]
+        raise
+    raise RuntimeError(f"{path}: an over-long prompt was served, not refused")
 
 
 def warm_up(port: int, model: str) -> None:
@@ -466,8 +488,11 @@ def run_workload(
             )
             for p in _prompts(model, 64, length=w.input_len)
         ]
-        check = _post(launch.port, path, json.loads(bodies[0]))
-        row["checked_completion_tokens"] = check["usage"]["completion_tokens"]
+        if w.refused:
+            row["checked_refusal"] = _refusal(launch.port, path, json.loads(bodies[0]))
+        else:
+            check = _post(launch.port, path, json.loads(bodies[0]))
+            row["checked_completion_tokens"] = check["usage"]["completion_tokens"]
         lua = work / f"{tag}.lua"
         lua.write_text(_WRK_LUA % (",".join(f"[==[{b}]==]" for b in bodies), path))
         argv = [
@@ -515,6 +540,11 @@ def run_workload(
         errors = sum(v for k, v in s.items() if k.startswith("err_"))
         completed = s["requests"] - errors
         out_tokens = completed * w.output_len
+        if w.refused:  # wrk counts every status >= 400 as an error: here each one is the answer
+            errors -= s["err_status"]
+            completed = s["requests"] - errors
+            out_tokens = 0
+            row["not_refused"] = s["requests"] - s["err_status"]
         row.update(
             completed=completed,
             failed=errors,
@@ -743,7 +773,7 @@ def interleaved_table(rows: Sequence[dict[str, Any]], frontends: Sequence[str], 
     values (median), then for every pair of frontends the median of the per-round ratios."""
     by: dict[str, dict[str, dict[int, float]]] = {}
     for r in rows:
-        if "error" not in r and "skipped" not in r:
+        if "error" not in r and "skipped" not in r and key in r:
             by.setdefault(r["workload"], {}).setdefault(r["frontend"], {})[r["round"]] = r[key]
     pairs = [(a, b) for i, a in enumerate(frontends) for b in frontends[i + 1 :]]
     head = ["workload", *frontends, *(f"{a} ÷ {b}" for a, b in pairs)]
@@ -751,7 +781,7 @@ def interleaved_table(rows: Sequence[dict[str, Any]], frontends: Sequence[str], 
         "| " + " | ".join(head) + " |",
         "|---" * len(frontends) + "|---" + "|---:" * len(pairs) + "|",
     ]
-    fmt = ".0f"
+    fmt = ".1f" if key.endswith("_ms") else ".0f"
     for name, runs in by.items():
         cells = [name]
         for f in frontends:
@@ -887,10 +917,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for w in workloads
     ]
-    if args.interleave and (
-        args.real_engine or len({(w.step_ms, w.long_model) for w in workloads}) > 1
-    ):
-        p.error("--interleave: mock-engine workloads of one step period and model only")
+    if args.interleave and args.real_engine:
+        p.error("--interleave: mock-engine workloads only")
     frontends = [x.strip() for x in args.frontends.split(",") if x.strip()]
     # ours-xN: on every workload with an explicit --api-server-count N > 1; by default ours-x2 on
     # the workloads marked `scale` (not with --quick, to keep the smoke run short).
@@ -956,18 +984,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups: dict[tuple[float, bool], list[Workload]] = {}
     for w in workloads:
         groups.setdefault((w.step_ms, w.long_model), []).append(w)
-    if args.interleave:
-        long = workloads[0].long_model
-        rows += run_interleaved(
-            frontends,
-            workloads,
-            args.interleave,
-            model_long if long else model,
-            work,
-            LONG_MAX_MODEL_LEN if long else None,
-            idle_seconds,
-            args.py_spy,
-        )
+    if args.interleave:  # one interleaved run per group (all of its frontends served at once)
+        for (_, long), group in groups.items():
+            rows += run_interleaved(
+                frontends,
+                group,
+                args.interleave,
+                model_long if long else model,
+                work,
+                LONG_MAX_MODEL_LEN if long else None,
+                idle_seconds,
+                args.py_spy,
+            )
         groups = {}
     for (step, long), all_of_group in groups.items():
         served = model_long if long else model
@@ -1022,11 +1050,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, what in (("frontend_cpu_us_per_request", "CPU µs per request"),
                           ("requests_s", "requests/s"),
                           ("frontend_main_thread_us_per_request",
-                           "main-thread CPU µs per request (ours: the event loop)")):  # fmt: skip
+                           "main-thread CPU µs per request (ours: the event loop)"),
+                          ("latency_p50_ms", "latency p50 ms (non-streaming)"),
+                          ("ttft_p50_ms", "TTFT p50 ms (streaming)")):  # fmt: skip
             # (the main thread's share is ours' event loop; the others' is not comparable)
             names = [f for f in frontends if f.startswith("ours")] if "main" in key else frontends
-            print(f"{what}, rounds (median), and the median of the per-round ratios:\n")
-            print(interleaved_table(rows, names, key) + "\n")
+            if any(key in r for r in rows):
+                print(f"{what}, rounds (median), and the median of the per-round ratios:\n")
+                print(interleaved_table(rows, names, key) + "\n")
         starts = {r["frontend"]: r["startup_s"] for r in rows if "startup_s" in r}
         print("Startup to /health (one start each, all at once): "
               + ", ".join(f"{f} {starts[f]:.2f} s" for f in frontends if f in starts))  # fmt: skip
