@@ -107,3 +107,18 @@ def test_quick_run_carries_issue_19s_short_and_long_prompt_rows(
         assert "error" not in run, run
         assert run["checked_completion_tokens"] == 4
         assert run["failed"] == 0 and run["completed"] > 0
+
+
+def test_quick_run_carries_the_over_long_prompts_refusal_rows(quick_report: dict[str, Any]) -> None:
+    runs = {r["workload"]: r for r in quick_report["runs"]}
+    for name in ("cmpl-refuse-i16k-c8-1ms", "chat-refuse-i16k-c8-1ms"):
+        run = runs[name]
+        if shutil.which("wrk") is None:
+            assert "wrk" in run["skipped"]
+            continue
+        assert "error" not in run, run
+        assert "maximum context length is 8192 tokens" in run["checked_refusal"]
+        # every answer was the 400: none served, none failed otherwise
+        assert run["not_refused"] == 0 and run["failed"] == 0 and run["completed"] > 0, run
+        assert run["output_tokens"] == 0 and run["input_len"] == 16000
+        assert isinstance(run["latency_p50_ms"], float)
