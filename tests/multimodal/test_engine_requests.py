@@ -306,6 +306,75 @@ BAD = {
 }  # fmt: skip
 
 
+def _junk_image() -> dict[str, Any]:
+    return _image("data:image/png;base64," + base64.b64encode(b"not an image").decode())
+
+
+def _junk_video() -> dict[str, Any]:
+    url = "data:video/mp4;base64," + base64.b64encode(b"not a video").decode()
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def _slowly_failing_png() -> dict[str, Any]:
+    # A large PNG cut in half: it fails only once half of it is decoded (tens of ms).
+    data = base64.b64decode(_png(1600, 1200, 23).split(",", 1)[1])
+    return _image("data:image/png;base64," + base64.b64encode(data[: len(data) // 2]).decode())
+
+
+# Several parts that cannot be loaded, or one beside a part that names nothing: vLLM loads every
+# item, then raises the error of the first failed one in its tracker's order (items grouped by
+# modality, groups in the order of their first item), whichever failed first; only then does it
+# refuse a part with neither data nor uuid.
+BAD_LOADS = {
+    "a slowly failing image, then one failing at once": [
+        {"role": "user", "content": [_slowly_failing_png(), _junk_image()]}
+    ],
+    "an image, a bad video, a bad image": [
+        {"role": "user", "content": [_image(_png(30, 20, 24)), _junk_video(), _junk_image()]}
+    ],
+    "an empty url, then a bad image": [
+        {"role": "user", "content": [_image(""), _text("and"), _junk_image()]}
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_LOADS))
+def test_the_first_failed_load_in_vllms_order_is_the_answer(
+    sides: dict[str, Side], name: str
+) -> None:
+    responses = {k: _post(side, BAD_LOADS[name]) for k, side in sides.items()}
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    assert responses["ours"].json() == responses["vllm"].json()
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
+RAISING_TEMPLATE = "{{ raise_exception('no template for you') }}"
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("image", ["bad", "good"])
+def test_media_is_loaded_before_the_template_fails_as_vllm(
+    sides: dict[str, Side], route: str, image: str
+) -> None:
+    # vLLM loads a chat request's media before it applies the chat template: a part that
+    # cannot be loaded is the answer, not the template's error (the answer when all load).
+    part = _junk_image() if image == "bad" else _image(_png(30, 20, 25))
+    body = {
+        "messages": [{"role": "user", "content": [part, _text("Hi")]}],
+        "chat_template": RAISING_TEMPLATE,
+    }
+    responses = {
+        k: httpx.post(side.url + route, json=body, timeout=120) for k, side in sides.items()
+    }
+    assert responses["ours"].status_code == responses["vllm"].status_code == 400
+    assert responses["ours"].json() == responses["vllm"].json()
+    message = responses["vllm"].json()["error"]["message"]
+    assert message.startswith("Failed to load image") == (image == "bad"), message
+    for side in sides.values():
+        assert side.new_requests() == []
+
+
 @pytest.mark.parametrize("name", list(BAD))
 def test_bad_input_answers_as_vllm(sides: dict[str, Side], name: str) -> None:
     responses = {k: _post(side, BAD[name]) for k, side in sides.items()}

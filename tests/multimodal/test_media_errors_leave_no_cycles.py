@@ -83,6 +83,9 @@ def _cases(media: MediaServer) -> dict[str, tuple[list[Any], int]]:
             [_image(data_url(_PNG)), _image(_junk_png_url())],
             400,
         ),
+        # the second fails first; the first one's error is the answer (vLLM's order)
+        "two bad images": ([_image(data_url(truncated)), _image(_junk_png_url())], 400),
+        "an empty url and a bad image": ([_image(""), _image(_junk_png_url())], 400),
     }
 
 
@@ -94,7 +97,7 @@ CASES = [
     "an image", "not an image", "truncated png", "bad base64", "decompression bomb",
     "too many images", "404", "not an image over http", "endless body",
     "4000x1 (the processor refuses it)", "not a video", "audio to an image-only model",
-    "a good image and a bad one",
+    "a good image and a bad one", "two bad images", "an empty url and a bad image",
 ]  # fmt: skip
 
 

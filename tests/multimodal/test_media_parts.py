@@ -6,7 +6,9 @@ documented behaviour (see ``chat_utils._get_full_multimodal_text_prompt`` and
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,7 +19,13 @@ from vllm_frontend.chat.messages import normalize_messages
 from vllm_frontend.engine.protocol import MultiModalFieldElem
 from vllm_frontend.multimodal.family import ProcessedItem
 from vllm_frontend.multimodal.idefics3 import Idefics3Family
-from vllm_frontend.multimodal.llm import MultimodalOptions, _expand, load_family
+from vllm_frontend.multimodal.llm import (
+    MultimodalOptions,
+    _all_or_none,
+    _expand,
+    _resolve_order,
+    load_family,
+)
 from vllm_frontend.multimodal.parts import MediaPart, MediaParts
 from vllm_frontend.text.errors import InvalidInput
 
@@ -188,6 +196,51 @@ def test_expansion_with_a_replacement_marks_the_embedding_positions() -> None:
     assert position.is_embed.dtype == "bool"
     assert position.is_embed.numpy().tolist() == is_embed.tolist()
     assert feature.data is None  # no fields: the engine holds the item
+
+
+def test_loads_resolve_in_vllms_tracker_order() -> None:
+    # vLLM's AsyncMultiModalItemTracker keeps items by modality (a modality's embeddings under
+    # their own key), the groups in the order of their first item, and resolves them so.
+    parts = [
+        MediaPart("image", "a"),
+        MediaPart("video", "b"),
+        MediaPart("image", "c"),
+        MediaPart("image", None, embeds="AAAA", is_embeds=True),
+        MediaPart("video", "d"),
+        MediaPart("image", "e"),
+    ]
+    assert _resolve_order(parts) == [0, 2, 5, 1, 4, 3]
+
+
+def test_the_first_failed_load_in_order_is_raised_and_later_loads_are_cancelled() -> None:
+    # vLLM gathers every load, then raises the first error in order, whichever failed first.
+    # Ours raises the same one without waiting for the loads after it: they are cancelled.
+    cancelled: list[str] = []
+
+    async def load(name: str, delay: float, fail: bool) -> str:
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+        if fail:
+            raise ValueError(name)
+        return name
+
+    async def run(specs: list[tuple[str, float, bool]], order: list[int]) -> list[str]:
+        return await _all_or_none([load(*spec) for spec in specs], order)
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"^slow$"):
+        asyncio.run(run([("slow", 0.2, True), ("fast", 0.0, True), ("long", 30, False)], [0, 1, 2]))
+    assert cancelled == ["long"]
+    assert time.monotonic() - started < 5
+    cancelled.clear()
+    # In another order, the fast failure comes first: the slow load is not waited for.
+    with pytest.raises(ValueError, match=r"^fast$"):
+        asyncio.run(run([("slow", 30, True), ("fast", 0.0, True)], [1, 0]))
+    assert cancelled == ["slow"]
+    assert asyncio.run(run([("a", 0.01, False), ("b", 0.0, False)], [1, 0])) == ["a", "b"]
 
 
 def test_idefics3_is_served_and_unimplemented_families_are_not(tmp_path: Any) -> None:

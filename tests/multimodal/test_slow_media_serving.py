@@ -133,12 +133,13 @@ def test_a_request_abandoned_during_its_fetch_never_reaches_the_engine(
 def test_a_failed_image_stops_the_requests_other_fetches(
     served: tuple[MockServe, pathlib.Path], media: MediaServer
 ) -> None:
-    # One image cannot be decoded while another is still arriving: the answer is the first
-    # one's 400, at once, and the other fetch is dropped rather than read on for nobody.
+    # One image cannot be decoded while a later one is still arriving: the answer is the
+    # first one's 400, at once, and the other fetch is dropped rather than read on for nobody.
+    # (A load before the failed one is waited for: vLLM answers the first failure in order.)
     media.sent_dripping = 0
     slow = media.url("drip/big.png?delay=0.1&pieces=40")  # 4 s to arrive
     started = time.monotonic()
-    response = _chat(serve := served[0], slow, "data:image/png;base64,aGVsbG8=")
+    response = _chat(serve := served[0], "data:image/png;base64,aGVsbG8=", slow)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["message"].startswith("Failed to load image")
     assert time.monotonic() - started < 3  # before the slow image's 4 s

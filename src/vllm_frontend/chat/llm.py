@@ -13,7 +13,7 @@ carries the text generation, the response role, the echoed text and the output p
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import msgspec
 
@@ -159,31 +159,12 @@ class ChatLlm:
         )
         media = self.media
         parts = media.new_parts() if media is not None else None
-        if self.harmony is not None:
-            self._wrap_harmony_constraint(request)
-            if request.harmony_messages is not None:
-                rendered: Any = self.harmony.render_messages(request.harmony_messages)
-            else:
-                rendered = self.harmony.render(
-                    plain(request.messages),
-                    tools=plain(request.tools),
-                    tool_choice=plain(request.tool_choice),
-                    reasoning_effort=request.reasoning_effort,
-                )
-        elif self.mistral is not None:
-            rendered = self.mistral.render(
-                plain(request.messages),
-                tools=plain(request.tools),
-                tool_choice=plain(request.tool_choice),
-                add_generation_prompt=request.add_generation_prompt,
-                continue_final_message=bool(request.continue_final_message),
-                chat_template=request.chat_template,
-                chat_template_kwargs=plain(request.chat_template_kwargs),
-                reasoning_effort=request.reasoning_effort,
-                media=parts,
-            )
-        else:
-            rendered = self._render(request, parts)
+        try:
+            rendered = self._render_any(request, parts)
+        except Exception as exc:
+            if media is not None and parts is not None and parts.complete and parts.items:
+                await _media_errors_first(media, parts, plain(request.media_io_kwargs), exc)
+            raise
         parsers = self._parsers
         if parsers is not None:
             parsers.check_adjusted(self._options(request))  # the parsers' adjust_request
@@ -283,6 +264,33 @@ class ChatLlm:
             "structural_tag": tag,
         }
         request.text.response_format = None
+
+    def _render_any(self, request: ChatRequest, parts: MediaParts | None) -> Any:
+        # The request's prompt by its renderer (Harmony, mistral_common or a chat template);
+        # media parts go to ``parts``.
+        if self.harmony is not None:
+            self._wrap_harmony_constraint(request)
+            if request.harmony_messages is not None:
+                return self.harmony.render_messages(request.harmony_messages)
+            return self.harmony.render(
+                plain(request.messages),
+                tools=plain(request.tools),
+                tool_choice=plain(request.tool_choice),
+                reasoning_effort=request.reasoning_effort,
+            )
+        if self.mistral is not None:
+            return self.mistral.render(
+                plain(request.messages),
+                tools=plain(request.tools),
+                tool_choice=plain(request.tool_choice),
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=bool(request.continue_final_message),
+                chat_template=request.chat_template,
+                chat_template_kwargs=plain(request.chat_template_kwargs),
+                reasoning_effort=request.reasoning_effort,
+                media=parts,
+            )
+        return self._render(request, parts)
 
     def _render(self, request: ChatRequest, media: MediaParts | None = None) -> Any:
         renderer = self.renderer
@@ -563,23 +571,41 @@ def chat_tokenizer(
 
     def tokenize(req: Any) -> list[int] | Awaitable[list[int]]:
         parts = media.new_parts() if media is not None else None
-        rendered = renderer.render(
-            req.messages,
-            tools=req.tools,
-            add_generation_prompt=generation_prompt(
-                req.add_generation_prompt, req.continue_final_message
-            ),
-            continue_final_message=req.continue_final_message,
-            chat_template=req.chat_template,
-            chat_template_kwargs=req.chat_template_kwargs,
-            media=parts,
-        )
+        try:
+            rendered = renderer.render(
+                req.messages,
+                tools=req.tools,
+                add_generation_prompt=generation_prompt(
+                    req.add_generation_prompt, req.continue_final_message
+                ),
+                continue_final_message=req.continue_final_message,
+                chat_template=req.chat_template,
+                chat_template_kwargs=req.chat_template_kwargs,
+                media=parts,
+            )
+        except Exception as exc:
+            if media is None or parts is None or not parts.complete or not parts.items:
+                raise
+            return _media_errors_first(media, parts, None, exc)
         ids = tokenizer.encode(rendered.prompt, add_special_tokens=req.add_special_tokens)
         if media is None or parts is None or not parts.items:
             return ids
         return media.tokenize_prompt(ids, parts, req.mm_processor_kwargs or {})
 
     return tokenize
+
+
+async def _media_errors_first(
+    media: MultimodalLlm, parts: MediaParts, media_io_kwargs: Any, error: Exception
+) -> NoReturn:
+    """Raise what vLLM answers a chat request whose render failed (``error``) once its media
+    parts were all collected: vLLM loads the media before it applies the chat template, so a
+    part that cannot be loaded is its answer; ``error`` when every part loads."""
+    try:
+        await media.check_loads(parts, media_io_kwargs)
+        raise error
+    finally:
+        del error  # (the error's traceback keeps this frame: no cycle through it)
 
 
 def _echo_text(request: ChatRequest, conversation: Sequence[Any], role: str) -> str | None:

@@ -112,6 +112,8 @@ def normalize_messages(
     ]
     for message in conversation:
         _parse_tool_call_arguments(message)
+    if media is not None:
+        media.complete = True
     return conversation
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -346,14 +346,10 @@ class MultimodalLlm:
             )
         processor_kwargs = dict(mm_processor_kwargs or {})
         items = parts.items
-        _check_named(items)
         await text.load_decoder(request)
-        # The request's media_io_kwargs over the server's (--media-io-kwargs), merged once: the
-        # loads use them, and vLLM hashes a chat request's items with them (its chat params').
-        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
-        io_kwargs = merge_media_io_kwargs(self.options.media_io_kwargs, given)
-        load_kwargs = (io_kwargs or {}) if media_io_kwargs else None
-        loaded = await _all_or_none(self._load(part, load_kwargs) for part in items)
+        io_kwargs = self._io_kwargs(media_io_kwargs)
+        loaded = await self._load_all(items, media_io_kwargs, io_kwargs)
+        _check_named(items)  # (vLLM: after the loads, with the items' uuids)
         embeds_request = any(part.is_embeds for part in items)
         if embeds_request:
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
@@ -400,6 +396,31 @@ class MultimodalLlm:
         prepared_prompt = PreparedPrompt(ids, prompt, features, cache, _token_counts(features))
         return text.generate_prepared(request, [prepared_prompt])
 
+    def _io_kwargs(self, media_io_kwargs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        # The request's media_io_kwargs over the server's (--media-io-kwargs), merged once: the
+        # loads use them, and vLLM hashes a chat request's items with them (its chat params').
+        given = {k: v for k, v in (media_io_kwargs or {}).items() if isinstance(v, Mapping)}
+        return merge_media_io_kwargs(self.options.media_io_kwargs, given)
+
+    async def _load_all(
+        self,
+        items: list[MediaPart],
+        media_io_kwargs: Mapping[str, Any] | None,
+        io_kwargs: Mapping[str, Any] | None,
+    ) -> list[Any]:
+        load_kwargs = (io_kwargs or {}) if media_io_kwargs else None
+        loads = [self._load(part, load_kwargs) for part in items]
+        return await _all_or_none(loads, _resolve_order(items))
+
+    async def check_loads(
+        self, parts: MediaParts, media_io_kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        """Load ``parts``' items and drop them: MediaError (vLLM's answer) when one cannot be
+        loaded. vLLM loads a chat request's media before it applies the chat template, so a
+        load's error is its answer to a request whose template also fails."""
+        if parts.items and self.family is not None:
+            await self._load_all(parts.items, media_io_kwargs, self._io_kwargs(media_io_kwargs))
+
     def parts_from_content(self, content_parts: Iterable[Mapping[str, Any]]) -> MediaParts:
         """A token-in request's ``content_parts`` (``{"type": "image_url" | "audio_url" |
         "video_url", "url": ..., "uuid": ...}``) as the media parts of its prompt, in order,
@@ -432,8 +453,10 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
+        loaded = await _all_or_none(
+            [self._load(part, None) for part in items], _resolve_order(items)
+        )
         _check_named(items)
-        loaded = await _all_or_none(self._load(part, None) for part in items)
         processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
         ids, features = _expand(token_ids, family, items, processed, hashes)
         cache = self._sending_cache(family, features, items, loaded, hashes, {}, False)
@@ -451,8 +474,10 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
+        loaded = await _all_or_none(
+            [self._load(part, None) for part in items], _resolve_order(items)
+        )
         _check_named(items)
-        loaded = await _all_or_none(self._load(part, None) for part in items)
         if any(part.is_embeds for part in items):
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
             self._check_references(items, loaded, {})
@@ -690,8 +715,10 @@ class MultimodalLlm:
         # the loader's own, the server's)
         if part.is_embeds:
             return await self._load_embeds(part)
-        if part.url is None and part.uuid is not None:
-            return None  # a reference to an item the engine's cache holds
+        if part.url is None:
+            # a reference to an item the engine's cache holds (by its uuid), or nothing
+            # (refused after the loads, as vLLM refuses it: see _check_named)
+            return None
         if part.modality not in ("image", "video", "audio"):
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend yet"
@@ -702,10 +729,6 @@ class MultimodalLlm:
             raise MediaError.bad_request(
                 f"{part.modality} inputs are not supported by this frontend for model type "
                 f"{self.model_type!r} yet"
-            )
-        if part.url is None:
-            raise MediaError.bad_request(
-                "A media part without data (a uuid alone) is not supported by this frontend yet"
             )
         if part.modality == "audio":
             resampled = getattr(self.family, "resampled", None)
@@ -968,16 +991,59 @@ def truncate_expanded(
 _T = TypeVar("_T")
 
 
-async def _all_or_none(loads: Iterable[Awaitable[_T]]) -> list[_T]:
-    """The results of ``loads`` run concurrently; when one fails, the others are cancelled
-    (a fetch still arriving is dropped, not read on for nobody) and its error is raised."""
+def _resolve_order(items: Sequence[MediaPart]) -> list[int]:
+    """The indices of ``items`` in the order vLLM's item tracker resolves them: grouped by
+    modality (a modality's embeddings apart from its raw items), groups in the order of their
+    first item."""
+    groups: dict[str, list[int]] = {}
+    for index, part in enumerate(items):
+        key = f"{part.modality}_embeds" if part.is_embeds else part.modality
+        groups.setdefault(key, []).append(index)
+    return [index for group in groups.values() for index in group]
+
+
+async def _all_or_none(loads: Sequence[Awaitable[_T]], order: Sequence[int]) -> list[_T]:
+    """The results of ``loads`` run concurrently. When some fail, the error raised is vLLM's
+    answer, whatever the timing: that of the first failed load in ``order`` (its tracker's
+    order, :func:`_resolve_order`; vLLM waits for every load, then raises the first error in
+    it). So the loads before a failed one are waited for; those after it are cancelled at
+    once (a fetch still arriving is dropped, not read on for nobody)."""
     tasks = [asyncio.ensure_future(load) for load in loads]
     try:
-        return await asyncio.gather(*tasks)
+        failed = await _first_failed(tasks, order)
     except BaseException:
         _cancel(tasks)
         del tasks  # the error's traceback keeps this frame: no cycle through the failed task
         raise
+    if failed is None:
+        return [task.result() for task in tasks]
+    error = tasks[failed].exception()
+    del tasks
+    assert error is not None
+    try:
+        raise error
+    finally:
+        del error  # (as above: no cycle through this frame)
+
+
+async def _first_failed(tasks: Sequence[asyncio.Future[Any]], order: Sequence[int]) -> int | None:
+    """Wait for ``tasks`` (cancelling those after a failed one in ``order``); the index of the
+    first failed one in ``order``, None when none failed."""
+    rank = {index: position for position, index in enumerate(order)}
+    positions = {task: rank[index] for index, task in enumerate(tasks)}
+    pending = set(tasks)
+    first: int | None = None  # the position in order of the first failure seen
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if task.cancelled() or task.exception() is not None:
+                position = positions[task]
+                first = position if first is None else min(first, position)
+        if first is not None:
+            later = {task for task in pending if positions[task] > first}
+            _cancel(later)
+            pending -= later
+    return None if first is None else order[first]
 
 
 def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:

@@ -43,6 +43,7 @@ class MediaParts:
         "_refusal",
         "_supported",
         "by_modality",
+        "complete",
         "embeds_enabled",
         "interleave",
         "items",
@@ -76,6 +77,9 @@ class MediaParts:
         self.items: list[MediaPart] = []
         """Every part, in message order."""
         self.by_modality: dict[str, int] = {}
+        self.complete = False
+        """Every message was normalised (vLLM's chat parsing done): the point at which vLLM
+        loads the media, before it applies the chat template."""
 
     def add(self, part: MediaPart) -> str | None:
         """Track ``part``; its placeholder text. Raises vLLM's 400 past the modality's limit."""
