@@ -164,8 +164,9 @@ class FrontendConfig(msgspec.Struct):
     structured_outputs_backend: str = "auto"
     watermark_configured: bool = False
     """The engines watermark their output (``--watermark-config``, theirs to apply)."""
-    reasoning_configured: bool = False
-    """``--reasoning-config`` was given (the engines' reasoning settings, theirs to apply)."""
+    reasoning_markers: tuple[str, str] = ("", "")
+    """``--reasoning-config``'s ``reasoning_start_str`` and ``reasoning_end_str`` (the rest of
+    it is the engines' to apply)."""
     enable_trace_replay: bool = False
     """The engines replay ``trace_decode_token_ids`` (theirs to apply; requests may set it)."""
     seed: int | None = None
@@ -304,7 +305,11 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
                 kwargs["reasoning_parser"] = str(reasoning)
             continue
         if key == "reasoning_config":
-            kwargs["reasoning_configured"] = True
+            reasoning = _as_dict(key, value)
+            kwargs["reasoning_markers"] = (
+                str(reasoning.get("reasoning_start_str") or ""),
+                str(reasoning.get("reasoning_end_str") or ""),
+            )
             continue
         if key == "watermark_config":  # (``--watermark`` is the KV cache's, not this)
             kwargs["watermark_configured"] = True
