@@ -136,12 +136,26 @@ def test_a_thinking_budget_is_taken_with_the_reasoning_parsers_vllm_enables(name
     assert thinking_budget_enabled(name, "<a>", "</a>")  # --reasoning-config's strings
 
 
-def test_the_reasoning_configs_strings_enable_a_thinking_budget() -> None:
-    assert not thinking_budget_enabled(None, "", "")
-    assert not thinking_budget_enabled(None, "<a>", "")
-    config = config_from_args(
-        {"model_tag": "m", "reasoning_config": '{"reasoning_start_str": "<a>", '
-         '"reasoning_end_str": "</a>"}'}
-    )  # fmt: skip
-    assert config.reasoning_markers == ("<a>", "</a>")
-    assert thinking_budget_enabled(None, *config.reasoning_markers)
+@pytest.mark.parametrize(
+    ("flags", "enabled"),
+    [
+        ({}, False),
+        ({"reasoning_parser": "qwen3"}, True),
+        ({"reasoning_parser": "openai_gptoss"}, False),
+        ({"reasoning_config": '{"reasoning_start_str": "<a>"}'}, False),
+        ({"reasoning_config": '{"reasoning_start_str": "<a>", "reasoning_end_str": "</a>"}'},
+         True),
+        ({"reasoning_parser": "openai_gptoss",
+          "reasoning_config": {"reasoning_start_str": "<a>", "reasoning_end_str": "</a>"}}, True),
+        ({"reasoning_config": {"reasoning_parser": "qwen3"}}, True),  # the config's own parser
+        ({"reasoning_parser": "openai_gptoss", "reasoning_config": {"reasoning_parser": "qwen3"}},
+         False),  # --reasoning-parser replaces it
+        ({"structured_outputs_config": {"reasoning_parser": "qwen3"}}, False),  # no part in it
+    ],
+)  # fmt: skip
+def test_the_flags_that_enable_vllms_reasoning_config(
+    flags: dict[str, object], enabled: bool
+) -> None:
+    # vLLM's EngineArgs builds a reasoning config from --reasoning-config, its parser replaced
+    # by --reasoning-parser, or from --reasoning-parser alone
+    assert config_from_args({"model_tag": "m", **flags}).thinking_budget is enabled

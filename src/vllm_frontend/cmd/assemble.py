@@ -22,7 +22,6 @@ from vllm_frontend.chat.llm import ChatLlm, chat_tokenizer
 from vllm_frontend.chat.mistral_renderer import MistralChatRenderer
 from vllm_frontend.chat.output_parser import OutputParsers
 from vllm_frontend.chat.reasoning.base import ModelFacts
-from vllm_frontend.chat.reasoning.budget import thinking_budget_enabled
 from vllm_frontend.chat.renderer import ChatTemplateOptions
 from vllm_frontend.chat.sources import load_chat_template_option
 from vllm_frontend.chat.template import ENVIRONMENT as TEMPLATE_ENVIRONMENT
@@ -307,7 +306,7 @@ def build_frontend_app(
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
-        thinking_budget=thinking_budget_enabled(config.reasoning_parser, *config.reasoning_markers),
+        thinking_budget=config.thinking_budget,
     )
     request_log = RequestLog(config.max_log_len) if config.enable_log_requests else None
     ctx = ServingContext(
@@ -484,7 +483,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
-        thinking_budget=thinking_budget_enabled(config.reasoning_parser, *config.reasoning_markers),
+        thinking_budget=config.thinking_budget,
     )
     no_engine = _NoEngine()
     ctx = ServingContext(
