@@ -60,15 +60,21 @@ class Stack:
         return int(json.loads(self.stats[name].read_text())["engines"]["0"]["running"])
 
 
-def _start(argv: list[str], log: pathlib.Path) -> subprocess.Popen[bytes]:
+def _start(
+    argv: list[str], log: pathlib.Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=engine_env(), start_new_session=True
+            argv, stdout=out, stderr=subprocess.STDOUT, env=engine_env(env), start_new_session=True
         )
 
 
 @contextlib.contextmanager
-def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
+def _stack(
+    tmp: pathlib.Path, *engine_args: str, env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """Both servers on their mock engines (``engine_args`` to both engines; ``env``: more
+    environment for both frontends)."""
     model = str(tiny_model_dir())
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT))
@@ -108,7 +114,9 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                         "--generation-config", str(generation)]  # fmt: skip
             if name == "vllm":
                 server = start_vllm_server(
-                    model=model, extra_args=[*external, "--data-parallel-address", "127.0.0.1"]
+                    model=model,
+                    extra_args=[*external, "--data-parallel-address", "127.0.0.1"],
+                    env=env,
                 )
                 servers.append(server)
                 ports[name] = server.port
@@ -119,6 +127,7 @@ def _stack(tmp: pathlib.Path, *engine_args: str) -> Iterator[Stack]:
                         [sys.executable, "-m", "vllm_frontend", "serve", model,
                          "--port", str(ports[name]), *external],
                         log_dir() / f"clients-ours-{ports[name]}.log",
+                        env,
                     )
                 )  # fmt: skip
         servers[0].wait_ready(600)
@@ -1102,11 +1111,16 @@ def _ending(answer: list[tuple[int, dict[str, str], Any]]) -> Any:
     return status, headers, body[-1:] if body[-1] == "<cut off>" else body[-2:]
 
 
+DYING_BACKGROUND = ("/v1/responses", {**STREAMS[2][1], "background": True})
+"""A background response (the dying stack has the Responses store): queued at once; streamed,
+its events until the engine dies, then the connection is cut, as a direct stream's."""
+
+
 def _dying_requests() -> list[tuple[str, dict[str, Any]]]:
-    """A request of every API, streamed and not."""
+    """A request of every API, streamed and not, and a background response."""
     return [
         (path, {"model": str(tiny_model_dir()), **fields, "stream": stream})
-        for path, fields in STREAMS[:4]
+        for path, fields in [*STREAMS[:4], DYING_BACKGROUND]
         for stream in (False, True)
     ]
 
@@ -1117,7 +1131,12 @@ def dying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Stack]]:
     background as the module's first test starts (a start waits mostly on vLLM's server
     importing vLLM), its engines idle until that test."""
     tmp = tmp_path_factory.mktemp("dying")
-    start = _stack(tmp, "--die-after-requests", str(len(_dying_requests())))
+    start = _stack(
+        tmp,
+        "--die-after-requests",
+        str(len(_dying_requests())),
+        env={"VLLM_ENABLE_RESPONSES_API_STORE": "1"},
+    )
     pool = ThreadPoolExecutor(1)
     started = pool.submit(start.__enter__)
     pool.shutdown(wait=False)
@@ -1138,14 +1157,26 @@ def test_requests_in_flight_when_the_engine_dies_end_like_vllms(dying: Future[St
     # as soon as the one before it is answered, and lets a request in flight finish when it
     # shuts down.
     first = post(*requests[0]).replace(b"Connection: close\r\n", b"")
+    background_stream = len(requests) - 1
     stack = dying.result()
     seen: dict[str, list[Any]] = {}
+    hung: dict[str, bool] = {}
     for name in ("vllm", "ours"):
         answers: list[bytes] = [b""] * len(requests)
 
         def send(i: int, name: str = name, answers: list[bytes] = answers) -> None:
             data = first + request("GET", "/health") if i == 0 else post(*requests[i])
-            answers[i] = exchange(stack.ports[name], data, timeout=60)
+            if i != background_stream:
+                answers[i] = exchange(stack.ports[name], data, timeout=60)
+                return
+            with socket.create_connection(("127.0.0.1", stack.ports[name]), timeout=15) as s:
+                s.sendall(data)
+                hung[name] = False
+                try:
+                    while chunk := s.recv(65536):
+                        answers[i] += chunk
+                except TimeoutError:
+                    hung[name] = True
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
         for thread in threads:
@@ -1157,7 +1188,15 @@ def test_requests_in_flight_when_the_engine_dies_end_like_vllms(dying: Future[St
         answered, health = pipelined
         seen[name] = [_ending([answered])] + [_ending(responses(a)) for a in answers[1:]]
         seen[name].append(health)
-    messages_stream = requests.index(("/v1/messages", {**requests[-1][1]}))
+    # A background stream: vLLM's replay of its events waits for more after the engine died
+    # (and keeps vLLM's server from exiting until the client leaves); ours is cut at once, as
+    # a direct Responses stream is on both
+    assert hung == {"vllm": True, "ours": False}
+    theirs, mine = seen["vllm"].pop(background_stream), seen["ours"].pop(background_stream)
+    assert theirs[:2] == mine[:2] and mine[2] == ["<cut off>"]
+    messages_stream = next(
+        i for i, (path, body) in enumerate(requests) if path == "/v1/messages" and body["stream"]
+    )
     # vLLM's Messages stream fails to convert the error chunk and reports pydantic's complaint
     # about it; ours reports the dead engine in the same event
     theirs = seen["vllm"].pop(messages_stream)

@@ -68,9 +68,11 @@ def messages_app(
     reasoning_parser: str | None = None,
     max_model_len: int = 256,
     tokenizer: Tokenizer | None = None,
+    thinking_budget: bool = True,
     **context: Any,
 ) -> App:
-    """``/v1/chat/completions`` and the Messages routes serving model ``"m"`` from ``client``."""
+    """``/v1/chat/completions`` and the Messages routes serving model ``"m"`` from ``client``
+    (``thinking_budget``: whether vLLM's reasoning config would take a thinking budget)."""
     tokenizer = tokenizer or shared_tokenizer(model)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
     ctx = ServingContext(
@@ -79,7 +81,9 @@ def messages_app(
         served_model_names=["m"],
         max_model_len=max_model_len,
         sampling=ModelSamplingInfo(
-            max_model_len=max_model_len, eos_token_id=tokenizer.eos_token_id
+            max_model_len=max_model_len,
+            eos_token_id=tokenizer.eos_token_id,
+            thinking_budget=thinking_budget,
         ),
         chat_renderer=ChatRenderer(
             ModelChatTemplates.from_model_dir(model, cfg), special_tokens_map(cfg)

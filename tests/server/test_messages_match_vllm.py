@@ -561,3 +561,30 @@ def test_responses_are_vllms_conversion_of_the_chat_response(
     assert _normalized(mine) == _normalized(theirs)
     if stream:  # same bytes, not only the same JSON values
         assert json.dumps(_normalized(mine)) == json.dumps(_normalized(theirs))
+
+
+def test_an_engine_side_refusal_of_a_stream_is_its_error_event() -> None:
+    # vLLM's input processor refuses a thinking budget without a reasoning config when the
+    # chat stream reads its first output: the chat route answers 200 and an error chunk
+    # (pinned to vLLM's elsewhere), which vLLM's Messages converter cannot convert, so its
+    # only event is that error, with pydantic's complaint; ours the refusal (ours answered 400)
+    from tests.support.shared_tokenizer import shared_tokenizer
+
+    model = tiny_model_dir()
+    client = ScriptedClient(shared_tokenizer(model), "Hello")
+    app = messages_app(model, client, max_model_len=4096, thinking_budget=False)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2000,
+            "stream": True, "thinking": {"type": "enabled", "budget_tokens": 1024}}  # fmt: skip
+
+    async def run() -> tuple[int, bytes, int, bytes]:
+        status, chat = await post(app, "/v1/chat/completions", _chat_body(body))
+        return (status, chat, *await post(app, "/v1/messages", body))
+
+    chat_status, chat, status, mine = asyncio.run(run())
+    [(event, theirs)] = asyncio.run(_vllm_stream(chat))
+    assert (chat_status, status) == (200, 200) and not client.requests
+    assert event == "error" and theirs["error"]["message"].startswith("2 validation errors")
+    refusal = json.loads(chat.split(b"\n\n")[0][6:])["error"]["message"]
+    assert refusal.startswith("thinking_token_budget is set but reasoning_config")
+    error = {"type": "internal_error", "message": refusal}
+    assert sse_events(mine) == [("error", {"type": "error", "error": error})]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.support.generation_app import generation_context
 from tests.support.responses import body as body_of
 from tests.support.shared_tokenizer import shared_tokenizer
 from vllm_frontend.chat.output_parser import OutputParsers
+from vllm_frontend.engine.errors import EngineDeadError
 from vllm_frontend.server.app import App, ServerSettings
 from vllm_frontend.server.responses import ResponsesHandler
 from vllm_frontend.server.responses_protocol import parse_responses_request
@@ -28,9 +30,10 @@ def _app(
     store: ResponseStore | None,
     text: str | None = None,
     tool_parser: str | None = None,
+    client_type: type[ScriptedClient] = ScriptedClient,
 ) -> App:
     tokenizer = shared_tokenizer(model)
-    client = ScriptedClient(tokenizer, False)
+    client = client_type(tokenizer, False)
     if text is not None:  # the engine generates this text instead
         client.ids = tokenizer.encode(text, add_special_tokens=False)
     ctx = generation_context(model, client, max_model_len=512, tokenizer=tokenizer)
@@ -182,6 +185,47 @@ def test_background_stream_replays_from_a_sequence_number(tiny_model: pathlib.Pa
     asyncio.run(main())
 
 
+class _DyingClient(ScriptedClient):
+    """Sends two outputs, then the engine dies (as the engine client reports it)."""
+
+    def add_request(self, request: Any) -> Any:
+        outputs = self._outputs(request)[:2]
+
+        async def die() -> AsyncIterator[Any]:
+            for out in outputs:
+                yield out
+                await asyncio.sleep(0)
+            raise EngineDeadError("engine core died (it sent ENGINE_CORE_DEAD)")
+
+        return die()
+
+
+def test_a_background_response_whose_engine_dies_fails(tiny_model: pathlib.Path) -> None:
+    # vLLM's own server exits once its engine is dead (its background responses stay queued,
+    # a replay waits for events that never come); ours lives on: the responses are failed, and
+    # their streams are cut as a direct stream is (both servers cut that one)
+    async def main() -> None:
+        app = _app(tiny_model, ResponseStore(), client_type=_DyingClient)
+        body = {"model": "m", "input": "x", "background": True, "max_output_tokens": 9}
+        _, queued = await _call(app, "POST", "/v1/responses", body)
+        with pytest.raises(EngineDeadError):
+            await _call(app, "POST", "/v1/responses", {**body, "stream": True, "request_id": "r1"})
+        streamed = "r1"
+        for _ in range(100):
+            _, got = await _call(app, "GET", f"/v1/responses/{queued['id']}")
+            if got["status"] != "queued":
+                break
+            await asyncio.sleep(0.01)
+        _, got_streamed = await _call(app, "GET", f"/v1/responses/{streamed}")
+        assert (got["status"], got_streamed["status"]) == ("failed", "failed")
+        with pytest.raises(EngineDeadError):
+            await _call(app, "GET", f"/v1/responses/{streamed}", query=b"stream=true")
+        status, error = await _call(app, "POST", f"/v1/responses/{streamed}/cancel")
+        assert (status, error["error"]["message"]) == (400, "Cannot cancel a synchronous response.")
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(
     "body,status,param",
     [
@@ -218,6 +262,22 @@ def test_the_store_is_bounded_and_keeps_running_responses() -> None:
     assert store.get("a") is not None
     assert store.get("b") is None
     assert store.get("c") is not None
+
+
+def test_conversations_of_requests_that_end_unstored_are_bounded() -> None:
+    # A store request keeps its conversation before generating; a client that leaves (or a
+    # failed generation) never stores the response, and vLLM keeps that conversation forever
+    m = {"role": "user", "content": "hi"}
+    store = ResponseStore(max_entries=2)
+    store.put_messages("kept", [m])
+    store.put_messages("bg", [m])
+    store.put({"id": "bg", "status": "queued"})  # a background response: stored at once
+    store.put({"id": "kept", "status": "completed"})
+    for i in range(3):
+        store.put_messages(f"left{i}", [m])
+    assert store.messages("left0") is None
+    assert store.messages("left1") == store.messages("left2") == [m]
+    assert store.messages("kept") == store.messages("bg") == [m]
 
 
 class _Recorder:

@@ -306,7 +306,7 @@ def build_frontend_app(
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
-        thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
+        thinking_budget=config.thinking_budget,
     )
     request_log = RequestLog(config.max_log_len) if config.enable_log_requests else None
     ctx = ServingContext(
@@ -483,7 +483,7 @@ def build_render_app(config: FrontendConfig, model: ModelResources) -> App:
         v2_model_runner=uses_v2_model_runner(config.watermark_configured),
         trace_replay=config.enable_trace_replay,
         mistral_tokenizer=mistral_kind(model.tokenizer),
-        thinking_budget=config.reasoning_parser is not None or config.reasoning_configured,
+        thinking_budget=config.thinking_budget,
     )
     no_engine = _NoEngine()
     ctx = ServingContext(

@@ -19,6 +19,7 @@ from vllm_frontend.chat.output_parser import (
     resolve_reasoning_parser,
     resolve_tool_parser,
 )
+from vllm_frontend.chat.reasoning.budget import thinking_budget_enabled
 from vllm_frontend.chat.tool_tags import STRICT_LEVELS
 from vllm_frontend.cmd import flags
 from vllm_frontend.server.transport import TlsSettings
@@ -164,8 +165,10 @@ class FrontendConfig(msgspec.Struct):
     structured_outputs_backend: str = "auto"
     watermark_configured: bool = False
     """The engines watermark their output (``--watermark-config``, theirs to apply)."""
-    reasoning_configured: bool = False
-    """``--reasoning-config`` was given (the engines' reasoning settings, theirs to apply)."""
+    thinking_budget: bool = False
+    """vLLM's reasoning config is enabled, so a request's thinking budget is taken: from
+    ``--reasoning-parser`` (else ``--reasoning-config``'s parser) and ``--reasoning-config``'s
+    start and end strings (the rest of it is the engines' to apply)."""
     enable_trace_replay: bool = False
     """The engines replay ``trace_decode_token_ids`` (theirs to apply; requests may set it)."""
     seed: int | None = None
@@ -304,8 +307,7 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
                 kwargs["reasoning_parser"] = str(reasoning)
             continue
         if key == "reasoning_config":
-            kwargs["reasoning_configured"] = True
-            continue
+            continue  # (see _thinking_budget)
         if key == "watermark_config":  # (``--watermark`` is the KV cache's, not this)
             kwargs["watermark_configured"] = True
             continue
@@ -329,11 +331,28 @@ def config_from_args(args: dict[str, Any]) -> FrontendConfig:
             kwargs[key] = _as_dict(key, value)
         else:
             kwargs[key] = value
+    kwargs["thinking_budget"] = _thinking_budget(args)
     if "api_key" not in kwargs and os.environ.get("VLLM_API_KEY"):
         kwargs["api_key"] = [os.environ["VLLM_API_KEY"]]
     config = FrontendConfig(**kwargs)
     _validate(config)
     return config
+
+
+def _thinking_budget(args: dict[str, Any]) -> bool:
+    # vLLM's EngineArgs: a reasoning config exists with --reasoning-config or
+    # --reasoning-parser (which replaces the config's parser; the structured-outputs config's
+    # parser plays no part); it is enabled with reasoning start and end strings
+    parser = args.get("reasoning_parser") or None
+    given = args.get("reasoning_config")
+    reasoning = _as_dict("reasoning_config", given)
+    if parser is None and given is not None:
+        parser = reasoning.get("reasoning_parser") or None
+    return thinking_budget_enabled(
+        parser,
+        str(reasoning.get("reasoning_start_str") or ""),
+        str(reasoning.get("reasoning_end_str") or ""),
+    )
 
 
 _TOKENIZER_MODES = ("auto", "hf", "mistral")

@@ -194,6 +194,9 @@ class MessagesHandler:
                 cache_salt=cache_salt,
                 model=request.model,
                 trace_headers=traced,
+                # (an engine-side refusal is the stream's error event, as vLLM's chat stream
+                # meets it on its first output)
+                defer_engine_checks=bool(chat_req.stream),
             ),
             tools=fields.tools,
             tool_choice=fields.tool_choice,

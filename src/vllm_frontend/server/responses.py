@@ -789,10 +789,18 @@ class ResponsesHandler:
             stream = store.open_stream(response_id)
 
             async def run_stream() -> None:
+                # (vLLM leaves a failed one queued and its replays waiting forever)
                 try:
                     async for event in self._event_dicts(req, response_id, gen, created, turn):
                         stream.append(event)
-                finally:
+                except asyncio.CancelledError:
+                    stream.close()
+                    raise
+                except Exception as exc:
+                    store.mark_failed(response_id)
+                    stream.close(exc)
+                else:
+                    store.mark_failed(response_id)  # an error event ended it
                     stream.close()
 
             store.run(response_id, run_stream())
@@ -804,9 +812,7 @@ class ResponsesHandler:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                stored = store.get(response_id)
-                if stored is not None and stored["status"] not in ("completed", "cancelled"):
-                    stored["status"] = "failed"
+                store.mark_failed(response_id)
 
         store.run(response_id, run())
         return Response(_encode(queued))

@@ -2,9 +2,11 @@
 logs of background streams and the background tasks (vLLM 0.32's ``response_store``,
 ``msg_store``, ``event_store`` and ``background_tasks``).
 
-vLLM keeps every stored response forever (its code says so: a known leak). Here the store is
-bounded: past ``max_entries`` responses the oldest finished ones are forgotten (with their
-conversation and events); responses still queued or in progress are kept.
+vLLM keeps every stored response forever (its code says so: a known leak), and the conversation
+of every ``store`` request, also of one never stored (its client left, its generation failed).
+Here the store is bounded: past ``max_entries`` responses the oldest finished ones are forgotten
+(with their conversation and events); responses still queued or in progress are kept; and past
+``max_entries`` conversations whose response is not stored yet, the oldest are forgotten.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class StoredStream:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.closed = False
+        self.error: BaseException | None = None
+        """Why the generation stopped before its last event (the engine died): replays end
+        by raising it, so their connections are cut as a direct stream's is."""
         self._changed = asyncio.Event()
 
     def append(self, event: dict[str, Any]) -> None:
@@ -35,9 +40,10 @@ class StoredStream:
         self.events.append(event)
         self._changed.set()
 
-    def close(self) -> None:
-        """No more events."""
+    def close(self, error: BaseException | None = None) -> None:
+        """No more events (``error``: the generation failed)."""
         self.closed = True
+        self.error = error
         self._changed.set()
 
     async def replay(self, starting_after: int | None) -> AsyncIterator[dict[str, Any]]:
@@ -53,6 +59,8 @@ class StoredStream:
                     return
                 index += 1
             if self.closed:
+                if self.error is not None:
+                    raise self.error
                 return
             await self._changed.wait()
 
@@ -64,6 +72,8 @@ class ResponseStore:
         self.max_entries = max_entries
         self._responses: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._messages: dict[str, list[dict[str, Any]]] = {}
+        self._unanswered: OrderedDict[str, None] = OrderedDict()
+        """Ids of conversations kept before their response is stored, oldest first."""
         self._streams: dict[str, StoredStream] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -75,6 +85,7 @@ class ResponseStore:
         """Store (or replace) a response."""
         self._responses[response["id"]] = response
         self._responses.move_to_end(response["id"])
+        self._unanswered.pop(response["id"], None)
         self._evict()
 
     def put_final(self, response: dict[str, Any]) -> None:
@@ -92,8 +103,16 @@ class ResponseStore:
         return [dict(m) if isinstance(m, dict) else m for m in messages]
 
     def put_messages(self, response_id: str, messages: list[dict[str, Any]]) -> None:
-        """Keep the conversation of a stored response."""
+        """Keep the conversation of a stored response (or of one to be stored: of those, past
+        ``max_entries`` the oldest are forgotten, their requests having ended unstored)."""
         self._messages[response_id] = messages
+        if response_id in self._responses:
+            return
+        self._unanswered[response_id] = None
+        self._unanswered.move_to_end(response_id)
+        if len(self._unanswered) > self.max_entries:
+            oldest, _ = self._unanswered.popitem(last=False)
+            del self._messages[oldest]
 
     def open_stream(self, response_id: str) -> StoredStream:
         """A new event log for a background stream."""
@@ -109,6 +128,13 @@ class ResponseStore:
         task = asyncio.get_running_loop().create_task(work, name=f"create_{response_id}")
         self._tasks[response_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(response_id, None))
+
+    def mark_failed(self, response_id: str) -> None:
+        """A background request ended without its final response: ``failed`` (as vLLM marks
+        a background request whose generation returned an error), unless it was cancelled."""
+        stored = self._responses.get(response_id)
+        if stored is not None and stored["status"] in ("queued", "in_progress"):
+            stored["status"] = "failed"
 
     async def cancel_task(self, response_id: str) -> None:
         """Cancel a background request and wait for it to end."""
