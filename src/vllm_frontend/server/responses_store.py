@@ -112,7 +112,7 @@ class ResponseStore:
         self._unanswered.move_to_end(response_id)
         if len(self._unanswered) > self.max_entries:
             oldest, _ = self._unanswered.popitem(last=False)
-            del self._messages[oldest]
+            self._messages.pop(oldest, None)
 
     def open_stream(self, response_id: str) -> StoredStream:
         """A new event log for a background stream."""
