@@ -453,9 +453,7 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
-        loaded = await _all_or_none(
-            [self._load(part, None) for part in items], _resolve_order(items)
-        )
+        loaded = await self._load_all(items, None, None)
         _check_named(items)
         processed, hashes = await self._process_or_hold(family, items, loaded, {}, None, hold=hold)
         ids, features = _expand(token_ids, family, items, processed, hashes)
@@ -474,9 +472,7 @@ class MultimodalLlm:
         family = self.family
         assert family is not None  # new_parts refused the parts otherwise
         items = parts.items
-        loaded = await _all_or_none(
-            [self._load(part, None) for part in items], _resolve_order(items)
-        )
+        loaded = await self._load_all(items, None, None)
         _check_named(items)
         if any(part.is_embeds for part in items):
             check_not_mixed([(part.modality, part.is_embeds) for part in items])
