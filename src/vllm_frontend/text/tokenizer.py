@@ -76,7 +76,6 @@ def leave_fast_encoder_loads() -> bool:
 
 
 # The named special-token slots of transformers' tokenizers, in its order.
-
 _SPECIAL_SLOTS = (
     "bos_token",
     "eos_token",
